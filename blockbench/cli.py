@@ -1,0 +1,97 @@
+"""``blockbench``: train one config, run a matrix, rebuild a report, list the variants."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ConfigError, build_run_config, load_yaml, parse_overrides
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import RESULT_FILE, failure_record, train, write_json
+
+    sources = list(args.config_or_overrides)
+    config_file = sources.pop(0) if sources and "=" not in sources[0] else None
+    raw = load_yaml(config_file) if config_file else {}
+    run = build_run_config(raw, parse_overrides(sources), source=config_file or "overrides")
+    out = Path(args.out or Path(args.results_dir) / "train" / run.task.name / f"seed{run.seed}")
+    tb_dir = Path(args.tb_dir or Path(args.results_dir) / "train" / "tb")
+    try:
+        result = train(
+            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.name, tb_version=args.tb_version or f"seed{run.seed}"
+        )
+    except Exception as error:  # recorded as a failed cell; the matrix goes on
+        write_json(out / RESULT_FILE, failure_record(run, error))
+        raise
+    print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
+    return 0
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from .matrix import run_matrix
+
+    return run_matrix(args.matrix, Path(args.results_dir), force=args.force)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    matrix_dir = Path(args.matrix_dir)
+    if not (matrix_dir / "cells").is_dir():
+        raise ConfigError(f"{matrix_dir}: no cells/ folder; pass a matrix results folder such as results/<matrix name>")
+    print(write_report(matrix_dir))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from models import ALL_REGISTRIES
+    from tasks import TASK_CONFIGS
+
+    for registry in ALL_REGISTRIES:
+        print(f"{registry.kind}:")
+        for entry in registry:
+            print(f"  {entry.name:<18} {entry.description}")
+    print("task:")
+    for name, cfg in TASK_CONFIGS.items():
+        print(f"  {name:<18} {cfg.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="blockbench", description=__doc__)
+    parser.add_argument("--results-dir", default="results", help="where results go (default: results/)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train one config (a YAML file and/or key=value overrides)")
+    train.add_argument("config_or_overrides", nargs="*", metavar="CONFIG.yaml | key=value",
+                       help="an optional run config file, then dotted overrides such as task=vit model.norm_placement=post")
+    train.add_argument("--out", help="folder for config.yaml and result.json (default: results/train/<task>/seed<seed>)")
+    train.add_argument("--tb-dir", help="TensorBoard root (default: results/train/tb)")
+    train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
+    train.add_argument("--tb-version", help="TensorBoard run version (default: seed<seed>)")
+    train.set_defaults(func=_train)
+
+    matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
+    matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
+    matrix.add_argument("--force", action="store_true", help="rerun cells that already have a result")
+    matrix.set_defaults(func=_matrix)
+
+    report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder")
+    report.add_argument("matrix_dir", help="e.g. results/prenorm_vs_postnorm")
+    report.set_defaults(func=_report)
+
+    listing = commands.add_parser("list", help="print every registered variant and task")
+    listing.set_defaults(func=_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as error:
+        print(f"blockbench: config error:\n{error}", file=sys.stderr)
+        return 2

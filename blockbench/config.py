@@ -1,0 +1,188 @@
+"""The run config (one cell of a matrix) and the matrix file, validated with pydantic.
+
+A run config has four sections, each a pydantic model that rejects unknown keys:
+``model`` (``models.ModelConfig``), ``task`` (selected by ``task.name``), ``optimizer`` and
+``trainer``, plus the training ``seed``. Configs come from YAML files plus dotted overrides
+(``model.norm_placement=post``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from models import ModelConfig
+from tasks import TASK_CONFIGS, OptimizerConfig
+from tasks.lm import LMTaskConfig
+from tasks.translation import TranslationTaskConfig
+from tasks.vision import VisionTaskConfig
+
+TaskSection = Annotated[Union[LMTaskConfig, TranslationTaskConfig, VisionTaskConfig], Field(discriminator="name")]
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message lists every problem with its key."""
+
+
+class TrainerConfig(BaseModel):
+    """Budget and hardware settings, passed to ``lightning.Trainer``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(400, gt=0, description="optimizer steps; the same budget for every task")
+    batch_size: int = Field(32, gt=0, description="sequences (or images) per step")
+    val_every_n_steps: int = Field(100, gt=0)
+    log_every_n_steps: int = Field(10, gt=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+    accelerator: str = "auto"
+    devices: int | str = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
+
+
+class RunConfig(BaseModel):
+    """Everything one training run needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    task: TaskSection = LMTaskConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    trainer: TrainerConfig = TrainerConfig()
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_by_name(cls, value: Any) -> Any:
+        """``task: vit`` is short for ``task: {name: vit}``; an unknown or missing name lists the tasks."""
+        if isinstance(value, str):
+            value = {"name": value}
+        if isinstance(value, dict):
+            name = value.get("name")
+            if name not in TASK_CONFIGS:
+                problem = "task.name is missing" if name is None else f"unknown task '{name}'"
+                raise ValueError(f"{problem}; choose one of: {', '.join(TASK_CONFIGS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _model_fits_task(self) -> "RunConfig":
+        decided = self.task.model_overrides()
+        clashes = sorted(set(decided) & self.model.model_fields_set)
+        if clashes:
+            keys = ", ".join(f"model.{k}" for k in clashes)
+            raise ValueError(f"{keys} is decided by task '{self.task.name}' from its data; remove it from the config")
+        try:
+            self.resolved_model()
+        except ValidationError as exc:  # e.g. the task's image_size and model.patch_size disagree
+            raise ValueError("; ".join(describe_validation_error(exc, prefix="model."))) from None
+        return self
+
+    def resolved_model(self) -> ModelConfig:
+        """The ``model`` section completed with the fields the task derives from its data."""
+        return ModelConfig.model_validate({**self.model.model_dump(exclude_unset=True), **self.task.model_overrides()})
+
+    def config_hash(self) -> str:
+        """Stable hash of the fully resolved config: a changed config invalidates old results."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class MatrixConfig(BaseModel):
+    """A matrix file: a base config, overrides, and axes (config keys with value lists)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="results go to results/<name>/")
+    description: str = ""
+    base: str | None = Field(None, description="run config YAML, relative to the matrix file")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys applied to the base")
+    axes: dict[str, list[Any]] = Field(description="dotted config key -> values; cells are their product")
+
+    @field_validator("axes")
+    @classmethod
+    def _non_empty(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if not axes:
+            raise ValueError("a matrix needs at least one axis")
+        for key, values in axes.items():
+            if not values:
+                raise ValueError(f"axis '{key}' has no values")
+        return axes
+
+
+def describe_validation_error(error: ValidationError, prefix: str = "") -> list[str]:
+    """One line per problem: ``model.n_heads: Input should be greater than 0``."""
+    lines = []
+    for problem in error.errors():
+        # drop the discriminator tag pydantic inserts into the path ("task.lm.seq_len")
+        loc = [str(p) for p in problem["loc"]]
+        if len(loc) >= 2 and loc[0] == "task" and loc[1] in TASK_CONFIGS:
+            loc.pop(1)
+        key = ".".join(filter(None, [prefix.rstrip("."), *loc]))
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown key (not a config field; check the spelling)"
+        elif problem["type"] not in {"value_error", "missing", "union_tag_invalid"}:
+            message = f"{message} (got {problem.get('input')!r})"
+        lines.append(f"{key}: {message}" if key else message)
+    return lines
+
+
+def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
+    """``set_dotted(c, "model.n_heads", 8)`` sets ``c["model"]["n_heads"] = 8``."""
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+        child = node.setdefault(part, {})
+        if isinstance(child, str):  # "task: lm" shorthand, being refined by "task.seq_len=..."
+            child = node[part] = {"name": child}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{key}: '{part}' is a value, not a section")
+        node = child
+    node[leaf] = value
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["model.n_heads=8", "task=vit"]`` -> ``{"model.n_heads": 8, "task": "vit"}`` (values parsed as YAML)."""
+    overrides = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. model.n_heads=8)")
+        overrides[key.strip()] = yaml.safe_load(raw)
+    return overrides
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
+    return data
+
+
+def build_run_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None, *, source: str = "") -> RunConfig:
+    """Validate ``raw`` (plus dotted overrides) into a RunConfig or raise ConfigError listing every problem."""
+    config = copy.deepcopy(raw)
+    for key, value in (overrides or {}).items():
+        set_dotted(config, key, value)
+    try:
+        return RunConfig.model_validate(config)
+    except ValidationError as exc:
+        where = f"{source}: " if source else ""
+        raise ConfigError("\n".join(where + line for line in describe_validation_error(exc))) from None
+
+
+def to_yaml(run: RunConfig) -> str:
+    return yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,148 @@
+"""Summarise a matrix directory: ``summary.md`` (one table per task) and a tidy ``summary.csv``.
+
+Per task x variant: each metric's mean ± std over seeds, the task's trivial baseline, steps,
+wall time, parameters and throughput. Cells that failed are listed with their error.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks import TASK_CONFIGS
+
+from .matrix import CELL_FILE
+from .train import RESULT_FILE, write_atomic
+
+
+@dataclass
+class Group:
+    """The cells of one task x variant (one per seed)."""
+
+    task: str
+    variant: str
+    index: int
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if r["status"] == "ok"]
+
+    def values(self, key: str, metric: str | None = None) -> list[float]:
+        return [r["metrics"][metric] if metric else r[key] for r in self.ok]
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single seed)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def fmt(value: float) -> str:
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}" if abs(value) < 10 else f"{value:.2f}"
+
+
+def load_groups(matrix_dir: Path) -> list[Group]:
+    groups: dict[tuple[str, str], Group] = {}
+    for cell_file in sorted((matrix_dir / "cells").glob(f"*/*/*/{CELL_FILE}")):
+        result_file = cell_file.with_name(RESULT_FILE)
+        if not result_file.is_file():
+            continue  # not run yet (an interrupted matrix)
+        cell = json.loads(cell_file.read_text())
+        result = json.loads(result_file.read_text())
+        group = groups.setdefault((cell["task"], cell["variant"]), Group(cell["task"], cell["variant"], cell["index"]))
+        group.index = min(group.index, cell["index"])
+        group.results.append(result)
+    return sorted(groups.values(), key=lambda g: g.index)
+
+
+def write_report(matrix_dir: Path, command: str = "") -> str:
+    """Write ``summary.md`` and ``summary.csv`` for ``matrix_dir``; return the markdown."""
+    groups = load_groups(matrix_dir)
+    by_task: dict[str, list[Group]] = defaultdict(list)
+    for group in groups:
+        by_task[group.task].append(group)
+
+    results = [r for g in groups for r in g.results]
+    n_ok = sum(r["status"] == "ok" for r in results)
+    machines = sorted({r["machine"] for r in results if "machine" in r})
+    lines = [f"# {matrix_dir.name}", ""]
+    if command:
+        lines.append(f"Command: `{command}`  ")
+    lines.append(f"Cells: {len(results)} ({n_ok} ok, {len(results) - n_ok} failed)  ")
+    lines += [f"Machine: {m}  " for m in machines]
+    lines.append("")
+    csv_rows = []
+    for task, task_groups in by_task.items():
+        task_cfg = TASK_CONFIGS[task]
+        metrics = task_cfg.metrics
+        lines += [f"## {task}: {task_cfg.description}", ""]
+        header = ["variant"] + [f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in metrics]
+        header += ["seeds", "steps", "wall time (s)", "parameters", f"throughput ({task_cfg.throughput_unit}/s)"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for group in task_groups:
+            if not group.ok:
+                lines.append(f"| {group.variant} | " + " | ".join(["failed"] * (len(header) - 1)) + " |")
+                continue
+            row = [group.variant]
+            for metric in metrics:
+                mean, std = mean_std(group.values("metrics", metric.name))
+                row.append(f"{fmt(mean)} ± {fmt(std)}")
+                csv_rows.append(_csv_row(group, metric.name, mean, std))
+            seeds = f"{len(group.ok)}" + (f" ({len(group.results) - len(group.ok)} failed)" if len(group.ok) < len(group.results) else "")
+            row += [
+                seeds,
+                str(round(statistics.fmean(group.values("steps")))),
+                f"{statistics.fmean(group.values('wall_time_s')):.1f}",
+                f"{group.ok[0]['parameters']:,}",
+                f"{statistics.fmean(group.values('throughput')):,.0f}",
+            ]
+            lines.append("| " + " | ".join(row) + " |")
+        baselines = next((g.ok[0]["baselines"] for g in task_groups if g.ok), {})
+        if baselines:
+            cells = [fmt(baselines[m.name]) if m.name in baselines else "" for m in metrics]
+            lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * 5)
+        lines += ["", f"Trivial baseline: {task_cfg.baseline_description}", ""]
+
+    failures = [(g, r) for g in groups for r in g.results if r["status"] != "ok"]
+    if failures:
+        lines += ["## Failed cells", ""]
+        lines += [f"- `{g.task}/{g.variant}/seed{r['seed']}`: {r['error']}" for g, r in failures]
+        lines.append("")
+
+    markdown = "\n".join(lines)
+    write_atomic(matrix_dir / "summary.md", markdown)
+    write_atomic(matrix_dir / "summary.csv", _to_csv(csv_rows))
+    return markdown
+
+
+def _csv_row(group: Group, metric: str, mean: float, std: float) -> dict[str, Any]:
+    first = group.ok[0]
+    return {
+        "task": group.task,
+        "variant": group.variant,
+        "metric": metric,
+        "mean": mean,
+        "std": std,
+        "seeds": len(group.ok),
+        "baseline": first["baselines"].get(metric, ""),
+        "steps": first["steps"],
+        "wall_time_s": statistics.fmean(group.values("wall_time_s")),
+        "parameters": first["parameters"],
+        "throughput": statistics.fmean(group.values("throughput")),
+        "throughput_unit": first["throughput_unit"],
+    }
+
+
+def _to_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return buffer.getvalue()

@@ -1,0 +1,28 @@
+"""blockbench's block library: plain PyTorch modules, every variant selected by name.
+
+    from models import build_model
+    model = build_model({"family": "decoder_lm", "vocab_size": 1000, "norm_placement": "post"})
+"""
+
+from . import attention, lm, mlp, norm, placement, position, translator, vit  # noqa: F401  (register variants)
+from .attention import MultiHeadAttention
+from .block import TransformerBlock, TransformerStack
+from .build import build_model, count_parameters
+from .config import ModelConfig
+from .lm import DecoderLM
+from .registry import ALL_REGISTRIES
+from .translator import EncoderDecoder
+from .vit import VisionTransformer
+
+__all__ = [
+    "ALL_REGISTRIES",
+    "DecoderLM",
+    "EncoderDecoder",
+    "ModelConfig",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "TransformerStack",
+    "VisionTransformer",
+    "build_model",
+    "count_parameters",
+]

@@ -1,0 +1,79 @@
+"""The one Transformer block used by every family, and a stack of them.
+
+A block is self-attention (causal or bidirectional), optional cross-attention, and a
+feed-forward network; each sublayer sits in a residual wrapper chosen by
+``model.norm_placement``. The encoder block of the translator and ViT, the decoder-only
+block of the LM and the decoder block of the translator are all this class.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .config import ModelConfig
+from .mlp import FeedForward
+from .norm import build_norm
+from .registry import PLACEMENTS
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, *, causal: bool, cross_attention: bool = False):
+        super().__init__()
+        self.causal = causal
+        residual = PLACEMENTS.get(cfg.norm_placement)
+
+        def wrap(sublayer: nn.Module) -> nn.Module:
+            return residual(sublayer, cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, cfg.dropout)
+
+        self.self_attn = wrap(MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout))
+        self.cross_attn = (
+            wrap(MultiHeadAttention(cfg.d_model, cfg.n_heads, cross=True, bias=cfg.bias, dropout=cfg.dropout))
+            if cross_attention
+            else None
+        )
+        self.ffn = wrap(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = self.self_attn(x, causal=self.causal, key_padding_mask=padding_mask)
+        if self.cross_attn is not None:
+            x = self.cross_attn(x, memory, key_padding_mask=memory_padding_mask)
+        return self.ffn(x)
+
+
+class TransformerStack(nn.Module):
+    """``n_layers`` blocks, plus a final norm when the placement needs one (pre-norm)."""
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross_attention: bool = False):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            TransformerBlock(cfg, causal=causal, cross_attention=cross_attention) for _ in range(n_layers)
+        )
+        needs_final_norm = PLACEMENTS.get(cfg.norm_placement).final_norm
+        self.final_norm = build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if needs_final_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, **kwargs)
+        return self.final_norm(x)
+
+
+def init_weights(module: nn.Module, n_layers: int, std: float = 0.02) -> None:
+    """GPT-2/nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases,
+    and N(0, 0.02 / sqrt(2 * n_layers)) for the projections that write into the residual stream."""
+    for name, m in module.named_modules():
+        if isinstance(m, nn.Linear):
+            residual_out = name.endswith(("out_proj", "fc_out"))
+            nn.init.normal_(m.weight, std=std / (2 * n_layers) ** 0.5 if residual_out else std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)

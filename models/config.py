@@ -1,0 +1,105 @@
+"""One validated config object holds every architecture knob (cf. litgpt's ``Config``).
+
+The fields are exactly the keys of a YAML ``model:`` section. Data-dependent fields
+(``vocab_size``, ``n_classes``, ``image_size``, ...) are filled in by the task; a plain user of
+the library sets them directly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .registry import ACTIVATIONS, FAMILIES, NORMS, PLACEMENTS, POSITIONAL, Registry
+
+
+def _check_name(registry: Registry, value: str) -> str:
+    if value not in registry:
+        raise ValueError(registry.unknown_message(value))
+    return value
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    family: Literal["decoder_lm", "encoder_decoder", "vit"] | None = Field(
+        None, description="which model to build; set by the task"
+    )
+    # widths and depths, shared by all families so tasks stay comparable
+    d_model: int = Field(128, gt=0)
+    n_layers: int = Field(4, gt=0, description="blocks per stack (the translator has an encoder and a decoder stack)")
+    n_encoder_layers: int | None = Field(None, gt=0, description="encoder depth of encoder_decoder; default n_layers")
+    n_decoder_layers: int | None = Field(None, gt=0, description="decoder depth of encoder_decoder; default n_layers")
+    n_heads: int = Field(4, gt=0)
+    d_ff: int | None = Field(None, gt=0, description="feed-forward hidden size; default 4 * d_model")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bias: bool = True
+    # variants, selected by name (see `blockbench list`)
+    norm: str = "layernorm"
+    norm_eps: float = Field(1e-5, gt=0)
+    norm_placement: str = "pre"
+    activation: str = "gelu"
+    pos_encoding: str = "learned"
+    # token models
+    vocab_size: int | None = Field(None, gt=0)
+    max_seq_len: int = Field(256, gt=0)
+    tie_embeddings: bool = True
+    # vision
+    image_size: int | None = Field(None, gt=0)
+    patch_size: int = Field(4, gt=0)
+    in_channels: int = Field(3, gt=0)
+    n_classes: int | None = Field(None, gt=1)
+
+    @field_validator("norm")
+    @classmethod
+    def _norm(cls, v: str) -> str:
+        return _check_name(NORMS, v)
+
+    @field_validator("norm_placement")
+    @classmethod
+    def _placement(cls, v: str) -> str:
+        return _check_name(PLACEMENTS, v)
+
+    @field_validator("activation")
+    @classmethod
+    def _activation(cls, v: str) -> str:
+        return _check_name(ACTIVATIONS, v)
+
+    @field_validator("pos_encoding")
+    @classmethod
+    def _pos(cls, v: str) -> str:
+        return _check_name(POSITIONAL, v)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "ModelConfig":
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and h <= 64]
+            raise ValueError(
+                f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                f"use one of {divisors} or change d_model"
+            )
+        if self.image_size is not None and self.image_size % self.patch_size:
+            raise ValueError(f"patch_size={self.patch_size} does not divide image_size={self.image_size}")
+        return self
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers or self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers or self.n_layers
+
+    def require(self, *fields: str) -> None:
+        """Raise a clear error if a field the family needs was left unset."""
+        missing = [f for f in fields if getattr(self, f) is None]
+        if missing:
+            raise ValueError(
+                f"model family '{self.family}' needs {', '.join(f'model.{m}' for m in missing)}; "
+                "set it in the config (a task sets it from its data)"
+            )

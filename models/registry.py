@@ -1,0 +1,64 @@
+"""Name -> implementation registries, so every variant is selected by name from config.
+
+A registry maps a config string (``"rmsnorm"``) to a class or factory plus a one-line
+description (shown by ``blockbench list``). Config validation asks the registry whether a
+name exists, so a typo fails before training with the list of valid names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    name: str
+    target: T
+    description: str
+
+
+class Registry(Generic[T]):
+    """A named collection of interchangeable variants of one kind of layer."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+
+    def register(self, name: str, description: str) -> Callable[[T], T]:
+        def decorator(target: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} '{name}' is registered twice")
+            self._entries[name] = Entry(name, target, description)
+            return target
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name].target
+        except KeyError:
+            raise KeyError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: str) -> str:
+        return f"unknown {self.kind} '{name}'; choose one of: {', '.join(self.names())}"
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[Entry[T]]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.name))
+
+
+NORMS: Registry = Registry("norm")
+PLACEMENTS: Registry = Registry("norm placement")
+ACTIVATIONS: Registry = Registry("activation")
+POSITIONAL: Registry = Registry("positional encoding")
+FAMILIES: Registry = Registry("model family")
+
+ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL)

@@ -1,0 +1,47 @@
+"""Vision Transformer (Dosovitskiy et al. 2021) built from the block library."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .block import TransformerStack, init_weights
+from .config import ModelConfig
+from .position import build_positional
+from .registry import FAMILIES
+
+
+class PatchEmbedding(nn.Module):
+    """Split an image into non-overlapping patches and project each to ``d_model``."""
+
+    def __init__(self, in_channels: int, patch_size: int, dim: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, n_patches, D)
+
+
+@FAMILIES.register("vit", "Vision Transformer: patch embedding, CLS token, classification head")
+class VisionTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.require("image_size", "n_classes")
+        self.cfg = cfg
+        self.n_patches = (cfg.image_size // cfg.patch_size) ** 2
+        self.patch_embed = PatchEmbedding(cfg.in_channels, cfg.patch_size, cfg.d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
+        self.pos_emb = build_positional(cfg.pos_encoding, self.n_patches + 1, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.stack = TransformerStack(cfg, cfg.n_layers, causal=False)
+        self.head = nn.Linear(cfg.d_model, cfg.n_classes)
+        init_weights(self, cfg.n_layers)
+        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.zeros_(self.head.weight)  # as in timm/the ViT paper: start from uniform predictions
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``images``: (B, C, H, W) -> class logits (B, n_classes)."""
+        x = self.patch_embed(images)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.stack(self.drop(x + self.pos_emb(x.shape[1])))
+        return self.head(x[:, 0])

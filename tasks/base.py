@@ -1,0 +1,131 @@
+"""What every task shares: its config base class, the optimizer schedule and the LightningModule base.
+
+A task is a ``TaskConfig`` subclass (the YAML ``task:`` section, selected by ``task.name``) that
+builds a ``TaskModule`` (LightningModule) and a LightningDataModule. The module owns one model
+from the block library, built from the run's ``model:`` section completed with the fields the
+task derives from its data (vocabulary size, number of classes, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from models import ModelConfig, build_model, count_parameters
+
+
+class OptimizerConfig(BaseModel):
+    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr`` (nanoGPT/litgpt recipe)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = Field(40, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+
+
+def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier at ``step``: linear warmup from 0, then cosine to ``min_lr_ratio``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Metric(BaseModel):
+    """A validation metric that a task reports: its name in the logs and its direction."""
+
+    name: str
+    higher_is_better: bool
+    description: str
+
+
+class TaskConfig(BaseModel, ABC):
+    """Base of every task's config section. Subclasses set ``name`` to a ``Literal``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: ClassVar[str]
+    #: unit of the throughput figure: what one training item is ("tokens", "images")
+    throughput_unit: ClassVar[str]
+    #: the metrics the task reports; the first is the headline metric of the summary
+    metrics: ClassVar[tuple[Metric, ...]]
+    description: ClassVar[str]
+    #: what the trivial baseline next to the metrics is
+    baseline_description: ClassVar[str]
+
+    data_seed: int = Field(1234, description="seed of the generated data; fixed across training seeds")
+
+    @abstractmethod
+    def model_overrides(self) -> dict[str, Any]:
+        """The ``model:`` fields this task decides (family and data-dependent sizes)."""
+
+    @abstractmethod
+    def build(
+        self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int
+    ) -> tuple["TaskModule", "TaskDataModule"]:
+        """The LightningModule and LightningDataModule of one run."""
+
+
+class TaskDataModule(L.LightningDataModule, ABC):
+    """LightningDataModule base: generates or loads the data in ``setup`` and knows its baselines."""
+
+    def __init__(self, batch_size: int):
+        super().__init__()
+        self.batch_size = batch_size
+
+    @abstractmethod
+    def baselines(self) -> dict[str, float]:
+        """Trivial-baseline value of each metric (e.g. unigram perplexity), computed from the data."""
+
+
+class TaskModule(L.LightningModule, ABC):
+    """LightningModule base: owns the model, the optimizer and the schedule."""
+
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int):
+        super().__init__()
+        self.model_config = model
+        self.optimizer_config = optimizer
+        self.max_steps = max_steps
+        self.model = build_model(model)
+        #: global step of the most recent validation run (the runner reads final metrics from it)
+        self.last_validated_step = -1
+
+    @property
+    def n_parameters(self) -> int:
+        return count_parameters(self.model)
+
+    @abstractmethod
+    def items_in_batch(self, batch: Any) -> int:
+        """Training items (tokens or images) in a batch, for the throughput figure."""
+
+    def on_validation_epoch_end(self) -> None:
+        self.last_validated_step = self.global_step
+
+    def result_extras(self) -> dict[str, Any]:
+        """Task-specific provenance stored with the result (e.g. the sacrebleu signature)."""
+        return {}
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.optimizer_config
+        # weight decay on matrices only (not on norms, biases, position tables), as in nanoGPT
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: warmup_cosine(
+                step, warmup_steps=cfg.warmup_steps, max_steps=self.max_steps, min_lr_ratio=cfg.min_lr_ratio
+            ),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step", "name": "lr"}}

@@ -1,0 +1,139 @@
+"""Language modelling on the embedded agreement language (``task.name: lm``).
+
+Metrics: validation loss, perplexity, and targeted agreement accuracy: on held-out sentences,
+does the model give the verb form that agrees with the (distant) head noun a higher logit than
+the other form? Baselines: the unigram perplexity and the majority verb form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch.utils.data import DataLoader, TensorDataset
+from torchmetrics import MeanMetric
+
+from models import ModelConfig
+
+from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
+
+
+class LMTaskConfig(TaskConfig):
+    family = "decoder_lm"
+    throughput_unit = "tokens"
+    description = "decoder-only LM on a generated language with long-range subject-verb agreement"
+    baseline_description = (
+        "a unigram model (perplexity = exp of the unigram entropy of the training tokens) and, "
+        "for agreement, always choosing the verb form that is more frequent in training"
+    )
+    metrics = (
+        Metric(name="perplexity", higher_is_better=False, description="validation perplexity"),
+        Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred"),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)"),
+    )
+
+    name: Literal["lm"] = "lm"
+    seq_len: int = Field(64, gt=1, description="training context length")
+    n_train_tokens: int = Field(400_000, gt=0)
+    n_val_tokens: int = Field(16_384, gt=0)
+    n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
+    max_depth: int = Field(2, ge=0, description="nesting depth of relative clauses / prepositional phrases")
+
+    def model_overrides(self) -> dict[str, Any]:
+        return {"family": self.family, "vocab_size": len(agreement_vocab()), "max_seq_len": self.seq_len}
+
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+        return LMTask(model, optimizer, max_steps), AgreementDataModule(self, batch_size)
+
+
+def _blocks(stream: np.ndarray, length: int) -> torch.Tensor:
+    """Cut a token stream into non-overlapping rows of ``length`` tokens."""
+    n = len(stream) // length
+    return torch.from_numpy(stream[: n * length].reshape(n, length).astype(np.int64))
+
+
+class AgreementDataModule(TaskDataModule):
+    def __init__(self, cfg: LMTaskConfig, batch_size: int):
+        super().__init__(batch_size)
+        self.cfg = cfg
+        self.corpus: AgreementCorpus | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.corpus is not None:
+            return
+        self.corpus = generate_agreement_corpus(
+            n_train_tokens=self.cfg.n_train_tokens,
+            n_val_tokens=self.cfg.n_val_tokens,
+            n_probes=self.cfg.n_probes,
+            max_depth=self.cfg.max_depth,
+            probe_len=self.cfg.seq_len,
+            seed=self.cfg.data_seed,
+        )
+        # each row holds seq_len inputs and, shifted by one, seq_len targets
+        self.train_rows = _blocks(self.corpus.train, self.cfg.seq_len + 1)
+        self.val_rows = _blocks(self.corpus.val, self.cfg.seq_len + 1)
+        corpus = self.corpus
+        self.probes = TensorDataset(
+            *(torch.from_numpy(a) for a in (corpus.probes, corpus.probe_position, corpus.probe_correct, corpus.probe_wrong))
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(self.train_rows), batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [
+            DataLoader(TensorDataset(self.val_rows), batch_size=self.batch_size),
+            DataLoader(self.probes, batch_size=self.batch_size),
+        ]
+
+    def baselines(self) -> dict[str, float]:
+        assert self.corpus is not None, "call setup() first"
+        entropy = unigram_entropy(self.corpus.train, len(self.corpus.vocab))
+        # always choosing the verb form seen more often in training (agreement-blind)
+        counts = np.bincount(self.corpus.train, minlength=len(self.corpus.vocab))
+        majority_right = counts[self.corpus.probe_correct] >= counts[self.corpus.probe_wrong]
+        return {"loss": entropy, "perplexity": float(np.exp(entropy)), "agreement_acc": float(majority_right.mean())}
+
+
+class LMTask(TaskModule):
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int):
+        super().__init__(model, optimizer, max_steps)
+        self.val_loss = MeanMetric()
+        self.agreement = MeanMetric()
+
+    def items_in_batch(self, batch: Any) -> int:
+        return batch[0][:, 1:].numel()
+
+    def _loss(self, rows: torch.Tensor) -> torch.Tensor:
+        logits = self.model(rows[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch[0])
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if dataloader_idx == 0:
+            rows = batch[0]
+            self.val_loss.update(self._loss(rows), weight=rows[:, 1:].numel())
+            return
+        probes, position, correct, wrong = batch
+        logits = self.model(probes)
+        at_verb = logits[torch.arange(len(probes), device=probes.device), position - 1]
+        prefers_correct = at_verb.gather(1, correct[:, None]) > at_verb.gather(1, wrong[:, None])
+        self.agreement.update(prefers_correct.float().squeeze(1))
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        loss = self.val_loss.compute()
+        self.log_dict(
+            {"val/loss": loss, "val/perplexity": loss.exp(), "val/agreement_acc": self.agreement.compute()},
+            prog_bar=True,
+        )
+        self.val_loss.reset()
+        self.agreement.reset()
