@@ -14,7 +14,7 @@ def _train(args: argparse.Namespace) -> int:
     from .train import RESULT_FILE, failure_record, train, write_json
 
     sources = list(args.config_or_overrides)
-    config_file = sources.pop(0) if sources and "=" not in sources[0] else None
+    config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
     raw = load_yaml(config_file) if config_file else {}
     run = build_run_config(raw, parse_overrides(sources), source=config_file or "overrides")
     out = Path(args.out or Path(args.results_dir) / "train" / run.task.name / f"seed{run.seed}")

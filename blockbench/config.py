@@ -74,10 +74,13 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _model_fits_task(self) -> "RunConfig":
         decided = self.task.model_overrides()
-        clashes = sorted(set(decided) & self.model.model_fields_set)
+        clashes = [k for k in sorted(decided) if k in self.model.model_fields_set and getattr(self.model, k) != decided[k]]
         if clashes:
-            keys = ", ".join(f"model.{k}" for k in clashes)
-            raise ValueError(f"{keys} is decided by task '{self.task.name}' from its data; remove it from the config")
+            keys = ", ".join(f"model.{k}={getattr(self.model, k)!r}" for k in clashes)
+            raise ValueError(
+                f"{keys}: decided by task '{self.task.name}' from its data "
+                f"({', '.join(f'{k}={decided[k]!r}' for k in clashes)}); remove it from the config"
+            )
         try:
             self.resolved_model()
         except ValidationError as exc:  # e.g. the task's image_size and model.patch_size disagree
@@ -88,9 +91,13 @@ class RunConfig(BaseModel):
         """The ``model`` section completed with the fields the task derives from its data."""
         return ModelConfig.model_validate({**self.model.model_dump(exclude_unset=True), **self.task.model_overrides()})
 
+    def resolved_dict(self) -> dict[str, Any]:
+        """The whole config with the resolved model section: what a cell's config.yaml holds."""
+        return {**self.model_dump(mode="json"), "model": self.resolved_model().model_dump(mode="json")}
+
     def config_hash(self) -> str:
         """Stable hash of the fully resolved config: a changed config invalidates old results."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        canonical = json.dumps(self.resolved_dict(), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -185,4 +192,4 @@ def build_run_config(raw: dict[str, Any], overrides: dict[str, Any] | None = Non
 
 
 def to_yaml(run: RunConfig) -> str:
-    return yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False)
+    return yaml.safe_dump(run.resolved_dict(), sort_keys=False)

@@ -109,6 +109,16 @@ class TaskModule(L.LightningModule, ABC):
     def on_validation_epoch_end(self) -> None:
         self.last_validated_step = self.global_step
 
+    def log_validation(self, metrics: dict[str, Any]) -> None:
+        """Log end-of-validation metrics under ``val/`` at the optimizer step they were measured after.
+
+        (Lightning's own logging would file them one step early, under the step still in progress.)
+        """
+        values = {f"val/{name}": torch.as_tensor(value, dtype=torch.float32) for name, value in metrics.items()}
+        self.log_dict(values, prog_bar=True, logger=False)  # progress bar and trainer.callback_metrics
+        if self.logger is not None and self.trainer.is_global_zero:
+            self.logger.log_metrics({k: float(v) for k, v in values.items()}, step=self.global_step)
+
     def result_extras(self) -> dict[str, Any]:
         """Task-specific provenance stored with the result (e.g. the sacrebleu signature)."""
         return {}
@@ -118,8 +128,8 @@ class TaskModule(L.LightningModule, ABC):
         # weight decay on matrices only (not on norms, biases, position tables), as in nanoGPT
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay, "name": "decay"},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "no_decay"},
         ]
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
         schedule = torch.optim.lr_scheduler.LambdaLR(

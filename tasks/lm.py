@@ -114,7 +114,7 @@ class LMTask(TaskModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch[0])
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -131,9 +131,8 @@ class LMTask(TaskModule):
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         loss = self.val_loss.compute()
-        self.log_dict(
-            {"val/loss": loss, "val/perplexity": loss.exp(), "val/agreement_acc": self.agreement.compute()},
-            prog_bar=True,
+        self.log_validation(
+            {"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute()}
         )
         self.val_loss.reset()
         self.agreement.reset()

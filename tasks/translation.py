@@ -124,7 +124,7 @@ class TranslationTask(TaskModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         src, tgt, _ = batch
         loss = self._loss(src, tgt, self.label_smoothing)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -142,13 +142,12 @@ class TranslationTask(TaskModule):
 
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
-        self.log_dict(
+        self.log_validation(
             {
-                "val/loss": self.val_loss.compute(),
-                "val/bleu": corpus_bleu(self.hypotheses, self.references).score,
-                "val/exact_match": exact_match(self.hypotheses, self.references),
-            },
-            prog_bar=True,
+                "loss": self.val_loss.compute(),
+                "bleu": corpus_bleu(self.hypotheses, self.references).score,
+                "exact_match": exact_match(self.hypotheses, self.references),
+            }
         )
         self.val_loss.reset()
         self.hypotheses, self.references = [], []

@@ -97,7 +97,7 @@ class VisionTask(TaskModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         images, labels = batch
         loss = F.cross_entropy(self.model(images), labels)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -108,6 +108,6 @@ class VisionTask(TaskModule):
 
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
-        self.log_dict({"val/loss": self.val_loss.compute(), "val/accuracy": self.val_accuracy.compute()}, prog_bar=True)
+        self.log_validation({"loss": self.val_loss.compute(), "accuracy": self.val_accuracy.compute()})
         self.val_loss.reset()
         self.val_accuracy.reset()

@@ -1,0 +1,135 @@
+"""The runner end to end: config validation, a tiny matrix in subprocesses, TensorBoard, summary."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from blockbench.config import ConfigError, build_run_config, to_yaml
+from blockbench.matrix import load_matrix, variant_label
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY_LM = {
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+    "task": {"name": "lm", "seq_len": 32, "n_train_tokens": 8000, "n_val_tokens": 2000, "n_probes": 32},
+    "trainer": {"max_steps": 4, "batch_size": 8, "val_every_n_steps": 2, "log_every_n_steps": 1},
+    "optimizer": {"warmup_steps": 1},
+}
+
+
+def write_matrix(tmp_path: Path, axes: dict, base: dict | None = None, name: str = "tiny") -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base if base is not None else TINY_LM))
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "base": "base.yaml", "axes": axes}, sort_keys=False))
+    return path
+
+
+def blockbench(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_errors_name_the_key():
+    cases = {
+        "model.n_heads=6 model.d_model=256": "n_heads=6 does not divide d_model=256",
+        "model.norm_placment=pre": "model.norm_placment: unknown key",
+        "trainer.max_steps=many": "trainer.max_steps",
+        "model.norm=batchnorm": "choose one of: layernorm, rmsnorm",
+        "task=chess": "unknown task 'chess'; choose one of: lm, translation, vit",
+        "task=vit model.patch_size=5": "patch_size=5 does not divide image_size=32",
+        "model.vocab_size=10": "model.vocab_size=10: decided by task 'lm'",
+    }
+    for overrides, expected in cases.items():
+        items = dict(item.split("=") for item in overrides.split())
+        with pytest.raises(ConfigError) as info:
+            build_run_config({}, {k: yaml.safe_load(v) for k, v in items.items()})
+        assert expected in str(info.value), (overrides, str(info.value))
+
+
+def test_matrix_expands_axes_into_named_cells(tmp_path):
+    path = write_matrix(tmp_path, {"task": ["lm", "vit"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]},
+                        base={"trainer": {"max_steps": 10}})
+    _, cells = load_matrix(path)
+    assert [c.key for c in cells][:3] == ["lm/norm_placement=pre/seed0", "lm/norm_placement=pre/seed1",
+                                          "lm/norm_placement=post/seed0"]
+    assert len(cells) == 8
+    assert {c.run.resolved_model().family for c in cells} == {"decoder_lm", "vit"}
+    assert all(c.run.trainer.max_steps == 10 for c in cells)
+    assert variant_label({"model.norm": "rmsnorm", "model.norm_placement": "post", "seed": 1}) == "norm=rmsnorm,norm_placement=post"
+
+
+@pytest.mark.parametrize(
+    "axes, base, expected",
+    [
+        ({"model.norm_placment": ["pre"]}, None, "model.norm_placment: unknown key"),
+        ({"trainer.max_steps": ["ten"]}, None, "trainer.max_steps"),
+        ({"model.n_heads": [3]}, None, "n_heads=3 does not divide d_model=32"),
+    ],
+)
+def test_bad_matrix_stops_before_training_and_writes_nothing(tmp_path, axes, base, expected):
+    path = write_matrix(tmp_path, axes, base)
+    results = tmp_path / "results"
+    process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path, timeout=120)
+    assert process.returncode == 2
+    assert expected in process.stderr
+    assert not results.exists()
+
+
+def test_resolved_config_round_trips_with_the_same_hash():
+    run = build_run_config({}, {"task": "translation", "model.norm_placement": "post"})
+    again = build_run_config(yaml.safe_load(to_yaml(run)))
+    assert again.config_hash() == run.config_hash()
+    assert again.resolved_model() == run.resolved_model()
+
+
+def test_unknown_matrix_key_is_reported(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"name": "m", "axis": {"seed": [0]}}))
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    assert "axis: unknown key" in str(info.value) and "axes: Field required" in str(info.value)
+
+
+def test_tiny_matrix_end_to_end(tmp_path):
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
+    results = tmp_path / "results"
+    process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    matrix_dir = results / "tiny"
+
+    # one TensorBoard run per cell, named from the config, with the curves a user looks at
+    for variant in ("norm_placement=pre", "norm_placement=post"):
+        run_dir = matrix_dir / "tb" / "lm" / variant / "seed0"
+        events = EventAccumulator(str(run_dir))
+        events.Reload()
+        tags = set(events.Tags()["scalars"])
+        assert {"train/loss", "val/perplexity", "val/agreement_acc", "lr/decay"} <= tags, tags
+        assert [e.step for e in events.Scalars("val/loss")] == [2, 4]
+        assert len(events.Scalars("train/loss")) == 4
+        result = json.loads((matrix_dir / "cells" / "lm" / variant / "seed0" / "result.json").read_text())
+        assert result["status"] == "ok" and result["steps"] == 4
+        # the final metric in the result is the last validation point in TensorBoard
+        assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/loss")[-1].value, rel=1e-6)
+
+    with open(matrix_dir / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["variant"], r["metric"]) for r in rows} == {
+        (v, m) for v in ("norm_placement=pre", "norm_placement=post") for m in ("perplexity", "agreement_acc", "loss")
+    }
+    summary = (matrix_dir / "summary.md").read_text()
+    assert "| norm_placement=pre |" in summary and "| norm_placement=post |" in summary
+    assert "*trivial baseline*" in summary
+
+    # rerunning reuses finished cells instead of training again
+    again = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    assert again.returncode == 0
+    assert again.stdout.count("done earlier, reusing its result") == 2
