@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import sacrebleu
+from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -22,6 +22,7 @@ from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModul
 from .data.synthetic_translation import (
     BOS_ID,
     EOS_ID,
+    MAX_SENTENCE_WORDS,
     PAD_ID,
     ParallelCorpus,
     generate_parallel_corpus,
@@ -29,13 +30,10 @@ from .data.synthetic_translation import (
 )
 
 
-def corpus_bleu(hypotheses: list[str], references: list[str]) -> sacrebleu.metrics.bleu.BLEUScore:
-    return sacrebleu.corpus_bleu(hypotheses, [references])
-
-
-def bleu_signature() -> str:
-    """sacrebleu's signature of the BLEU configuration used above (for the results' provenance)."""
-    return str(sacrebleu.metrics.BLEU().get_signature())
+def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+    """sacrebleu corpus BLEU (default 13a tokenization, one reference) and its signature string."""
+    bleu = BLEU()
+    return bleu.corpus_score(hypotheses, [references]).score, str(bleu.get_signature())
 
 
 def exact_match(hypotheses: list[str], references: list[str]) -> float:
@@ -58,7 +56,9 @@ class TranslationTaskConfig(TaskConfig):
     name: Literal["translation"] = "translation"
     n_train: int = Field(40_000, gt=0, description="training sentence pairs")
     n_val: int = Field(512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU)")
-    max_len: int = Field(24, gt=2, description="maximum tokens per sentence, BOS/EOS included")
+    max_len: int = Field(
+        24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included"
+    )
     label_smoothing: float = Field(0.1, ge=0, lt=1)
 
     def model_overrides(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class ParallelDataModule(TaskDataModule):
         assert self.corpus is not None, "call setup() first"
         val = self.corpus.val
         return {
-            "bleu": corpus_bleu(val.src_text, val.tgt_text).score,
+            "bleu": corpus_bleu(val.src_text, val.tgt_text)[0],
             "exact_match": exact_match(val.src_text, val.tgt_text),
         }
 
@@ -110,6 +110,7 @@ class TranslationTask(TaskModule):
         self.max_len = max_len
         self.val_loss = MeanMetric()
         self.hypotheses: list[str] = []
+        self.bleu_signature = ""
         self.references: list[str] = []
 
     def items_in_batch(self, batch: Any) -> int:
@@ -138,14 +139,15 @@ class TranslationTask(TaskModule):
         self.references += [corpus.val.tgt_text[i] for i in index.tolist()]
 
     def result_extras(self) -> dict[str, Any]:
-        return {"bleu_signature": bleu_signature()}
+        return {"bleu_signature": self.bleu_signature}
 
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
+        bleu, self.bleu_signature = corpus_bleu(self.hypotheses, self.references)
         self.log_validation(
             {
                 "loss": self.val_loss.compute(),
-                "bleu": corpus_bleu(self.hypotheses, self.references).score,
+                "bleu": bleu,
                 "exact_match": exact_match(self.hypotheses, self.references),
             }
         )

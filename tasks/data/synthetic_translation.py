@@ -1,0 +1,356 @@
+"""Synthetic translation: an embedded parallel corpus between two small artificial languages.
+
+Each pair comes from one abstract sentence (``Sentence``) realised in both languages, so the
+reference translation is exact. The target language reorders words and marks agreement, so a
+translator must attend to the right source words; copying the source scores zero BLEU because
+the two languages share no word.
+
+Source, English-like, SVO, adjectives before the noun::
+
+    sentence    -> noun-phrase verb noun-phrase [preposition noun-phrase]
+    noun-phrase -> determiner [numeral] adjective{0,2} noun      (numerals only in plural)
+    determiner  -> "the" | "a" (singular) | "some" (plural) | nothing (plural with a numeral)
+    verb        -> "sees" after a singular subject, "see" after a plural one
+
+Target, invented, SOV with postpositions, adjectives and numerals after the noun::
+
+    sentence    -> subject [noun-phrase postposition] object verb
+    noun-phrase -> determiner noun adjective{0,2} [numeral]
+
+Every target noun has a fixed gender, masculine or feminine, drawn once for the lexicon and
+visible neither in the source word nor in the target noun. The determiner agrees with the
+noun's gender and number (and translates definiteness), the adjective ending with its gender
+and number, the verb ending with the subject's number:
+
+    ==========  =====  ======  ======  =======
+    determiner  m sg   m pl    f sg    f pl
+    ==========  =====  ======  ======  =======
+    definite    el     eli     ta      tai
+    indefinite  on     oni     na      nai
+    adjective   -o     -i      -a      -e
+    ==========  =====  ======  ======  =======
+
+Plural nouns add "-en"; verbs end in "-t" after a singular subject and "-nt" after a plural
+one. An aligned example (target glossed word by word)::
+
+    source:  the big dog sees two small cats near the house
+    target:  el     fozug  ravo   ta     kubuv  guku  nai     vuriben  rike        edu  kodut
+    gloss:   the.M  dog    big.M  the.F  house  near  a.F.PL  cat.PL   small.F.PL  two  see.SG
+
+Target content words are pseudo-words coined from consonant-vowel syllables by a random
+generator with a fixed seed, so the shared vocabulary (``translation_vocab()``: specials,
+source words, target words) is the same for every corpus seed. Sentences have 5 to 17 words.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+SPECIALS = ("<pad>", "<bos>", "<eos>")
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+
+MASCULINE, FEMININE = "masculine", "feminine"
+
+# ---------------------------------------------------------------------------------------------
+# Source language: English-like, fixed word lists.
+# ---------------------------------------------------------------------------------------------
+SOURCE_DEFINITE = "the"
+SOURCE_INDEFINITE_SINGULAR = "a"
+SOURCE_INDEFINITE_PLURAL = "some"  # dropped when a numeral follows: "two dogs", "the two dogs"
+# The lexicon is small on purpose: a 4+4-layer translator must learn it in a few hundred steps.
+SOURCE_NOUNS = ("dog", "cat", "bird", "horse", "farmer", "teacher", "king", "queen", "tree", "house")
+SOURCE_ADJECTIVES = ("big", "small", "red", "young", "dark")
+SOURCE_VERBS = ("see", "like", "follow", "find", "help")  # bare (plural) forms; the singular adds "s"
+SOURCE_PREPOSITIONS = ("near", "behind", "under")
+SOURCE_NUMERALS = ("two", "three", "four")
+
+
+def _source_words() -> list[str]:
+    words = [SOURCE_DEFINITE, SOURCE_INDEFINITE_SINGULAR, SOURCE_INDEFINITE_PLURAL]
+    words += [form for noun in SOURCE_NOUNS for form in (noun, noun + "s")]
+    words += SOURCE_ADJECTIVES
+    words += [form for verb in SOURCE_VERBS for form in (verb + "s", verb)]
+    words += [*SOURCE_PREPOSITIONS, *SOURCE_NUMERALS]
+    return words
+
+
+# ---------------------------------------------------------------------------------------------
+# Target language: fixed function words, content words coined from syllables.
+# ---------------------------------------------------------------------------------------------
+TARGET_DETERMINERS = {  # (definite, gender, plural) -> determiner
+    (True, MASCULINE, False): "el",
+    (True, MASCULINE, True): "eli",
+    (True, FEMININE, False): "ta",
+    (True, FEMININE, True): "tai",
+    (False, MASCULINE, False): "on",
+    (False, MASCULINE, True): "oni",
+    (False, FEMININE, False): "na",
+    (False, FEMININE, True): "nai",
+}
+TARGET_ADJECTIVE_ENDINGS = {  # (gender, plural) -> suffix of the adjective stem
+    (MASCULINE, False): "o",
+    (MASCULINE, True): "i",
+    (FEMININE, False): "a",
+    (FEMININE, True): "e",
+}
+TARGET_NOUN_PLURAL_SUFFIX = "en"
+TARGET_VERB_SINGULAR_SUFFIX = "t"
+TARGET_VERB_PLURAL_SUFFIX = "nt"
+
+# The coined lexicon depends only on this seed, never on the corpus seed: changing it renames
+# every target word (and so changes the meaning of every trained checkpoint's vocabulary).
+_LEXICON_SEED = 20240
+_CONSONANTS = "bdfgklmprstvz"
+_VOWELS = "aeiou"
+
+# corpus grammar probabilities
+P_PLURAL = 0.4  # a noun phrase is plural
+P_NUMERAL = 0.5  # a plural noun phrase has a numeral
+P_DEFINITE = 0.5  # a noun phrase is definite
+ADJECTIVE_COUNT_WEIGHTS = (0.4, 0.4, 0.2)  # a noun phrase has 0, 1 or 2 (distinct) adjectives
+P_PLACE = 0.5  # the sentence ends with a prepositional phrase
+
+MAX_ADJECTIVES = len(ADJECTIVE_COUNT_WEIGHTS) - 1
+# three noun phrases of determiner + numeral + adjectives + noun, a verb and a preposition
+MAX_SENTENCE_WORDS = 3 * (3 + MAX_ADJECTIVES) + 2
+
+
+@dataclass(frozen=True)
+class TargetNoun:
+    singular: str
+    plural: str
+    gender: str
+
+
+@dataclass(frozen=True)
+class TargetAdjective:
+    stem: str
+
+    def form(self, gender: str, plural: bool) -> str:
+        return self.stem + TARGET_ADJECTIVE_ENDINGS[gender, plural]
+
+
+@dataclass(frozen=True)
+class TargetVerb:
+    singular: str
+    plural: str
+
+
+@dataclass(frozen=True)
+class TargetLexicon:
+    """Target words, keyed by the source lemma they translate."""
+
+    nouns: dict[str, TargetNoun]
+    adjectives: dict[str, TargetAdjective]
+    verbs: dict[str, TargetVerb]
+    postpositions: dict[str, str]  # source preposition -> target postposition
+    numerals: dict[str, str]
+
+
+def _coin_target_lexicon() -> TargetLexicon:
+    """Pseudo-words from consonant-vowel syllables, drawn from a fixed seed, all distinct."""
+    rng = random.Random(_LEXICON_SEED)
+    taken = set(_source_words()) | set(TARGET_DETERMINERS.values())
+
+    def coin(pattern: str, suffixes: tuple[str, ...]) -> str:
+        """A stem of shape ``pattern`` (C = consonant, V = vowel) whose suffixed forms are new words."""
+        while True:
+            stem = "".join(rng.choice(_CONSONANTS if c == "C" else _VOWELS) for c in pattern)
+            forms = {stem + suffix for suffix in suffixes}
+            if taken.isdisjoint(forms):
+                taken.update(forms)
+                return stem
+
+    genders = [MASCULINE, FEMININE] * (len(SOURCE_NOUNS) // 2)
+    rng.shuffle(genders)
+    nouns = {}
+    for lemma, gender in zip(SOURCE_NOUNS, genders):
+        stem = coin("CVCVC", ("", TARGET_NOUN_PLURAL_SUFFIX))
+        nouns[lemma] = TargetNoun(stem, stem + TARGET_NOUN_PLURAL_SUFFIX, gender)
+    adjective_endings = tuple(TARGET_ADJECTIVE_ENDINGS.values())
+    adjectives = {lemma: TargetAdjective(coin("CVC", adjective_endings)) for lemma in SOURCE_ADJECTIVES}
+    verbs = {}
+    for lemma in SOURCE_VERBS:
+        stem = coin("CVCV", (TARGET_VERB_SINGULAR_SUFFIX, TARGET_VERB_PLURAL_SUFFIX))
+        verbs[lemma] = TargetVerb(stem + TARGET_VERB_SINGULAR_SUFFIX, stem + TARGET_VERB_PLURAL_SUFFIX)
+    postpositions = {lemma: coin("CVCV", ("",)) for lemma in SOURCE_PREPOSITIONS}
+    numerals = {lemma: coin("VCV", ("",)) for lemma in SOURCE_NUMERALS}
+    return TargetLexicon(nouns, adjectives, verbs, postpositions, numerals)
+
+
+def _target_words(lexicon: TargetLexicon) -> list[str]:
+    words = list(TARGET_DETERMINERS.values())
+    words += [form for noun in lexicon.nouns.values() for form in (noun.singular, noun.plural)]
+    words += [
+        adjective.form(gender, plural)
+        for adjective in lexicon.adjectives.values()
+        for gender, plural in TARGET_ADJECTIVE_ENDINGS
+    ]
+    words += [form for verb in lexicon.verbs.values() for form in (verb.singular, verb.plural)]
+    words += [*lexicon.postpositions.values(), *lexicon.numerals.values()]
+    return words
+
+
+TARGET_LEXICON = _coin_target_lexicon()
+_VOCAB = (*SPECIALS, *_source_words(), *_target_words(TARGET_LEXICON))
+_WORD_ID = {word: i for i, word in enumerate(_VOCAB)}
+
+
+def translation_vocab() -> list[str]:
+    """The fixed shared vocabulary (specials, source words, target words); index = token id."""
+    return list(_VOCAB)
+
+
+# ---------------------------------------------------------------------------------------------
+# Abstract sentences, realised in both languages.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NounPhrase:
+    noun: str  # source lemma, e.g. "dog"
+    plural: bool = False
+    definite: bool = True
+    adjectives: tuple[str, ...] = ()  # source lemmas, in source order
+    numeral: str | None = None  # source numeral; only in plural noun phrases
+
+    def __post_init__(self):
+        if self.numeral is not None and not self.plural:
+            raise ValueError(f"numeral {self.numeral!r} in a singular noun phrase")
+
+    def source_words(self) -> list[str]:
+        if self.definite:
+            words = [SOURCE_DEFINITE]
+        elif not self.plural:
+            words = [SOURCE_INDEFINITE_SINGULAR]
+        elif self.numeral is None:
+            words = [SOURCE_INDEFINITE_PLURAL]
+        else:
+            words = []
+        if self.numeral is not None:
+            words.append(self.numeral)
+        return [*words, *self.adjectives, self.noun + "s" if self.plural else self.noun]
+
+    def target_words(self) -> list[str]:
+        noun = TARGET_LEXICON.nouns[self.noun]
+        words = [TARGET_DETERMINERS[self.definite, noun.gender, self.plural]]
+        words.append(noun.plural if self.plural else noun.singular)
+        words += [TARGET_LEXICON.adjectives[a].form(noun.gender, self.plural) for a in self.adjectives]
+        if self.numeral is not None:
+            words.append(TARGET_LEXICON.numerals[self.numeral])
+        return words
+
+
+@dataclass(frozen=True)
+class Sentence:
+    subject: NounPhrase
+    verb: str  # source lemma (bare form), e.g. "see"
+    object: NounPhrase
+    place: tuple[str, NounPhrase] | None = None  # (source preposition, its noun phrase)
+
+    def source_words(self) -> list[str]:
+        """Subject, verb, object, optional prepositional phrase (SVO)."""
+        verb = self.verb if self.subject.plural else self.verb + "s"
+        words = [*self.subject.source_words(), verb, *self.object.source_words()]
+        if self.place is not None:
+            preposition, noun_phrase = self.place
+            words += [preposition, *noun_phrase.source_words()]
+        return words
+
+    def target_words(self) -> list[str]:
+        """Subject, optional postpositional phrase, object, verb (SOV)."""
+        words = self.subject.target_words()
+        if self.place is not None:
+            preposition, noun_phrase = self.place
+            words += [*noun_phrase.target_words(), TARGET_LEXICON.postpositions[preposition]]
+        words += self.object.target_words()
+        verb = TARGET_LEXICON.verbs[self.verb]
+        words.append(verb.plural if self.subject.plural else verb.singular)
+        return words
+
+
+def _sample_noun_phrase(rng: random.Random) -> NounPhrase:
+    plural = rng.random() < P_PLURAL
+    n_adjectives = rng.choices(range(len(ADJECTIVE_COUNT_WEIGHTS)), ADJECTIVE_COUNT_WEIGHTS)[0]
+    return NounPhrase(
+        noun=rng.choice(SOURCE_NOUNS),
+        plural=plural,
+        definite=rng.random() < P_DEFINITE,
+        adjectives=tuple(rng.sample(SOURCE_ADJECTIVES, n_adjectives)),
+        numeral=rng.choice(SOURCE_NUMERALS) if plural and rng.random() < P_NUMERAL else None,
+    )
+
+
+def sample_sentence(rng: random.Random) -> Sentence:
+    """One abstract sentence of the corpus grammar (both realisations follow from it)."""
+    subject = _sample_noun_phrase(rng)
+    verb = rng.choice(SOURCE_VERBS)
+    obj = _sample_noun_phrase(rng)
+    place = (rng.choice(SOURCE_PREPOSITIONS), _sample_noun_phrase(rng)) if rng.random() < P_PLACE else None
+    return Sentence(subject, verb, obj, place)
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class ParallelSplit:
+    src: np.ndarray  # int64 (N, S): source ids, EOS, right-padded with PAD (no BOS)
+    tgt: np.ndarray  # int64 (N, T): BOS, target ids, EOS, right-padded with PAD
+    src_text: list[str]  # source sentences, space-joined words
+    tgt_text: list[str]  # reference translations, space-joined words
+
+
+@dataclass(frozen=True, eq=False)
+class ParallelCorpus:
+    vocab: list[str]
+    train: ParallelSplit
+    val: ParallelSplit
+
+    def decode(self, ids) -> str:
+        """The words of ``ids`` up to the first EOS, without PAD and BOS, space-joined."""
+        words = []
+        for token in np.asarray(ids).tolist():
+            if token == EOS_ID:
+                break
+            if token not in (PAD_ID, BOS_ID):
+                words.append(self.vocab[token])
+        return " ".join(words)
+
+
+def _encode(sentences: list[list[str]], width: int, *, with_bos: bool) -> np.ndarray:
+    ids = np.full((len(sentences), width), PAD_ID, dtype=np.int64)
+    for row, words in enumerate(sentences):
+        prefix = [BOS_ID] if with_bos else []
+        tokens = prefix + [_WORD_ID[w] for w in words] + [EOS_ID]
+        ids[row, : len(tokens)] = tokens
+    return ids
+
+
+def _sample_split(rng: random.Random, n: int, width: int, excluded_sources: set[str]) -> ParallelSplit:
+    """``n`` sentence pairs whose source sentence is not in ``excluded_sources``."""
+    sources, targets = [], []
+    while len(sources) < n:
+        sentence = sample_sentence(rng)
+        source = sentence.source_words()
+        if " ".join(source) not in excluded_sources:
+            sources.append(source)
+            targets.append(sentence.target_words())
+    return ParallelSplit(
+        src=_encode(sources, width, with_bos=False),
+        tgt=_encode(targets, width, with_bos=True),
+        src_text=[" ".join(words) for words in sources],
+        tgt_text=[" ".join(words) for words in targets],
+    )
+
+
+def generate_parallel_corpus(*, n_train: int, n_val: int, max_len: int = 24, seed: int = 0) -> ParallelCorpus:
+    """Train and validation sentence pairs from independent random streams of ``seed``; no
+    validation source sentence occurs in train. Both arrays are ``max_len`` columns wide."""
+    longest = MAX_SENTENCE_WORDS + 2  # the target row with BOS and EOS
+    if max_len < longest:
+        raise ValueError(f"max_len={max_len} is too short: a sentence pair needs up to {longest} tokens")
+    train = _sample_split(random.Random(f"{seed}/train"), n_train, max_len, excluded_sources=set())
+    val = _sample_split(random.Random(f"{seed}/val"), n_val, max_len, excluded_sources=set(train.src_text))
+    return ParallelCorpus(vocab=translation_vocab(), train=train, val=val)
