@@ -41,7 +41,7 @@ class LMTaskConfig(TaskConfig):
     n_train_tokens: int = Field(400_000, gt=0)
     n_val_tokens: int = Field(16_384, gt=0)
     n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
-    max_depth: int = Field(2, ge=0, description="nesting depth of relative clauses / prepositional phrases")
+    max_depth: int = Field(2, ge=1, description="nesting depth of relative clauses / prepositional phrases")
 
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "vocab_size": len(agreement_vocab()), "max_seq_len": self.seq_len}
