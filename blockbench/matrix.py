@@ -131,7 +131,7 @@ def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
 
 def run_matrix(path: str | Path, results_root: Path, *, force: bool = False) -> int:
     """Run every cell of the matrix at ``path``; write the summary; return the exit code."""
-    from .report import write_report  # matplotlib is only needed once cells are done
+    from .report import RUN_FILE, write_report
 
     matrix, cells = load_matrix(path)  # raises before anything is written
     matrix_dir = results_root / matrix.name
@@ -139,19 +139,23 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False) -> 
     write_atomic(matrix_dir / "matrix.yaml", Path(path).read_text())
     print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}", flush=True)
     start = time.perf_counter()
-    failed = []
+    failed, trained = [], 0
     for n, cell in enumerate(cells, 1):
         prefix = f"[{n}/{len(cells)}] {cell.key}"
         if not force and is_done(cell, cell.directory(matrix_dir)):
             print(f"{prefix}: done earlier, reusing its result", flush=True)
             continue
         print(f"{prefix}: training", flush=True)
+        trained += 1
         result = run_cell(cell, matrix_dir)
         if result["status"] != "ok":
             failed.append(cell.key)
             print(f"{prefix}: FAILED: {result['error']}", flush=True)
-    print(f"matrix {matrix.name} finished in {time.perf_counter() - start:.0f} s", flush=True)
-    print(write_report(matrix_dir, command=f"blockbench matrix {path}"))
+    elapsed = time.perf_counter() - start
+    print(f"matrix {matrix.name} finished in {elapsed:.0f} s", flush=True)
+    write_json(matrix_dir / RUN_FILE, {"command": f"blockbench matrix {path}", "wall_time_s": round(elapsed, 1),
+                                       "cells_trained": trained})
+    print(write_report(matrix_dir))
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tasks import TASK_CONFIGS
 
 from .matrix import CELL_FILE
@@ -43,8 +45,13 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def fmt(value: float) -> str:
-    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}" if abs(value) < 10 else f"{value:.2f}"
+def decimals(value: float) -> int:
+    """Decimals to show for a metric of this size: 3 below 10, 2 below 100, else 1."""
+    return 3 if abs(value) < 10 else 2 if abs(value) < 100 else 1
+
+
+def fmt(value: float, digits: int | None = None) -> str:
+    return f"{value:,.{decimals(value) if digits is None else digits}f}"
 
 
 def load_groups(matrix_dir: Path) -> list[Group]:
@@ -61,7 +68,10 @@ def load_groups(matrix_dir: Path) -> list[Group]:
     return sorted(groups.values(), key=lambda g: g.index)
 
 
-def write_report(matrix_dir: Path, command: str = "") -> str:
+RUN_FILE = "matrix_run.json"
+
+
+def write_report(matrix_dir: Path) -> str:
     """Write ``summary.md`` and ``summary.csv`` for ``matrix_dir``; return the markdown."""
     groups = load_groups(matrix_dir)
     by_task: dict[str, list[Group]] = defaultdict(list)
@@ -72,8 +82,14 @@ def write_report(matrix_dir: Path, command: str = "") -> str:
     n_ok = sum(r["status"] == "ok" for r in results)
     machines = sorted({r["machine"] for r in results if "machine" in r})
     lines = [f"# {matrix_dir.name}", ""]
-    if command:
-        lines.append(f"Command: `{command}`  ")
+    matrix_file = matrix_dir / "matrix.yaml"  # the runner's copy of the matrix file
+    if matrix_file.is_file():
+        description = (yaml.safe_load(matrix_file.read_text()) or {}).get("description")
+        lines += [description, ""] if description else []
+    run_file = matrix_dir / RUN_FILE  # written by the runner: the command and its wall time
+    if run_file.is_file():
+        run = json.loads(run_file.read_text())
+        lines.append(f"Command: `{run['command']}` (last run: {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained)  ")
     lines.append(f"Cells: {len(results)} ({n_ok} ok, {len(results) - n_ok} failed)  ")
     lines += [f"Machine: {m}  " for m in machines]
     lines.append("")
@@ -92,7 +108,7 @@ def write_report(matrix_dir: Path, command: str = "") -> str:
             row = [group.variant]
             for metric in metrics:
                 mean, std = mean_std(group.values("metrics", metric.name))
-                row.append(f"{fmt(mean)} ± {fmt(std)}")
+                row.append(f"{fmt(mean)} ± {fmt(std, decimals(mean))}")
                 csv_rows.append(_csv_row(group, metric.name, mean, std))
             seeds = f"{len(group.ok)}" + (f" ({len(group.results) - len(group.ok)} failed)" if len(group.ok) < len(group.results) else "")
             row += [

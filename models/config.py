@@ -7,25 +7,25 @@ the library sets them directly.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .registry import ACTIVATIONS, FAMILIES, NORMS, PLACEMENTS, POSITIONAL, Registry
 
 
-def _check_name(registry: Registry, value: str) -> str:
-    if value not in registry:
-        raise ValueError(registry.unknown_message(value))
-    return value
+#: config fields that select a variant by name, and the registry each name must be in
+VARIANT_REGISTRIES: dict[str, Registry] = {
+    "family": FAMILIES,
+    "norm": NORMS,
+    "norm_placement": PLACEMENTS,
+    "activation": ACTIVATIONS,
+    "pos_encoding": POSITIONAL,
+}
 
 
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    family: Literal["decoder_lm", "encoder_decoder", "vit"] | None = Field(
-        None, description="which model to build; set by the task"
-    )
+    family: str | None = Field(None, description="which model to build (decoder_lm, encoder_decoder, vit); set by the task")
     # widths and depths, shared by all families so tasks stay comparable
     d_model: int = Field(128, gt=0)
     n_layers: int = Field(4, gt=0, description="blocks per stack (the translator has an encoder and a decoder stack)")
@@ -51,25 +51,13 @@ class ModelConfig(BaseModel):
     in_channels: int = Field(3, gt=0)
     n_classes: int | None = Field(None, gt=1)
 
-    @field_validator("norm")
+    @field_validator(*VARIANT_REGISTRIES)
     @classmethod
-    def _norm(cls, v: str) -> str:
-        return _check_name(NORMS, v)
-
-    @field_validator("norm_placement")
-    @classmethod
-    def _placement(cls, v: str) -> str:
-        return _check_name(PLACEMENTS, v)
-
-    @field_validator("activation")
-    @classmethod
-    def _activation(cls, v: str) -> str:
-        return _check_name(ACTIVATIONS, v)
-
-    @field_validator("pos_encoding")
-    @classmethod
-    def _pos(cls, v: str) -> str:
-        return _check_name(POSITIONAL, v)
+    def _known_variant(cls, value: str | None, info: ValidationInfo) -> str | None:
+        registry = VARIANT_REGISTRIES[info.field_name]
+        if value is not None and value not in registry:
+            raise ValueError(registry.unknown_message(value))
+        return value
 
     @model_validator(mode="after")
     def _shapes(self) -> "ModelConfig":
