@@ -95,3 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"blockbench: config error:\n{error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("blockbench: interrupted", file=sys.stderr)
+        return 130

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -115,6 +116,8 @@ def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
         "--tb-version", f"seed{cell.seed}",
     ]
     process = subprocess.run(command)
+    if process.returncode in (130, -signal.SIGINT):  # the cell was interrupted, not broken
+        raise KeyboardInterrupt
     result_path = cell_dir / RESULT_FILE
     if result_path.is_file():
         return json.loads(result_path.read_text())
@@ -140,17 +143,21 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False) -> 
     print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}", flush=True)
     start = time.perf_counter()
     failed, trained = [], 0
-    for n, cell in enumerate(cells, 1):
-        prefix = f"[{n}/{len(cells)}] {cell.key}"
-        if not force and is_done(cell, cell.directory(matrix_dir)):
-            print(f"{prefix}: done earlier, reusing its result", flush=True)
-            continue
-        print(f"{prefix}: training", flush=True)
-        trained += 1
-        result = run_cell(cell, matrix_dir)
-        if result["status"] != "ok":
-            failed.append(cell.key)
-            print(f"{prefix}: FAILED: {result['error']}", flush=True)
+    try:
+        for n, cell in enumerate(cells, 1):
+            prefix = f"[{n}/{len(cells)}] {cell.key}"
+            if not force and is_done(cell, cell.directory(matrix_dir)):
+                print(f"{prefix}: done earlier, reusing its result", flush=True)
+                continue
+            print(f"{prefix}: training", flush=True)
+            trained += 1
+            result = run_cell(cell, matrix_dir)
+            if result["status"] != "ok":
+                failed.append(cell.key)
+                print(f"{prefix}: FAILED: {result['error']}", flush=True)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished cells are kept; run the same command again to continue", file=sys.stderr)
+        return 130
     elapsed = time.perf_counter() - start
     print(f"matrix {matrix.name} finished in {elapsed:.0f} s", flush=True)
     write_json(matrix_dir / RUN_FILE, {"command": f"blockbench matrix {path}", "wall_time_s": round(elapsed, 1),

@@ -82,6 +82,8 @@ def train(run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_versi
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
+    if trainer.interrupted:  # Lightning returns from fit on Ctrl-C; an unfinished run has no result
+        raise KeyboardInterrupt
     if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
         trainer.validate(module, datamodule=datamodule, verbose=False)
     wall_time = time.perf_counter() - start

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,21 @@ def test_tiny_matrix_end_to_end(tmp_path):
     again = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
     assert again.returncode == 0
     assert again.stdout.count("done earlier, reusing its result") == 2
+
+
+def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
+    path = write_matrix(tmp_path, {"trainer.max_steps": [2, 100_000]})
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )
+    for line in process.stdout:  # wait until the second (endless) cell is training
+        if line.startswith("[2/2]"):
+            break
+    time.sleep(8)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    assert process.wait(timeout=60) == 130
+    cells = results / "tiny" / "cells" / "lm"
+    assert json.loads((cells / "max_steps=2" / "seed0" / "result.json").read_text())["status"] == "ok"
+    assert not (cells / "max_steps=100000" / "seed0" / "result.json").exists()
