@@ -1,15 +1,24 @@
 """Multi-head attention on ``torch.nn.functional.scaled_dot_product_attention``.
 
-One class serves self-attention (causal or bidirectional) and cross-attention. Masks follow
+One class serves self-attention (causal or bidirectional) and cross-attention, with multi-head
+(MHA), grouped-query (GQA) or multi-query (MQA) key/value heads via ``n_kv_heads``. Masks follow
 the conventions of ``torch.nn.MultiheadAttention``: ``key_padding_mask`` is a bool tensor of
 shape ``(batch, key_len)`` that is True where the key is padding and must be ignored.
+
+Positional encodings that act inside attention (RoPE rotates q and k; ALiBi adds a score bias)
+reach it through the ``positional`` argument (see ``models.position``). ``need_weights=True``
+takes a plain-matmul path that also returns the attention weights, for inspection.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .position import PositionalEncoding
 
 
 def attention_mask(
@@ -32,27 +41,49 @@ def attention_mask(
     return mask
 
 
-class MultiHeadAttention(nn.Module):
-    """Scaled dot-product multi-head attention with a fused QKV projection for self-attention."""
+def with_bias(mask: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Fold an additive score bias (H, Tq, Tk) into the mask: a float mask SDPA adds to the scores."""
+    if bias is None:
+        return mask
+    bias = bias.to(dtype)
+    return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
-    def __init__(self, d_model: int, n_heads: int, *, cross: bool = False, bias: bool = True, dropout: float = 0.0):
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention with a fused QKV projection for self-attention."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        n_kv_heads: int | None = None,
+        cross: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
             raise ValueError(f"n_heads={n_heads} does not divide d_model={d_model}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}")
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
         self.cross = cross
         self.dropout = dropout
+        kv_dim = n_kv_heads * self.head_dim
         if cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
+        return x.view(batch, length, n_heads, self.head_dim).transpose(1, 2)
 
     def forward(
         self,
@@ -61,23 +92,56 @@ class MultiHeadAttention(nn.Module):
         *,
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """``x``: (B, Tq, D) queries; ``context``: (B, Tk, D) keys/values for cross-attention."""
+        positional: PositionalEncoding | None = None,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``x``: (B, Tq, D) queries; ``context``: (B, Tk, D) keys/values for cross-attention.
+
+        Returns the output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
+        """
+        d_model, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         if self.cross:
             if context is None:
                 raise ValueError("cross-attention needs a context (the encoder output)")
             q = self.q_proj(x)
-            k, v = self.kv_proj(context).chunk(2, dim=-1)
+            k, v = self.kv_proj(context).split(kv_dim, dim=-1)
         else:
-            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+            q, k, v = self.qkv_proj(x).split([d_model, kv_dim, kv_dim], dim=-1)
+        q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        q_len, k_len = q.shape[2], k.shape[2]
+
+        score_bias = None
+        if positional is not None:
+            q, k = positional.rotate(q, k)
+            score_bias = positional.attention_bias(q_len, k_len, causal=causal, device=q.device)
+
         dropout_p = self.dropout if self.training else 0.0
-        if key_padding_mask is None and (not causal or q.shape[2] == k.shape[2]):
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+        simple_causal = causal and q_len == k_len and key_padding_mask is None and score_bias is None
+        mask = None
+        if not simple_causal:
+            mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+            mask = with_bias(mask, score_bias, q.dtype)
+        if need_weights:
+            out, weights = self._math_attention(q, k, v, mask, causal=simple_causal, dropout_p=dropout_p)
         else:
-            mask = attention_mask(
-                q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal,
+                enable_gqa=self.n_kv_heads != self.n_heads,
             )
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        batch, _, length, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        out = self.out_proj(out.transpose(1, 2).reshape(x.shape[0], q_len, d_model))
+        return (out, weights) if need_weights else out
+
+    def _math_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, causal: bool,
+        dropout_p: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """softmax(QK^T / sqrt(d) + mask) V with plain matmuls; same result as the SDPA path."""
+        groups = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if causal:
+            mask = attention_mask(q.shape[2], k.shape[2], causal=True, key_padding_mask=None, device=q.device)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        weights = scores.softmax(dim=-1)
+        return F.dropout(weights, dropout_p) @ v, weights

@@ -15,6 +15,7 @@ from .attention import MultiHeadAttention
 from .config import ModelConfig
 from .mlp import FeedForward
 from .norm import build_norm
+from .position import PositionalEncoding
 from .registry import PLACEMENTS
 
 
@@ -27,12 +28,13 @@ class TransformerBlock(nn.Module):
         def wrap(sublayer: nn.Module) -> nn.Module:
             return residual(sublayer, cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, cfg.dropout)
 
-        self.self_attn = wrap(MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout))
-        self.cross_attn = (
-            wrap(MultiHeadAttention(cfg.d_model, cfg.n_heads, cross=True, bias=cfg.bias, dropout=cfg.dropout))
-            if cross_attention
-            else None
-        )
+        def attention(cross: bool) -> MultiHeadAttention:
+            return MultiHeadAttention(
+                cfg.d_model, cfg.n_heads, n_kv_heads=cfg.n_kv_heads, cross=cross, bias=cfg.bias, dropout=cfg.dropout
+            )
+
+        self.self_attn = wrap(attention(cross=False))
+        self.cross_attn = wrap(attention(cross=True)) if cross_attention else None
         self.ffn = wrap(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout))
 
     def forward(
@@ -40,10 +42,11 @@ class TransformerBlock(nn.Module):
         x: torch.Tensor,
         *,
         padding_mask: torch.Tensor | None = None,
+        positional: PositionalEncoding | None = None,
         memory: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.self_attn(x, causal=self.causal, key_padding_mask=padding_mask)
+        x = self.self_attn(x, causal=self.causal, key_padding_mask=padding_mask, positional=positional)
         if self.cross_attn is not None:
             x = self.cross_attn(x, memory, key_padding_mask=memory_padding_mask)
         return self.ffn(x)

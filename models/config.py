@@ -32,6 +32,9 @@ class ModelConfig(BaseModel):
     n_encoder_layers: int | None = Field(None, gt=0, description="encoder depth of encoder_decoder; default n_layers")
     n_decoder_layers: int | None = Field(None, gt=0, description="decoder depth of encoder_decoder; default n_layers")
     n_heads: int = Field(4, gt=0)
+    n_kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads: n_heads = MHA (default), 1 = MQA, in between = GQA"
+    )
     d_ff: int | None = Field(None, gt=0, description="feed-forward hidden size; default 4 * d_model")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     bias: bool = True
@@ -41,6 +44,7 @@ class ModelConfig(BaseModel):
     norm_placement: str = "pre"
     activation: str = "gelu"
     pos_encoding: str = "learned"
+    rope_base: float = Field(10000.0, gt=1, description="RoPE frequency base")
     # token models
     vocab_size: int | None = Field(None, gt=0)
     max_seq_len: int = Field(256, gt=0)
@@ -66,6 +70,17 @@ class ModelConfig(BaseModel):
             raise ValueError(
                 f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"use one of {divisors} or change d_model"
+            )
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}; "
+                "each key/value head serves a whole group of query heads"
+            )
+        head_dim = self.d_model // self.n_heads
+        if self.pos_encoding == "rope" and head_dim % 2:
+            raise ValueError(
+                f"pos_encoding=rope needs an even head dimension, but d_model={self.d_model} / "
+                f"n_heads={self.n_heads} = {head_dim}"
             )
         if self.image_size is not None and self.image_size % self.patch_size:
             raise ValueError(f"patch_size={self.patch_size} does not divide image_size={self.image_size}")

@@ -19,7 +19,7 @@ class DecoderLM(nn.Module):
         cfg.require("vocab_size")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = build_positional(cfg.pos_encoding, cfg.max_seq_len, cfg.d_model)
+        self.positions = build_positional(cfg, cfg.max_seq_len)
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=True)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -29,8 +29,11 @@ class DecoderLM(nn.Module):
 
     def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``idx``: (B, T) token ids -> logits (B, T, vocab). ``padding_mask`` True marks padding."""
-        x = self.tok_emb(idx) + self.pos_emb(idx.shape[1])
-        x = self.stack(self.drop(x), padding_mask=padding_mask)
+        x = self.tok_emb(idx)
+        table = self.positions.embedding(idx.shape[1])
+        if table is not None:
+            x = x + table
+        x = self.stack(self.drop(x), padding_mask=padding_mask, positional=self.positions)
         return self.lm_head(x)
 
     @torch.no_grad()
@@ -44,7 +47,7 @@ class DecoderLM(nn.Module):
     ) -> torch.Tensor:
         """Append ``max_new_tokens`` tokens; ``temperature=0`` is greedy decoding."""
         for _ in range(max_new_tokens):
-            context = idx[:, -self.cfg.max_seq_len :] if self.cfg.pos_encoding == "learned" else idx
+            context = idx if self.positions.extrapolates else idx[:, -self.cfg.max_seq_len :]
             logits = self(context)[:, -1, :]
             if temperature == 0:
                 next_token = logits.argmax(dim=-1, keepdim=True)

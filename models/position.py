@@ -1,7 +1,15 @@
-"""Absolute positional encodings added to the token embeddings (``model.pos_encoding``).
+"""Positional encodings (``model.pos_encoding``), one class per way positions enter the model.
 
-Each class maps a sequence length to a ``(length, d_model)`` table that the family adds to
-its embeddings.
+Every encoding is a ``PositionalEncoding`` and overrides the hooks it needs:
+
+- ``embedding(length, offset)``: a ``(length, d_model)`` table added to the token embeddings
+  (learned, sinusoidal);
+- ``rotate(q, k)``: queries and keys of self-attention rotated by position (RoPE);
+- ``attention_bias(q_len, k_len, causal)``: a ``(heads, q_len, k_len)`` bias added to the
+  self-attention scores (ALiBi).
+
+``nope`` overrides none of them: the causal mask is the model's only source of order.
+``extrapolates`` says whether the encoding is defined beyond the training length.
 """
 
 from __future__ import annotations
@@ -11,11 +19,41 @@ import math
 import torch
 from torch import nn
 
+from .config import ModelConfig
 from .registry import POSITIONAL
 
 
+class PositionalEncoding(nn.Module):
+    """Base class: no positional information unless a hook is overridden."""
+
+    extrapolates: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "PositionalEncoding":
+        return cls(max_len, cfg.d_model)
+
+    def __init__(self, max_len: int = 0, dim: int = 0):
+        super().__init__()
+
+    def embedding(self, length: int, offset: int = 0) -> torch.Tensor | None:
+        return None
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor | None:
+        return None
+
+
+POSITIONAL.register("nope", "no positional encoding (NoPE, Kazemnejad et al. 2023); order from the causal mask")(
+    PositionalEncoding
+)
+
+
 @POSITIONAL.register("learned", "learned absolute position embeddings (GPT-2, BERT, ViT)")
-class LearnedPositionalEmbedding(nn.Module):
+class LearnedPositionalEmbedding(PositionalEncoding):
+    extrapolates = False
+
     def __init__(self, max_len: int, dim: int):
         super().__init__()
         self.max_len = max_len
@@ -26,9 +64,12 @@ class LearnedPositionalEmbedding(nn.Module):
         if offset + length > self.max_len:
             raise ValueError(
                 f"sequence of length {offset + length} exceeds the learned positions "
-                f"(model.max_seq_len={self.max_len}); learned absolute positions cannot extrapolate"
+                f"(model.max_seq_len={self.max_len}); learned absolute positions cannot extrapolate: "
+                "use pos_encoding rope, alibi, sinusoidal or nope to evaluate longer contexts"
             )
         return self.weight[offset : offset + length]
+
+    embedding = forward
 
 
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -42,7 +83,7 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tens
 
 
 @POSITIONAL.register("sinusoidal", "fixed sinusoidal encodings (Vaswani et al. 2017), no parameters")
-class SinusoidalPositionalEncoding(nn.Module):
+class SinusoidalPositionalEncoding(PositionalEncoding):
     def __init__(self, max_len: int, dim: int):
         super().__init__()
         self.dim = dim
@@ -53,6 +94,78 @@ class SinusoidalPositionalEncoding(nn.Module):
             self.table = sinusoidal_table(offset + length, self.dim).to(self.table)  # keep device and dtype
         return self.table[offset : offset + length]
 
+    embedding = forward
 
-def build_positional(name: str, max_len: int, dim: int) -> nn.Module:
-    return POSITIONAL.get(name)(max_len, dim)
+
+@POSITIONAL.register("rope", "rotary position embedding (Su et al. 2021), half-split rotation as in GPT-NeoX/Llama")
+class RotaryPositionalEmbedding(PositionalEncoding):
+    """Rotates each (i, i + head_dim/2) pair of query/key features by ``position * base^(-2i/head_dim)``,
+    so the score of q at position m and k at position n depends on m - n only."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "RotaryPositionalEmbedding":
+        return cls(cfg.d_model // cfg.n_heads, base=cfg.rope_base)
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def angles(self, length: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(offset, offset + length, dtype=torch.float32, device=self.inv_freq.device)
+        freqs = torch.outer(positions, self.inv_freq)
+        freqs = torch.cat([freqs, freqs], dim=-1)  # (length, head_dim)
+        return freqs.cos(), freqs.sin()
+
+    @staticmethod
+    def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        first, second = x.chunk(2, dim=-1)
+        rotated_half = torch.cat([-second, first], dim=-1)
+        return (x.float() * cos + rotated_half.float() * sin).type_as(x)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q``: (B, H, Tq, hd), ``k``: (B, Hkv, Tk, hd); queries are the last Tq positions."""
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        cos, sin = self.angles(k_len)
+        return self._apply(q, cos[k_len - q_len :], sin[k_len - q_len :]), self._apply(k, cos, sin)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Head slopes of ALiBi (Press et al. 2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for
+    n a power of two; otherwise those of the closest smaller power of two, then every other slope
+    of the next power of two (the paper's reference implementation)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two(closest)
+    if closest < n_heads:
+        slopes += power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes)
+
+
+@POSITIONAL.register("alibi", "ALiBi (Press et al. 2022): per-head linear distance penalty on attention scores")
+class ALiBi(PositionalEncoding):
+    """Adds ``-slope_h * (i - j)`` to the score of query i and key j (``|i - j|`` when bidirectional)."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "ALiBi":
+        return cls(cfg.n_heads)
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor:
+        query_positions = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+        distance = (query_positions - torch.arange(k_len, device=device)[None, :]).float()
+        distance = distance.clamp(min=0) if causal else distance.abs()
+        return -self.slopes.to(device)[:, None, None] * distance
+
+
+def build_positional(cfg: ModelConfig, max_len: int) -> PositionalEncoding:
+    return POSITIONAL.get(cfg.pos_encoding).from_config(cfg, max_len)

@@ -60,5 +60,6 @@ PLACEMENTS: Registry = Registry("norm placement")
 ACTIVATIONS: Registry = Registry("activation")
 POSITIONAL: Registry = Registry("positional encoding")
 FAMILIES: Registry = Registry("model family")
+FFNS: Registry = Registry("feed-forward")
 
-ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL)
+ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL, FFNS)

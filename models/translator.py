@@ -18,7 +18,7 @@ class EncoderDecoder(nn.Module):
         cfg.require("vocab_size")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)  # shared by source, target and output
-        self.pos_emb = build_positional(cfg.pos_encoding, cfg.max_seq_len, cfg.d_model)
+        self.positions = build_positional(cfg, cfg.max_seq_len)
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = TransformerStack(cfg, cfg.encoder_layers, causal=False)
         self.decoder = TransformerStack(cfg, cfg.decoder_layers, causal=True, cross_attention=True)
@@ -28,17 +28,21 @@ class EncoderDecoder(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.tok_emb(tokens) * self.cfg.d_model**0.5 + self.pos_emb(tokens.shape[1]))
+        x = self.tok_emb(tokens) * self.cfg.d_model**0.5
+        table = self.positions.embedding(tokens.shape[1])
+        return self.drop(x if table is None else x + table)
 
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.encoder(self._embed(src), padding_mask=src_padding_mask)
+        return self.encoder(self._embed(src), padding_mask=src_padding_mask, positional=self.positions)
 
     def decode(
         self, tgt: torch.Tensor, memory: torch.Tensor, src_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         # Right-padded targets need no self-attention padding mask: the causal mask already hides
         # later (padding) positions from every real token, and padded positions carry no loss.
-        x = self.decoder(self._embed(tgt), memory=memory, memory_padding_mask=src_padding_mask)
+        x = self.decoder(
+            self._embed(tgt), memory=memory, memory_padding_mask=src_padding_mask, positional=self.positions
+        )
         return self.lm_head(x)
 
     def forward(

@@ -31,7 +31,7 @@ class VisionTransformer(nn.Module):
         self.n_patches = (cfg.image_size // cfg.patch_size) ** 2
         self.patch_embed = PatchEmbedding(cfg.in_channels, cfg.patch_size, cfg.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
-        self.pos_emb = build_positional(cfg.pos_encoding, self.n_patches + 1, cfg.d_model)
+        self.positions = build_positional(cfg, self.n_patches + 1)
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False)
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
@@ -43,5 +43,6 @@ class VisionTransformer(nn.Module):
         """``images``: (B, C, H, W) -> class logits (B, n_classes)."""
         x = self.patch_embed(images)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.stack(self.drop(x + self.pos_emb(x.shape[1])))
+        table = self.positions.embedding(x.shape[1])
+        x = self.stack(self.drop(x if table is None else x + table), positional=self.positions)
         return self.head(x[:, 0])

@@ -520,8 +520,8 @@ def test_config_rejects_unknown_keys():
 
 @pytest.mark.parametrize(
     "field, value, registry",
-    [("norm", "batchnorm", NORMS), ("norm_placement", "sandwich", PLACEMENTS),
-     ("activation", "swish", None), ("pos_encoding", "rope", None)],
+    [("norm", "batchnorm", NORMS), ("norm_placement", "upside_down", PLACEMENTS),
+     ("activation", "swish", None), ("pos_encoding", "spiral", None)],
 )
 def test_config_unknown_variant_lists_valid_names(field, value, registry):
     with pytest.raises(pydantic.ValidationError) as err:
