@@ -13,10 +13,22 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .config import ModelConfig
-from .mlp import FeedForward
+from .mlp import build_ffn
+from .moe import MoEFeedForward
 from .norm import build_norm
 from .position import PositionalEncoding
 from .registry import PLACEMENTS
+
+
+def build_feed_forward(cfg: ModelConfig) -> nn.Module:
+    """The block's feed-forward sublayer: a dense FFN of kind ``cfg.ffn`` or an MoE of such experts."""
+    if cfg.n_experts:
+        return MoEFeedForward(
+            cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.bias, cfg.dropout,
+            n_experts=cfg.n_experts, top_k=cfg.moe_top_k, capacity_factor=cfg.moe_capacity_factor,
+            n_shared_experts=cfg.moe_shared_experts, expert_kind=cfg.ffn,
+        )
+    return build_ffn(cfg.ffn, cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
 
 
 class TransformerBlock(nn.Module):
@@ -35,7 +47,7 @@ class TransformerBlock(nn.Module):
 
         self.self_attn = wrap(attention(cross=False))
         self.cross_attn = wrap(attention(cross=True)) if cross_attention else None
-        self.ffn = wrap(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout))
+        self.ffn = wrap(build_feed_forward(cfg))
 
     def forward(
         self,

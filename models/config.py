@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .registry import ACTIVATIONS, FAMILIES, NORMS, PLACEMENTS, POSITIONAL, Registry
+from .registry import ACTIVATIONS, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, Registry
 
 
 #: config fields that select a variant by name, and the registry each name must be in
@@ -18,6 +18,7 @@ VARIANT_REGISTRIES: dict[str, Registry] = {
     "norm": NORMS,
     "norm_placement": PLACEMENTS,
     "activation": ACTIVATIONS,
+    "ffn": FFNS,
     "pos_encoding": POSITIONAL,
 }
 
@@ -43,6 +44,14 @@ class ModelConfig(BaseModel):
     norm_eps: float = Field(1e-5, gt=0)
     norm_placement: str = "pre"
     activation: str = "gelu"
+    ffn: str = Field("mlp", description="feed-forward kind (mlp, swiglu, geglu); also the kind of each MoE expert")
+    # mixture of experts in place of the FFN (n_experts=0: dense FFN)
+    n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0 = dense feed-forward")
+    moe_top_k: int = Field(2, gt=0, description="experts each token is routed to")
+    moe_capacity_factor: float | None = Field(1.25, gt=0, description="expert capacity factor; null = no limit")
+    moe_shared_experts: int = Field(0, ge=0, description="always-on dense experts (DeepSeekMoE)")
+    moe_aux_loss_weight: float = Field(0.01, ge=0, description="weight of the Switch load-balancing loss")
+    moe_z_loss_weight: float = Field(0.001, ge=0, description="weight of the router z-loss (ST-MoE)")
     pos_encoding: str = "learned"
     rope_base: float = Field(10000.0, gt=1, description="RoPE frequency base")
     # token models
@@ -75,6 +84,11 @@ class ModelConfig(BaseModel):
             raise ValueError(
                 f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}; "
                 "each key/value head serves a whole group of query heads"
+            )
+        if self.n_experts and self.moe_top_k > self.n_experts:
+            raise ValueError(
+                f"moe_top_k={self.moe_top_k} exceeds n_experts={self.n_experts}; "
+                "route each token to at most n_experts experts"
             )
         head_dim = self.d_model // self.n_heads
         if self.pos_encoding == "rope" and head_dim % 2:

@@ -17,6 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from models import ModelConfig, build_model, count_parameters
+from models.moe import MoEFeedForward
 
 
 class OptimizerConfig(BaseModel):
@@ -101,6 +102,30 @@ class TaskModule(L.LightningModule, ABC):
     @property
     def n_parameters(self) -> int:
         return count_parameters(self.model)
+
+    @abstractmethod
+    def training_loss(self, batch: Any) -> torch.Tensor:
+        """The task's loss on a training batch (MoE auxiliary losses are added by the base class)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.training_loss(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        moe_layers = [m for m in self.model.modules() if isinstance(m, MoEFeedForward)]
+        if moe_layers:
+            cfg = self.model_config
+            aux = torch.stack([m.aux_loss for m in moe_layers]).mean()
+            z = torch.stack([m.z_loss for m in moe_layers]).mean()
+            loss = loss + cfg.moe_aux_loss_weight * aux + cfg.moe_z_loss_weight * z
+            self.log_dict({"moe/aux_loss": aux, "moe/z_loss": z})
+            self._log_expert_load(moe_layers)  # Lightning writes it every trainer.log_every_n_steps
+        return loss
+
+    def _log_expert_load(self, moe_layers: list[MoEFeedForward]) -> None:
+        """Per-layer, per-expert share of the routed tokens, and the assignments dropped over capacity."""
+        for i, layer in enumerate(moe_layers):
+            for j, share in enumerate(layer.tokens_per_expert.tolist()):
+                self.log(f"moe/layer{i}/expert{j}_token_share", share)
+            self.log(f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens))
 
     @abstractmethod
     def items_in_batch(self, batch: Any) -> int:

@@ -112,10 +112,8 @@ class LMTask(TaskModule):
         logits = self.model(rows[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        loss = self._loss(batch[0])
-        self.log("train/loss", loss)
-        return loss
+    def training_loss(self, batch: Any) -> torch.Tensor:
+        return self._loss(batch[0])
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if dataloader_idx == 0:

@@ -122,11 +122,9 @@ class TranslationTask(TaskModule):
             logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD_ID, label_smoothing=label_smoothing
         )
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def training_loss(self, batch: Any) -> torch.Tensor:
         src, tgt, _ = batch
-        loss = self._loss(src, tgt, self.label_smoothing)
-        self.log("train/loss", loss)
-        return loss
+        return self._loss(src, tgt, self.label_smoothing)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         src, tgt, index = batch

@@ -94,11 +94,9 @@ class VisionTask(TaskModule):
     def items_in_batch(self, batch: Any) -> int:
         return len(batch[0])
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def training_loss(self, batch: Any) -> torch.Tensor:
         images, labels = batch
-        loss = F.cross_entropy(self.model(images), labels)
-        self.log("train/loss", loss)
-        return loss
+        return F.cross_entropy(self.model(images), labels)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         images, labels = batch

@@ -154,3 +154,10 @@ def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unf
     cells = results / "tiny" / "cells" / "lm"
     assert json.loads((cells / "max_steps=2" / "seed0" / "result.json").read_text())["status"] == "ok"
     assert not (cells / "max_steps=100000" / "seed0" / "result.json").exists()
+
+
+@pytest.mark.parametrize("matrix_file", sorted((REPO / "configs" / "matrix").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_matrix_is_valid(matrix_file):
+    matrix, cells = load_matrix(matrix_file)
+    assert matrix.name == matrix_file.stem
+    assert len({c.key for c in cells}) == len(cells)  # every cell has its own results folder
