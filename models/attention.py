@@ -13,6 +13,7 @@ takes a plain-matmul path that also returns the attention weights, for inspectio
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,19 @@ def with_bias(mask: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch
         return mask
     bias = bias.to(dtype)
     return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+
+
+@dataclass
+class KVCache:
+    """Keys and values one attention layer has seen, for incremental decoding: self-attention
+    appends each step's keys/values; cross-attention computes the encoder's once and keeps them."""
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
 
 
 class MultiHeadAttention(nn.Module):
@@ -93,26 +107,38 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         key_padding_mask: torch.Tensor | None = None,
         positional: PositionalEncoding | None = None,
+        cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``x``: (B, Tq, D) queries; ``context``: (B, Tk, D) keys/values for cross-attention.
 
-        Returns the output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
+        With a ``cache``, ``x`` holds only the new positions: self-attention attends to the cached
+        keys/values plus its own; cross-attention reuses the context's keys/values after the first
+        call. Returns the output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
         """
         d_model, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        offset = cache.length if cache is not None and not self.cross else 0
         if self.cross:
-            if context is None:
-                raise ValueError("cross-attention needs a context (the encoder output)")
-            q = self.q_proj(x)
-            k, v = self.kv_proj(context).split(kv_dim, dim=-1)
+            q = self._heads(self.q_proj(x), self.n_heads)
+            if cache is not None and cache.k is not None:
+                k, v = cache.k, cache.v
+            else:
+                if context is None:
+                    raise ValueError("cross-attention needs a context (the encoder output)")
+                k, v = (self._heads(t, self.n_kv_heads) for t in self.kv_proj(context).split(kv_dim, dim=-1))
         else:
             q, k, v = self.qkv_proj(x).split([d_model, kv_dim, kv_dim], dim=-1)
-        q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+            q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+            if positional is not None:
+                q, k = positional.rotate(q, k, offset)
+            if cache is not None and cache.k is not None:
+                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+        if cache is not None:
+            cache.k, cache.v = k, v
         q_len, k_len = q.shape[2], k.shape[2]
 
         score_bias = None
         if positional is not None:
-            q, k = positional.rotate(q, k)
             score_bias = positional.attention_bias(q_len, k_len, causal=causal, device=q.device)
 
         dropout_p = self.dropout if self.training else 0.0

@@ -8,15 +8,18 @@ block of the LM and the decoder block of the translator are all this class.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .mlp import build_ffn
 from .moe import MoEFeedForward
 from .norm import build_norm
 from .position import PositionalEncoding
+from .placement import deepnorm_init_
 from .registry import PLACEMENTS
 
 
@@ -31,14 +34,24 @@ def build_feed_forward(cfg: ModelConfig) -> nn.Module:
     return build_ffn(cfg.ffn, cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
 
 
+@dataclass
+class LayerCache:
+    """A block's key/value caches for incremental decoding."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, *, causal: bool, cross_attention: bool = False):
+    def __init__(self, cfg: ModelConfig, *, causal: bool, cross_attention: bool = False, residual_scale: float = 1.0):
         super().__init__()
         self.causal = causal
         residual = PLACEMENTS.get(cfg.norm_placement)
 
         def wrap(sublayer: nn.Module) -> nn.Module:
-            return residual(sublayer, cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, cfg.dropout)
+            return residual(
+                sublayer, cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, cfg.dropout, residual_scale=residual_scale
+            )
 
         def attention(cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
@@ -57,38 +70,67 @@ class TransformerBlock(nn.Module):
         positional: PositionalEncoding | None = None,
         memory: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        x = self.self_attn(x, causal=self.causal, key_padding_mask=padding_mask, positional=positional)
+        x = self.self_attn(
+            x, causal=self.causal, key_padding_mask=padding_mask, positional=positional,
+            cache=cache.self_attn if cache else None,
+        )
         if self.cross_attn is not None:
-            x = self.cross_attn(x, memory, key_padding_mask=memory_padding_mask)
+            x = self.cross_attn(
+                x, memory, key_padding_mask=memory_padding_mask, cache=cache.cross_attn if cache else None
+            )
         return self.ffn(x)
 
 
 class TransformerStack(nn.Module):
-    """``n_layers`` blocks, plus a final norm when the placement needs one (pre-norm)."""
+    """``n_layers`` blocks, plus a final norm when the placement needs one (pre-norm).
 
-    def __init__(self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross_attention: bool = False):
+    ``architecture`` ("encoder", "decoder" or "encoder_decoder") and ``stack`` ("encoder" or
+    "decoder") let placements that depend on depth (DeepNorm) compute their constants.
+    """
+
+    def __init__(
+        self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross_attention: bool = False,
+        architecture: str = "encoder", stack: str = "encoder",
+    ):
         super().__init__()
+        placement = PLACEMENTS.get(cfg.norm_placement)
+        alpha, self.init_scale = placement.stack_constants(architecture, cfg.encoder_layers, cfg.decoder_layers, stack)
         self.blocks = nn.ModuleList(
-            TransformerBlock(cfg, causal=causal, cross_attention=cross_attention) for _ in range(n_layers)
+            TransformerBlock(cfg, causal=causal, cross_attention=cross_attention, residual_scale=alpha)
+            for _ in range(n_layers)
         )
-        needs_final_norm = PLACEMENTS.get(cfg.norm_placement).final_norm
-        self.final_norm = build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if needs_final_norm else nn.Identity()
+        self.final_norm = build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if placement.final_norm else nn.Identity()
+        self.scaled_residual_init = placement.scaled_residual_init
 
-    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, **kwargs)
+    def scale_init(self) -> None:
+        """The placement's scaling of the initial weights (DeepNorm's beta); call after init_weights."""
+        if self.init_scale != 1.0:
+            deepnorm_init_(self, self.init_scale)
+
+    def new_caches(self) -> list[LayerCache]:
+        return [LayerCache() for _ in self.blocks]
+
+    def forward(self, x: torch.Tensor, caches: list[LayerCache] | None = None, **kwargs) -> torch.Tensor:
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=caches[i] if caches else None, **kwargs)
         return self.final_norm(x)
 
 
-def init_weights(module: nn.Module, n_layers: int, std: float = 0.02) -> None:
+def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
     """GPT-2/nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases,
-    and N(0, 0.02 / sqrt(2 * n_layers)) for the projections that write into the residual stream."""
-    for name, m in module.named_modules():
+    and N(0, 0.02 / sqrt(2 * n_layers)) for the projections that write into the residual stream;
+    then each stack's own scaling (``TransformerStack.scale_init``, e.g. DeepNorm)."""
+    stacks = [m for m in model.modules() if isinstance(m, TransformerStack)]
+    shrink_residual = all(s.scaled_residual_init for s in stacks)
+    for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
-            residual_out = name.endswith(("out_proj", "fc_out"))
+            residual_out = shrink_residual and name.endswith(("out_proj", "fc_out"))
             nn.init.normal_(m.weight, std=std / (2 * n_layers) ** 0.5 if residual_out else std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=std)
+    for stack in stacks:
+        stack.scale_init()

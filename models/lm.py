@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .block import TransformerStack, init_weights
+from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
 from .position import build_positional
 from .registry import FAMILIES
@@ -21,20 +21,27 @@ class DecoderLM(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.positions = build_positional(cfg, cfg.max_seq_len)
         self.drop = nn.Dropout(cfg.dropout)
-        self.stack = TransformerStack(cfg, cfg.n_layers, causal=True)
+        self.stack = TransformerStack(cfg, cfg.n_layers, causal=True, architecture="decoder", stack="decoder")
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         init_weights(self, cfg.n_layers)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
-    def forward(self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``idx``: (B, T) token ids -> logits (B, T, vocab). ``padding_mask`` True marks padding."""
+    def forward(
+        self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, caches: list[LayerCache] | None = None
+    ) -> torch.Tensor:
+        """``idx``: (B, T) token ids -> logits (B, T, vocab). ``padding_mask`` True marks padding.
+        With ``caches`` (from ``new_caches``), ``idx`` holds only the tokens after the cached ones."""
+        offset = caches[0].self_attn.length if caches else 0
         x = self.tok_emb(idx)
-        table = self.positions.embedding(idx.shape[1])
+        table = self.positions.embedding(idx.shape[1], offset)
         if table is not None:
             x = x + table
-        x = self.stack(self.drop(x), padding_mask=padding_mask, positional=self.positions)
+        x = self.stack(self.drop(x), caches=caches, padding_mask=padding_mask, positional=self.positions)
         return self.lm_head(x)
+
+    def new_caches(self) -> list[LayerCache]:
+        return self.stack.new_caches()
 
     @torch.no_grad()
     def generate(
@@ -44,11 +51,18 @@ class DecoderLM(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
-        """Append ``max_new_tokens`` tokens; ``temperature=0`` is greedy decoding."""
+        """Append ``max_new_tokens`` tokens; ``temperature=0`` is greedy decoding. With ``use_cache``
+        each step feeds only the newest token through the model (same result, less work)."""
+        caches = None
         for _ in range(max_new_tokens):
-            context = idx if self.positions.extrapolates else idx[:, -self.cfg.max_seq_len :]
-            logits = self(context)[:, -1, :]
+            if caches is not None and (self.positions.extrapolates or caches[0].self_attn.length < self.cfg.max_seq_len):
+                logits = self(idx[:, -1:], caches=caches)[:, -1, :]
+            else:  # first step, or learned positions used up: restart on the last max_seq_len tokens
+                caches = self.new_caches() if use_cache else None
+                context = idx if self.positions.extrapolates else idx[:, -self.cfg.max_seq_len :]
+                logits = self(context, caches=caches)[:, -1, :]
             if temperature == 0:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:

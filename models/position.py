@@ -4,7 +4,7 @@ Every encoding is a ``PositionalEncoding`` and overrides the hooks it needs:
 
 - ``embedding(length, offset)``: a ``(length, d_model)`` table added to the token embeddings
   (learned, sinusoidal);
-- ``rotate(q, k)``: queries and keys of self-attention rotated by position (RoPE);
+- ``rotate(q, k, offset)``: new queries and keys of self-attention rotated by position (RoPE);
 - ``attention_bias(q_len, k_len, causal)``: a ``(heads, q_len, k_len)`` bias added to the
   self-attention scores (ALiBi).
 
@@ -38,7 +38,8 @@ class PositionalEncoding(nn.Module):
     def embedding(self, length: int, offset: int = 0) -> torch.Tensor | None:
         return None
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q``, ``k``: (B, heads, T, head_dim) at positions ``offset .. offset + T - 1``."""
         return q, k
 
     def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor | None:
@@ -120,16 +121,14 @@ class RotaryPositionalEmbedding(PositionalEncoding):
         return freqs.cos(), freqs.sin()
 
     @staticmethod
-    def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rotate_by(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         first, second = x.chunk(2, dim=-1)
         rotated_half = torch.cat([-second, first], dim=-1)
         return (x.float() * cos + rotated_half.float() * sin).type_as(x)
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``q``: (B, H, Tq, hd), ``k``: (B, Hkv, Tk, hd); queries are the last Tq positions."""
-        q_len, k_len = q.shape[-2], k.shape[-2]
-        cos, sin = self.angles(k_len)
-        return self._apply(q, cos[k_len - q_len :], sin[k_len - q_len :]), self._apply(k, cos, sin)
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.angles(q.shape[-2], offset)
+        return self._rotate_by(q, cos, sin), self._rotate_by(k, cos, sin)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         self.positions = build_positional(cfg, self.n_patches + 1)
         self.drop = nn.Dropout(cfg.dropout)
-        self.stack = TransformerStack(cfg, cfg.n_layers, causal=False)
+        self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self, cfg.n_layers)
         nn.init.normal_(self.cls_token, std=0.02)
