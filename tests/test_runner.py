@@ -141,19 +141,25 @@ def test_tiny_matrix_end_to_end(tmp_path):
 def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
     path = write_matrix(tmp_path, {"trainer.max_steps": [2, 100_000]})
     results = tmp_path / "results"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-    )
-    for line in process.stdout:  # wait until the second (endless) cell is training
-        if line.startswith("[2/2]"):
-            break
-    time.sleep(8)
-    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
-    assert process.wait(timeout=60) == 130
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+        )
+        # wait until the second (endless) cell is training: its TensorBoard run exists
+        endless_run = results / "tiny" / "tb" / "lm" / "max_steps=100000" / "seed0"
+        deadline = time.monotonic() + 180
+        while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.5)
+        assert endless_run.exists(), log.read_text()[-3000:]
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+        assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
     cells = results / "tiny" / "cells" / "lm"
     assert json.loads((cells / "max_steps=2" / "seed0" / "result.json").read_text())["status"] == "ok"
     assert not (cells / "max_steps=100000" / "seed0" / "result.json").exists()
+    assert "run the same command again to continue" in log.read_text()
 
 
 @pytest.mark.parametrize("matrix_file", sorted((REPO / "configs" / "matrix").glob("*.yaml")), ids=lambda p: p.stem)
