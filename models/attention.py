@@ -20,6 +20,38 @@ import torch.nn.functional as F
 from torch import nn
 
 from .position import PositionalEncoding
+from .registry import ATTENTION_SCORES
+
+
+@ATTENTION_SCORES.register("dot", "scaled dot product q.k / sqrt(d) (Vaswani et al. 2017); runs on fused SDPA kernels")
+class DotProductScore(nn.Module):
+    fused: bool = True  # F.scaled_dot_product_attention computes exactly this score
+
+    def __init__(self, n_heads: int, head_dim: int):
+        super().__init__()
+        self.scale = 1 / math.sqrt(head_dim)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``q`` (B, H, Tq, hd), ``k`` (B, H, Tk, hd) -> scores (B, H, Tq, Tk)."""
+        return q @ k.transpose(-2, -1) * self.scale
+
+
+@ATTENTION_SCORES.register("additive", "additive score v.tanh(W_q q + W_k k) (Bahdanau et al. 2015), per head")
+class AdditiveScore(nn.Module):
+    """Memory grows as (B, H, Tq, Tk, head_dim): meant for comparisons at small sizes."""
+
+    fused: bool = False
+
+    def __init__(self, n_heads: int, head_dim: int):
+        super().__init__()
+        self.w_q = nn.Parameter(torch.randn(n_heads, head_dim, head_dim) / math.sqrt(head_dim))
+        self.w_k = nn.Parameter(torch.randn(n_heads, head_dim, head_dim) / math.sqrt(head_dim))
+        self.v = nn.Parameter(torch.randn(n_heads, head_dim) / math.sqrt(head_dim))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        q_proj = torch.einsum("bhqd,hde->bhqe", q, self.w_q)
+        k_proj = torch.einsum("bhkd,hde->bhke", k, self.w_k)
+        return torch.einsum("bhqke,he->bhqk", torch.tanh(q_proj[:, :, :, None] + k_proj[:, :, None]), self.v)
 
 
 def attention_mask(
@@ -75,6 +107,7 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         bias: bool = True,
         dropout: float = 0.0,
+        score: str = "dot",
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -94,6 +127,7 @@ class MultiHeadAttention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.score = ATTENTION_SCORES.get(score)(n_heads, self.head_dim)
 
     def _heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -147,7 +181,7 @@ class MultiHeadAttention(nn.Module):
         if not simple_causal:
             mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
             mask = with_bias(mask, score_bias, q.dtype)
-        if need_weights:
+        if need_weights or not self.score.fused:
             out, weights = self._math_attention(q, k, v, mask, causal=simple_causal, dropout_p=dropout_p)
         else:
             out = F.scaled_dot_product_attention(
@@ -161,10 +195,10 @@ class MultiHeadAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, causal: bool,
         dropout_p: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """softmax(QK^T / sqrt(d) + mask) V with plain matmuls; same result as the SDPA path."""
+        """softmax(score(Q, K) + mask) V with plain matmuls; for the dot score, the SDPA path's result."""
         groups = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        scores = self.score(q, k)
         if causal:
             mask = attention_mask(q.shape[2], k.shape[2], causal=True, key_padding_mask=None, device=q.device)
         if mask is not None:

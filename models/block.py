@@ -55,7 +55,8 @@ class TransformerBlock(nn.Module):
 
         def attention(cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
-                cfg.d_model, cfg.n_heads, n_kv_heads=cfg.n_kv_heads, cross=cross, bias=cfg.bias, dropout=cfg.dropout
+                cfg.d_model, cfg.n_heads, n_kv_heads=cfg.n_kv_heads, cross=cross, bias=cfg.bias, dropout=cfg.dropout,
+                score=cfg.attention_score,
             )
 
         self.self_attn = wrap(attention(cross=False))

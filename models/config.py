@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .registry import ACTIVATIONS, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, Registry
+from .registry import ACTIVATIONS, ATTENTION_SCORES, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, Registry
 
 
 #: config fields that select a variant by name, and the registry each name must be in
@@ -19,6 +19,7 @@ VARIANT_REGISTRIES: dict[str, Registry] = {
     "norm_placement": PLACEMENTS,
     "activation": ACTIVATIONS,
     "ffn": FFNS,
+    "attention_score": ATTENTION_SCORES,
     "pos_encoding": POSITIONAL,
 }
 
@@ -33,6 +34,7 @@ class ModelConfig(BaseModel):
     n_encoder_layers: int | None = Field(None, gt=0, description="encoder depth of encoder_decoder; default n_layers")
     n_decoder_layers: int | None = Field(None, gt=0, description="decoder depth of encoder_decoder; default n_layers")
     n_heads: int = Field(4, gt=0)
+    attention_score: str = Field("dot", description="attention score: dot (SDPA) or additive (Bahdanau)")
     n_kv_heads: int | None = Field(
         None, gt=0, description="key/value heads: n_heads = MHA (default), 1 = MQA, in between = GQA"
     )

@@ -61,5 +61,6 @@ ACTIVATIONS: Registry = Registry("activation")
 POSITIONAL: Registry = Registry("positional encoding")
 FAMILIES: Registry = Registry("model family")
 FFNS: Registry = Registry("feed-forward")
+ATTENTION_SCORES: Registry = Registry("attention score")
 
-ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL, FFNS)
+ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL, FFNS, ATTENTION_SCORES)
