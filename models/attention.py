@@ -21,6 +21,22 @@ from torch import nn
 
 from .position import PositionalEncoding
 from .registry import ATTENTION_SCORES
+from .sparse import attended_fraction, sparse_mask
+
+
+@dataclass(frozen=True)
+class SparsePattern:
+    """A fixed sparse attention pattern of Child et al. 2019 and its sizes (see ``models.sparse``)."""
+
+    name: str
+    window: int
+    stride: int
+    summary: int
+
+    def mask(self, q_len: int, k_len: int, *, device: torch.device) -> torch.Tensor | None:
+        return sparse_mask(
+            self.name, q_len, k_len, window=self.window, stride=self.stride, summary=self.summary, device=device
+        )
 
 
 @ATTENTION_SCORES.register("dot", "scaled dot product q.k / sqrt(d) (Vaswani et al. 2017); runs on fused SDPA kernels")
@@ -108,6 +124,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         score: str = "dot",
+        sparsity: SparsePattern | None = None,
     ):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -128,6 +145,9 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = ATTENTION_SCORES.get(score)(n_heads, self.head_dim)
+        self.sparsity = sparsity
+        #: share of (query, key) pairs the last forward could attend (set when a sparse pattern is used)
+        self.attended_fraction: float | None = None
 
     def _heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -176,10 +196,14 @@ class MultiHeadAttention(nn.Module):
             score_bias = positional.attention_bias(q_len, k_len, causal=causal, device=q.device)
 
         dropout_p = self.dropout if self.training else 0.0
-        simple_causal = causal and q_len == k_len and key_padding_mask is None and score_bias is None
+        sparse = self.sparsity.mask(q_len, k_len, device=q.device) if self.sparsity is not None else None
+        simple_causal = causal and q_len == k_len and key_padding_mask is None and score_bias is None and sparse is None
         mask = None
         if not simple_causal:
             mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+            if sparse is not None:
+                mask = sparse if mask is None else mask & sparse
+                self.attended_fraction = attended_fraction(mask.expand(-1, -1, q_len, k_len) if mask.dim() == 4 else mask)
             mask = with_bias(mask, score_bias, q.dtype)
         if need_weights or not self.score.fused:
             out, weights = self._math_attention(q, k, v, mask, causal=simple_causal, dropout_p=dropout_p)

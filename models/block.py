@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, SparsePattern
 from .config import ModelConfig
 from .mlp import build_ffn
 from .moe import MoEFeedForward
@@ -53,10 +53,13 @@ class TransformerBlock(nn.Module):
                 sublayer, cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, cfg.dropout, residual_scale=residual_scale
             )
 
+        # the sparse pattern restricts self-attention only; cross-attention sees the whole source
+        sparsity = SparsePattern(cfg.attention_pattern, cfg.attention_window, cfg.attention_stride, cfg.attention_summary)
+
         def attention(cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
                 cfg.d_model, cfg.n_heads, n_kv_heads=cfg.n_kv_heads, cross=cross, bias=cfg.bias, dropout=cfg.dropout,
-                score=cfg.attention_score,
+                score=cfg.attention_score, sparsity=None if cross else sparsity,
             )
 
         self.self_attn = wrap(attention(cross=False))

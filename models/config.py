@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .registry import ACTIVATIONS, ATTENTION_SCORES, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, Registry
+from .registry import ACTIVATIONS, ATTENTION_SCORES, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, SPARSITY, Registry
 
 
 #: config fields that select a variant by name, and the registry each name must be in
@@ -20,6 +20,7 @@ VARIANT_REGISTRIES: dict[str, Registry] = {
     "activation": ACTIVATIONS,
     "ffn": FFNS,
     "attention_score": ATTENTION_SCORES,
+    "attention_pattern": SPARSITY,
     "pos_encoding": POSITIONAL,
 }
 
@@ -35,6 +36,10 @@ class ModelConfig(BaseModel):
     n_decoder_layers: int | None = Field(None, gt=0, description="decoder depth of encoder_decoder; default n_layers")
     n_heads: int = Field(4, gt=0)
     attention_score: str = Field("dot", description="attention score: dot (SDPA) or additive (Bahdanau)")
+    attention_pattern: str = Field("dense", description="sparse self-attention pattern (Child et al. 2019)")
+    attention_window: int = Field(16, gt=0, description="window of the local pattern")
+    attention_stride: int = Field(8, gt=0, description="stride (block length) of the strided and fixed patterns")
+    attention_summary: int = Field(1, ge=0, description="summary positions per block of the fixed pattern")
     n_kv_heads: int | None = Field(
         None, gt=0, description="key/value heads: n_heads = MHA (default), 1 = MQA, in between = GQA"
     )
@@ -91,6 +96,11 @@ class ModelConfig(BaseModel):
             raise ValueError(
                 f"moe_top_k={self.moe_top_k} exceeds n_experts={self.n_experts}; "
                 "route each token to at most n_experts experts"
+            )
+        if self.attention_summary > self.attention_stride:
+            raise ValueError(
+                f"attention_summary={self.attention_summary} exceeds attention_stride={self.attention_stride}; "
+                "a block of the fixed pattern has only attention_stride positions"
             )
         head_dim = self.d_model // self.n_heads
         if self.pos_encoding == "rope" and head_dim % 2:

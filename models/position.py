@@ -166,5 +166,120 @@ class ALiBi(PositionalEncoding):
         return -self.slopes.to(device)[:, None, None] * distance
 
 
+
+
+def t5_relative_position_bucket(
+    relative_position: torch.Tensor, *, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
+    """T5's bucket of each ``relative_position = key_position - query_position`` (Raffel et al. 2020;
+    as ``T5Attention._relative_position_bucket`` in HF transformers).
+
+    Bidirectional: half the buckets for keys at or before the query, half (offset by
+    ``num_buckets // 2``) for keys after it. Unidirectional (causal): all buckets for the past, every
+    future distance in bucket 0. Within a half, the first ``max_exact = buckets // 2`` distances get
+    a bucket each, larger ones share logarithmically wider buckets up to ``max_distance``, beyond
+    which everything falls in the last bucket.
+    """
+    relative_position = relative_position.long()
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    # clamp keeps log() finite where the exact branch is taken anyway
+    log_ratio = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(max_distance / max_exact)
+    if_large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, if_large)
+
+
+@POSITIONAL.register(
+    "relative", "T5 relative position bias (Raffel et al. 2020): learned per-head bias of bucketed distance"
+)
+class T5RelativePositionBias(PositionalEncoding):
+    """Adds ``table[bucket(j - i), h]`` to the score of query i and key j in head h.
+
+    One ``(num_buckets, n_heads)`` table per model, shared by every layer (T5 computes it in the
+    first layer and reuses it). Bidirectional buckets when ``causal=False``, unidirectional when
+    ``causal=True``. Initialised N(0, ``init_std``) like the other learned embeddings.
+    """
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "T5RelativePositionBias":
+        return cls(cfg.n_heads)
+
+    def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02):
+        super().__init__()
+        self.n_heads = n_heads
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.weight = nn.Parameter(torch.zeros(num_buckets, n_heads))
+        nn.init.normal_(self.weight, std=init_std)
+
+    def buckets(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor:
+        """(q_len, k_len) bucket indices; queries are the last ``q_len`` of the ``k_len`` positions."""
+        query_positions = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+        relative = torch.arange(k_len, device=device)[None, :] - query_positions
+        return t5_relative_position_bucket(
+            relative, bidirectional=not causal, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )
+
+    def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor:
+        buckets = self.buckets(q_len, k_len, causal=causal, device=self.weight.device)
+        return self.weight[buckets].permute(2, 0, 1).to(device)  # (heads, q_len, k_len)
+
+
+def sincos_2d_table(grid_size: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """``(grid_size**2, dim)`` fixed 2D sine-cosine table of a square patch grid in row-major order
+    (MAE, He et al. 2022; Beyer et al. 2022): the first ``dim/2`` features are the 1D sinusoidal
+    encoding (``sinusoidal_table``, interleaved sin/cos) of the patch's row, the last ``dim/2`` that
+    of its column."""
+    if dim % 4:
+        raise ValueError(f"a 2D sine-cosine table needs dim divisible by 4, got {dim}")
+    axis = sinusoidal_table(grid_size, dim // 2, base)  # (grid, dim/2)
+    rows = axis[:, None, :].expand(grid_size, grid_size, dim // 2)
+    cols = axis[None, :, :].expand(grid_size, grid_size, dim // 2)
+    return torch.cat([rows, cols], dim=-1).reshape(grid_size * grid_size, dim)
+
+
+@POSITIONAL.register("sincos2d", "fixed 2D sine-cosine patch embeddings (MAE; Beyer et al. 2022), ViT only")
+class SinCos2DPositionalEncoding(PositionalEncoding):
+    """Row/column sine-cosine table of the ViT's patch grid; the CLS token (index 0) gets zeros."""
+
+    extrapolates = False  # defined for one grid only
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "SinCos2DPositionalEncoding":
+        if cfg.image_size is None:
+            raise ValueError("pos_encoding=sincos2d is for the vit family (it needs model.image_size)")
+        if cfg.d_model % 4:
+            raise ValueError(
+                f"pos_encoding=sincos2d needs d_model divisible by 4 (half for rows, half for columns, "
+                f"each sin/cos pairs), got d_model={cfg.d_model}"
+            )
+        return cls(cfg.image_size // cfg.patch_size, cfg.d_model)
+
+    def __init__(self, grid_size: int, dim: int):
+        super().__init__()
+        if dim % 4:
+            raise ValueError(f"pos_encoding=sincos2d needs d_model divisible by 4, got {dim}")
+        self.grid_size = grid_size
+        table = torch.cat([torch.zeros(1, dim), sincos_2d_table(grid_size, dim)])  # CLS first
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        expected = self.table.shape[0]
+        if offset != 0 or length != expected:
+            raise ValueError(
+                f"pos_encoding=sincos2d covers exactly the CLS token and the {self.grid_size}x{self.grid_size} "
+                f"patch grid ({expected} positions from 0), got length {length} at offset {offset}"
+            )
+        return self.table
+
+    embedding = forward
+
+
 def build_positional(cfg: ModelConfig, max_len: int) -> PositionalEncoding:
     return POSITIONAL.get(cfg.pos_encoding).from_config(cfg, max_len)

@@ -62,5 +62,6 @@ POSITIONAL: Registry = Registry("positional encoding")
 FAMILIES: Registry = Registry("model family")
 FFNS: Registry = Registry("feed-forward")
 ATTENTION_SCORES: Registry = Registry("attention score")
+SPARSITY: Registry = Registry("attention sparsity")
 
-ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL, FFNS, ATTENTION_SCORES)
+ALL_REGISTRIES = (FAMILIES, NORMS, PLACEMENTS, ACTIVATIONS, POSITIONAL, FFNS, ATTENTION_SCORES, SPARSITY)

@@ -17,6 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from models import ModelConfig, build_model, count_parameters
+from models.attention import MultiHeadAttention
 from models.moe import MoEFeedForward
 
 
@@ -145,8 +146,14 @@ class TaskModule(L.LightningModule, ABC):
             self.logger.log_metrics({k: float(v) for k, v in values.items()}, step=self.global_step)
 
     def result_extras(self) -> dict[str, Any]:
-        """Task-specific provenance stored with the result (e.g. the sacrebleu signature)."""
-        return {}
+        """Extra facts stored with the result: the share of attended (query, key) pairs under a
+        sparse attention pattern; tasks add their own (e.g. the sacrebleu signature)."""
+        fractions = [
+            m.attended_fraction
+            for m in self.model.modules()
+            if isinstance(m, MultiHeadAttention) and m.attended_fraction is not None
+        ]
+        return {"attended_fraction": round(sum(fractions) / len(fractions), 4)} if fractions else {}
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optimizer_config

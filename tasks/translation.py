@@ -137,7 +137,7 @@ class TranslationTask(TaskModule):
         self.references += [corpus.val.tgt_text[i] for i in index.tolist()]
 
     def result_extras(self) -> dict[str, Any]:
-        return {"bleu_signature": self.bleu_signature}
+        return {**super().result_extras(), "bleu_signature": self.bleu_signature}
 
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()

@@ -229,3 +229,36 @@ def test_additive_lm_learns_and_stays_causal():
     changed = idx.clone()
     changed[:, 5:] = (changed[:, 5:] + 1) % 20
     torch.testing.assert_close(model(changed)[:, :5], model(idx)[:, :5])
+
+
+@pytest.mark.parametrize("pattern, extra", [("local", {"window": 3}), ("strided", {"stride": 3}), ("fixed", {"stride": 3})])
+def test_sparse_attention_attends_exactly_the_pattern(pattern, extra):
+    from models.attention import SparsePattern
+    from models.sparse import sparse_mask
+
+    torch.manual_seed(11)
+    sizes = {"window": 4, "stride": 4, "summary": 1, **extra}
+    attn = MultiHeadAttention(32, 4, sparsity=SparsePattern(pattern, **sizes)).to(DT)
+    x = torch.randn(2, 9, 32, dtype=DT)
+    out, weights = attn(x, causal=True, need_weights=True)
+    allowed = sparse_mask(pattern, 9, 9, **sizes) & torch.ones(9, 9, dtype=torch.bool).tril()
+    assert torch.all(weights[..., ~allowed] == 0) and torch.all(weights[..., allowed] > 0)
+    torch.testing.assert_close(attn(x, causal=True), out)  # SDPA path with the same mask
+    assert attn.attended_fraction == pytest.approx(allowed.float().mean().item())
+    dense = MultiHeadAttention(32, 4).to(DT)
+    dense.load_state_dict(attn.state_dict())
+    assert not torch.allclose(dense(x, causal=True), out)  # the pattern really removes pairs
+
+
+def test_sparse_lm_kv_cache_and_config_checks():
+    torch.manual_seed(12)
+    model = build_model({"family": "decoder_lm", "vocab_size": 30, "d_model": 32, "n_layers": 2, "n_heads": 4,
+                         "attention_pattern": "strided", "attention_stride": 3, "pos_encoding": "rope"}).to(DT).eval()
+    idx = torch.randint(0, 30, (2, 9))
+    caches = model.new_caches()
+    steps = [model(idx[:, :2], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(2, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(idx))
+    with pytest.raises(pydantic.ValidationError, match="attention_summary=5 exceeds attention_stride=4"):
+        ModelConfig(attention_pattern="fixed", attention_stride=4, attention_summary=5)
+    with pytest.raises(pydantic.ValidationError, match="unknown attention sparsity 'diagonal'"):
+        ModelConfig(attention_pattern="diagonal")
