@@ -82,9 +82,10 @@ class RunConfig(BaseModel):
                 f"({', '.join(f'{k}={decided[k]!r}' for k in clashes)}); remove it from the config"
             )
         try:
-            self.resolved_model()
+            model = self.resolved_model()
         except ValidationError as exc:  # e.g. the task's image_size and model.patch_size disagree
             raise ValueError("; ".join(describe_validation_error(exc, prefix="model."))) from None
+        self.task.check_model(model)
         return self
 
     def resolved_model(self) -> ModelConfig:

@@ -69,6 +69,9 @@ class TaskConfig(BaseModel, ABC):
     def model_overrides(self) -> dict[str, Any]:
         """The ``model:`` fields this task decides (family and data-dependent sizes)."""
 
+    def check_model(self, model: ModelConfig) -> None:
+        """Raise ValueError (naming the keys) if this task cannot run with ``model``."""
+
     @abstractmethod
     def build(
         self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
 from models import ModelConfig
+from models.registry import POSITIONAL
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
@@ -38,6 +39,9 @@ class LMTaskConfig(TaskConfig):
 
     name: Literal["lm"] = "lm"
     seq_len: int = Field(64, gt=1, description="training context length")
+    eval_seq_len: int | None = Field(
+        None, gt=1, description="validation context length; longer than seq_len tests length extrapolation"
+    )
     n_train_tokens: int = Field(400_000, gt=0)
     n_val_tokens: int = Field(16_384, gt=0)
     n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
@@ -45,6 +49,15 @@ class LMTaskConfig(TaskConfig):
 
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "vocab_size": len(agreement_vocab()), "max_seq_len": self.seq_len}
+
+    def check_model(self, model: ModelConfig) -> None:
+        if self.eval_seq_len and self.eval_seq_len > self.seq_len and not POSITIONAL.get(model.pos_encoding).extrapolates:
+            usable = [e.name for e in POSITIONAL if e.target.extrapolates]
+            raise ValueError(
+                f"task.eval_seq_len={self.eval_seq_len} exceeds task.seq_len={self.seq_len}, but "
+                f"model.pos_encoding={model.pos_encoding} cannot extrapolate beyond its training length; "
+                f"use one of: {', '.join(usable)}"
+            )
 
     def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
         return LMTask(model, optimizer, max_steps), AgreementDataModule(self, batch_size)
@@ -75,7 +88,7 @@ class AgreementDataModule(TaskDataModule):
         )
         # each row holds seq_len inputs and, shifted by one, seq_len targets
         self.train_rows = _blocks(self.corpus.train, self.cfg.seq_len + 1)
-        self.val_rows = _blocks(self.corpus.val, self.cfg.seq_len + 1)
+        self.val_rows = _blocks(self.corpus.val, (self.cfg.eval_seq_len or self.cfg.seq_len) + 1)
         corpus = self.corpus
         self.probes = TensorDataset(
             *(torch.from_numpy(a) for a in (corpus.probes, corpus.probe_position, corpus.probe_correct, corpus.probe_wrong))

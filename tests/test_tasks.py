@@ -53,3 +53,23 @@ def test_bad_moe_or_ffn_config_names_the_key(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         build_run_config({}, overrides)
+
+
+def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates():
+    overrides = {"task": "lm", "task.seq_len": 16, "task.eval_seq_len": 48, "task.n_train_tokens": 4000,
+                 "task.n_val_tokens": 2000, "task.n_probes": 8, "model.d_model": 32, "model.n_layers": 1,
+                 "model.n_heads": 2, "model.pos_encoding": "alibi"}
+    _, module, (train_rows,) = build(overrides)
+    run = build_run_config({}, overrides)
+    _, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
+    datamodule.setup("fit")
+    assert train_rows.shape[1] == 17
+    val_rows = next(iter(datamodule.val_dataloader()[0]))[0]
+    assert val_rows.shape[1] == 49  # three times the training context
+    module.validation_step((val_rows,), 0, dataloader_idx=0)
+    assert torch.isfinite(module.val_loss.compute())
+
+    from blockbench.config import ConfigError
+
+    with pytest.raises(ConfigError, match="model.pos_encoding=learned cannot extrapolate"):
+        build_run_config({}, {**overrides, "model.pos_encoding": "learned"})
