@@ -21,12 +21,6 @@ DT = torch.float64
 TOL = dict(rtol=1e-10, atol=1e-12)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def n_params(m: nn.Module) -> int:

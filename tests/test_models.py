@@ -38,14 +38,6 @@ TOL = dict(rtol=1e-10, atol=1e-10)
 # --------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The models are tiny: one intra-op thread is faster and keeps the runtime stable when
-    other processes share the two cores (two spinning threads then slow down by 10x or more)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny(family: str, **overrides) -> dict:
