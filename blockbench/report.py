@@ -100,6 +100,10 @@ def write_report(matrix_dir: Path) -> str:
         lines += [f"## {task}: {task_cfg.description}", ""]
         header = ["variant"] + [f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in metrics]
         header += ["seeds", "steps", "wall time (s)", "parameters", f"throughput ({task_cfg.throughput_unit}/s)"]
+        # sparse attention cells record the share of (query, key) pairs they attend
+        sparse = any("attended_fraction" in r for g in task_groups for r in g.ok)
+        if sparse:
+            header.append("attended pairs")
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for group in task_groups:
             if not group.ok:
@@ -118,11 +122,13 @@ def write_report(matrix_dir: Path) -> str:
                 f"{group.ok[0]['parameters']:,}",
                 f"{statistics.fmean(group.values('throughput')):,.0f}",
             ]
+            if sparse:
+                row.append(f"{group.ok[0].get('attended_fraction', 1.0):.3f}")
             lines.append("| " + " | ".join(row) + " |")
         baselines = next((g.ok[0]["baselines"] for g in task_groups if g.ok), {})
         if baselines:
             cells = [fmt(baselines[m.name]) if m.name in baselines else "" for m in metrics]
-            lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * 5)
+            lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * (len(header) - 1 - len(metrics)))
         lines += ["", f"Trivial baseline: {task_cfg.baseline_description}", ""]
 
     failures = [(g, r) for g in groups for r in g.results if r["status"] != "ok"]

@@ -167,3 +167,21 @@ def test_every_shipped_matrix_is_valid(matrix_file):
     matrix, cells = load_matrix(matrix_file)
     assert matrix.name == matrix_file.stem
     assert len({c.key for c in cells}) == len(cells)  # every cell has its own results folder
+
+
+def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
+    from blockbench.report import write_report
+    from blockbench.train import write_json
+
+    matrix_dir = tmp_path / "m"
+    base = {"status": "ok", "task": "vit", "metrics": {"accuracy": 0.5, "loss": 1.0}, "baselines": {"accuracy": 0.2},
+            "steps": 10, "wall_time_s": 1.0, "parameters": 100, "throughput": 50.0, "throughput_unit": "images/s"}
+    for index, (variant, extra) in enumerate([("attention_pattern=dense", {}),
+                                              ("attention_pattern=local", {"attended_fraction": 0.25})]):
+        cell = matrix_dir / "cells" / "vit" / variant / "seed0"
+        write_json(cell / "cell.json", {"index": index, "task": "vit", "variant": variant, "seed": 0, "axes": {}})
+        write_json(cell / "result.json", {**base, "seed": 0, **extra})
+    summary = write_report(matrix_dir)
+    assert "attended pairs |" in summary
+    assert "| attention_pattern=local | 0.500 ± 0.000 | 1.000 ± 0.000 | 1 | 10 | 1.0 | 100 | 50 | 0.250 |" in summary
+    assert "| attention_pattern=dense |" in summary and "| 50 | 1.000 |" in summary
