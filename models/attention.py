@@ -146,8 +146,19 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = ATTENTION_SCORES.get(score)(n_heads, self.head_dim)
         self.sparsity = sparsity
-        #: share of (query, key) pairs the last forward could attend (set when a sparse pattern is used)
-        self.attended_fraction: float | None = None
+        self._sparse_shape: tuple[int, int, bool] | None = None  # (q_len, k_len, causal) of the last sparse forward
+
+    @property
+    def attended_fraction(self) -> float | None:
+        """Share of (query, key) pairs the sparse pattern (with the causal mask, without padding)
+        let the last forward attend; None without a sparse pattern. Computed on demand, not per step."""
+        if self._sparse_shape is None:
+            return None
+        q_len, k_len, causal = self._sparse_shape
+        mask = self.sparsity.mask(q_len, k_len, device=torch.device("cpu"))
+        if causal:
+            mask &= attention_mask(q_len, k_len, causal=True, key_padding_mask=None, device=mask.device)
+        return attended_fraction(mask)
 
     def _heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -203,7 +214,7 @@ class MultiHeadAttention(nn.Module):
             mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
             if sparse is not None:
                 mask = sparse if mask is None else mask & sparse
-                self.attended_fraction = attended_fraction(mask.expand(-1, -1, q_len, k_len) if mask.dim() == 4 else mask)
+                self._sparse_shape = (q_len, k_len, causal)
             mask = with_bias(mask, score_bias, q.dtype)
         if need_weights or not self.score.fused:
             out, weights = self._math_attention(q, k, v, mask, causal=simple_causal, dropout_p=dropout_p)

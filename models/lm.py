@@ -33,10 +33,7 @@ class DecoderLM(nn.Module):
         """``idx``: (B, T) token ids -> logits (B, T, vocab). ``padding_mask`` True marks padding.
         With ``caches`` (from ``new_caches``), ``idx`` holds only the tokens after the cached ones."""
         offset = caches[0].self_attn.length if caches else 0
-        x = self.tok_emb(idx)
-        table = self.positions.embedding(idx.shape[1], offset)
-        if table is not None:
-            x = x + table
+        x = self.positions.add_to(self.tok_emb(idx), offset)
         x = self.stack(self.drop(x), caches=caches, padding_mask=padding_mask, positional=self.positions)
         return self.lm_head(x)
 

@@ -38,6 +38,11 @@ class PositionalEncoding(nn.Module):
     def embedding(self, length: int, offset: int = 0) -> torch.Tensor | None:
         return None
 
+    def add_to(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x`` (B, T, D) plus this encoding's table for positions ``offset .. offset + T - 1``, if it has one."""
+        table = self.embedding(x.shape[1], offset)
+        return x if table is None else x + table
+
     def rotate(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """``q``, ``k``: (B, heads, T, head_dim) at positions ``offset .. offset + T - 1``."""
         return q, k

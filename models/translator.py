@@ -33,8 +33,7 @@ class EncoderDecoder(nn.Module):
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         x = self.tok_emb(tokens) * self.cfg.d_model**0.5
-        table = self.positions.embedding(tokens.shape[1], offset)
-        return self.drop(x if table is None else x + table)
+        return self.drop(self.positions.add_to(x, offset))
 
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.encoder(self._embed(src), padding_mask=src_padding_mask, positional=self.positions)

@@ -43,6 +43,5 @@ class VisionTransformer(nn.Module):
         """``images``: (B, C, H, W) -> class logits (B, n_classes)."""
         x = self.patch_embed(images)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        table = self.positions.embedding(x.shape[1])
-        x = self.stack(self.drop(x if table is None else x + table), positional=self.positions)
+        x = self.stack(self.drop(self.positions.add_to(x)), positional=self.positions)
         return self.head(x[:, 0])

@@ -100,6 +100,7 @@ class TaskModule(L.LightningModule, ABC):
         self.optimizer_config = optimizer
         self.max_steps = max_steps
         self.model = build_model(model)
+        self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoEFeedForward)]  # not submodules
         #: global step of the most recent validation run (the runner reads final metrics from it)
         self.last_validated_step = -1
 
@@ -114,19 +115,18 @@ class TaskModule(L.LightningModule, ABC):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)
         self.log("train/loss", loss, prog_bar=True)
-        moe_layers = [m for m in self.model.modules() if isinstance(m, MoEFeedForward)]
-        if moe_layers:
+        if self.moe_layers:
             cfg = self.model_config
-            aux = torch.stack([m.aux_loss for m in moe_layers]).mean()
-            z = torch.stack([m.z_loss for m in moe_layers]).mean()
+            aux = torch.stack([m.aux_loss for m in self.moe_layers]).mean()
+            z = torch.stack([m.z_loss for m in self.moe_layers]).mean()
             loss = loss + cfg.moe_aux_loss_weight * aux + cfg.moe_z_loss_weight * z
             self.log_dict({"moe/aux_loss": aux, "moe/z_loss": z})
-            self._log_expert_load(moe_layers)  # Lightning writes it every trainer.log_every_n_steps
+            self._log_expert_load()  # Lightning writes it every trainer.log_every_n_steps
         return loss
 
-    def _log_expert_load(self, moe_layers: list[MoEFeedForward]) -> None:
+    def _log_expert_load(self) -> None:
         """Per-layer, per-expert share of the routed tokens, and the assignments dropped over capacity."""
-        for i, layer in enumerate(moe_layers):
+        for i, layer in enumerate(self.moe_layers):
             for j, share in enumerate(layer.tokens_per_expert.tolist()):
                 self.log(f"moe/layer{i}/expert{j}_token_share", share)
             self.log(f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens))

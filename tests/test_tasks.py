@@ -20,7 +20,7 @@ def build(overrides):
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
     datamodule.setup("fit")
     module.log = module.log_dict = lambda *args, **kwargs: None  # no Trainer attached
-    return run, module, next(iter(datamodule.train_dataloader()))
+    return datamodule, module, next(iter(datamodule.train_dataloader()))
 
 
 def test_dense_training_step_is_the_task_loss():
@@ -29,7 +29,7 @@ def test_dense_training_step_is_the_task_loss():
 
 
 def test_moe_auxiliary_losses_join_the_training_loss():
-    run, module, (images, labels) = build({**TINY_VIT, "model.n_experts": 4, "model.moe_top_k": 1,
+    _, module, (images, labels) = build({**TINY_VIT, "model.n_experts": 4, "model.moe_top_k": 1,
                                            "model.moe_aux_loss_weight": 0.5, "model.moe_z_loss_weight": 0.25})
     torch.manual_seed(0)
     loss = module.training_step((images, labels), 0)
@@ -59,10 +59,7 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates():
     overrides = {"task": "lm", "task.seq_len": 16, "task.eval_seq_len": 48, "task.n_train_tokens": 4000,
                  "task.n_val_tokens": 2000, "task.n_probes": 8, "model.d_model": 32, "model.n_layers": 1,
                  "model.n_heads": 2, "model.pos_encoding": "alibi"}
-    _, module, (train_rows,) = build(overrides)
-    run = build_run_config({}, overrides)
-    _, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
-    datamodule.setup("fit")
+    datamodule, module, (train_rows,) = build(overrides)
     assert train_rows.shape[1] == 17
     val_rows = next(iter(datamodule.val_dataloader()[0]))[0]
     assert val_rows.shape[1] == 49  # three times the training context
