@@ -17,11 +17,11 @@ def _train(args: argparse.Namespace) -> int:
     config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
     raw = load_yaml(config_file) if config_file else {}
     run = build_run_config(raw, parse_overrides(sources), source=config_file or "overrides")
-    out = Path(args.out or Path(args.results_dir) / "train" / run.task.name / f"seed{run.seed}")
+    out = Path(args.out or Path(args.results_dir) / "train" / run.task.display_name / f"seed{run.seed}")
     tb_dir = Path(args.tb_dir or Path(args.results_dir) / "train" / "tb")
     try:
         result = train(
-            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.name, tb_version=args.tb_version or f"seed{run.seed}"
+            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name, tb_version=args.tb_version or f"seed{run.seed}"
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         write_json(out / RESULT_FILE, failure_record(run, error))
@@ -48,7 +48,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from models import ALL_REGISTRIES
-    from tasks import TASK_CONFIGS
+    from tasks import TASK_CONFIGS, TASK_PRESETS
 
     for registry in ALL_REGISTRIES:
         print(f"{registry.kind}:")
@@ -57,6 +57,9 @@ def _list(args: argparse.Namespace) -> int:
     print("task:")
     for name, cfg in TASK_CONFIGS.items():
         print(f"  {name:<18} {cfg.description}")
+    print("task preset:")
+    for name, preset in TASK_PRESETS.items():
+        print(f"  {name:<18} {preset.task['name']}: {preset.description}")
     return 0
 
 

@@ -18,12 +18,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from models import ModelConfig
-from tasks import TASK_CONFIGS, OptimizerConfig
+from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
 from tasks.lm import LMTaskConfig
-from tasks.translation import TranslationTaskConfig
-from tasks.vision import VisionTaskConfig
 
-TaskSection = Annotated[Union[LMTaskConfig, TranslationTaskConfig, VisionTaskConfig], Field(discriminator="name")]
+TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]
 
 
 class ConfigError(ValueError):
@@ -61,18 +59,30 @@ class RunConfig(BaseModel):
     @field_validator("task", mode="before")
     @classmethod
     def _task_by_name(cls, value: Any) -> Any:
-        """``task: vit`` is short for ``task: {name: vit}``; an unknown or missing name lists the tasks."""
+        """``task: vit`` is short for ``task: {name: vit}``; a preset name (``task: wikitext103``)
+        expands to the preset's settings, refined by any other keys given; an unknown or missing
+        name lists the tasks and presets."""
         if isinstance(value, str):
             value = {"name": value}
         if isinstance(value, dict):
             name = value.get("name")
-            if name not in TASK_CONFIGS:
+            if name in TASK_PRESETS:
+                value = deep_merge({**TASK_PRESETS[name].task, "label": name}, {k: v for k, v in value.items() if k != "name"})
+            elif name not in TASK_CONFIGS:
                 problem = "task.name is missing" if name is None else f"unknown task '{name}'"
-                raise ValueError(f"{problem}; choose one of: {', '.join(TASK_CONFIGS)}")
+                raise ValueError(
+                    f"{problem}; choose a task ({', '.join(TASK_CONFIGS)}) or a preset ({', '.join(TASK_PRESETS)})"
+                )
         return value
 
     @model_validator(mode="after")
     def _model_fits_task(self) -> "RunConfig":
+        data_decided = [k for k in self.task.data_decided_fields if k in self.model.model_fields_set]
+        if data_decided:
+            raise ValueError(
+                f"{', '.join(f'model.{k}' for k in data_decided)}: decided by task '{self.task.name}' "
+                "when its data is prepared; remove it from the config"
+            )
         decided = self.task.model_overrides()
         clashes = [k for k in sorted(decided) if k in self.model.model_fields_set and getattr(self.model, k) != decided[k]]
         if clashes:
@@ -140,6 +150,17 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> list[
             message = f"{message} (got {problem.get('input')!r})"
         lines.append(f"{key}: {message}" if key else message)
     return lines
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``update`` merged in, section by section (``update`` wins)."""
+    merged = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:

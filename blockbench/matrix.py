@@ -82,7 +82,7 @@ def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
             label = ", ".join(f"{k}={v}" for k, v in axes.items())
             problems += [f"{path} [cell {label}]: {line}" for line in str(exc).splitlines()]
             continue
-        cells.append(Cell(index, run, run.task.name, variant_label(axes), run.seed, axes))
+        cells.append(Cell(index, run, run.task.display_name, variant_label(axes), run.seed, axes))
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
@@ -105,8 +105,8 @@ def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
     """Train one cell in a subprocess; return its result record (a failure record if it died)."""
     cell_dir = cell.directory(matrix_dir)
     (cell_dir / RESULT_FILE).unlink(missing_ok=True)
-    write_json(cell_dir / CELL_FILE, {"index": cell.index, "task": cell.task, "variant": cell.variant,
-                                      "seed": cell.seed, "axes": cell.axes})
+    write_json(cell_dir / CELL_FILE, {"index": cell.index, "task": cell.task, "task_name": cell.run.task.name,
+                                      "variant": cell.variant, "seed": cell.seed, "axes": cell.axes})
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
     command = [
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),

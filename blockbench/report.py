@@ -27,7 +27,8 @@ from .train import RESULT_FILE, write_atomic
 class Group:
     """The cells of one task x variant (one per seed)."""
 
-    task: str
+    task: str  # the row label (a preset name, or the task name)
+    task_name: str  # the task kind, a key of TASK_CONFIGS
     variant: str
     index: int
     results: list[dict[str, Any]] = field(default_factory=list)
@@ -62,7 +63,10 @@ def load_groups(matrix_dir: Path) -> list[Group]:
             continue  # not run yet (an interrupted matrix)
         cell = json.loads(cell_file.read_text())
         result = json.loads(result_file.read_text())
-        group = groups.setdefault((cell["task"], cell["variant"]), Group(cell["task"], cell["variant"], cell["index"]))
+        group = groups.setdefault(
+            (cell["task"], cell["variant"]),
+            Group(cell["task"], cell.get("task_name", cell["task"]), cell["variant"], cell["index"]),
+        )
         group.index = min(group.index, cell["index"])
         group.results.append(result)
     return sorted(groups.values(), key=lambda g: g.index)
@@ -95,7 +99,7 @@ def write_report(matrix_dir: Path) -> str:
     lines.append("")
     csv_rows = []
     for task, task_groups in by_task.items():
-        task_cfg = TASK_CONFIGS[task]
+        task_cfg = TASK_CONFIGS[task_groups[0].task_name]
         metrics = task_cfg.metrics
         lines += [f"## {task}: {task_cfg.description}", ""]
         header = ["variant"] + [f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in metrics]

@@ -110,6 +110,12 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Keep batch rows ``indices`` (in that order, repeats allowed): beam search follows each new
+        beam's parent. Reorders nothing before the first step has filled the cache."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
+
 
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with a fused QKV projection for self-attention."""

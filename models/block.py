@@ -41,6 +41,11 @@ class LayerCache:
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=KVCache)
 
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Keep batch rows ``indices`` of both caches (see ``KVCache.reorder``)."""
+        self.self_attn.reorder(indices)
+        self.cross_attn.reorder(indices)
+
 
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, *, causal: bool, cross_attention: bool = False, residual_scale: float = 1.0):

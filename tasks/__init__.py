@@ -1,10 +1,12 @@
 """Benchmark tasks: one LightningModule + LightningDataModule per task, each with its metrics.
 
-``TASK_CONFIGS`` is the registry of tasks by ``task.name``.
+``TASK_CONFIGS`` is the registry of tasks by ``task.name``; ``TASK_PRESETS`` names ready-made
+real-data settings (``task: wikitext103``), see ``tasks.presets``.
 """
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .lm import LMTaskConfig
+from .presets import TASK_PRESETS
 from .translation import TranslationTaskConfig
 from .vision import VisionTaskConfig
 
@@ -12,4 +14,4 @@ TASK_CONFIGS: dict[str, type[TaskConfig]] = {
     cfg.model_fields["name"].default: cfg for cfg in (LMTaskConfig, TranslationTaskConfig, VisionTaskConfig)
 }
 
-__all__ = ["TASK_CONFIGS", "Metric", "OptimizerConfig", "TaskConfig", "TaskDataModule", "TaskModule"]
+__all__ = ["TASK_CONFIGS", "TASK_PRESETS", "Metric", "OptimizerConfig", "TaskConfig", "TaskDataModule", "TaskModule"]

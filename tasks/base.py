@@ -63,7 +63,18 @@ class TaskConfig(BaseModel, ABC):
     #: what the trivial baseline next to the metrics is
     baseline_description: ClassVar[str]
 
-    data_seed: int = Field(1234, description="seed of the generated data; fixed across training seeds")
+    #: ``model:`` fields known only once the data is prepared (e.g. the vocabulary after compaction);
+    #: ``build`` fills them in (see ``with_data_fields``) and a config must not set them
+    data_decided_fields: ClassVar[tuple[str, ...]] = ()
+
+    label: str | None = Field(
+        None, description="row name in summaries and results folders; default: the preset or task name"
+    )
+    data_seed: int = Field(1234, description="seed of the generated data (or of a held-out split); fixed across training seeds")
+
+    @property
+    def display_name(self) -> str:
+        return self.label or self.name
 
     @abstractmethod
     def model_overrides(self) -> dict[str, Any]:
@@ -77,6 +88,11 @@ class TaskConfig(BaseModel, ABC):
         self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int
     ) -> tuple["TaskModule", "TaskDataModule"]:
         """The LightningModule and LightningDataModule of one run."""
+
+
+def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:
+    """``model`` completed with fields decided by the prepared data (validated again)."""
+    return ModelConfig.model_validate({**model.model_dump(exclude_unset=True), **fields})
 
 
 class TaskDataModule(L.LightningDataModule, ABC):

@@ -47,7 +47,7 @@ def test_errors_name_the_key():
         "model.norm_placment=pre": "model.norm_placment: unknown key",
         "trainer.max_steps=many": "trainer.max_steps",
         "model.norm=batchnorm": "choose one of: layernorm, rmsnorm",
-        "task=chess": "unknown task 'chess'; choose one of: lm, translation, vit",
+        "task=chess": "unknown task 'chess'; choose a task (lm, translation, vit",
         "task=vit model.patch_size=5": "patch_size=5 does not divide image_size=32",
         "model.vocab_size=10": "model.vocab_size=10: decided by task 'lm'",
     }
