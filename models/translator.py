@@ -127,14 +127,14 @@ class EncoderDecoder(nn.Module):
         if src_padding_mask is not None:
             src_padding_mask = src_padding_mask.repeat_interleave(beam_size, dim=0)
         caches = self.decoder.new_caches()
-        score_dtype = torch.promote_types(memory.dtype, torch.float32)
+        score_dtype = torch.promote_types(memory.dtype, torch.float32)  # sums of log-probs: never below float32
         neg_inf = float("-inf")
 
         alive_tokens = torch.full((batch, beam_size, 1), bos_id, dtype=torch.long, device=device)  # BOS first
         # the beams start identical: only the first is expanded, or step 1 would pick the same token beam_size times
         alive_scores = torch.full((batch, beam_size), neg_inf, dtype=score_dtype, device=device)
         alive_scores[:, 0] = 0.0
-        # each sentence's pool, best first; -inf marks an empty slot
+        # each sentence's finished hypotheses, best first; score -inf = empty slot (probability-0 ones never count)
         finished_tokens = torch.full((batch, beam_size, max_len), eos_id, dtype=torch.long, device=device)
         finished_scores = torch.full((batch, beam_size), neg_inf, dtype=score_dtype, device=device)
         first_row = torch.arange(batch, device=device)[:, None] * beam_size  # flat row of each sentence's beam 0
@@ -153,7 +153,7 @@ class EncoderDecoder(nn.Module):
             top_sequences = torch.cat([parents, top_tokens[:, :, None]], dim=2)  # (B, n_candidates, step + 1)
 
             ends = top_tokens == eos_id
-            finishing = ends & top_scores.isfinite() & ~done[:, None]
+            finishing = ends & ~done[:, None]
             finishing[:, beam_size:] = False  # an EOS ranked below beam_size does not finish (fairseq, HF)
             new_scores = (top_scores / gnmt_length_penalty(step, length_penalty)).masked_fill(~finishing, neg_inf)
             new_tokens = F.pad(top_sequences[:, :, 1:], (0, max_len - step), value=eos_id)
@@ -171,6 +171,6 @@ class EncoderDecoder(nn.Module):
         none_finished = finished_scores[:, 0].isneginf()
         if none_finished.any():  # then no early stop: the beams hold max_len tokens, all equally penalised
             best = torch.where(none_finished[:, None], alive_tokens[:, 0, 1:], best)
-        is_eos = best == eos_id
-        lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, max_len)
-        return best[:, : int(lengths.max()) if batch else 0]
+        is_eos = (best == eos_id).long()
+        in_hypothesis = is_eos.cumsum(dim=1) - is_eos == 0  # up to and including the first EOS
+        return best[:, : int(in_hypothesis.any(dim=0).sum())]  # the longest hypothesis

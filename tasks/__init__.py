@@ -6,12 +6,14 @@ real-data settings (``task: wikitext103``), see ``tasks.presets``.
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .lm import LMTaskConfig
+from .lm_text import TextLMTaskConfig
 from .presets import TASK_PRESETS
 from .translation import TranslationTaskConfig
+from .translation_text import TextTranslationTaskConfig
 from .vision import VisionTaskConfig
 
 TASK_CONFIGS: dict[str, type[TaskConfig]] = {
-    cfg.model_fields["name"].default: cfg for cfg in (LMTaskConfig, TranslationTaskConfig, VisionTaskConfig)
+    cfg.model_fields["name"].default: cfg for cfg in (LMTaskConfig, TranslationTaskConfig, VisionTaskConfig, TextLMTaskConfig, TextTranslationTaskConfig)
 }
 
 __all__ = ["TASK_CONFIGS", "TASK_PRESETS", "Metric", "OptimizerConfig", "TaskConfig", "TaskDataModule", "TaskModule"]

@@ -1,13 +1,19 @@
 """Translation between two generated languages (``task.name: translation``).
 
 The encoder-decoder is trained with teacher forcing and label smoothing and evaluated by greedy
-decoding. Metrics: corpus BLEU with sacrebleu (its signature is recorded) and exact match.
-Baseline: the BLEU and exact match of copying the source sentence as the translation.
+decoding (or beam search: ``task.beam_size``). Metrics: corpus BLEU with sacrebleu (its
+signature is recorded) and exact match. Baseline: the BLEU and exact match of copying the
+source sentence as the translation.
+
+``TranslationTask`` (the LightningModule) also serves the real-data task
+(``tasks.translation_text``): a datamodule provides ``special_ids``, ``hypothesis_text`` and
+``reference_text``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from abc import abstractmethod
+from typing import Any, Literal, NamedTuple
 
 from sacrebleu.metrics import BLEU
 import torch
@@ -40,7 +46,22 @@ def exact_match(hypotheses: list[str], references: list[str]) -> float:
     return sum(h == r for h, r in zip(hypotheses, references, strict=True)) / max(1, len(references))
 
 
-class TranslationTaskConfig(TaskConfig):
+class SpecialIds(NamedTuple):
+    pad: int
+    bos: int
+    eos: int
+
+
+class DecodingConfig(TaskConfig):
+    """Evaluation decoding shared by the translation tasks: greedy (beam 1) or beam search."""
+
+    beam_size: int = Field(1, ge=1, description="1: greedy decoding; more: beam search")
+    length_penalty: float = Field(
+        0.6, ge=0, description="beam search: GNMT length penalty exponent (0: raw log-probability)"
+    )
+
+
+class TranslationTaskConfig(DecodingConfig):
     family = "encoder_decoder"
     throughput_unit = "target tokens"
     description = "encoder-decoder translation between two generated languages with reordering and agreement"
@@ -65,11 +86,27 @@ class TranslationTaskConfig(TaskConfig):
         return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}
 
     def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
-        task = TranslationTask(model, optimizer, max_steps, label_smoothing=self.label_smoothing, max_len=self.max_len)
+        task = TranslationTask(
+            model, optimizer, max_steps, label_smoothing=self.label_smoothing, max_len=self.max_len,
+            special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID), beam_size=self.beam_size, length_penalty=self.length_penalty,
+        )
         return task, ParallelDataModule(self, batch_size)
 
 
-class ParallelDataModule(TaskDataModule):
+class TranslationDataModule(TaskDataModule):
+    """What ``TranslationTask`` needs from its data: batches ``(src, tgt, index)`` padded with
+    ``special_ids.pad`` (tgt starts with BOS and ends with EOS) and the texts for BLEU."""
+
+    @abstractmethod
+    def hypothesis_text(self, ids: list[int]) -> str:
+        """Detokenized text of decoded ids (up to the first EOS)."""
+
+    @abstractmethod
+    def reference_text(self, index: int) -> str:
+        """The reference translation of validation pair ``index``."""
+
+
+class ParallelDataModule(TranslationDataModule):
     def __init__(self, cfg: TranslationTaskConfig, batch_size: int):
         super().__init__(batch_size)
         self.cfg = cfg
@@ -94,6 +131,12 @@ class ParallelDataModule(TaskDataModule):
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._dataset("val"), batch_size=self.batch_size)
 
+    def hypothesis_text(self, ids: list[int]) -> str:
+        return self.corpus.decode(ids)
+
+    def reference_text(self, index: int) -> str:
+        return self.corpus.val.tgt_text[index]
+
     def baselines(self) -> dict[str, float]:
         assert self.corpus is not None, "call setup() first"
         val = self.corpus.val
@@ -104,22 +147,46 @@ class ParallelDataModule(TaskDataModule):
 
 
 class TranslationTask(TaskModule):
-    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, label_smoothing: float, max_len: int):
+    def __init__(
+        self,
+        model: ModelConfig,
+        optimizer: OptimizerConfig,
+        max_steps: int,
+        *,
+        label_smoothing: float,
+        max_len: int,
+        special_ids: SpecialIds,
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
+    ):
         super().__init__(model, optimizer, max_steps)
         self.label_smoothing = label_smoothing
         self.max_len = max_len
+        self.ids = special_ids
+        self.beam_size = beam_size
+        self.length_penalty = length_penalty
         self.val_loss = MeanMetric()
         self.hypotheses: list[str] = []
         self.bleu_signature = ""
         self.references: list[str] = []
 
     def items_in_batch(self, batch: Any) -> int:
-        return int((batch[1][:, 1:] != PAD_ID).sum())
+        return int((batch[1][:, 1:] != self.ids.pad).sum())
 
     def _loss(self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-        logits = self.model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)
+        logits = self.model(src, tgt[:, :-1], src_padding_mask=src == self.ids.pad)
         return F.cross_entropy(
-            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD_ID, label_smoothing=label_smoothing
+            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.ids.pad, label_smoothing=label_smoothing
+        )
+
+    def translate(self, src: torch.Tensor) -> torch.Tensor:
+        """Decoded target ids (no BOS; EOS-padded after the first EOS): greedy or beam search."""
+        ids, mask = self.ids, src == self.ids.pad
+        if self.beam_size == 1:
+            return self.model.greedy_decode(src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, src_padding_mask=mask)
+        return self.model.beam_search(
+            src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, beam_size=self.beam_size,
+            length_penalty=self.length_penalty, src_padding_mask=mask,
         )
 
     def training_loss(self, batch: Any) -> torch.Tensor:
@@ -128,13 +195,11 @@ class TranslationTask(TaskModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         src, tgt, index = batch
-        self.val_loss.update(self._loss(src, tgt, 0.0), weight=(tgt[:, 1:] != PAD_ID).sum())
-        decoded = self.model.greedy_decode(
-            src, bos_id=BOS_ID, eos_id=EOS_ID, max_len=self.max_len, src_padding_mask=src == PAD_ID
-        )
-        corpus = self.trainer.datamodule.corpus
-        self.hypotheses += [corpus.decode(row) for row in decoded.tolist()]
-        self.references += [corpus.val.tgt_text[i] for i in index.tolist()]
+        self.val_loss.update(self._loss(src, tgt, 0.0), weight=(tgt[:, 1:] != self.ids.pad).sum())
+        data: TranslationDataModule = self.trainer.datamodule
+        for row in self.translate(src).tolist():
+            self.hypotheses.append(data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row))
+        self.references += [data.reference_text(i) for i in index.tolist()]
 
     def result_extras(self) -> dict[str, Any]:
         return {**super().result_extras(), "bleu_signature": self.bleu_signature}

@@ -48,6 +48,34 @@ def forbid_token(model: EncoderDecoder, token: int) -> EncoderDecoder:
     return model
 
 
+def bigram_translator(tables: list[dict[int, dict[int, float]]], vocab_size: int = 5) -> EncoderDecoder:
+    """A hand-built translator: the source's first token i picks ``tables[i]``, and the next token
+    depends only on the previous one, with the given probabilities (the rest of a row spread evenly;
+    rows not given: uniform). The real encoder and decoder still run, so the KV caches are filled
+    and reordered as usual; the decoder's logits are replaced."""
+    log_tables = torch.full((len(tables), vocab_size, vocab_size), 1.0 / vocab_size)
+    for i, next_token_probs in enumerate(tables):
+        for previous, probs in next_token_probs.items():
+            log_tables[i, previous] = (1.0 - sum(probs.values())) / (vocab_size - len(probs))
+            for token, p in probs.items():
+                log_tables[i, previous, token] = p
+    log_tables = log_tables.log()
+    model = random_translator(seed=0, vocab_size=vocab_size)
+    encode, decode = model.encode, model.decode
+
+    def encode_marking_table(src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        memory = encode(src, src_padding_mask).clone()
+        memory[:, 0, 0] = src[:, 0]  # carried to every beam of the sentence with the memory
+        return memory
+
+    def decode_bigram(tgt: torch.Tensor, memory: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        decode(tgt, memory, *args, **kwargs)
+        return log_tables[memory[:, :1, 0].long(), tgt]
+
+    model.encode, model.decode = encode_marking_table, decode_bigram
+    return model
+
+
 def hypothesis_lengths(hyps: torch.Tensor) -> torch.Tensor:
     """Tokens up to and including the first EOS, or all of them for a row without EOS."""
     is_eos = hyps == EOS
@@ -89,6 +117,39 @@ def test_one_beam_equals_greedy(length_penalty):
         early_stops += greedy.shape[1] < 10
     # both ways a row can end are exercised, and a batch that stops before max_len
     assert finished_rows and unfinished_rows and early_stops, (finished_rows, unfinished_rows, early_stops)
+
+
+A, B = 3, 4  # two ordinary tokens of the 5-token bigram models (0 is the third; BOS = 1, EOS = 2)
+A_FOREVER = {BOS: {A: 0.9}, A: {A: 0.9}}
+
+
+@pytest.mark.parametrize(
+    "tables, beam_size, length_penalty, max_len, want",
+    [
+        # EOS is always the runner-up: with one beam an EOS ranked below the beam does not finish
+        ([{BOS: {A: 0.6, EOS: 0.3}, A: {A: 0.6, EOS: 0.3}}], 1, 0.6, 6, [[A] * 6]),
+        # one beam stops at greedy's EOS (log 0.5 = -0.69), although A B EOS would score
+        # log(0.45 * 0.99 * 0.99) / (8/6)**2 = -0.46 under the penalty, and although the other
+        # sentence keeps the search going
+        ([{BOS: {EOS: 0.5, A: 0.45}, A: {B: 0.99}, B: {EOS: 0.99}}, A_FOREVER], 1, 2.0, 3, [[EOS, EOS, EOS], [A] * 3]),
+        # a finished hypothesis is not extended: EOS (-0.99) and A EOS (log 0.3 / (7/6)**2 = -0.88)
+        # finish; EOS EOS EOS (log(0.37 * 0.99 * 0.99) / (8/6)**2 = -0.57) must not be a candidate
+        ([{BOS: {EOS: 0.37, A: 0.6}, A: {EOS: 0.5}, EOS: {EOS: 0.99}}], 2, 2.0, 3, [[A, EOS]]),
+        # 2 * beam_size candidates: EOS (-1.27) finishes at rank 1 and the rank-2 token B still gets
+        # a beam; B EOS (log(0.26 * 0.99) / (7/6)**2 = -1.00) wins
+        ([{BOS: {A: 0.45, EOS: 0.28, B: 0.26}, B: {EOS: 0.99}}], 2, 2.0, 3, [[B, EOS]]),
+    ],
+    ids=["eos-runner-up", "one-beam-stops-at-eos", "finished-not-extended", "two-k-candidates"],
+)
+def test_hand_built_bigram_models(tables, beam_size, length_penalty, max_len, want):
+    model = bigram_translator(tables)
+    src = torch.tensor([[i, A, B, A] for i in range(len(tables))])
+    mask = torch.arange(4)[None, :] >= torch.tensor([4, 3][: len(tables)])[:, None]  # row 1 padded
+    kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=max_len, src_padding_mask=mask)
+    got = model.beam_search(src, beam_size=beam_size, length_penalty=length_penalty, **kwargs)
+    assert got.tolist() == want
+    if beam_size == 1:
+        assert torch.equal(got, model.greedy_decode(src, **kwargs))
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6, 2.0])

@@ -1,0 +1,167 @@
+"""Language modelling on real text (``task.name: lm_text``): a hub dataset or local files.
+
+The text is tokenized with tiktoken (``task.tokenizer``), cached, concatenated and cut into
+blocks of ``seq_len + 1`` tokens (inputs and next-token targets). Metrics: validation loss,
+perplexity and bits per byte (loss per UTF-8 byte of the targets, which, unlike perplexity, does
+not depend on the tokenizer). Baseline: an add-one unigram model of the training tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch.utils.data import DataLoader, Dataset
+from torchmetrics import SumMetric
+
+from models import ModelConfig
+
+from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule, with_data_fields
+from .data.text import TextData
+from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
+
+
+class TextLMTaskConfig(TaskConfig):
+    family = "decoder_lm"
+    throughput_unit = "tokens"
+    description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
+    baseline_description = "an add-one unigram model of the training tokens, scored on the validation tokens"
+    metrics = (
+        Metric(name="perplexity", higher_is_better=False, description="validation perplexity (per token)"),
+        Metric(name="bits_per_byte", higher_is_better=False, description="validation loss in bits per UTF-8 byte"),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)"),
+    )
+    data_decided_fields = ("vocab_size",)
+
+    name: Literal["lm_text"] = "lm_text"
+    data: TextData
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    seq_len: int = Field(256, gt=1, description="training and validation context length")
+    max_val_tokens: int | None = Field(
+        1_000_000, gt=0, description="validate on at most this many held-out tokens (null: all of them)"
+    )
+
+    def model_overrides(self) -> dict[str, Any]:
+        return {"family": self.family, "max_seq_len": self.seq_len}
+
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+        datamodule = TextLMDataModule(self, batch_size)
+        datamodule.prepare_data()
+        datamodule.setup()
+        model = with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size)
+        return TextLMTask(model, optimizer, max_steps, bytes_per_token=datamodule.tokenizer.bytes_per_token()), datamodule
+
+
+class TokenBlocks(Dataset):
+    """Consecutive blocks of ``length + 1`` tokens of a stream (the last token of a block starts the next)."""
+
+    def __init__(self, stream: np.ndarray, length: int):
+        self.stream, self.length = stream, length
+        self.n_blocks = (len(stream) - 1) // length
+
+    def __len__(self) -> int:
+        return self.n_blocks
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        start = i * self.length
+        return torch.from_numpy(self.stream[start : start + self.length + 1].astype(np.int64))
+
+
+class TextLMDataModule(TaskDataModule):
+    def __init__(self, cfg: TextLMTaskConfig, batch_size: int):
+        super().__init__(batch_size)
+        self.cfg = cfg
+        self.tokenizer: Tokenizer | None = None
+        #: per split: whether its tokens came from the cache (set by prepare_data)
+        self.cache_hits: dict[str, bool] = {}
+
+    def _streams(self) -> dict[str, np.ndarray]:
+        """The encoding's token ids of every split (tokenized once, then from the cache)."""
+        data, tokenizer = self.cfg.data, self.cfg.tokenizer
+        streams = {}
+        for split in data.splits:
+            streams[split], self.cache_hits[split] = tokenized_documents(
+                "lm-tokens", data.describe(split), data.documents(split), tokenizer.encoding,
+                end_of_document=data.end_of_document,
+            )
+        return streams
+
+    def prepare_data(self) -> None:
+        self._streams()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        data, seq_len = self.cfg.data, self.cfg.seq_len
+        streams = self._streams()
+        train = streams[data.train_split]
+        if data.val_split:
+            val = streams[data.val_split]
+        else:  # hold out the end of the training text, as nanoGPT does for Shakespeare
+            cut = int(len(train) * (1 - data.val_fraction))
+            train, val = train[:cut], train[cut:]
+        if self.cfg.max_val_tokens:
+            val = val[: self.cfg.max_val_tokens + 1]
+        for split, stream in (("training", train), ("validation", val)):
+            if len(stream) <= seq_len:
+                raise ValueError(
+                    f"the {split} text has {len(stream)} tokens, fewer than one block of task.seq_len={seq_len} + 1; "
+                    "use more text or a shorter task.seq_len"
+                )
+        self.tokenizer = Tokenizer.for_training_tokens(self.cfg.tokenizer.encoding, self.cfg.tokenizer.compact_vocab, [train])
+        self.train_tokens = self.tokenizer.compact(train) if self.tokenizer.original_ids is not None else train
+        self.val_tokens = self.tokenizer.compact(val)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TokenBlocks(self.train_tokens, self.cfg.seq_len), batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(TokenBlocks(self.val_tokens, self.cfg.seq_len), batch_size=self.batch_size)
+
+    def baselines(self) -> dict[str, float]:
+        assert self.tokenizer is not None, "call setup() first"
+        blocks = TokenBlocks(self.val_tokens, self.cfg.seq_len)
+        targets = np.asarray(self.val_tokens[1 : blocks.n_blocks * self.cfg.seq_len + 1], dtype=np.int64)
+        loss = unigram_cross_entropy(np.asarray(self.train_tokens, dtype=np.int64), targets, self.tokenizer.vocab_size)
+        n_bytes = int(self.tokenizer.bytes_per_token()[targets].sum())
+        return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bits_per_byte(loss * len(targets), n_bytes)}
+
+
+def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of predicting ``rows[:, 1:]`` from ``rows[:, :-1]``."""
+    logits = model(rows[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten(), reduction=reduction)
+
+
+class TextLMTask(TaskModule):
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, bytes_per_token: np.ndarray):
+        super().__init__(model, optimizer, max_steps)
+        self.register_buffer("bytes_per_token", torch.from_numpy(bytes_per_token), persistent=False)
+        # sums, reduced over all processes: the metrics cover the whole validation set
+        self.val_nats = SumMetric()
+        self.val_targets = SumMetric()
+        self.val_bytes = SumMetric()
+
+    def items_in_batch(self, batch: torch.Tensor) -> int:
+        return batch[:, 1:].numel()
+
+    def training_loss(self, batch: torch.Tensor) -> torch.Tensor:
+        return next_token_loss(self.model, batch)
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        targets = batch[:, 1:]
+        self.val_nats.update(next_token_loss(self.model, batch, reduction="sum"))
+        self.val_targets.update(targets.numel())
+        self.val_bytes.update(self.bytes_per_token[targets].sum())
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        nats, n_targets, n_bytes = (m.compute() for m in (self.val_nats, self.val_targets, self.val_bytes))
+        loss = nats / n_targets
+        self.log_validation({"loss": loss, "perplexity": loss.exp(), "bits_per_byte": nats / math.log(2) / n_bytes})
+        for metric in (self.val_nats, self.val_targets, self.val_bytes):
+            metric.reset()

@@ -1,0 +1,199 @@
+"""Translation on real parallel corpora (``task.name: translation_text``).
+
+Sentence pairs come from a HF hub dataset or local files (``tasks.data.text.ParallelData``) and
+share one tiktoken vocabulary for source and target (``task.tokenizer``, optionally compacted).
+Training pairs longer than ``max_len`` tokens (BOS/EOS included) on either side are dropped;
+validation pairs are all kept (sources truncated to ``max_len``), and BLEU compares the
+detokenized output with the untouched reference text. Batches group pairs of similar length.
+The LightningModule is the same ``TranslationTask`` as the embedded task's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+
+from models import ModelConfig
+
+from .base import Metric, OptimizerConfig, with_data_fields
+from .data.text import ParallelData
+from .data.tokenizer import Tokenizer, TokenizerConfig, tokenized_pairs
+from .translation import DecodingConfig, SpecialIds, TranslationDataModule, TranslationTask, corpus_bleu
+
+
+class TextTranslationTaskConfig(DecodingConfig):
+    family = "encoder_decoder"
+    throughput_unit = "target tokens"
+    description = "encoder-decoder translation of real parallel text (HF hub dataset or local files), shared tiktoken BPE"
+    baseline_description = "copying the source sentence as its translation"
+    metrics = (
+        Metric(name="bleu", higher_is_better=True, description="corpus BLEU (sacrebleu) of the detokenized output"),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)"),
+    )
+    data_decided_fields = ("vocab_size",)
+
+    name: Literal["translation_text"] = "translation_text"
+    data: ParallelData
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    max_len: int = Field(128, ge=3, description="tokens per sentence, BOS/EOS included; longer training pairs are dropped")
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    max_val_pairs: int | None = Field(None, gt=0, description="decode at most this many validation pairs (null: all)")
+    beam_size: int = Field(4, ge=1, description="1: greedy decoding; more: beam search")
+
+    def model_overrides(self) -> dict[str, Any]:
+        return {"family": self.family, "max_seq_len": self.max_len}
+
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+        datamodule = TextTranslationDataModule(self, batch_size)
+        datamodule.prepare_data()
+        datamodule.setup()
+        task = TranslationTask(
+            with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size), optimizer, max_steps,
+            label_smoothing=self.label_smoothing, max_len=self.max_len, special_ids=datamodule.special_ids,
+            beam_size=self.beam_size, length_penalty=self.length_penalty,
+        )
+        return task, datamodule
+
+
+class TokenizedPairs(Dataset):
+    """Sentence pairs as flat id arrays with offsets; item i is (source + EOS, BOS + target + EOS, i),
+    each side cut to ``max_len`` tokens."""
+
+    def __init__(self, src: np.ndarray, src_offsets: np.ndarray, tgt: np.ndarray, tgt_offsets: np.ndarray,
+                 ids: SpecialIds, max_len: int, rows: np.ndarray | None = None):
+        self.src, self.src_offsets, self.tgt, self.tgt_offsets = src, src_offsets, tgt, tgt_offsets
+        self.ids, self.max_len = ids, max_len
+        self.rows = np.arange(len(src_offsets) - 1) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def lengths(self) -> np.ndarray:
+        """Padded length of each item (the longer side), for grouping batches."""
+        src = np.diff(self.src_offsets)[self.rows] + 1
+        tgt = np.diff(self.tgt_offsets)[self.rows] + 2
+        return np.minimum(np.maximum(src, tgt), self.max_len)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        row = int(self.rows[i])
+        src = self.src[self.src_offsets[row] : self.src_offsets[row + 1]][: self.max_len - 1]
+        tgt = self.tgt[self.tgt_offsets[row] : self.tgt_offsets[row + 1]][: self.max_len - 2]
+        source = torch.tensor([*src, self.ids.eos])
+        target = torch.tensor([self.ids.bos, *tgt, self.ids.eos])
+        return source, target, row
+
+
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Batches of similar length (the bucketing of fairseq and torchtext): indices drawn from
+    ``sampler`` are pooled ``pool_batches`` batches at a time, sorted by length within a pool and
+    cut into batches, whose order is then shuffled. Less padding, same randomness across pools.
+    (Takes a ``sampler`` so that Lightning can swap in a distributed one.)"""
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool, lengths: np.ndarray, pool_batches: int = 50):
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self.lengths, self.pool_batches = lengths, pool_batches
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        pool_size = self.batch_size * self.pool_batches
+        pool: list[int] = []
+        for index in self.sampler:
+            pool.append(index)
+            if len(pool) == pool_size:
+                yield from self._batches(pool)
+                pool = []
+        if pool:
+            yield from self._batches(pool)
+
+    def _batches(self, pool: list[int]) -> Iterator[list[int]]:
+        ordered = sorted(pool, key=lambda i: self.lengths[i])
+        batches = [ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)]
+        if self.drop_last and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        for b in torch.randperm(len(batches)).tolist():
+            yield batches[b]
+
+
+class TextTranslationDataModule(TranslationDataModule):
+    def __init__(self, cfg: TextTranslationTaskConfig, batch_size: int):
+        super().__init__(batch_size)
+        self.cfg = cfg
+        self.tokenizer: Tokenizer | None = None
+        self.cache_hits: dict[str, bool] = {}
+
+    def _tokenized(self) -> dict[str, tuple[dict[str, np.ndarray], dict[str, list[str]]]]:
+        data, encoding = self.cfg.data, self.cfg.tokenizer.encoding
+        splits = {}
+        for split in data.splits:
+            arrays, texts, self.cache_hits[split] = tokenized_pairs(
+                "translation-tokens", data.describe(split), data.pairs(split), encoding, keep_texts=split == data.val_split
+            )
+            splits[split] = arrays, texts
+        return splits
+
+    def prepare_data(self) -> None:
+        self._tokenized()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        cfg = self.cfg
+        splits = self._tokenized()
+        train, _ = splits[cfg.data.train_split]
+        val, self.val_texts = splits[cfg.data.val_split]
+        self.tokenizer = Tokenizer.for_training_tokens(cfg.tokenizer.encoding, cfg.tokenizer.compact_vocab, [train["src"], train["tgt"]])
+        tok = self.tokenizer
+        self.special_ids = SpecialIds(pad=tok.pad_id, bos=tok.eot_id, eos=tok.eot_id)  # GPT-style: end-of-text opens and closes
+
+        # training: every training id is in the vocabulary, so compaction keeps the offsets
+        train_set = TokenizedPairs(tok.compact(train["src"]), train["src_offsets"], tok.compact(train["tgt"]),
+                                   train["tgt_offsets"], self.special_ids, cfg.max_len)
+        fits = (np.diff(train["src_offsets"]) + 1 <= cfg.max_len) & (np.diff(train["tgt_offsets"]) + 2 <= cfg.max_len)
+        self.n_train_dropped = int((~fits).sum())
+        if not fits.any():
+            raise ValueError(f"no training pair fits task.max_len={cfg.max_len} tokens; raise task.max_len")
+        train_set.rows = np.flatnonzero(fits)
+        self.train_set = train_set
+
+        # validation: held-out ids may fall back to bytes, so compact sentence by sentence
+        n_val = min(len(val["src_offsets"]) - 1, cfg.max_val_pairs or len(val["src_offsets"]))
+        sides = {}
+        for side in ("src", "tgt"):
+            rows = [tok.compact(val[side][val[f"{side}_offsets"][i] : val[f"{side}_offsets"][i + 1]]) for i in range(n_val)]
+            sides[side] = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+            sides[f"{side}_offsets"] = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+        val_set = TokenizedPairs(sides["src"], sides["src_offsets"], sides["tgt"], sides["tgt_offsets"], self.special_ids, cfg.max_len)
+        val_set.rows = np.argsort(val_set.lengths(), kind="stable")  # similar lengths decode together
+        self.val_set = val_set
+        self.val_texts = {k: v[:n_val] for k, v in self.val_texts.items()}
+
+    def _collate(self, items: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pad = self.special_ids.pad
+        sources, targets, rows = zip(*items)
+        src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=pad)
+        tgt = torch.nn.utils.rnn.pad_sequence(targets, batch_first=True, padding_value=pad)
+        return src, tgt, torch.tensor(rows)
+
+    def train_dataloader(self) -> DataLoader:
+        batches = LengthGroupedBatchSampler(RandomSampler(self.train_set), self.batch_size, True, self.train_set.lengths())
+        return DataLoader(self.train_set, batch_sampler=batches, collate_fn=self._collate)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=self._collate)
+
+    def hypothesis_text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def reference_text(self, index: int) -> str:
+        return self.val_texts["target"][index]
+
+    def baselines(self) -> dict[str, float]:
+        return {"bleu": corpus_bleu(self.val_texts["source"], self.val_texts["target"])[0]}
