@@ -85,7 +85,7 @@ class TextLMDataModule(TaskDataModule):
         streams = {}
         for split in data.splits:
             streams[split], self.cache_hits[split] = tokenized_documents(
-                "lm-tokens", data.describe(split), data.documents(split), tokenizer.encoding,
+                "lm-tokens", data.describe(split), lambda split=split: data.documents(split), tokenizer.encoding,
                 end_of_document=data.end_of_document,
             )
         return streams
@@ -104,8 +104,6 @@ class TextLMDataModule(TaskDataModule):
         else:  # hold out the end of the training text, as nanoGPT does for Shakespeare
             cut = int(len(train) * (1 - data.val_fraction))
             train, val = train[:cut], train[cut:]
-        if self.cfg.max_val_tokens:
-            val = val[: self.cfg.max_val_tokens + 1]
         for split, stream in (("training", train), ("validation", val)):
             if len(stream) <= seq_len:
                 raise ValueError(
@@ -114,7 +112,7 @@ class TextLMDataModule(TaskDataModule):
                 )
         self.tokenizer = Tokenizer.for_training_tokens(self.cfg.tokenizer.encoding, self.cfg.tokenizer.compact_vocab, [train])
         self.train_tokens = self.tokenizer.compact(train) if self.tokenizer.original_ids is not None else train
-        self.val_tokens = self.tokenizer.compact(val)
+        self.val_tokens = self.tokenizer.compact(val)[: (self.cfg.max_val_tokens or len(val)) + 1]
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(TokenBlocks(self.train_tokens, self.cfg.seq_len), batch_size=self.batch_size, shuffle=True, drop_last=True)

@@ -134,7 +134,7 @@ class TextTranslationDataModule(TranslationDataModule):
         splits = {}
         for split in data.splits:
             arrays, texts, self.cache_hits[split] = tokenized_pairs(
-                "translation-tokens", data.describe(split), data.pairs(split), encoding, keep_texts=split == data.val_split
+                "translation-tokens", data.describe(split), lambda split=split: data.pairs(split), encoding, keep_texts=split == data.val_split
             )
             splits[split] = arrays, texts
         return splits

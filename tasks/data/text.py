@@ -65,19 +65,21 @@ class TextData(BaseModel):
             return {"file": file_fingerprint(_existing(self.files[split], f"task.data.files.{split}")), **fields}
         return {"hf_path": self.hf_path, "hf_name": self.hf_name, "split": split, **fields}
 
-    def documents(self, split: str) -> Iterator[str]:
-        """The text of ``split``, one document (or, for a .txt file, one chunk of it) at a time."""
+    def documents(self, split: str) -> Iterator[tuple[str, bool]]:
+        """The text of ``split`` as ``(text, ends_a_document)`` pieces: one per record; a .txt file
+        is one document, read in pieces that end at line ends."""
         if self.hf_path:
-            yield from (record[self.text_field] for record in _hub_records(self.hf_path, self.hf_name, split, [self.text_field]))
+            for record in _hub_records(self.hf_path, self.hf_name, split, [self.text_field]):
+                yield record[self.text_field], True
             return
         path = _existing(self.files[split], f"task.data.files.{split}")
         suffix = _suffix(path, TEXT_SUFFIXES)
         if suffix == ".txt":
             yield from _txt_chunks(path)
         elif suffix == ".jsonl":
-            yield from (_field(record, self.text_field, path, line) for line, record in _jsonl_records(path))
+            yield from ((_field(record, self.text_field, path, line), True) for line, record in _jsonl_records(path))
         else:
-            yield from _parquet_column(path, self.text_field)
+            yield from ((text, True) for text in _parquet_column(path, self.text_field))
 
 
 class ParallelFiles(BaseModel):
@@ -201,13 +203,13 @@ def _lines(path: Path) -> list[str]:
     return _read_text(path).splitlines()
 
 
-def _txt_chunks(path: Path) -> Iterator[str]:
+def _txt_chunks(path: Path) -> Iterator[tuple[str, bool]]:
     text = _read_text(path)
     start = 0
     while start < len(text):
         end = text.find("\n", start + TXT_CHUNK_CHARS)
         end = len(text) if end < 0 else end + 1
-        yield text[start:end]
+        yield text[start:end], end == len(text)
         start = end
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from functools import cache
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -152,8 +152,13 @@ def bits_per_byte(nats_sum: float, n_bytes: int) -> float:
 # ---------------------------------------------------------------- cached token streams
 
 
-def tokenized_documents(kind: str, description: dict, documents: Iterable[str], encoding_name: str, *, end_of_document: bool) -> tuple[np.ndarray, bool]:
-    """One token stream (the encoding's ids, uint32) of ``documents``, cached under ``description``.
+def tokenized_documents(
+    kind: str, description: dict, documents: Callable[[], Iterable[tuple[str, bool]]], encoding_name: str, *,
+    end_of_document: bool,
+) -> tuple[np.ndarray, bool]:
+    """One token stream (the encoding's ids, uint32) of the ``(text, ends_a_document)`` pieces that
+    ``documents()`` reads, with the end-of-text token after each document if ``end_of_document``;
+    cached under ``description`` (``documents`` is not called on a cache hit).
 
     Returns the stream (memory-mapped) and whether it came from the cache.
     """
@@ -161,9 +166,9 @@ def tokenized_documents(kind: str, description: dict, documents: Iterable[str], 
     def prepare(folder: Path) -> None:
         encoding = load_encoding(encoding_name)
         chunks = []
-        for batch in _batched(documents, 1024):  # encode_ordinary_batch tokenizes on several threads
-            for ids in encoding.encode_ordinary_batch(batch):
-                chunks.append(np.array(ids + [encoding.eot_token] if end_of_document else ids, dtype=np.uint32))
+        for batch in _batched(documents(), 1024):  # encode_ordinary_batch tokenizes on several threads
+            for ids, (_, ends) in zip(encoding.encode_ordinary_batch([text for text, _ in batch]), batch):
+                chunks.append(np.array(ids + [encoding.eot_token] if ends and end_of_document else ids, dtype=np.uint32))
         if sum(len(c) for c in chunks) == 0:
             raise DataError(f"{description}: no tokens (the text is empty)")
         np.save(folder / "tokens.npy", np.concatenate(chunks))
@@ -172,7 +177,7 @@ def tokenized_documents(kind: str, description: dict, documents: Iterable[str], 
     return np.load(folder / "tokens.npy", mmap_mode="r"), hit
 
 
-def _batched(items: Iterable[str], size: int) -> Iterable[list[str]]:
+def _batched(items: Iterable, size: int) -> Iterable[list]:
     batch = []
     for item in items:
         batch.append(item)
@@ -184,10 +189,10 @@ def _batched(items: Iterable[str], size: int) -> Iterable[list[str]]:
 
 
 def tokenized_pairs(
-    kind: str, description: dict, pairs: Iterable[tuple[str, str]], encoding_name: str, *, keep_texts: bool
+    kind: str, description: dict, pairs: Callable[[], Iterable[tuple[str, str]]], encoding_name: str, *, keep_texts: bool
 ) -> tuple[dict[str, np.ndarray], dict[str, list[str]], bool]:
-    """Tokenized sentence pairs, cached: flat uint32 ids and offsets per side (and the raw texts if
-    ``keep_texts``, for references and baselines).
+    """Tokenized sentence pairs that ``pairs()`` reads, cached: flat uint32 ids and offsets per side
+    (and the raw texts if ``keep_texts``, for references and baselines).
 
     Returns ``(arrays, texts, hit)``; ``arrays`` has ``src``, ``src_offsets``, ``tgt``,
     ``tgt_offsets`` (row i is ``src[src_offsets[i]:src_offsets[i + 1]]``); ``texts`` has
@@ -198,7 +203,7 @@ def tokenized_pairs(
     def prepare(folder: Path) -> None:
         encoding = load_encoding(encoding_name)
         sources, targets = [], []
-        for src, tgt in pairs:
+        for src, tgt in pairs():
             sources.append(src)
             targets.append(tgt)
         if not sources:

