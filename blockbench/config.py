@@ -19,9 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models import ModelConfig
 from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
+from tasks.image import IMAGE_SOURCES
 from tasks.lm import LMTaskConfig
 
 TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]
+
+
+#: (section, tag) pairs of the config's tagged unions: the task by name, an image task's data by source
+UNION_TAGS = {("task", name) for name in TASK_CONFIGS} | {("data", source) for source in IMAGE_SOURCES}
 
 
 class ConfigError(ValueError):
@@ -77,7 +82,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _model_fits_task(self) -> "RunConfig":
-        data_decided = [k for k in self.task.data_decided_fields if k in self.model.model_fields_set]
+        data_decided = [k for k in self.task.data_decided_fields if getattr(self.model, k) is not None]
         if data_decided:
             raise ValueError(
                 f"{', '.join(f'model.{k}' for k in data_decided)}: decided by task '{self.task.name}' "
@@ -138,10 +143,9 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> list[
     """One line per problem: ``model.n_heads: Input should be greater than 0``."""
     lines = []
     for problem in error.errors():
-        # drop the discriminator tag pydantic inserts into the path ("task.lm.seq_len")
+        # drop the discriminator tags pydantic inserts into the path ("task.lm.seq_len", "task.data.npz.path")
         loc = [str(p) for p in problem["loc"]]
-        if len(loc) >= 2 and loc[0] == "task" and loc[1] in TASK_CONFIGS:
-            loc.pop(1)
+        loc = [part for i, part in enumerate(loc) if not (i and (loc[i - 1], part) in UNION_TAGS)]
         key = ".".join(filter(None, [prefix.rstrip("."), *loc]))
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":

@@ -77,7 +77,9 @@ def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
     for index, values in enumerate(itertools.product(*matrix.axes.values())):
         axes = dict(zip(matrix.axes, values))
         try:
-            run = build_run_config(base, {**matrix.overrides, **axes})
+            # whole sections first ("task: wikitext103"), so that deeper keys ("task.seq_len") refine them
+            settings = dict(sorted({**matrix.overrides, **axes}.items(), key=lambda item: item[0].count(".")))
+            run = build_run_config(base, settings)
         except ConfigError as exc:
             label = ", ".join(f"{k}={v}" for k, v in axes.items())
             problems += [f"{path} [cell {label}]: {line}" for line in str(exc).splitlines()]

@@ -5,6 +5,7 @@ real-data settings (``task: wikitext103``), see ``tasks.presets``.
 """
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .image import ImageTaskConfig
 from .lm import LMTaskConfig
 from .lm_text import TextLMTaskConfig
 from .presets import TASK_PRESETS
@@ -13,7 +14,13 @@ from .translation_text import TextTranslationTaskConfig
 from .vision import VisionTaskConfig
 
 TASK_CONFIGS: dict[str, type[TaskConfig]] = {
-    cfg.model_fields["name"].default: cfg for cfg in (LMTaskConfig, TranslationTaskConfig, VisionTaskConfig, TextLMTaskConfig, TextTranslationTaskConfig)
+    cfg.model_fields["name"].default: cfg
+    for cfg in (
+        # embedded: generated from a seed, no download
+        LMTaskConfig, TranslationTaskConfig, VisionTaskConfig,
+        # real data: HF hub datasets or local files
+        TextLMTaskConfig, TextTranslationTaskConfig, ImageTaskConfig,
+    )
 }
 
 __all__ = ["TASK_CONFIGS", "TASK_PRESETS", "Metric", "OptimizerConfig", "TaskConfig", "TaskDataModule", "TaskModule"]

@@ -305,3 +305,27 @@ def test_a_source_needs_exactly_one_of_hub_or_files():
         build_run_config({}, {"task": {"name": "lm_text", "data": {}}})
     with pytest.raises(ConfigError, match="files has no entry for split\\(s\\) validation"):
         build_run_config({}, {"task": {"name": "lm_text", "data": {"files": {"train": "a.txt"}}}})
+
+
+@pytest.mark.parametrize("preset, record", [
+    ("wikitext103", {"text": " = Valkyria Chronicles = \n"}),
+    ("tinystories", {"text": "Once upon a time."}),
+    ("multi30k_de_en", {"de": "Ein Hund läuft.", "en": "A dog runs."}),
+    ("wmt14_de_en", {"translation": {"de": "Ein Hund läuft.", "en": "A dog runs."}}),
+])
+def test_text_presets_read_their_hub_layout(preset, record, monkeypatch):
+    """The presets' hub datasets are read offline through a stand-in with each dataset's record layout."""
+    import datasets
+
+    run = build_run_config({}, {"task": preset})
+    assert run.task.display_name == preset
+    calls = []
+
+    def fake_hub(path, name=None, split=None):
+        calls.append((path, name, split))
+        return datasets.Dataset.from_list([record] * 3)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    data = run.task.data
+    read = list(data.pairs(data.val_split)) if run.task.name == "translation_text" else list(data.documents(data.val_split))
+    assert len(read) == 3 and calls == [(data.hf_path, data.hf_name, data.val_split)]

