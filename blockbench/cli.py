@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from tasks.data import DataError
+
 from .config import ConfigError, build_run_config, load_yaml, parse_overrides
 
 
@@ -53,13 +55,13 @@ def _list(args: argparse.Namespace) -> int:
     for registry in ALL_REGISTRIES:
         print(f"{registry.kind}:")
         for entry in registry:
-            print(f"  {entry.name:<18} {entry.description}")
+            print(f"  {entry.name:<22} {entry.description}")
     print("task:")
     for name, cfg in TASK_CONFIGS.items():
-        print(f"  {name:<18} {cfg.description}")
+        print(f"  {name:<22} {cfg.description}")
     print("task preset:")
     for name, preset in TASK_PRESETS.items():
-        print(f"  {name:<18} {preset.task['name']}: {preset.description}")
+        print(f"  {name:<22} {preset.task['name']}: {preset.description}")
     return 0
 
 
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as error:
         print(f"blockbench: config error:\n{error}", file=sys.stderr)
+        return 2
+    except DataError as error:
+        print(f"blockbench: data error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("blockbench: interrupted", file=sys.stderr)

@@ -97,6 +97,7 @@ def train(run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_versi
         "metrics": metrics,
         "primary_metric": task_cfg.metrics[0].name,
         "baselines": datamodule.baselines(),
+        "data": datamodule.data_summary(),
         "steps": trainer.global_step,
         "wall_time_s": round(wall_time, 2),
         "parameters": module.n_parameters,

@@ -70,7 +70,6 @@ class TaskConfig(BaseModel, ABC):
     label: str | None = Field(
         None, description="row name in summaries and results folders; default: the preset or task name"
     )
-    data_seed: int = Field(1234, description="seed of the generated data (or of a held-out split); fixed across training seeds")
 
     @property
     def display_name(self) -> str:
@@ -90,6 +89,12 @@ class TaskConfig(BaseModel, ABC):
         """The LightningModule and LightningDataModule of one run."""
 
 
+class EmbeddedTaskConfig(TaskConfig):
+    """A task on data that blockbench generates: deterministic from ``data_seed``, no download."""
+
+    data_seed: int = Field(1234, description="seed of the generated data; fixed across training seeds")
+
+
 def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:
     """``model`` completed with fields decided by the prepared data (validated again)."""
     return ModelConfig.model_validate({**model.model_dump(exclude_unset=True), **fields})
@@ -101,6 +106,10 @@ class TaskDataModule(L.LightningDataModule, ABC):
     def __init__(self, batch_size: int):
         super().__init__()
         self.batch_size = batch_size
+
+    def data_summary(self) -> dict[str, Any]:
+        """Facts about the prepared data stored with the result (sizes, vocabulary, ...)."""
+        return {}
 
     @abstractmethod
     def baselines(self) -> dict[str, float]:

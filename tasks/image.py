@@ -589,5 +589,10 @@ class ImageDataModule(TaskDataModule):
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.batch_size)
 
+    def data_summary(self) -> dict[str, Any]:
+        images = self.load()
+        return {"n_classes": len(images.class_names), "train_images": len(images.train_labels),
+                "val_images": len(images.val_labels)}
+
     def baselines(self) -> dict[str, float]:
         return {"accuracy": majority_class_accuracy(self.load().val_labels)}

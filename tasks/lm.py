@@ -19,11 +19,11 @@ from torchmetrics import MeanMetric
 from models import ModelConfig
 from models.registry import POSITIONAL
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
 
 
-class LMTaskConfig(TaskConfig):
+class LMTaskConfig(EmbeddedTaskConfig):
     family = "decoder_lm"
     throughput_unit = "tokens"
     description = "decoder-only LM on a generated language with long-range subject-verb agreement"

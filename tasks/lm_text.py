@@ -120,6 +120,10 @@ class TextLMDataModule(TaskDataModule):
     def val_dataloader(self) -> DataLoader:
         return DataLoader(TokenBlocks(self.val_tokens, self.cfg.seq_len), batch_size=self.batch_size)
 
+    def data_summary(self) -> dict[str, Any]:
+        return {"encoding": self.tokenizer.encoding_name, "vocab_size": self.tokenizer.vocab_size,
+                "train_tokens": len(self.train_tokens), "val_tokens": len(self.val_tokens)}
+
     def baselines(self) -> dict[str, float]:
         assert self.tokenizer is not None, "call setup() first"
         blocks = TokenBlocks(self.val_tokens, self.cfg.seq_len)

@@ -24,7 +24,7 @@ from torchmetrics import MeanMetric
 
 from models import ModelConfig
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.synthetic_translation import (
     BOS_ID,
     EOS_ID,
@@ -61,7 +61,7 @@ class DecodingConfig(TaskConfig):
     )
 
 
-class TranslationTaskConfig(DecodingConfig):
+class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
     family = "encoder_decoder"
     throughput_unit = "target tokens"
     description = "encoder-decoder translation between two generated languages with reordering and agreement"

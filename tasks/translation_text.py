@@ -195,5 +195,10 @@ class TextTranslationDataModule(TranslationDataModule):
     def reference_text(self, index: int) -> str:
         return self.val_texts["target"][index]
 
+    def data_summary(self) -> dict[str, Any]:
+        return {"encoding": self.tokenizer.encoding_name, "vocab_size": self.tokenizer.vocab_size,
+                "train_pairs": len(self.train_set), "train_pairs_dropped_over_max_len": self.n_train_dropped,
+                "val_pairs": len(self.val_set)}
+
     def baselines(self) -> dict[str, float]:
         return {"bleu": corpus_bleu(self.val_texts["source"], self.val_texts["target"])[0]}

