@@ -83,8 +83,8 @@ class TokenizedPairs(Dataset):
         row = int(self.rows[i])
         src = self.src[self.src_offsets[row] : self.src_offsets[row + 1]][: self.max_len - 1]
         tgt = self.tgt[self.tgt_offsets[row] : self.tgt_offsets[row + 1]][: self.max_len - 2]
-        source = torch.tensor([*src, self.ids.eos])
-        target = torch.tensor([self.ids.bos, *tgt, self.ids.eos])
+        source = torch.tensor([*src, self.ids.eos], dtype=torch.long)
+        target = torch.tensor([self.ids.bos, *tgt, self.ids.eos], dtype=torch.long)
         return source, target, row
 
 
