@@ -24,6 +24,8 @@ SUBSET = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10_subs
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "patch_size": 8}
 NO_AUGMENT = {"random_crop_padding": 0, "horizontal_flip": False}
 
+pytestmark = pytest.mark.skipif(not SUBSET.is_file(), reason="needs ../shared/data (see its README)")
+
 
 @pytest.fixture(scope="module")
 def subset() -> dict[str, np.ndarray]:
