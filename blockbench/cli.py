@@ -22,20 +22,26 @@ def _train(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(args.results_dir) / "train" / run.task.display_name / f"seed{run.seed}")
     tb_dir = Path(args.tb_dir or Path(args.results_dir) / "train" / "tb")
     try:
+        hparams = json.loads(args.hparams) if args.hparams else {"task": run.task.display_name, "seed": run.seed}
         result = train(
-            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name, tb_version=args.tb_version or f"seed{run.seed}"
+            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name,
+            tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams,
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         write_json(out / RESULT_FILE, failure_record(run, error))
         raise
-    print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
+    if result["status"] == "ok":
+        print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
+    else:
+        print(f"diverged at step {result['diverged_at_step']} (loss {result['diverging_loss']}, "
+              f"last finite loss {result['last_finite_loss']}); recorded in {out / RESULT_FILE}")
     return 0
 
 
 def _matrix(args: argparse.Namespace) -> int:
     from .matrix import run_matrix
 
-    return run_matrix(args.matrix, Path(args.results_dir), force=args.force)
+    return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -77,11 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tb-dir", help="TensorBoard root (default: results/train/tb)")
     train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
     train.add_argument("--tb-version", help="TensorBoard run version (default: seed<seed>)")
+    train.add_argument("--hparams", help="JSON of the cell's varied keys, listed in TensorBoard's HParams dashboard")
     train.set_defaults(func=_train)
 
     matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
     matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
-    matrix.add_argument("--force", action="store_true", help="rerun cells that already have a result")
+    matrix.add_argument("--force", action="store_true", help="rerun cells from scratch, even those that already have a result")
+    matrix.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run up to N cells at once (CPU threads split between them; one GPU each if there are GPUs)")
     matrix.set_defaults(func=_matrix)
 
     report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder")

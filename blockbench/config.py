@@ -43,6 +43,12 @@ class TrainerConfig(BaseModel):
     val_every_n_steps: int = Field(100, gt=0)
     log_every_n_steps: int = Field(10, gt=0)
     grad_clip: float | None = Field(1.0, gt=0)
+    checkpoint_every_n_steps: int | None = Field(
+        50, gt=0, description="save checkpoints/last.ckpt this often; an interrupted cell resumes from it (null: never)"
+    )
+    divergence_threshold: float | None = Field(
+        1000.0, gt=0, description="stop and record the cell as diverged when the training loss exceeds this (or is not finite)"
+    )
     accelerator: str = "auto"
     devices: int | str = 1
     strategy: str = "auto"
@@ -127,6 +133,13 @@ class MatrixConfig(BaseModel):
     base: str | None = Field(None, description="run config YAML, relative to the matrix file")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys applied to the base")
     axes: dict[str, list[Any]] = Field(description="dotted config key -> values; cells are their product")
+    baseline_variant: str | None = Field(
+        None, description="variant the others are compared with (e.g. norm_placement=pre); default: the first variant"
+    )
+    targets: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="task (or preset label) -> metric -> target value; the summary reports when each cell reached it",
+    )
 
     @field_validator("axes")
     @classmethod

@@ -9,12 +9,17 @@ resolved config is skipped, so rerunning an interrupted matrix continues where i
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import os
+import queue
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,8 @@ from .config import (
     describe_validation_error,
     load_yaml,
 )
-from .train import CONFIG_FILE, RESULT_FILE, to_yaml, write_atomic, write_json
+from .tensorboard import write_custom_scalars_layout, write_hparams_experiment
+from .train import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, to_yaml, write_atomic, write_json
 
 CELL_FILE = "cell.json"
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
@@ -91,8 +97,12 @@ def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
     return matrix, cells
 
 
+#: statuses that are findings: a rerun of the same config would give the same record
+FINISHED = ("ok", "diverged")
+
+
 def is_done(cell: Cell, cell_dir: Path) -> bool:
-    """A finished result for exactly this resolved config exists."""
+    """A finished result (ok or diverged) for exactly this resolved config exists."""
     result_path = cell_dir / RESULT_FILE
     if not result_path.is_file():
         return False
@@ -100,15 +110,52 @@ def is_done(cell: Cell, cell_dir: Path) -> bool:
         result = json.loads(result_path.read_text())
     except json.JSONDecodeError:
         return False
-    return result.get("status") == "ok" and result.get("config_hash") == cell.run.config_hash()
+    return result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash()
 
 
-def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
-    """Train one cell in a subprocess; return its result record (a failure record if it died)."""
+@dataclass(frozen=True)
+class Slot:
+    """Where a cell runs when several run at once: CPU threads and, with GPUs, one device."""
+
+    threads: int | None = None
+    device: int | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)  # torch's intra-op threads (trainer.num_threads wins)
+        if self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        return env
+
+
+def job_slots(jobs: int) -> list[Slot]:
+    """``jobs`` slots sharing the machine: the CPU cores split evenly, one GPU each if there are GPUs."""
+    if jobs <= 1:
+        return [Slot()]
+    import torch
+
+    gpus = torch.cuda.device_count()
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    return [Slot(threads, i % gpus if gpus else None) for i in range(jobs)]
+
+
+def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Slot(), log_file: Path | None = None,
+             fresh: bool = False) -> dict[str, Any]:
+    """Train one cell in a subprocess; return its result record (a failure record if it died).
+
+    An interrupted earlier attempt resumes from its checkpoint unless ``fresh``.
+    """
     cell_dir = cell.directory(matrix_dir)
     (cell_dir / RESULT_FILE).unlink(missing_ok=True)
-    write_json(cell_dir / CELL_FILE, {"index": cell.index, "task": cell.task, "task_name": cell.run.task.name,
-                                      "variant": cell.variant, "seed": cell.seed, "axes": cell.axes})
+    if fresh:
+        shutil.rmtree(cell_dir / CHECKPOINT_DIR, ignore_errors=True)
+    matrix_text = matrix_file.read_bytes()
+    write_json(cell_dir / CELL_FILE, {
+        "index": cell.index, "task": cell.task, "task_name": cell.run.task.name, "variant": cell.variant,
+        "seed": cell.seed, "axes": cell.axes,
+        "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_text).hexdigest()},
+    })
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
     command = [
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
@@ -116,8 +163,13 @@ def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
         "--tb-dir", str(matrix_dir / "tb"),
         "--tb-name", f"{cell.task}/{cell.variant}",
         "--tb-version", f"seed{cell.seed}",
+        "--hparams", json.dumps(cell.axes),
     ]
-    process = subprocess.run(command)
+    if log_file is None:
+        process = subprocess.run(command, env=slot.environment())
+    else:
+        with log_file.open("w") as log:
+            process = subprocess.run(command, env=slot.environment(), stdout=log, stderr=subprocess.STDOUT)
     if process.returncode in (130, -signal.SIGINT):  # the cell was interrupted, not broken
         raise KeyboardInterrupt
     result_path = cell_dir / RESULT_FILE
@@ -134,36 +186,74 @@ def run_cell(cell: Cell, matrix_dir: Path) -> dict[str, Any]:
     return record
 
 
-def run_matrix(path: str | Path, results_root: Path, *, force: bool = False) -> int:
-    """Run every cell of the matrix at ``path``; write the summary; return the exit code."""
+def describe_outcome(result: dict[str, Any]) -> str:
+    if result["status"] == "ok":
+        primary = result["primary_metric"]
+        return f"ok, {primary} {result['metrics'][primary]:.4g}"
+    if result["status"] == "diverged":
+        return f"DIVERGED at step {result['diverged_at_step']} (last finite loss {result['last_finite_loss']})"
+    return f"FAILED: {result['error']}"
+
+
+def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1) -> int:
+    """Run every cell of the matrix at ``path`` (``jobs`` at a time); write the summary; return
+    the exit code: 1 if a cell failed (a diverged cell is a finding, not a failure)."""
     from .report import RUN_FILE, write_report
 
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: run at least one cell at a time")
+    path = Path(path)
     matrix, cells = load_matrix(path)  # raises before anything is written
     matrix_dir = results_root / matrix.name
     matrix_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(matrix_dir / "matrix.yaml", Path(path).read_text())
-    print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}", flush=True)
+    write_atomic(matrix_dir / "matrix.yaml", path.read_text())
+    # TensorBoard: the HParams columns (every varied key, every task's metrics) and one chart per task and metric
+    tb_dir = matrix_dir / "tb"
+    write_hparams_experiment(tb_dir, [cell.axes for cell in cells],
+                             {f"val/{m.name}": m.description for cell in cells for m in cell.run.task.metrics})
+    write_custom_scalars_layout(tb_dir, {cell.task: [f"val/{m.name}" for m in cell.run.task.metrics] for cell in cells})
+    print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
     start = time.perf_counter()
-    failed, trained = [], 0
-    try:
-        for n, cell in enumerate(cells, 1):
+    todo = []
+    for n, cell in enumerate(cells, 1):
+        if not force and is_done(cell, cell.directory(matrix_dir)):
+            print(f"[{n}/{len(cells)}] {cell.key}: done earlier, reusing its result", flush=True)
+        else:
+            todo.append((n, cell))
+    failed: list[str] = []
+    free_slots = queue.SimpleQueue()
+    for slot in job_slots(jobs):
+        free_slots.put(slot)
+
+    def run(n: int, cell: Cell) -> None:
+        slot = free_slots.get()
+        try:
             prefix = f"[{n}/{len(cells)}] {cell.key}"
-            if not force and is_done(cell, cell.directory(matrix_dir)):
-                print(f"{prefix}: done earlier, reusing its result", flush=True)
-                continue
             print(f"{prefix}: training", flush=True)
-            trained += 1
-            result = run_cell(cell, matrix_dir)
-            if result["status"] != "ok":
+            log_file = cell.directory(matrix_dir) / "train.log" if jobs > 1 else None
+            if log_file:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+            result = run_cell(cell, matrix_dir, path, slot=slot, log_file=log_file, fresh=force)
+            if result["status"] == "failed":
                 failed.append(cell.key)
-                print(f"{prefix}: FAILED: {result['error']}", flush=True)
+            print(f"{prefix}: {describe_outcome(result)}", flush=True)
+        finally:
+            free_slots.put(slot)
+
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        for future in [pool.submit(run, n, cell) for n, cell in todo]:
+            future.result()
     except KeyboardInterrupt:
-        print("\ninterrupted: finished cells are kept; run the same command again to continue", file=sys.stderr)
+        pool.shutdown(wait=True, cancel_futures=True)  # running cells stop on the same Ctrl-C; queued ones never start
+        print("\ninterrupted: finished cells are kept, unfinished ones resume from their last checkpoint; "
+              "run the same command again to continue", file=sys.stderr)
         return 130
+    pool.shutdown()
     elapsed = time.perf_counter() - start
     print(f"matrix {matrix.name} finished in {elapsed:.0f} s", flush=True)
-    write_json(matrix_dir / RUN_FILE, {"command": f"blockbench matrix {path}", "wall_time_s": round(elapsed, 1),
-                                       "cells_trained": trained})
+    write_json(matrix_dir / RUN_FILE, {"command": f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else ""),
+                                       "wall_time_s": round(elapsed, 1), "cells_trained": len(todo)})
     print(write_report(matrix_dir))
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)

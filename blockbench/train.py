@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-import platform
-import time
+import shutil
 import traceback
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from .callbacks import TrainingThroughput
+from .callbacks import DivergenceGuard, ResumeState, TrainingThroughput, ValidationHistory
 from .config import RunConfig, to_yaml
+from .provenance import machine_description, peak_memory_mb, provenance
+from .tensorboard import log_cell_hparams
 
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
@@ -34,35 +36,59 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def machine_description() -> str:
-    """CPU model and core count, GPUs if any, and the torch version, for the results' header."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    parts = [f"{cpu}, {os.cpu_count()} logical CPUs"]
-    if torch.cuda.is_available():
-        parts.append(f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
-    parts.append(f"torch {torch.__version__}, lightning {L.__version__}")
-    return "; ".join(parts)
+CHECKPOINT_DIR = "checkpoints"
 
 
-def train(run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str) -> dict[str, Any]:
-    """Train ``run`` and return (and write to ``out_dir/result.json``) its result record."""
+def resumable_checkpoint(checkpoints: Path, config_hash: str) -> Path | None:
+    """``last.ckpt`` of an interrupted run of this same config, or None. Checkpoints of another
+    config (the cell's config changed since) are deleted rather than resumed."""
+    last = checkpoints / "last.ckpt"
+    if not last.is_file():
+        return None
+    try:
+        state = torch.load(last, map_location="cpu", weights_only=False)
+        saved_hash = state["callbacks"][ResumeState.__qualname__]["config_hash"]
+    except Exception:  # unreadable (e.g. killed while writing): start over
+        saved_hash = None
+    if saved_hash != config_hash:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        return None
+    return last
+
+
+def train(
+    run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
+    ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics.
+
+    An interrupted run of the same config resumes from ``out_dir/checkpoints/last.ckpt``; a run
+    whose loss diverges is stopped and recorded with status ``diverged``.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / CONFIG_FILE, to_yaml(run))
     if run.trainer.num_threads:
         torch.set_num_threads(run.trainer.num_threads)
     L.seed_everything(run.seed, workers=True, verbose=False)
 
-    task_cfg = run.task
-    module, datamodule = task_cfg.build(
-        run.resolved_model(), run.optimizer, max_steps=run.trainer.max_steps, batch_size=run.trainer.batch_size
-    )
+    task_cfg, cfg = run.task, run.trainer
+    module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=cfg.batch_size)
+    checkpoints = out_dir / CHECKPOINT_DIR
+    resume_from = resumable_checkpoint(checkpoints, run.config_hash())
+    resumed_step = torch.load(resume_from, map_location="cpu", weights_only=False)["global_step"] if resume_from else 0
+
     throughput = TrainingThroughput(task_cfg.throughput_unit)
-    logger = TensorBoardLogger(save_dir=str(tb_dir), name=tb_name, version=tb_version, default_hp_metric=False)
-    cfg = run.trainer
+    history = ValidationHistory([m.name for m in task_cfg.metrics])
+    guard = DivergenceGuard(cfg.divergence_threshold)
+    callbacks = [LearningRateMonitor(logging_interval="step"), throughput, history, guard, ResumeState(run.config_hash())]
+    if cfg.checkpoint_every_n_steps:
+        callbacks.append(ModelCheckpoint(dirpath=checkpoints, save_last=True, save_top_k=0,
+                                         every_n_train_steps=cfg.checkpoint_every_n_steps, enable_version_counter=False))
+    if not resume_from:  # a fresh run: TensorBoard would keep the hparams of an earlier run in the same folder
+        shutil.rmtree(Path(tb_dir) / tb_name / tb_version, ignore_errors=True)
+    # purge_step: TensorBoard drops the points a killed run logged after its last checkpoint
+    logger = TensorBoardLogger(save_dir=str(tb_dir), name=tb_name, version=tb_version, default_hp_metric=False,
+                               purge_step=resumed_step or None)
     trainer = L.Trainer(
         max_steps=cfg.max_steps,
         val_check_interval=cfg.val_every_n_steps,
@@ -75,39 +101,52 @@ def train(run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_versi
         strategy=cfg.strategy,
         precision=cfg.precision,
         logger=logger,
-        callbacks=[LearningRateMonitor(logging_interval="step"), throughput],
-        enable_checkpointing=False,
+        callbacks=callbacks,
+        enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
         enable_model_summary=False,
         default_root_dir=str(out_dir),
     )
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
-    if trainer.interrupted:  # Lightning returns from fit on Ctrl-C; an unfinished run has no result
+    if resume_from:
+        print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except SystemExit:  # Lightning shuts down gracefully on Ctrl-C, then exits with code 1
+        if trainer.interrupted:
+            raise KeyboardInterrupt from None  # an unfinished run has no result; it resumes next time
+        raise
+    if trainer.interrupted:
         raise KeyboardInterrupt
-    if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
-        trainer.validate(module, datamodule=datamodule, verbose=False)
-    wall_time = time.perf_counter() - start
 
-    metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in task_cfg.metrics}
+    record: dict[str, Any] = {"task": task_cfg.name, "seed": run.seed, "config_hash": run.config_hash()}
+    if guard.diverged:
+        record = {"status": "diverged", **record, "diverged_at_step": guard.diverged_at_step,
+                  "diverging_loss": guard.diverging_loss if math.isfinite(guard.diverging_loss) else str(guard.diverging_loss), "last_finite_loss": guard.last_finite_loss}
+    else:
+        if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+        metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in task_cfg.metrics}
+        record = {"status": "ok", **record, "metrics": metrics, "primary_metric": task_cfg.metrics[0].name,
+                  "baselines": datamodule.baselines()}
     result = {
-        "status": "ok",
-        "task": task_cfg.name,
-        "seed": run.seed,
-        "config_hash": run.config_hash(),
-        "metrics": metrics,
-        "primary_metric": task_cfg.metrics[0].name,
-        "baselines": datamodule.baselines(),
+        **record,
         "data": datamodule.data_summary(),
         "steps": trainer.global_step,
-        "wall_time_s": round(wall_time, 2),
+        "resumed_from_step": resumed_step or None,
+        "wall_time_s": round(history.elapsed(), 2),
         "parameters": module.n_parameters,
         "throughput": round(throughput.per_second, 1),
         "throughput_unit": f"{task_cfg.throughput_unit}/s",
+        "peak_memory": peak_memory_mb(),
         "machine": machine_description(),
         **module.result_extras(),
+        "history": history.history,
+        "provenance": provenance(),
     }
     if trainer.is_global_zero:
+        final = {f"val/{name}": value for name, value in result.get("metrics", {}).items()}
+        log_cell_hparams(logger, hparams or {}, final, status=result["status"], step=trainer.global_step)
         write_json(out_dir / RESULT_FILE, result)
+        shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result
 
 

@@ -9,12 +9,18 @@ task derives from its data (vocabulary size, number of classes, ...).
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+# torchdata calls a deprecated torch function on every new loader; nothing for users to act on
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 from models import ModelConfig, build_model, count_parameters
 from models.attention import MultiHeadAttention
@@ -106,6 +112,14 @@ class TaskDataModule(L.LightningDataModule, ABC):
     def __init__(self, batch_size: int):
         super().__init__()
         self.batch_size = batch_size
+
+    def training_loader(self, dataset: Dataset, **kwargs: Any) -> StatefulDataLoader:
+        """The training DataLoader: shuffled batches (unless a ``batch_sampler`` is given) from a
+        torchdata ``StatefulDataLoader``, whose position Lightning saves in checkpoints, so a resumed
+        run continues mid-epoch with exactly the batches an uninterrupted run would have seen."""
+        if "batch_sampler" not in kwargs:
+            kwargs = {"batch_size": self.batch_size, "shuffle": True, "drop_last": True, **kwargs}
+        return StatefulDataLoader(dataset, **kwargs)
 
     def data_summary(self) -> dict[str, Any]:
         """Facts about the prepared data stored with the result (sizes, vocabulary, ...)."""

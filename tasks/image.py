@@ -581,9 +581,8 @@ class ImageDataModule(TaskDataModule):
     def train_dataloader(self) -> DataLoader:
         mix = batch_mixing(self.cfg.augment, len(self.load().class_names))
         workers = self.cfg.num_workers
-        return DataLoader(
-            self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, num_workers=workers,
-            persistent_workers=workers > 0, collate_fn=MixBatch(mix) if mix else None,
+        return self.training_loader(
+            self.train_set, num_workers=workers, persistent_workers=workers > 0, collate_fn=MixBatch(mix) if mix else None,
         )
 
     def val_dataloader(self) -> DataLoader:

@@ -95,7 +95,7 @@ class AgreementDataModule(TaskDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(TensorDataset(self.train_rows), batch_size=self.batch_size, shuffle=True, drop_last=True)
+        return self.training_loader(TensorDataset(self.train_rows))
 
     def val_dataloader(self) -> list[DataLoader]:
         return [

@@ -115,7 +115,7 @@ class TextLMDataModule(TaskDataModule):
         self.val_tokens = self.tokenizer.compact(val)[: (self.cfg.max_val_tokens or len(val)) + 1]
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(TokenBlocks(self.train_tokens, self.cfg.seq_len), batch_size=self.batch_size, shuffle=True, drop_last=True)
+        return self.training_loader(TokenBlocks(self.train_tokens, self.cfg.seq_len))
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(TokenBlocks(self.val_tokens, self.cfg.seq_len), batch_size=self.batch_size)

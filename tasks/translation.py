@@ -126,7 +126,7 @@ class ParallelDataModule(TranslationDataModule):
         return TensorDataset(torch.from_numpy(pairs.src), torch.from_numpy(pairs.tgt), torch.arange(len(pairs.src)))
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._dataset("train"), batch_size=self.batch_size, shuffle=True, drop_last=True)
+        return self.training_loader(self._dataset("train"))
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._dataset("val"), batch_size=self.batch_size)

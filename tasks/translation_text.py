@@ -16,7 +16,7 @@ from typing import Any, Iterator, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from models import ModelConfig
 
@@ -89,37 +89,36 @@ class TokenizedPairs(Dataset):
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
-    """Batches of similar length (the bucketing of fairseq and torchtext): indices drawn from
-    ``sampler`` are pooled ``pool_batches`` batches at a time, sorted by length within a pool and
-    cut into batches, whose order is then shuffled. Less padding, same randomness across pools.
-    (Takes a ``sampler`` so that Lightning can swap in a distributed one.)"""
+    """Batches of similar length (the bucketing of fairseq and torchtext): a random permutation
+    is cut into pools of ``pool_batches`` batches, each pool is sorted by length and cut into
+    batches, and the batch order is shuffled. Less padding, same randomness across pools.
 
-    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool, lengths: np.ndarray, pool_batches: int = 50):
-        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
-        self.lengths, self.pool_batches = lengths, pool_batches
+    The order is a function of ``seed`` and the epoch (Lightning calls ``set_epoch``), so a run
+    resumed mid-epoch sees the same batches as an uninterrupted one.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, *, drop_last: bool, seed: int, pool_batches: int = 50):
+        self.lengths, self.batch_size, self.drop_last = lengths, batch_size, drop_last
+        self.seed, self.pool_batches, self.epoch = seed, pool_batches, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
-        n = len(self.sampler)
+        n = len(self.lengths)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
         pool_size = self.batch_size * self.pool_batches
-        pool: list[int] = []
-        for index in self.sampler:
-            pool.append(index)
-            if len(pool) == pool_size:
-                yield from self._batches(pool)
-                pool = []
-        if pool:
-            yield from self._batches(pool)
-
-    def _batches(self, pool: list[int]) -> Iterator[list[int]]:
-        ordered = sorted(pool, key=lambda i: self.lengths[i])
-        batches = [ordered[i : i + self.batch_size] for i in range(0, len(ordered), self.batch_size)]
-        if self.drop_last and len(batches[-1]) < self.batch_size:
-            batches.pop()
-        for b in torch.randperm(len(batches)).tolist():
-            yield batches[b]
+        for start in range(0, len(order), pool_size):
+            pool = sorted(order[start : start + pool_size], key=lambda i: self.lengths[i])
+            batches = [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+            if self.drop_last and len(batches[-1]) < self.batch_size:
+                batches.pop()
+            for b in torch.randperm(len(batches), generator=generator).tolist():
+                yield batches[b]
 
 
 class TextTranslationDataModule(TranslationDataModule):
@@ -183,8 +182,9 @@ class TextTranslationDataModule(TranslationDataModule):
         return src, tgt, torch.tensor(rows)
 
     def train_dataloader(self) -> DataLoader:
-        batches = LengthGroupedBatchSampler(RandomSampler(self.train_set), self.batch_size, True, self.train_set.lengths())
-        return DataLoader(self.train_set, batch_sampler=batches, collate_fn=self._collate)
+        # seeded by the run (Lightning's seed_everything sets torch.initial_seed)
+        batches = LengthGroupedBatchSampler(self.train_set.lengths(), self.batch_size, drop_last=True, seed=torch.initial_seed())
+        return self.training_loader(self.train_set, batch_sampler=batches, collate_fn=self._collate)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=self._collate)

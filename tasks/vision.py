@@ -76,7 +76,7 @@ class ShapesDataModule(TaskDataModule):
         self.val_set = to_tensor_dataset(self.val_data, mean, std)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True)
+        return self.training_loader(self.train_set)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.batch_size)

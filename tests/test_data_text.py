@@ -222,9 +222,11 @@ def test_long_training_pairs_are_dropped_and_batches_grouped_by_length():
 
 def test_length_grouped_batches_cover_every_index_once_with_less_padding():
     lengths = np.random.default_rng(0).integers(1, 100, size=1000)
-    sampler = LengthGroupedBatchSampler(torch.utils.data.RandomSampler(range(1000)), 10, False, lengths, pool_batches=20)
-    torch.manual_seed(0)
+    sampler = LengthGroupedBatchSampler(lengths, 10, drop_last=False, seed=0, pool_batches=20)
     batches = list(sampler)
+    assert list(sampler) == batches  # a function of the seed and the epoch
+    sampler.set_epoch(1)
+    assert list(sampler) != batches
     assert len(batches) == len(sampler) == 100
     assert sorted(i for b in batches for i in b) == list(range(1000))
     padding = sum(max(lengths[b]) * len(b) - lengths[b].sum() for b in batches)

@@ -28,6 +28,21 @@ TINY_LM = {
 }
 
 
+def hparams_session(run_dir: Path):
+    """The HParams session-start record (hparams of the cell) in a run's event files."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for event_file in sorted(run_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(event_file)).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    if data.HasField("session_start_info"):
+                        return data.session_start_info
+    raise AssertionError(f"no hparams session in {run_dir}")
+
+
 def write_matrix(tmp_path: Path, axes: dict, base: dict | None = None, name: str = "tiny") -> Path:
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base if base is not None else TINY_LM))
     path = tmp_path / f"{name}.yaml"
@@ -122,6 +137,13 @@ def test_tiny_matrix_end_to_end(tmp_path):
         assert result["status"] == "ok" and result["steps"] == 4
         # the final metric in the result is the last validation point in TensorBoard
         assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/loss")[-1].value, rel=1e-6)
+        # the HParams dashboard row of the cell: its varied key, its status and its final metrics
+        assert events.Scalars("final/val/loss")[-1].value == pytest.approx(result["metrics"]["loss"], rel=1e-6)
+        session = hparams_session(run_dir)
+        assert session.hparams["model.norm_placement"].string_value == variant.split("=")[1]
+        assert session.hparams["status"].string_value == "ok"
+    assert (matrix_dir / "tb" / ".hparams").is_dir() and (matrix_dir / "tb" / ".layout").is_dir()
+    assert (matrix_dir / "plots" / "lm.png").is_file() and "](plots/lm.png)" in (matrix_dir / "summary.md").read_text()
 
     with open(matrix_dir / "summary.csv") as f:
         rows = list(csv.DictReader(f))

@@ -1,0 +1,80 @@
+"""Where a result came from: code version, packages, hardware, and the resources a run used."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: packages whose versions can change results
+PACKAGES = ("torch", "lightning", "torchmetrics", "torchdata", "numpy", "sacrebleu", "tiktoken", "datasets", "torchvision")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def hardware() -> dict[str, Any]:
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "gpu_count": len(gpus)}
+
+
+def machine_description() -> str:
+    """One line for the results' header: CPU model and core count, GPUs if any, torch and lightning."""
+    hw = hardware()
+    parts = [f"{hw['cpu']}, {hw['cpu_count']} logical CPUs"]
+    if hw["gpus"]:
+        parts.append(f"{hw['gpu_count']} x {hw['gpus'][0]}")
+    parts.append(f"torch {torch.__version__}, lightning {package_versions()['lightning']}")
+    return "; ".join(parts)
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_state(repo: Path = REPO) -> dict[str, Any]:
+    """The commit of the code that ran and whether the working tree had uncommitted changes."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}  # not a git checkout (e.g. installed from a wheel)
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def peak_memory_mb() -> dict[str, float]:
+    """Peak memory of this process: CUDA max allocated on GPU, resident set size on CPU."""
+    peak = {"cpu_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}  # KiB on Linux
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return peak
+
+
+def provenance() -> dict[str, Any]:
+    return {"git": git_state(), "packages": package_versions(), "hardware": hardware(), "command": " ".join(sys.argv)}
