@@ -39,21 +39,21 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 CHECKPOINT_DIR = "checkpoints"
 
 
-def resumable_checkpoint(checkpoints: Path, config_hash: str) -> Path | None:
-    """``last.ckpt`` of an interrupted run of this same config, or None. Checkpoints of another
-    config (the cell's config changed since) are deleted rather than resumed."""
+def resumable_checkpoint(checkpoints: Path, config_hash: str) -> tuple[Path | None, int]:
+    """``last.ckpt`` of an interrupted run of this same config and its step, or ``(None, 0)``.
+    Checkpoints of another config (the cell's config changed since) are deleted, not resumed."""
     last = checkpoints / "last.ckpt"
     if not last.is_file():
-        return None
+        return None, 0
     try:
-        state = torch.load(last, map_location="cpu", weights_only=False)
-        saved_hash = state["callbacks"][ResumeState.__qualname__]["config_hash"]
+        state = torch.load(last, map_location="cpu", weights_only=True)
+        saved_hash, step = state["callbacks"][ResumeState.__qualname__]["config_hash"], state["global_step"]
     except Exception:  # unreadable (e.g. killed while writing): start over
-        saved_hash = None
+        saved_hash, step = None, 0
     if saved_hash != config_hash:
         shutil.rmtree(checkpoints, ignore_errors=True)
-        return None
-    return last
+        return None, 0
+    return last, step
 
 
 def train(
@@ -74,8 +74,7 @@ def train(
     task_cfg, cfg = run.task, run.trainer
     module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=cfg.batch_size)
     checkpoints = out_dir / CHECKPOINT_DIR
-    resume_from = resumable_checkpoint(checkpoints, run.config_hash())
-    resumed_step = torch.load(resume_from, map_location="cpu", weights_only=False)["global_step"] if resume_from else 0
+    resume_from, resumed_step = resumable_checkpoint(checkpoints, run.config_hash())
 
     throughput = TrainingThroughput(task_cfg.throughput_unit)
     history = ValidationHistory([m.name for m in task_cfg.metrics])
