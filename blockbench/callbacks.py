@@ -20,6 +20,7 @@ class TrainingThroughput(L.Callback):
         self.unit = unit.replace(" ", "_")
         self.items = 0
         self.seconds = 0.0
+        self.world_size = 1
         self._start = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -29,12 +30,20 @@ class TrainingThroughput(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self.seconds += time.perf_counter() - self._start
-        self.items += pl_module.items_in_batch(batch) * trainer.world_size
+        self.items += pl_module.items_in_batch(batch)
+        self.world_size = trainer.world_size
         pl_module.log(f"perf/{self.unit}_per_sec", self.per_second, on_step=True, on_epoch=False)
+        pl_module.log(f"perf/{self.unit}_per_sec_per_process", self.per_second_per_process, on_step=True, on_epoch=False)
+
+    @property
+    def per_second_per_process(self) -> float:
+        """This process's items per second (rank 0's, in the logs)."""
+        return self.items / self.seconds if self.seconds else 0.0
 
     @property
     def per_second(self) -> float:
-        return self.items / self.seconds if self.seconds else 0.0
+        """All processes together (each is assumed as fast as this one: they step in lockstep)."""
+        return self.per_second_per_process * self.world_size
 
 
 class ValidationHistory(L.Callback):

@@ -13,6 +13,8 @@ from .config import ConfigError, build_run_config, load_yaml, parse_overrides
 
 
 def _train(args: argparse.Namespace) -> int:
+    from lightning.pytorch.utilities import rank_zero_only
+
     from .train import RESULT_FILE, failure_record, train, write_json
 
     sources = list(args.config_or_overrides)
@@ -28,8 +30,11 @@ def _train(args: argparse.Namespace) -> int:
             tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams,
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
-        write_json(out / RESULT_FILE, failure_record(run, error))
+        if rank_zero_only.rank == 0:
+            write_json(out / RESULT_FILE, failure_record(run, error))
         raise
+    if rank_zero_only.rank != 0:  # other DDP processes: rank 0 reports
+        return 0
     if result["status"] == "ok":
         print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
     else:

@@ -39,7 +39,9 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_steps: int = Field(400, gt=0, description="optimizer steps; the same budget for every task")
-    batch_size: int = Field(32, gt=0, description="sequences (or images) per step")
+    batch_size: int = Field(
+        32, gt=0, description="global batch: sequences (or images) per optimizer step, summed over all processes"
+    )
     val_every_n_steps: int = Field(100, gt=0)
     log_every_n_steps: int = Field(10, gt=0)
     grad_clip: float | None = Field(1.0, gt=0)
@@ -49,11 +51,29 @@ class TrainerConfig(BaseModel):
     divergence_threshold: float | None = Field(
         1000.0, gt=0, description="stop and record the cell as diverged when the training loss exceeds this (or is not finite)"
     )
-    accelerator: str = "auto"
-    devices: int | str = 1
-    strategy: str = "auto"
-    precision: str = "32-true"
+    accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step (the global batch stays batch_size)")
+    accelerator: str = Field("auto", description="cpu, gpu, ... (auto: a GPU if there is one)")
+    devices: int | str = Field(1, description="devices per node: a number, a list like '0,1', or 'auto' / -1 for all")
+    num_nodes: int = Field(1, ge=1, description="machines (with torchrun or SLURM, see the README)")
+    strategy: str = Field("auto", description="auto (DDP with more than one device), ddp, fsdp, ...")
+    precision: str = Field("auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
+
+    def per_device_batch_size(self, world_size: int) -> int:
+        """The batch each process computes per micro-step, so that the global batch is ``batch_size``
+        whatever the number of processes; raises ConfigError if it does not divide."""
+        shares = world_size * self.accumulate_grad_batches
+        if self.batch_size % shares:
+            raise ConfigError(
+                f"trainer.batch_size={self.batch_size} is not divisible by {world_size} process(es) x "
+                f"{self.accumulate_grad_batches} accumulation step(s); use a multiple of {shares}"
+            )
+        return self.batch_size // shares
+
+    def resolved_precision(self, accelerator: str) -> str:
+        if self.precision != "auto":
+            return self.precision
+        return "bf16-mixed" if accelerator in ("gpu", "cuda") else "32-true"
 
 
 class RunConfig(BaseModel):

@@ -113,6 +113,11 @@ def is_done(cell: Cell, cell_dir: Path) -> bool:
     return result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash()
 
 
+#: variables of a torch.distributed process group (set by Lightning's DDP launcher or torchrun)
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                   "GROUP_RANK")
+
+
 @dataclass(frozen=True)
 class Slot:
     """Where a cell runs when several run at once: CPU threads and, with GPUs, one device."""
@@ -121,7 +126,8 @@ class Slot:
     device: int | None = None
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # each cell sets up its own process group: nothing of an earlier or enclosing one leaks in
+        env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)  # torch's intra-op threads (trainer.num_threads wins)
         if self.device is not None:

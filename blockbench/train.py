@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import DivergenceGuard, ResumeState, TrainingThroughput, ValidationHistory
 from .config import RunConfig, to_yaml
@@ -39,7 +40,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 CHECKPOINT_DIR = "checkpoints"
 
 
-def resumable_checkpoint(checkpoints: Path, config_hash: str) -> tuple[Path | None, int]:
+def resumable_checkpoint(checkpoints: Path, config_hash: str, *, delete_stale: bool = True) -> tuple[Path | None, int]:
     """``last.ckpt`` of an interrupted run of this same config and its step, or ``(None, 0)``.
     Checkpoints of another config (the cell's config changed since) are deleted, not resumed."""
     last = checkpoints / "last.ckpt"
@@ -51,7 +52,8 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str) -> tuple[Path | No
     except Exception:  # unreadable (e.g. killed while writing): start over
         saved_hash, step = None, 0
     if saved_hash != config_hash:
-        shutil.rmtree(checkpoints, ignore_errors=True)
+        if delete_stale:
+            shutil.rmtree(checkpoints, ignore_errors=True)
         return None, 0
     return last, step
 
@@ -65,17 +67,17 @@ def train(
     An interrupted run of the same config resumes from ``out_dir/checkpoints/last.ckpt``; a run
     whose loss diverges is stopped and recorded with status ``diverged``.
     """
+    task_cfg, cfg = run.task, run.trainer
+    is_rank_zero = rank_zero_only.rank == 0  # known before the Trainer: launched processes carry their rank
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / CONFIG_FILE, to_yaml(run))
+    if is_rank_zero:
+        write_atomic(out_dir / CONFIG_FILE, to_yaml(run))
     if run.trainer.num_threads:
         torch.set_num_threads(run.trainer.num_threads)
-    L.seed_everything(run.seed, workers=True, verbose=False)
+    accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
 
-    task_cfg, cfg = run.task, run.trainer
-    module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=cfg.batch_size)
     checkpoints = out_dir / CHECKPOINT_DIR
-    resume_from, resumed_step = resumable_checkpoint(checkpoints, run.config_hash())
-
+    resume_from, resumed_step = resumable_checkpoint(checkpoints, run.config_hash(), delete_stale=is_rank_zero)
     throughput = TrainingThroughput(task_cfg.throughput_unit)
     history = ValidationHistory([m.name for m in task_cfg.metrics])
     guard = DivergenceGuard(cfg.divergence_threshold)
@@ -83,7 +85,7 @@ def train(
     if cfg.checkpoint_every_n_steps:
         callbacks.append(ModelCheckpoint(dirpath=checkpoints, save_last=True, save_top_k=0,
                                          every_n_train_steps=cfg.checkpoint_every_n_steps, enable_version_counter=False))
-    if not resume_from:  # a fresh run: TensorBoard would keep the hparams of an earlier run in the same folder
+    if not resume_from and is_rank_zero:  # a fresh run: TensorBoard would keep the hparams of an earlier run here
         shutil.rmtree(Path(tb_dir) / tb_name / tb_version, ignore_errors=True)
     # purge_step: TensorBoard drops the points a killed run logged after its last checkpoint
     logger = TensorBoardLogger(save_dir=str(tb_dir), name=tb_name, version=tb_version, default_hp_metric=False,
@@ -95,17 +97,26 @@ def train(
         num_sanity_val_steps=0,
         log_every_n_steps=cfg.log_every_n_steps,
         gradient_clip_val=cfg.grad_clip,
-        accelerator=cfg.accelerator,
+        accumulate_grad_batches=cfg.accumulate_grad_batches,
+        accelerator=accelerator,
         devices=cfg.devices,
+        num_nodes=cfg.num_nodes,
         strategy=cfg.strategy,
-        precision=cfg.precision,
+        precision=cfg.resolved_precision(accelerator),
+        use_distributed_sampler=False,  # the datamodules shard training and validation data themselves
         logger=logger,
         callbacks=callbacks,
         enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
         enable_model_summary=False,
         default_root_dir=str(out_dir),
     )
-    if resume_from:
+    per_device_batch = cfg.per_device_batch_size(trainer.world_size)
+    if trainer.is_global_zero:
+        print(f"batch: global {cfg.batch_size} = {trainer.world_size} process(es) x {per_device_batch} per process "
+              f"x {cfg.accumulate_grad_batches} accumulation step(s)", flush=True)
+    L.seed_everything(run.seed, workers=True, verbose=False)
+    module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch)
+    if resume_from and trainer.is_global_zero:
         print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -118,8 +129,9 @@ def train(
 
     record: dict[str, Any] = {"task": task_cfg.name, "seed": run.seed, "config_hash": run.config_hash()}
     if guard.diverged:
+        loss = guard.diverging_loss
         record = {"status": "diverged", **record, "diverged_at_step": guard.diverged_at_step,
-                  "diverging_loss": guard.diverging_loss if math.isfinite(guard.diverging_loss) else str(guard.diverging_loss), "last_finite_loss": guard.last_finite_loss}
+                  "diverging_loss": loss if math.isfinite(loss) else str(loss), "last_finite_loss": guard.last_finite_loss}
     else:
         if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
             trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -133,8 +145,12 @@ def train(
         "resumed_from_step": resumed_step or None,
         "wall_time_s": round(history.elapsed(), 2),
         "parameters": module.n_parameters,
-        "throughput": round(throughput.per_second, 1),
+        "throughput": round(throughput.per_second, 1),  # all processes together
+        "throughput_per_process": round(throughput.per_second_per_process, 1),
         "throughput_unit": f"{task_cfg.throughput_unit}/s",
+        "batch": {"global": cfg.batch_size, "per_process": per_device_batch, "processes": trainer.world_size,
+                  "accumulate_grad_batches": cfg.accumulate_grad_batches},
+        "precision": trainer.precision,
         "peak_memory": peak_memory_mb(),
         "machine": machine_description(),
         **module.result_extras(),

@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 # torchdata calls a deprecated torch function on every new loader; nothing for users to act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
@@ -106,6 +107,18 @@ def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:
     return ModelConfig.model_validate({**model.model_dump(exclude_unset=True), **fields})
 
 
+class EpochSampler(StatefulDistributedSampler):
+    """torchdata's resumable distributed sampler, with the epoch in its state: a checkpoint taken in
+    epoch 3 resumes with epoch 3's permutation, at the sample where it stopped."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.epoch = state["epoch"]
+
+
 class TaskDataModule(L.LightningDataModule, ABC):
     """LightningDataModule base: generates or loads the data in ``setup`` and knows its baselines."""
 
@@ -113,13 +126,33 @@ class TaskDataModule(L.LightningDataModule, ABC):
         super().__init__()
         self.batch_size = batch_size
 
+    @property
+    def rank_and_world(self) -> tuple[int, int]:
+        """This process's rank and the number of processes (1 without a distributed Trainer)."""
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def training_sampler(self, dataset: Dataset) -> "EpochSampler":
+        """This process's share of a shuffled epoch: a permutation drawn from the run's seed and the
+        epoch (Lightning calls ``set_epoch``), dealt out to the processes in turn. With one process
+        it is the whole permutation, so one process with batch B and N processes with batch B/N see
+        the same global batches."""
+        rank, world = self.rank_and_world
+        return EpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=torch.initial_seed(), drop_last=True)
+
     def training_loader(self, dataset: Dataset, **kwargs: Any) -> StatefulDataLoader:
-        """The training DataLoader: shuffled batches (unless a ``batch_sampler`` is given) from a
-        torchdata ``StatefulDataLoader``, whose position Lightning saves in checkpoints, so a resumed
-        run continues mid-epoch with exactly the batches an uninterrupted run would have seen."""
+        """The training DataLoader: this process's shuffled, seeded batches (unless a ``batch_sampler``
+        is given) from a torchdata ``StatefulDataLoader``, whose position Lightning saves in
+        checkpoints, so a resumed run continues mid-epoch with the batches an uninterrupted run sees."""
         if "batch_sampler" not in kwargs:
-            kwargs = {"batch_size": self.batch_size, "shuffle": True, "drop_last": True, **kwargs}
+            kwargs = {"batch_size": self.batch_size, "sampler": self.training_sampler(dataset), "drop_last": True, **kwargs}
         return StatefulDataLoader(dataset, **kwargs)
+
+    def validation_loader(self, dataset: Dataset, **kwargs: Any) -> DataLoader:
+        """This process's share of the validation set: every world-th item, no item twice (no padding,
+        unlike DistributedSampler), so metrics reduced over the processes cover the set exactly once."""
+        rank, world = self.rank_and_world
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=range(rank, len(dataset), world), **kwargs)
 
     def data_summary(self) -> dict[str, Any]:
         """Facts about the prepared data stored with the result (sizes, vocabulary, ...)."""
@@ -153,7 +186,7 @@ class TaskModule(L.LightningModule, ABC):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # the mean over all processes
         if self.moe_layers:
             cfg = self.model_config
             aux = torch.stack([m.aux_loss for m in self.moe_layers]).mean()

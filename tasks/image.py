@@ -586,7 +586,7 @@ class ImageDataModule(TaskDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size)
+        return self.validation_loader(self.val_set)
 
     def data_summary(self) -> dict[str, Any]:
         images = self.load()

@@ -98,10 +98,7 @@ class AgreementDataModule(TaskDataModule):
         return self.training_loader(TensorDataset(self.train_rows))
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [
-            DataLoader(TensorDataset(self.val_rows), batch_size=self.batch_size),
-            DataLoader(self.probes, batch_size=self.batch_size),
-        ]
+        return [self.validation_loader(TensorDataset(self.val_rows)), self.validation_loader(self.probes)]
 
     def baselines(self) -> dict[str, float]:
         assert self.corpus is not None, "call setup() first"

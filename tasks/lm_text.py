@@ -118,7 +118,7 @@ class TextLMDataModule(TaskDataModule):
         return self.training_loader(TokenBlocks(self.train_tokens, self.cfg.seq_len))
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(TokenBlocks(self.val_tokens, self.cfg.seq_len), batch_size=self.batch_size)
+        return self.validation_loader(TokenBlocks(self.val_tokens, self.cfg.seq_len))
 
     def data_summary(self) -> dict[str, Any]:
         return {"encoding": self.tokenizer.encoding_name, "vocab_size": self.tokenizer.vocab_size,

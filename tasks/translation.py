@@ -129,7 +129,7 @@ class ParallelDataModule(TranslationDataModule):
         return self.training_loader(self._dataset("train"))
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self._dataset("val"), batch_size=self.batch_size)
+        return self.validation_loader(self._dataset("val"))
 
     def hypothesis_text(self, ids: list[int]) -> str:
         return self.corpus.decode(ids)
@@ -166,17 +166,18 @@ class TranslationTask(TaskModule):
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.val_loss = MeanMetric()
-        self.hypotheses: list[str] = []
+        #: (validation pair index, detokenized translation) of this process's share of the set
+        self.translations: list[tuple[int, str]] = []
         self.bleu_signature = ""
-        self.references: list[str] = []
 
     def items_in_batch(self, batch: Any) -> int:
         return int((batch[1][:, 1:] != self.ids.pad).sum())
 
-    def _loss(self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    def _loss(self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float, reduction: str = "mean") -> torch.Tensor:
         logits = self.model(src, tgt[:, :-1], src_padding_mask=src == self.ids.pad)
         return F.cross_entropy(
-            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.ids.pad, label_smoothing=label_smoothing
+            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.ids.pad, label_smoothing=label_smoothing,
+            reduction=reduction,
         )
 
     def translate(self, src: torch.Tensor) -> torch.Tensor:
@@ -191,28 +192,43 @@ class TranslationTask(TaskModule):
 
     def training_loss(self, batch: Any) -> torch.Tensor:
         src, tgt, _ = batch
-        return self._loss(src, tgt, self.label_smoothing)
+        if self._trainer is None or self.trainer.world_size == 1:
+            return self._loss(src, tgt, self.label_smoothing)
+        # Processes hold different numbers of target tokens: normalise by the global count (as
+        # fairseq does), so that DDP's mean over processes is the mean over every token of the
+        # global batch, as with one process.
+        tokens = (tgt[:, 1:] != self.ids.pad).sum()
+        global_tokens = self.trainer.strategy.reduce(tokens.float(), reduce_op="sum")
+        return self._loss(src, tgt, self.label_smoothing, reduction="sum") * self.trainer.world_size / global_tokens
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         src, tgt, index = batch
         self.val_loss.update(self._loss(src, tgt, 0.0), weight=(tgt[:, 1:] != self.ids.pad).sum())
         data: TranslationDataModule = self.trainer.datamodule
-        for row in self.translate(src).tolist():
-            self.hypotheses.append(data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row))
-        self.references += [data.reference_text(i) for i in index.tolist()]
+        for i, row in zip(index.tolist(), self.translate(src).tolist()):
+            self.translations.append((i, data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row)))
 
     def result_extras(self) -> dict[str, Any]:
         return {**super().result_extras(), "bleu_signature": self.bleu_signature}
 
+    def _all_translations(self) -> list[tuple[int, str]]:
+        """Every process's translations, in validation order: BLEU is over the whole set."""
+        translations = self.translations
+        if self.trainer.world_size > 1:
+            shares: list[list[tuple[int, str]]] = [[] for _ in range(self.trainer.world_size)]
+            torch.distributed.all_gather_object(shares, translations)
+            translations = [pair for share in shares for pair in share]
+        return sorted(translations)
+
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
-        bleu, self.bleu_signature = corpus_bleu(self.hypotheses, self.references)
+        data: TranslationDataModule = self.trainer.datamodule
+        translations = self._all_translations()
+        hypotheses = [text for _, text in translations]
+        references = [data.reference_text(i) for i, _ in translations]
+        bleu, self.bleu_signature = corpus_bleu(hypotheses, references)
         self.log_validation(
-            {
-                "loss": self.val_loss.compute(),
-                "bleu": bleu,
-                "exact_match": exact_match(self.hypotheses, self.references),
-            }
+            {"loss": self.val_loss.compute(), "bleu": bleu, "exact_match": exact_match(hypotheses, references)}
         )
         self.val_loss.reset()
-        self.hypotheses, self.references = [], []
+        self.translations = []

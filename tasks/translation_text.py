@@ -89,36 +89,52 @@ class TokenizedPairs(Dataset):
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
-    """Batches of similar length (the bucketing of fairseq and torchtext): a random permutation
-    is cut into pools of ``pool_batches`` batches, each pool is sorted by length and cut into
-    batches, and the batch order is shuffled. Less padding, same randomness across pools.
+    """Batches of similar length (the bucketing of fairseq and torchtext): indices drawn from
+    ``sampler`` (this process's shuffled share of the epoch) are pooled ``pool_batches`` batches at
+    a time, sorted by length within a pool and cut into batches, whose order is then shuffled with
+    a generator seeded by ``seed`` and the epoch. Its state (epoch, batches yielded) is saved in
+    checkpoints, so a run resumed mid-epoch sees the same batches as an uninterrupted one."""
 
-    The order is a function of ``seed`` and the epoch (Lightning calls ``set_epoch``), so a run
-    resumed mid-epoch sees the same batches as an uninterrupted one.
-    """
-
-    def __init__(self, lengths: np.ndarray, batch_size: int, *, drop_last: bool, seed: int, pool_batches: int = 50):
-        self.lengths, self.batch_size, self.drop_last = lengths, batch_size, drop_last
-        self.seed, self.pool_batches, self.epoch = seed, pool_batches, 0
+    def __init__(self, sampler: Sampler[int], batch_size: int, *, drop_last: bool, lengths: np.ndarray, seed: int,
+                 pool_batches: int = 50):
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self.lengths, self.seed, self.pool_batches = lengths, seed, pool_batches
+        self.epoch, self.yielded, self._skip = 0, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.set_epoch(state["epoch"])
+        self._skip = state["yielded"]
 
     def __len__(self) -> int:
-        n = len(self.lengths)
+        n = len(self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _epoch_batches(self) -> list[list[int]]:
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        order = list(self.sampler)
         pool_size = self.batch_size * self.pool_batches
+        batches: list[list[int]] = []
         for start in range(0, len(order), pool_size):
             pool = sorted(order[start : start + pool_size], key=lambda i: self.lengths[i])
-            batches = [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
-            if self.drop_last and len(batches[-1]) < self.batch_size:
-                batches.pop()
-            for b in torch.randperm(len(batches), generator=generator).tolist():
-                yield batches[b]
+            pool_batches = [pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+            if self.drop_last and len(pool_batches[-1]) < self.batch_size:
+                pool_batches.pop()
+            batches += [pool_batches[b] for b in torch.randperm(len(pool_batches), generator=generator).tolist()]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches, self.yielded, self._skip = self._epoch_batches(), self._skip, 0  # resume where a checkpoint stopped
+        for batch in batches[self.yielded :]:
+            self.yielded += 1
+            yield batch
 
 
 class TextTranslationDataModule(TranslationDataModule):
@@ -183,11 +199,12 @@ class TextTranslationDataModule(TranslationDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # seeded by the run (Lightning's seed_everything sets torch.initial_seed)
-        batches = LengthGroupedBatchSampler(self.train_set.lengths(), self.batch_size, drop_last=True, seed=torch.initial_seed())
+        batches = LengthGroupedBatchSampler(self.training_sampler(self.train_set), self.batch_size, drop_last=True,
+                                            lengths=self.train_set.lengths(), seed=torch.initial_seed())
         return self.training_loader(self.train_set, batch_sampler=batches, collate_fn=self._collate)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=self._collate)
+        return self.validation_loader(self.val_set, collate_fn=self._collate)
 
     def hypothesis_text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)

@@ -79,7 +79,7 @@ class ShapesDataModule(TaskDataModule):
         return self.training_loader(self.train_set)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size)
+        return self.validation_loader(self.val_set)
 
     def baselines(self) -> dict[str, float]:
         return {"accuracy": majority_class_accuracy(self.val_data.labels)}

@@ -222,7 +222,8 @@ def test_long_training_pairs_are_dropped_and_batches_grouped_by_length():
 
 def test_length_grouped_batches_cover_every_index_once_with_less_padding():
     lengths = np.random.default_rng(0).integers(1, 100, size=1000)
-    sampler = LengthGroupedBatchSampler(lengths, 10, drop_last=False, seed=0, pool_batches=20)
+    shuffled = torch.utils.data.DistributedSampler(range(1000), num_replicas=1, rank=0, shuffle=True, seed=0)
+    sampler = LengthGroupedBatchSampler(shuffled, 10, drop_last=False, lengths=lengths, seed=0, pool_batches=20)
     batches = list(sampler)
     assert list(sampler) == batches  # a function of the seed and the epoch
     sampler.set_epoch(1)
@@ -331,3 +332,22 @@ def test_text_presets_read_their_hub_layout(preset, record, monkeypatch):
     data = run.task.data
     read = list(data.pairs(data.val_split)) if run.task.name == "translation_text" else list(data.documents(data.val_split))
     assert len(read) == 3 and calls == [(data.hf_path, data.hf_name, data.val_split)]
+
+
+def test_length_grouped_batches_resume_mid_epoch_from_their_state():
+    lengths = np.random.default_rng(0).integers(1, 100, size=300)
+
+    def sampler() -> LengthGroupedBatchSampler:
+        shuffled = torch.utils.data.DistributedSampler(range(300), num_replicas=1, rank=0, shuffle=True, seed=0)
+        return LengthGroupedBatchSampler(shuffled, 10, drop_last=True, lengths=lengths, seed=0, pool_batches=5)
+
+    uninterrupted = sampler()
+    uninterrupted.set_epoch(2)
+    epoch = list(uninterrupted)
+    interrupted = sampler()
+    interrupted.set_epoch(2)
+    batches = iter(interrupted)
+    seen = [next(batches) for _ in range(7)]
+    resumed = sampler()  # a new process: epoch and position come from the checkpointed state
+    resumed.load_state_dict(interrupted.state_dict())
+    assert seen + list(resumed) == epoch

@@ -1,0 +1,140 @@
+"""Distributed training on CPU processes (gloo): Lightning's DDP through the CLI, as users run it.
+
+Under pytest, Lightning's ``ddp`` would relaunch the test command for the other ranks, so every
+distributed run here is a ``blockbench`` subprocess with a timeout and a clean environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from blockbench.config import ConfigError, TrainerConfig
+from blockbench.matrix import DISTRIBUTED_ENV
+
+TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
+TASKS = {
+    "lm": {"name": "lm", "seq_len": 32, "n_train_tokens": 20000, "n_val_tokens": 2000, "n_probes": 32},
+    "translation": {"name": "translation", "n_train": 2000, "n_val": 30},
+    "vit": {"name": "vit", "n_train": 512, "n_val": 50},
+}
+DDP = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
+
+
+def config(task: str, **trainer) -> dict:
+    return {"model": TINY_MODEL, "task": TASKS[task], "optimizer": {"warmup_steps": 1},
+            "trainer": {"max_steps": 6, "batch_size": 8, "val_every_n_steps": 3, "log_every_n_steps": 1, **trainer}}
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+
+
+def train(tmp_path: Path, name: str, cfg: dict) -> dict:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    done = subprocess.run(
+        [sys.executable, "-m", "blockbench", "train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run"],
+        cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((folder / "out" / "result.json").read_text())
+
+
+def scalars(run_dir: Path, tag: str) -> list[float]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return [e.value for e in events.Scalars(tag)]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tmp_path, task):
+    """Two processes with batch 4 each follow the trajectory of one process with batch 8; only
+    rank 0 writes; the validation metrics (BLEU too) cover the whole validation set."""
+    single = train(tmp_path, "single", config(task))
+    ddp = train(tmp_path, "ddp", config(task, **DDP))
+    assert ddp["batch"] == {"global": 8, "per_process": 4, "processes": 2, "accumulate_grad_batches": 1}
+    assert ddp["throughput"] == pytest.approx(2 * ddp["throughput_per_process"], rel=0.01)
+    for name, value in single["metrics"].items():
+        assert ddp["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    torch.testing.assert_close(torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
+                               torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")), rtol=1e-4, atol=1e-5)
+
+    # rank 0 alone wrote: one result, TensorBoard events from one process, no checkpoint left
+    out = tmp_path / "ddp" / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "result.json"]
+    writers = {p.name.split(".")[-2] for p in (tmp_path / "ddp/tb/run/seed0").glob("events.out.tfevents.*")}
+    assert len(writers) == 1  # the pid in the file name
+    assert len(scalars(tmp_path / "ddp/tb/run/seed0", "val/loss")) == 2  # no duplicate points
+
+
+class FakeTrainer:
+    def __init__(self, rank: int, world_size: int):
+        self.global_rank, self.world_size = rank, world_size
+
+
+def test_each_process_gets_a_disjoint_share_of_training_and_validation_data():
+    from blockbench.config import build_run_config
+
+    run = build_run_config({}, {"task": TASKS["vit"], **{f"model.{k}": v for k, v in TINY_MODEL.items()}})
+    _, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
+    datamodule.setup()
+    torch.manual_seed(0)
+    shares = {}
+    for rank in range(2):
+        datamodule.trainer = FakeTrainer(rank, 2)
+        shares[rank] = (list(datamodule.training_sampler(datamodule.train_set)), list(datamodule.val_dataloader().sampler))
+    datamodule.trainer = FakeTrainer(0, 1)
+    whole_epoch = list(datamodule.training_sampler(datamodule.train_set))
+    (train0, val0), (train1, val1) = shares[0], shares[1]
+    assert not set(train0) & set(train1) and not set(val0) & set(val1)
+    assert sorted(train0 + train1) == sorted(whole_epoch) == list(range(len(datamodule.train_set)))
+    assert sorted(val0 + val1) == list(range(len(datamodule.val_set)))  # every validation item exactly once
+    assert [whole_epoch[i] for i in range(0, 8, 2)] == train0[:4]  # dealt in turn from one permutation
+
+
+def test_global_batch_must_divide_over_processes_and_accumulation():
+    cfg = TrainerConfig(batch_size=32, accumulate_grad_batches=2)
+    assert cfg.per_device_batch_size(4) == 4
+    with pytest.raises(ConfigError, match=r"trainer.batch_size=32 is not divisible by 3 process\(es\) x 2 accumulation"):
+        cfg.per_device_batch_size(3)
+    assert TrainerConfig().resolved_precision("cpu") == "32-true"
+    assert TrainerConfig().resolved_precision("gpu") == "bf16-mixed"
+
+
+def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
+    base = config("lm", **DDP, max_steps=60, val_every_n_steps=20, checkpoint_every_n_steps=10)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "base.yaml").write_text(yaml.safe_dump(base))
+    (folder / "m.yaml").write_text(yaml.safe_dump({"name": "m", "base": "base.yaml", "axes": {"seed": [0]}}))
+    command = [sys.executable, "-m", "blockbench", "matrix", "m.yaml"]
+    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True, env=clean_env())
+    checkpoint = folder / "results/m/cells/lm/default/seed0/checkpoints/last.ckpt"
+    deadline = time.monotonic() + 180
+    while not checkpoint.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert checkpoint.exists()
+    os.killpg(process.pid, signal.SIGKILL)  # the matrix and both training processes
+    process.wait()
+
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((folder / "results/m/cells/lm/default/seed0/result.json").read_text())
+    assert result["status"] == "ok" and result["steps"] == 60 and result["resumed_from_step"] >= 10
+    assert result["batch"]["processes"] == 2
+
+    uninterrupted = train(tmp_path, "uninterrupted", base)
+    assert result["metrics"] == pytest.approx(uninterrupted["metrics"], rel=1e-5)
