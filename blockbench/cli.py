@@ -46,7 +46,12 @@ def _train(args: argparse.Namespace) -> int:
 def _matrix(args: argparse.Namespace) -> int:
     from .matrix import run_matrix
 
-    return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs)
+    from .matrix import ClusterOptions
+
+    options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
+                             cpus_per_task=args.slurm_cpus_per_task)
+    return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs, launcher=args.launcher,
+                      cluster_options=options)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -96,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--force", action="store_true", help="rerun cells from scratch, even those that already have a result")
     matrix.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="run up to N cells at once (CPU threads split between them; one GPU each if there are GPUs)")
+    matrix.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
+                        help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
+                             "submitit-local: the job path as local processes, to try it out")
+    matrix.add_argument("--slurm-partition", help="SLURM partition for --launcher slurm")
+    matrix.add_argument("--slurm-account", help="SLURM account for --launcher slurm")
+    matrix.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit of each cell's job")
+    matrix.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPUs per task (data loading)")
     matrix.set_defaults(func=_matrix)
 
     report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder")

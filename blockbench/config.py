@@ -59,6 +59,16 @@ class TrainerConfig(BaseModel):
     precision: str = Field("auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
 
+    @model_validator(mode="after")
+    def _batch_splits(self) -> "TrainerConfig":
+        """Check the global batch split before training when the device count is in the config."""
+        if isinstance(self.devices, int) and self.devices > 0:
+            try:
+                self.per_device_batch_size(self.devices * self.num_nodes)
+            except ConfigError as error:
+                raise ValueError(str(error).removeprefix("trainer.")) from None
+        return self
+
     def per_device_batch_size(self, world_size: int) -> int:
         """The batch each process computes per micro-step, so that the global batch is ``batch_size``
         whatever the number of processes; raises ConfigError if it does not divide."""

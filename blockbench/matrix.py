@@ -146,9 +146,8 @@ def job_slots(jobs: int) -> list[Slot]:
     return [Slot(threads, i % gpus if gpus else None) for i in range(jobs)]
 
 
-def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Slot(), log_file: Path | None = None,
-             fresh: bool = False) -> dict[str, Any]:
-    """Train one cell in a subprocess; return its result record (a failure record if it died).
+def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool = False) -> list[str]:
+    """Write the cell's folder (cell.json, config.yaml) and return the command that trains it.
 
     An interrupted earlier attempt resumes from its checkpoint unless ``fresh``.
     """
@@ -156,14 +155,13 @@ def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Sl
     (cell_dir / RESULT_FILE).unlink(missing_ok=True)
     if fresh:
         shutil.rmtree(cell_dir / CHECKPOINT_DIR, ignore_errors=True)
-    matrix_text = matrix_file.read_bytes()
     write_json(cell_dir / CELL_FILE, {
         "index": cell.index, "task": cell.task, "task_name": cell.run.task.name, "variant": cell.variant,
         "seed": cell.seed, "axes": cell.axes,
-        "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_text).hexdigest()},
+        "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
     })
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
-    command = [
+    return [
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
         "--out", str(cell_dir),
         "--tb-dir", str(matrix_dir / "tb"),
@@ -171,14 +169,11 @@ def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Sl
         "--tb-version", f"seed{cell.seed}",
         "--hparams", json.dumps(cell.axes),
     ]
-    if log_file is None:
-        process = subprocess.run(command, env=slot.environment())
-    else:
-        with log_file.open("w") as log:
-            process = subprocess.run(command, env=slot.environment(), stdout=log, stderr=subprocess.STDOUT)
-    if process.returncode in (130, -signal.SIGINT):  # the cell was interrupted, not broken
-        raise KeyboardInterrupt
-    result_path = cell_dir / RESULT_FILE
+
+
+def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> dict[str, Any]:
+    """The result the cell's training process wrote, or a failure record if it died without one."""
+    result_path = cell.directory(matrix_dir) / RESULT_FILE
     if result_path.is_file():
         return json.loads(result_path.read_text())
     record = {
@@ -186,10 +181,74 @@ def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Sl
         "task": cell.task,
         "seed": cell.seed,
         "config_hash": cell.run.config_hash(),
-        "error": f"the training process exited with code {process.returncode} without writing a result",
+        "error": f"the training process {exit_description} without writing a result",
     }
     write_json(result_path, record)
     return record
+
+
+def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Slot(), log_file: Path | None = None,
+             fresh: bool = False) -> dict[str, Any]:
+    """Train one cell in a local subprocess; return its result record (a failure record if it died)."""
+    command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
+    if log_file is None:
+        process = subprocess.run(command, env=slot.environment())
+    else:
+        with log_file.open("w") as log:
+            process = subprocess.run(command, env=slot.environment(), stdout=log, stderr=subprocess.STDOUT)
+    if process.returncode in (130, -signal.SIGINT):  # the cell was interrupted, not broken
+        raise KeyboardInterrupt
+    return cell_result(cell, matrix_dir, f"exited with code {process.returncode}")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where ``--launcher slurm`` submits cells (through submitit): one job per cell."""
+
+    partition: str | None = None
+    time_min: int = 240
+    account: str | None = None
+    cpus_per_task: int = 8
+
+
+def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Path, matrix_file: Path, *,
+                      cluster: str, options: ClusterOptions, fresh: bool) -> list[str]:
+    """Submit each cell as a job with submitit (``cluster``: "slurm", or "local" to run the jobs
+    as local processes), wait for all, and return the keys of the failed cells.
+
+    A cell's job has one task per device and ``trainer.num_nodes`` nodes, so Lightning's SLURM
+    environment sets up DDP across them; the job runs the same ``blockbench train`` as a local cell,
+    so resuming and the summary work the same.
+    """
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=matrix_dir / "jobs" / "%j", cluster=cluster)
+    jobs = []
+    for n, cell in todo:
+        trainer = cell.run.trainer
+        devices = trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1
+        parameters: dict[str, Any] = {"name": f"{matrix_dir.name}/{cell.key}", "timeout_min": options.time_min,
+                                      "nodes": trainer.num_nodes, "tasks_per_node": devices}
+        if cluster == "slurm":
+            parameters.update(slurm_partition=options.partition, slurm_account=options.account,
+                              cpus_per_task=options.cpus_per_task, gpus_per_node=devices if trainer.accelerator != "cpu" else 0)
+        executor.update_parameters(**{k: v for k, v in parameters.items() if v is not None})
+        command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
+        job = executor.submit(submitit.helpers.CommandFunction(command, cwd=os.getcwd(), verbose=False))
+        print(f"[{n}/{n_cells}] {cell.key}: submitted as job {job.job_id}", flush=True)
+        jobs.append((n, cell, job))
+    failed = []
+    for n, cell, job in jobs:
+        try:
+            job.result()
+            exit_description = "finished"
+        except Exception as error:  # submitit reports the job's failure (exit code, timeout, preemption)
+            exit_description = f"failed as job {job.job_id} ({str(error).strip().splitlines()[-1][:200]})"
+        result = cell_result(cell, matrix_dir, exit_description)
+        if result["status"] == "failed":
+            failed.append(cell.key)
+        print(f"[{n}/{n_cells}] {cell.key}: {describe_outcome(result)}", flush=True)
+    return failed
 
 
 def describe_outcome(result: dict[str, Any]) -> str:
@@ -201,11 +260,11 @@ def describe_outcome(result: dict[str, Any]) -> str:
     return f"FAILED: {result['error']}"
 
 
-def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1) -> int:
-    """Run every cell of the matrix at ``path`` (``jobs`` at a time); write the summary; return
-    the exit code: 1 if a cell failed (a diverged cell is a finding, not a failure)."""
-    from .report import RUN_FILE, write_report
-
+def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1, launcher: str = "local",
+               cluster_options: ClusterOptions = ClusterOptions()) -> int:
+    """Run every cell of the matrix at ``path``: here, ``jobs`` at a time, or as cluster jobs
+    (``launcher``: "slurm", or "submitit-local" to try the job path on this machine). Write the
+    summary and return the exit code: 1 if a cell failed (a diverged cell is a finding, not a failure)."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: run at least one cell at a time")
     path = Path(path)
@@ -226,6 +285,10 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
             print(f"[{n}/{len(cells)}] {cell.key}: done earlier, reusing its result", flush=True)
         else:
             todo.append((n, cell))
+    if launcher != "local":
+        cluster = {"slurm": "slurm", "submitit-local": "local"}[launcher]
+        failed = run_cells_as_jobs(todo, len(cells), matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force)
+        return finish_matrix(matrix_dir, matrix.name, f"blockbench matrix {path} --launcher {launcher}", start, len(todo), failed)
     failed: list[str] = []
     free_slots = queue.SimpleQueue()
     for slot in job_slots(jobs):
@@ -256,10 +319,17 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
               "run the same command again to continue", file=sys.stderr)
         return 130
     pool.shutdown()
+    command = f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else "")
+    return finish_matrix(matrix_dir, matrix.name, command, start, len(todo), failed)
+
+
+def finish_matrix(matrix_dir: Path, name: str, command: str, start: float, trained: int, failed: list[str]) -> int:
+    """Record the run, write the summary, and return the exit code (1 if a cell failed)."""
+    from .report import RUN_FILE, write_report
+
     elapsed = time.perf_counter() - start
-    print(f"matrix {matrix.name} finished in {elapsed:.0f} s", flush=True)
-    write_json(matrix_dir / RUN_FILE, {"command": f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else ""),
-                                       "wall_time_s": round(elapsed, 1), "cells_trained": len(todo)})
+    print(f"matrix {name} finished in {elapsed:.0f} s", flush=True)
+    write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(elapsed, 1), "cells_trained": trained})
     print(write_report(matrix_dir))
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)

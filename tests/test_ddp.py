@@ -138,3 +138,22 @@ def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
 
     uninterrupted = train(tmp_path, "uninterrupted", base)
     assert result["metrics"] == pytest.approx(uninterrupted["metrics"], rel=1e-5)
+
+
+def test_matrix_cells_as_submitit_jobs(tmp_path):
+    """The cluster path (one submitit job per cell) run as local jobs: same results folder, summary and reuse."""
+    pytest.importorskip("submitit")
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "base.yaml").write_text(yaml.safe_dump(config("lm", max_steps=4, val_every_n_steps=2)))
+    (folder / "m.yaml").write_text(yaml.safe_dump({"name": "m", "base": "base.yaml", "axes": {"seed": [0, 1]}}))
+    command = [sys.executable, "-m", "blockbench", "matrix", "m.yaml", "--launcher", "submitit-local"]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("submitted as job") == 2
+    for seed in (0, 1):
+        result = json.loads((folder / f"results/m/cells/lm/default/seed{seed}/result.json").read_text())
+        assert result["status"] == "ok" and result["steps"] == 4
+    assert "| default |" in (folder / "results/m/summary.md").read_text()
+    again = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert again.stdout.count("done earlier") == 2 and "submitted" not in again.stdout
