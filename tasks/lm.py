@@ -109,6 +109,12 @@ class AgreementDataModule(TaskDataModule):
         return {"loss": entropy, "perplexity": float(np.exp(entropy)), "agreement_acc": float(majority_right.mean())}
 
 
+def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of predicting ``rows[:, 1:]`` from ``rows[:, :-1]`` (both LM tasks)."""
+    logits = model(rows[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten(), reduction=reduction)
+
+
 class LMTask(TaskModule):
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int):
         super().__init__(model, optimizer, max_steps)
@@ -118,17 +124,13 @@ class LMTask(TaskModule):
     def items_in_batch(self, batch: Any) -> int:
         return batch[0][:, 1:].numel()
 
-    def _loss(self, rows: torch.Tensor) -> torch.Tensor:
-        logits = self.model(rows[:, :-1])
-        return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-
     def training_loss(self, batch: Any) -> torch.Tensor:
-        return self._loss(batch[0])
+        return next_token_loss(self.model, batch[0])
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if dataloader_idx == 0:
             rows = batch[0]
-            self.val_loss.update(self._loss(rows), weight=rows[:, 1:].numel())
+            self.val_loss.update(next_token_loss(self.model, rows), weight=rows[:, 1:].numel())
             return
         probes, position, correct, wrong = batch
         logits = self.model(probes)

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import SumMetric
@@ -23,6 +22,7 @@ from models import ModelConfig
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule, with_data_fields
 from .data.text import TextData
 from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
+from .lm import next_token_loss
 
 
 class TextLMTaskConfig(TaskConfig):
@@ -78,17 +78,19 @@ class TextLMDataModule(TaskDataModule):
         self.tokenizer: Tokenizer | None = None
         #: per split: whether its tokens came from the cache (set by prepare_data)
         self.cache_hits: dict[str, bool] = {}
+        self._loaded_streams: dict[str, np.ndarray] | None = None
 
     def _streams(self) -> dict[str, np.ndarray]:
-        """The encoding's token ids of every split (tokenized once, then from the cache)."""
-        data, tokenizer = self.cfg.data, self.cfg.tokenizer
-        streams = {}
-        for split in data.splits:
-            streams[split], self.cache_hits[split] = tokenized_documents(
-                "lm-tokens", data.describe(split), lambda split=split: data.documents(split), tokenizer.encoding,
-                end_of_document=data.end_of_document,
-            )
-        return streams
+        """The encoding's token ids of every split (tokenized once, then from the cache), loaded once."""
+        if self._loaded_streams is None:
+            data, tokenizer = self.cfg.data, self.cfg.tokenizer
+            self._loaded_streams = {}
+            for split in data.splits:
+                self._loaded_streams[split], self.cache_hits[split] = tokenized_documents(
+                    "lm-tokens", data.describe(split), lambda split=split: data.documents(split), tokenizer.encoding,
+                    end_of_document=data.end_of_document,
+                )
+        return self._loaded_streams
 
     def prepare_data(self) -> None:
         self._streams()
@@ -131,12 +133,6 @@ class TextLMDataModule(TaskDataModule):
         loss = unigram_cross_entropy(np.asarray(self.train_tokens, dtype=np.int64), targets, self.tokenizer.vocab_size)
         n_bytes = int(self.tokenizer.bytes_per_token()[targets].sum())
         return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bits_per_byte(loss * len(targets), n_bytes)}
-
-
-def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy of predicting ``rows[:, 1:]`` from ``rows[:, :-1]``."""
-    logits = model(rows[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten(), reduction=reduction)
 
 
 class TextLMTask(TaskModule):

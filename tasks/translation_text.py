@@ -143,16 +143,20 @@ class TextTranslationDataModule(TranslationDataModule):
         self.cfg = cfg
         self.tokenizer: Tokenizer | None = None
         self.cache_hits: dict[str, bool] = {}
+        self._loaded_splits: dict[str, tuple[dict[str, np.ndarray], dict[str, list[str]]]] | None = None
 
     def _tokenized(self) -> dict[str, tuple[dict[str, np.ndarray], dict[str, list[str]]]]:
-        data, encoding = self.cfg.data, self.cfg.tokenizer.encoding
-        splits = {}
-        for split in data.splits:
-            arrays, texts, self.cache_hits[split] = tokenized_pairs(
-                "translation-tokens", data.describe(split), lambda split=split: data.pairs(split), encoding, keep_texts=split == data.val_split
-            )
-            splits[split] = arrays, texts
-        return splits
+        """Every split's tokenized pairs (tokenized once, then from the cache), loaded once."""
+        if self._loaded_splits is None:
+            data, encoding = self.cfg.data, self.cfg.tokenizer.encoding
+            self._loaded_splits = {}
+            for split in data.splits:
+                arrays, texts, self.cache_hits[split] = tokenized_pairs(
+                    "translation-tokens", data.describe(split), lambda split=split: data.pairs(split), encoding,
+                    keep_texts=split == data.val_split,
+                )
+                self._loaded_splits[split] = arrays, texts
+        return self._loaded_splits
 
     def prepare_data(self) -> None:
         self._tokenized()

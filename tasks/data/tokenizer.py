@@ -126,16 +126,15 @@ class Tokenizer:
         """UTF-8 bytes each id stands for (0 for padding and special tokens), for bits per byte."""
         ids = np.arange(self.encoding.n_vocab) if self.original_ids is None else self.original_ids
         special = {self.encoding.encode_single_token(token) for token in self.encoding.special_tokens_set}
-        lengths = [0 if i in special or not _is_token(self.encoding, i) else len(self.encoding.decode_single_token_bytes(int(i))) for i in ids]
+        lengths = [0 if int(i) in special else _byte_length(self.encoding, int(i)) for i in ids]
         return np.array(lengths + [0], dtype=np.int64)
 
 
-def _is_token(encoding, i: int) -> bool:
+def _byte_length(encoding, i: int) -> int:
     try:
-        encoding.decode_single_token_bytes(int(i))
+        return len(encoding.decode_single_token_bytes(i))
     except KeyError:  # gaps in the id range (e.g. before cl100k's special tokens)
-        return False
-    return True
+        return 0
 
 
 def unigram_cross_entropy(train: np.ndarray, heldout_targets: np.ndarray, vocab_size: int) -> float:
