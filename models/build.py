@@ -11,14 +11,18 @@ from .registry import FAMILIES
 
 
 def build_model(config: ModelConfig | Mapping[str, Any]) -> nn.Module:
-    """Build the model that ``config`` describes (the same mapping as a YAML ``model:`` section).
+    """Build the model that ``config`` describes (the same mapping as a YAML ``model:`` section);
+    with ``compile: true`` its calls run through ``torch.compile``.
 
     >>> model = build_model({"family": "decoder_lm", "vocab_size": 100, "norm_placement": "post"})
     """
     cfg = config if isinstance(config, ModelConfig) else ModelConfig.model_validate(dict(config))
     if cfg.family is None:
         raise ValueError(f"model.family is not set; choose one of: {', '.join(FAMILIES.names())}")
-    return FAMILIES.get(cfg.family)(cfg)
+    model = FAMILIES.get(cfg.family)(cfg)
+    if cfg.compile:
+        model.compile()  # in place: parameter names and state_dict keys stay those of the eager model
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:

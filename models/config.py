@@ -70,6 +70,10 @@ class ModelConfig(BaseModel):
     patch_size: int = Field(4, gt=0)
     in_channels: int = Field(3, gt=0)
     n_classes: int | None = Field(None, gt=1)
+    # execution (same math, different speed)
+    compile: bool = Field(
+        False, description="compile the model with torch.compile (nn.Module.compile): faster steps after a compile warm-up"
+    )
 
     @field_validator(*VARIANT_REGISTRIES)
     @classmethod

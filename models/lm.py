@@ -8,6 +8,7 @@ from torch import nn
 
 from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
+from .loss import linear_cross_entropy
 from .position import build_positional
 from .registry import FAMILIES
 
@@ -28,14 +29,25 @@ class DecoderLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def forward(
-        self, idx: torch.Tensor, padding_mask: torch.Tensor | None = None, caches: list[LayerCache] | None = None
+        self,
+        idx: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        caches: list[LayerCache] | None = None,
+        *,
+        head: bool = True,
     ) -> torch.Tensor:
-        """``idx``: (B, T) token ids -> logits (B, T, vocab). ``padding_mask`` True marks padding.
-        With ``caches`` (from ``new_caches``), ``idx`` holds only the tokens after the cached ones."""
+        """``idx``: (B, T) token ids -> logits (B, T, vocab), or with ``head=False`` the final hidden
+        states (B, T, D). ``padding_mask`` True marks padding. With ``caches`` (from ``new_caches``),
+        ``idx`` holds only the tokens after the cached ones."""
         offset = caches[0].self_attn.length if caches else 0
         x = self.positions.add_to(self.tok_emb(idx), offset)
         x = self.stack(self.drop(x), caches=caches, padding_mask=padding_mask, positional=self.positions)
-        return self.lm_head(x)
+        return self.lm_head(x) if head else x
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:
+        """Cross-entropy of predicting ``targets`` (B, T) from ``idx`` (B, T), without holding the
+        (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``)."""
+        return linear_cross_entropy(self(idx, head=False), self.lm_head.weight, targets, reduction=reduction)
 
     def new_caches(self) -> list[LayerCache]:
         return self.stack.new_caches()

@@ -8,6 +8,7 @@ from torch import nn
 
 from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
+from .loss import linear_cross_entropy
 from .position import build_positional
 from .registry import FAMILIES
 
@@ -51,8 +52,11 @@ class EncoderDecoder(nn.Module):
         memory: torch.Tensor,
         src_padding_mask: torch.Tensor | None = None,
         caches: list[LayerCache] | None = None,
+        *,
+        head: bool = True,
     ) -> torch.Tensor:
-        """Decoder logits for ``tgt``; with ``caches``, ``tgt`` holds only the tokens after the cached ones."""
+        """Decoder logits for ``tgt`` (or with ``head=False`` its final hidden states); with
+        ``caches``, ``tgt`` holds only the tokens after the cached ones."""
         # Right-padded targets need no self-attention padding mask: the causal mask already hides
         # later (padding) positions from every real token, and padded positions carry no loss.
         offset = caches[0].self_attn.length if caches else 0
@@ -60,13 +64,33 @@ class EncoderDecoder(nn.Module):
             self._embed(tgt, offset), caches=caches, memory=memory, memory_padding_mask=src_padding_mask,
             positional=self.positions,
         )
-        return self.lm_head(x)
+        return self.lm_head(x) if head else x
 
     def forward(
-        self, src: torch.Tensor, tgt: torch.Tensor, src_padding_mask: torch.Tensor | None = None
+        self, src: torch.Tensor, tgt: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *, head: bool = True
     ) -> torch.Tensor:
-        """Teacher forcing: ``src`` (B, S), ``tgt`` (B, T) decoder input -> logits (B, T, vocab)."""
-        return self.decode(tgt, self.encode(src, src_padding_mask), src_padding_mask)
+        """Teacher forcing: ``src`` (B, S), ``tgt`` (B, T) decoder input -> logits (B, T, vocab)
+        (or with ``head=False`` the decoder's final hidden states (B, T, D))."""
+        return self.decode(tgt, self.encode(src, src_padding_mask), src_padding_mask, head=head)
+
+    def loss(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        *,
+        src_padding_mask: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
+    ) -> torch.Tensor:
+        """Teacher-forcing cross-entropy of ``tgt_out`` given ``src`` and ``tgt_in``, without holding
+        the (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``)."""
+        hidden = self(src, tgt_in, src_padding_mask, head=False)
+        return linear_cross_entropy(
+            hidden, self.lm_head.weight, tgt_out, ignore_index=ignore_index, label_smoothing=label_smoothing,
+            reduction=reduction,
+        )
 
     @torch.no_grad()
     def greedy_decode(

@@ -230,6 +230,14 @@ class TaskModule(L.LightningModule, ABC):
         ]
         return {"attended_fraction": round(sum(fractions) / len(fractions), 4)} if fractions else {}
 
+    def _fused_optimizer(self, params: list[torch.nn.Parameter]) -> bool:
+        """Whether AdamW can run as one fused kernel for all parameters (CPU and CUDA have one): not
+        with gradient clipping under Lightning's mixed precision, which refuses to clip for optimizers
+        that unscale gradients themselves (there the default implementation runs)."""
+        trainer = self._trainer
+        clipping_in_mixed = trainer is not None and bool(trainer.gradient_clip_val) and str(trainer.precision).endswith("-mixed")
+        return not clipping_in_mixed and all(p.device.type in ("cpu", "cuda") for p in params)
+
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optimizer_config
         # weight decay on matrices only (not on norms, biases, position tables), as in nanoGPT
@@ -238,7 +246,7 @@ class TaskModule(L.LightningModule, ABC):
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay, "name": "decay"},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "no_decay"},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=self._fused_optimizer(params) or None)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: warmup_cosine(

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
@@ -111,8 +110,7 @@ class AgreementDataModule(TaskDataModule):
 
 def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of predicting ``rows[:, 1:]`` from ``rows[:, :-1]`` (both LM tasks)."""
-    logits = model(rows[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten(), reduction=reduction)
+    return model.loss(rows[:, :-1], rows[:, 1:], reduction=reduction)
 
 
 class LMTask(TaskModule):

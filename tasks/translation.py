@@ -17,7 +17,6 @@ from typing import Any, Literal, NamedTuple
 
 from sacrebleu.metrics import BLEU
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
@@ -34,6 +33,18 @@ from .data.synthetic_translation import (
     generate_parallel_corpus,
     translation_vocab,
 )
+
+
+def teacher_forcing_loss(
+    model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int, label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Cross-entropy of predicting ``tgt[:, 1:]`` from ``src`` and ``tgt[:, :-1]`` (BOS first), padding
+    ``pad_id`` masked in the source and ignored in the targets."""
+    return model.loss(
+        src, tgt[:, :-1], tgt[:, 1:], src_padding_mask=src == pad_id, ignore_index=pad_id,
+        label_smoothing=label_smoothing, reduction=reduction,
+    )
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
@@ -174,10 +185,8 @@ class TranslationTask(TaskModule):
         return int((batch[1][:, 1:] != self.ids.pad).sum())
 
     def _loss(self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float, reduction: str = "mean") -> torch.Tensor:
-        logits = self.model(src, tgt[:, :-1], src_padding_mask=src == self.ids.pad)
-        return F.cross_entropy(
-            logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=self.ids.pad, label_smoothing=label_smoothing,
-            reduction=reduction,
+        return teacher_forcing_loss(
+            self.model, src, tgt, pad_id=self.ids.pad, label_smoothing=label_smoothing, reduction=reduction
         )
 
     def translate(self, src: torch.Tensor) -> torch.Tensor:

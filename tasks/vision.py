@@ -85,6 +85,12 @@ class ShapesDataModule(TaskDataModule):
         return {"accuracy": majority_class_accuracy(self.val_data.labels)}
 
 
+def classification_loss(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the model's class logits; ``labels`` are class ids or (MixUp/CutMix) class
+    probabilities."""
+    return F.cross_entropy(model(images), labels)
+
+
 class VisionTask(TaskModule):
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int):
         super().__init__(model, optimizer, max_steps)
@@ -95,8 +101,7 @@ class VisionTask(TaskModule):
         return len(batch[0])
 
     def training_loss(self, batch: Any) -> torch.Tensor:
-        images, labels = batch
-        return F.cross_entropy(self.model(images), labels)
+        return classification_loss(self.model, *batch)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         images, labels = batch

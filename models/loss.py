@@ -1,0 +1,111 @@
+"""Cross-entropy over a vocabulary computed together with the output projection.
+
+``linear_cross_entropy(hidden, weight, targets)`` equals
+``F.cross_entropy(F.linear(hidden, weight), targets)`` (with ``ignore_index``, ``label_smoothing``
+and ``reduction`` as there). For training it never holds the (tokens x vocabulary) logits: it walks
+over chunks of tokens, and for each computes the logits, the loss and at once the gradients of the
+loss with respect to the chunk's hidden states and the weight, which backward then only scales.
+This is the fused linear cross-entropy of Liger-Kernel (Hsu et al. 2024) and of Apple's
+Cut Cross-Entropy (Wijmans et al. 2024) in plain PyTorch: the same FLOPs as logits + cross-entropy,
+without the memory passes over the logits that ``log_softmax``, its backward and the one-hot
+``nll_loss`` gradient make (the largest non-matmul cost of a small-model LM step on a CPU), and
+without keeping the logits for backward.
+
+With gradients off (validation) or when the result must be differentiated twice, it takes the
+plain path. Under ``torch.autocast`` the matmuls run in the autocast dtype and the softmax in
+float32, as autocast runs ``F.linear`` and ``F.cross_entropy``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+#: tokens per chunk: 1024 x vocabulary 32k float32 logits = 128 MiB at most at a time
+DEFAULT_CHUNK_TOKENS = 1024
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> torch.Tensor:
+    """Cross-entropy of ``hidden @ weight.T`` (``hidden`` (..., D), ``weight`` (V, D), ``targets`` (...))."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad) and len(targets):
+        return _FusedLinearCrossEntropy.apply(hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens)
+    return F.cross_entropy(
+        F.linear(hidden, weight), targets, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction
+    )
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Loss in forward, with its gradients for ``hidden`` and ``weight``; backward scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens):
+        device_type = hidden.device.type
+        # the matmuls in the autocast dtype, if autocast is on (as it runs F.linear), cast once here
+        autocast = torch.is_autocast_enabled(device_type)
+        compute_dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
+        with torch.autocast(device_type, enabled=False):
+            loss, grad_hidden, grad_weight = _loss_and_gradients(
+                hidden, weight.to(compute_dtype), targets, ignore_index, label_smoothing, reduction, chunk_tokens,
+                hidden_grad=hidden.requires_grad, weight_grad=weight.requires_grad, compute_dtype=compute_dtype,
+            )
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return (
+            None if grad_hidden is None else grad_hidden * grad_output.to(grad_hidden.dtype),
+            None if grad_weight is None else (grad_weight * grad_output).to(ctx.weight_dtype),
+            None, None, None, None, None,
+        )
+
+
+def _loss_and_gradients(
+    hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens, *, hidden_grad, weight_grad,
+    compute_dtype,
+):
+    """The loss and, chunk by chunk of tokens, its gradients for ``hidden`` and ``weight``."""
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    counted = targets != ignore_index
+    softmax_dtype = torch.promote_types(compute_dtype, torch.float32)  # the softmax never below float32
+    # mean: F.cross_entropy divides by the tokens not ignored (NaN if there are none)
+    scale = (1.0 / counted.sum().to(softmax_dtype)) if reduction == "mean" else torch.ones((), dtype=softmax_dtype, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden) if hidden_grad else None
+    grad_weight = torch.zeros(weight.shape, dtype=softmax_dtype, device=weight.device) if weight_grad else None
+    total = torch.zeros((), dtype=softmax_dtype, device=hidden.device)
+    for start in range(0, n_tokens, chunk_tokens):
+        h = hidden[start : start + chunk_tokens].to(compute_dtype)
+        keep = counted[start : start + chunk_tokens]
+        target = targets[start : start + chunk_tokens].masked_fill(~keep, 0)
+        logits = (h @ weight.t()).to(softmax_dtype)  # (chunk, V)
+        log_z = torch.logsumexp(logits, dim=-1)
+        losses = log_z - (1 - label_smoothing) * logits.gather(1, target[:, None]).squeeze(1)
+        if label_smoothing:
+            losses -= label_smoothing * logits.mean(dim=-1)
+        total += losses.masked_fill(~keep, 0).sum()
+        # d loss / d logits = softmax - (1 - eps) * onehot - eps / V, zero for ignored tokens
+        grad_logits = logits.sub_(log_z[:, None]).exp_()
+        grad_logits[torch.arange(len(target), device=target.device), target] -= 1 - label_smoothing
+        if label_smoothing:
+            grad_logits -= label_smoothing / vocab
+        grad_logits.mul_((keep * scale)[:, None])
+        grad_logits = grad_logits.to(compute_dtype)
+        if grad_hidden is not None:
+            grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
+        if grad_weight is not None:
+            grad_weight += grad_logits.t() @ h
+    return total * scale, grad_hidden, grad_weight

@@ -1,0 +1,159 @@
+"""The fast paths give the same results as the plain ones: the fused linear cross-entropy, the
+fused optimizer, bf16 autocast and torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from blockbench.config import build_run_config
+from blockbench.train import train
+from models import ModelConfig, build_model
+from models.loss import linear_cross_entropy
+from tasks.lm import next_token_loss
+from tasks.translation import teacher_forcing_loss
+
+TINY_MODEL = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64}
+TINY_TASKS = {
+    "lm": {"task.name": "lm", "task.seq_len": 32, "task.n_train_tokens": 8000, "task.n_val_tokens": 2000,
+           "task.n_probes": 32},
+    "translation": {"task.name": "translation", "task.n_train": 500, "task.n_val": 16},
+    "vit": {"task.name": "vit", "task.n_train": 256, "task.n_val": 32},
+}
+TINY_TRAINER = {"trainer.max_steps": 4, "trainer.batch_size": 8, "trainer.val_every_n_steps": 4,
+                "trainer.log_every_n_steps": 1, "optimizer.warmup_steps": 1}
+
+
+def reference_loss(hidden, weight, targets, **kwargs):
+    return F.cross_entropy(F.linear(hidden, weight), targets, **kwargs)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_linear_cross_entropy_equals_logits_then_cross_entropy(reduction, label_smoothing):
+    """Loss and both gradients equal F.cross_entropy(F.linear(...)) in float64 (to rounding), with
+    ignored targets, label smoothing, a chunk size that does not divide the tokens, and an upstream
+    gradient that is not 1."""
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 150, 16, dtype=torch.float64, generator=generator, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, generator=generator, requires_grad=True)
+    targets = torch.randint(0, 50, (2, 150), generator=generator)
+    targets[:, ::7] = -100
+    kwargs = dict(label_smoothing=label_smoothing, reduction=reduction)
+
+    expected = reference_loss(hidden.flatten(0, 1), weight, targets.flatten(), **kwargs)
+    expected_grads = torch.autograd.grad(expected * 2.5, (hidden, weight))
+    loss = linear_cross_entropy(hidden, weight, targets, chunk_tokens=64, **kwargs)
+    grads = torch.autograd.grad(loss * 2.5, (hidden, weight))
+
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_cross_entropy_under_bf16_autocast_matches_autocast_reference():
+    """Under autocast the matmuls run in bf16 and the softmax in float32, as autocast runs
+    F.linear and F.cross_entropy: results agree with the float64 truth to bf16 precision, like the
+    reference path's own, and the gradients come back in the parameters' dtype."""
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(300, 32, generator=generator, requires_grad=True)
+    weight = (torch.randn(64, 32, generator=generator) * 0.3).requires_grad_()
+    targets = torch.randint(0, 64, (300,), generator=generator)
+    truth = reference_loss(hidden.double(), weight.double(), targets)
+    truth_grads = torch.autograd.grad(truth, (hidden, weight))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = reference_loss(hidden, weight, targets)
+        loss = linear_cross_entropy(hidden, weight, targets, chunk_tokens=128)
+    reference_grads = torch.autograd.grad(reference, (hidden, weight))
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    assert loss.dtype == torch.float32 and [g.dtype for g in grads] == [torch.float32, torch.float32]
+    for ours, theirs, true in [(loss, reference, truth), *zip(grads, reference_grads, truth_grads)]:
+        ours_error = (ours.double() - true).abs().max()
+        reference_error = (theirs.double() - true).abs().max()
+        assert ours_error <= 2 * reference_error + 1e-6
+
+
+def test_linear_cross_entropy_without_gradients_and_with_nothing_to_count():
+    generator = torch.Generator().manual_seed(2)
+    hidden, weight = torch.randn(10, 8, generator=generator), torch.randn(12, 8, generator=generator)
+    targets = torch.randint(0, 12, (10,), generator=generator)
+    with torch.no_grad():
+        torch.testing.assert_close(linear_cross_entropy(hidden, weight, targets), reference_loss(hidden, weight, targets))
+    all_ignored = torch.full((10,), -100)
+    assert linear_cross_entropy(hidden.requires_grad_(), weight, all_ignored).isnan()  # as F.cross_entropy: 0 / 0
+    with pytest.raises(ValueError, match="reduction"):
+        linear_cross_entropy(hidden, weight, targets, reduction="none")
+
+
+def tiny_model(family: str, **fields) -> torch.nn.Module:
+    sizes = {"decoder_lm": {"vocab_size": 40, "max_seq_len": 16}, "encoder_decoder": {"vocab_size": 40, "max_seq_len": 16}}
+    cfg = ModelConfig(family=family, d_model=32, n_layers=2, n_heads=4, d_ff=64, **sizes[family], **fields)
+    torch.manual_seed(0)
+    return build_model(cfg).double()
+
+
+@pytest.mark.parametrize("fields", [{}, {"tie_embeddings": False, "norm": "rmsnorm", "pos_encoding": "rope"}])
+def test_lm_loss_equals_cross_entropy_of_its_logits(fields):
+    model = tiny_model("decoder_lm", **fields)
+    rows = torch.randint(0, 40, (3, 13), generator=torch.Generator().manual_seed(0))
+    expected = F.cross_entropy(model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
+    loss = next_token_loss(model, rows)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.testing.assert_close(loss, expected)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_translation_loss_equals_cross_entropy_of_its_logits():
+    model = tiny_model("encoder_decoder")
+    generator = torch.Generator().manual_seed(0)
+    src, tgt = torch.randint(1, 40, (3, 9), generator=generator), torch.randint(1, 40, (3, 8), generator=generator)
+    src[0, -3:] = 0  # padding
+    tgt[1, -2:] = 0
+    logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
+    expected = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0, label_smoothing=0.1)
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
+    loss = teacher_forcing_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.testing.assert_close(loss, expected)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_tasks_train_with_the_fused_adamw_kernel():
+    run = build_run_config({}, {**TINY_TASKS["lm"], **TINY_MODEL})
+    module, _ = run.task.build(run.resolved_model(), run.optimizer, max_steps=4, batch_size=8)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert optimizer.defaults["fused"] is True
+
+
+@pytest.mark.parametrize("task", list(TINY_TASKS))
+def test_bf16_mixed_precision_trains_on_cpu(tmp_path, task):
+    """``trainer.precision: bf16-mixed`` runs every family under CPU autocast to a finite result."""
+    run = build_run_config({}, {**TINY_TASKS[task], **TINY_MODEL, **TINY_TRAINER, "trainer.precision": "bf16-mixed"})
+    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=task, tb_version="0")
+    assert result["status"] == "ok" and result["precision"] == "bf16-mixed"
+    assert all(torch.isfinite(torch.tensor(v)) for v in result["metrics"].values())
+
+
+def test_compiled_model_trains_like_the_eager_one(tmp_path):
+    """``model.compile: true`` runs the model through torch.compile on CPU: same parameter names
+    (checkpoints stay interchangeable) and the same losses as eager, to float32 rounding."""
+    eager = tiny_model("decoder_lm").float()
+    compiled = tiny_model("decoder_lm", compile=True).float()
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    rows = torch.randint(0, 40, (4, 13), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for model in (eager, compiled):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        trace = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = next_token_loss(model, rows)
+            loss.backward()
+            optimizer.step()
+            trace.append(loss.item())
+        losses.append(trace)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
