@@ -26,14 +26,30 @@ adds them, weighted, to the training loss):
   and ``P_i`` the mean router probability of expert i. Equals 1 under uniform routing.
 * ``z_loss`` -- router z-loss ``mean_tokens(logsumexp(h)^2)`` (Zoph et al. 2022, ST-MoE eq. 5).
 
-Dispatch has no Python loop over tokens: assignments are sorted by expert (stable argsort),
-counted with ``bincount``, gathered with ``index_select`` and scattered back with
-``index_add_``; only the experts are looped over.
+Dispatch, with no Python loop over tokens or experts: the routed experts process an
+``(n_experts, C, d_model)`` buffer, the expert input of GShard and Switch (Fedus et al. 2021
+Sec. 2.2), built by sorting and gathering instead of a one-hot dispatch einsum:
+
+1. the ``k * n_tokens`` assignments, listed in priority order, are sorted by expert with a
+   stable argsort, so each expert's assignments stay in priority order;
+2. an assignment's position within its expert is its sorted index minus the expert's first
+   sorted index (``cumsum(bincount) - bincount``); it is kept iff ``position < C``, with ``C``
+   the largest expert count of the batch, capped at the capacity (a larger buffer would only
+   hold padding);
+3. kept tokens are copied (``index_copy``) to row ``(expert, position)`` of a zero buffer and
+   all experts run at once on it: ``experts`` is the FFN of kind ``expert_kind`` whose Linears
+   are ``StackedLinear`` (one ``bmm`` each, see ``stack_experts``);
+4. each kept assignment reads back its own row, times its gate, and ``index_add`` sums the rows
+   into their tokens. Padding rows (bias-only outputs) are never read and dropped assignments
+   are added to a spare output row that is cut off, so neither reaches the output or the
+   gradients.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -41,7 +57,79 @@ from torch import nn
 from .mlp import build_ffn
 
 
+class StackedLinear(nn.Linear):
+    """``n_experts`` independent ``Linear(in_features, out_features)`` layers run as one batched
+    matmul: for ``x`` of shape ``(n_experts, C, in_features)``, ``y[e] = x[e] @ weight[e].T + bias[e]``.
+
+    ``weight`` has shape ``(n_experts, out_features, in_features)`` and ``bias``
+    ``(n_experts, out_features)``: expert ``e``'s slices are exactly the ``weight`` and ``bias``
+    of its ``nn.Linear``. It subclasses ``nn.Linear`` so that the code that finds linear layers
+    by type and attribute name treats every expert matrix as the ``nn.Linear`` it stands for:
+    ``init_weights`` (N(0, 0.02) weights, zero biases, the residual shrink of ``fc_out``) and
+    DeepNet's ``deepnorm_init_`` (scales ``fc_in``, ``fc_gate``, ``fc_out``).
+    """
+
+    def __init__(self, n_experts: int, in_features: int, out_features: int, bias: bool = True):
+        nn.Module.__init__(self)  # not nn.Linear.__init__, which would allocate a 2-D weight
+        self.n_experts = n_experts
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(n_experts, out_features, in_features))
+        self.register_parameter("bias", nn.Parameter(torch.empty(n_experts, out_features)) if bias else None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert as ``nn.Linear.reset_parameters``: ``kaiming_uniform_(a=sqrt(5))`` of the
+        weight and the bias are both U(-1/sqrt(in_features), 1/sqrt(in_features))."""
+        bound = 1 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(n_experts, C, in_features) -> (n_experts, C, out_features)``."""
+        weight = self.weight.transpose(1, 2)  # (E, in, out)
+        if self.bias is None:
+            return torch.bmm(x, weight)
+        return torch.baddbmm(self.bias.unsqueeze(1), x, weight)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_experts={self.n_experts}, in_features={self.in_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+
+def stack_experts(build_expert: Callable[[], nn.Module], n_experts: int) -> nn.Module:
+    """``n_experts`` FFNs of the kind ``build_expert`` builds, as one module mapping
+    ``(n_experts, C, d_model) -> (n_experts, C, d_model)``, expert ``e`` on slice ``e``.
+
+    It is the FFN itself with every ``nn.Linear`` replaced by a ``StackedLinear`` of the same
+    shape: every FFN kind applies its Linears to the last dimension and everything else
+    (activation, gating product, dropout) elementwise, so the FFN's own ``forward`` on the
+    stacked input is all experts at once, and a new FFN kind needs no batched counterpart.
+    Dropout draws an independent mask per element, as ``n_experts`` separate FFNs would. A kind
+    with parameters outside its Linears cannot be stacked this way and raises ``TypeError``.
+    """
+    with torch.device("meta"):  # the template's own weights are replaced, never allocated
+        experts = build_expert()
+    for name, layer in list(experts.named_modules()):
+        if isinstance(layer, nn.Linear):
+            parent, _, attr = name.rpartition(".")
+            stacked = StackedLinear(n_experts, layer.in_features, layer.out_features, bias=layer.bias is not None)
+            setattr(experts.get_submodule(parent), attr, stacked)
+    unstacked = [name for name, t in experts.state_dict().items() if t.is_meta]
+    if unstacked:
+        raise TypeError(f"cannot stack {type(experts).__name__} experts: state outside nn.Linear: {unstacked}")
+    return experts
+
+
 class MoEFeedForward(nn.Module):
+    """Top-k routed experts plus shared experts, all of FFN kind ``expert_kind`` (see the module
+    docstring). ``experts`` holds the routed experts stacked (``experts.fc_in.weight`` has shape
+    ``(n_experts, hidden, d_model)``, ...); ``expert(e)`` returns expert ``e`` as a standalone
+    FFN; ``build_expert()`` builds one fresh FFN of the experts' kind and shape."""
+
     def __init__(
         self,
         d_model: int,
@@ -69,14 +157,12 @@ class MoEFeedForward(nn.Module):
         self.n_experts = n_experts
         self.top_k = top_k
         self.capacity_factor = capacity_factor
+        self.build_expert = functools.partial(
+            build_ffn, expert_kind, d_model, d_ff, activation, bias=bias, dropout=dropout
+        )
         self.router = nn.Linear(d_model, n_experts, bias=False)
-        self.experts = nn.ModuleList(
-            build_ffn(expert_kind, d_model, d_ff, activation, bias=bias, dropout=dropout) for _ in range(n_experts)
-        )
-        self.shared_experts = nn.ModuleList(
-            build_ffn(expert_kind, d_model, d_ff, activation, bias=bias, dropout=dropout)
-            for _ in range(n_shared_experts)
-        )
+        self.experts = stack_experts(self.build_expert, n_experts)  # routed, e.g. experts.fc_in.weight (E, F, D)
+        self.shared_experts = nn.ModuleList(self.build_expert() for _ in range(n_shared_experts))
         # filled in by every forward
         self.aux_loss: torch.Tensor | None = None
         self.z_loss: torch.Tensor | None = None
@@ -88,6 +174,16 @@ class MoEFeedForward(nn.Module):
         if self.capacity_factor is None:
             return None
         return math.ceil(self.capacity_factor * n_tokens * self.top_k / self.n_experts)
+
+    def expert(self, e: int) -> nn.Module:
+        """Routed expert ``e`` as a standalone FFN of ``expert_kind`` (what ``build_ffn`` builds),
+        holding a copy of its weights, in this layer's train/eval mode."""
+        if not 0 <= e < self.n_experts:
+            raise IndexError(f"expert {e} out of range for {self.n_experts} experts")
+        with torch.device("meta"):
+            ffn = self.build_expert()
+        ffn.load_state_dict({name: t[e].clone() for name, t in self.experts.state_dict().items()}, assign=True)
+        return ffn.train(self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -106,20 +202,27 @@ class MoEFeedForward(nn.Module):
         flat_token = torch.arange(n, device=x.device).repeat(k)
         flat_gate = gates.t().reshape(-1)
 
+        # sorted by expert, priority kept inside; position = rank within the expert's assignments
         counts = torch.bincount(flat_expert, minlength=n_exp)  # (E,)
-        order = torch.argsort(flat_expert, stable=True)  # grouped by expert, priority kept inside
-        capacity = self.capacity(n)
-        kept = counts if capacity is None else counts.clamp(max=capacity)
+        order = torch.argsort(flat_expert, stable=True)
+        expert, token, gate = flat_expert[order], flat_token[order], flat_gate[order]
+        first = counts.cumsum(0) - counts  # sorted index of each expert's first assignment
+        position = torch.arange(k * n, device=x.device) - first[expert]
+        capacity, max_count = self.capacity(n), int(counts.max())
+        slots = max_count if capacity is None else min(capacity, max_count)  # C
+        keep = position < slots
 
-        out = torch.zeros_like(tokens)
-        start = 0
-        for e, (count, keep) in enumerate(zip(counts.tolist(), kept.tolist())):
-            if keep > 0:
-                idx = order[start : start + keep]
-                tok = flat_token.index_select(0, idx)
-                y = self.experts[e](tokens.index_select(0, tok)) * flat_gate.index_select(0, idx).unsqueeze(-1)
-                out.index_add_(0, tok, y.to(out.dtype))
-            start += count
+        # dispatch into (E, C, D); dropped assignments all go to a spare row that no expert reads
+        n_slots = n_exp * slots
+        slot = torch.where(keep, expert * slots + position, n_slots)
+        buffer = tokens.new_zeros(n_slots + 1, self.d_model).index_copy(0, slot, tokens.index_select(0, token))
+        expert_out = self.experts(buffer[:n_slots].view(n_exp, slots, self.d_model)).reshape(n_slots, self.d_model)
+
+        # combine: each kept assignment adds its own row, times its gate, to its token; dropped
+        # ones read row 0 and add it to a spare output row n that is cut off
+        rows = expert_out.index_select(0, torch.where(keep, slot, 0)) * gate.unsqueeze(-1)
+        target = torch.where(keep, token, n)
+        out = tokens.new_zeros(n + 1, self.d_model).index_add_(0, target, rows.to(tokens.dtype))[:n]
         for shared in self.shared_experts:
             out = out + shared(tokens)
 
@@ -134,5 +237,5 @@ class MoEFeedForward(nn.Module):
             self.aux_loss = logits.new_zeros(())
             self.z_loss = logits.new_zeros(())
         self.tokens_per_expert = frac.detach()
-        self.dropped_tokens = int((counts - kept).sum().item())
+        self.dropped_tokens = int((~keep).sum().item())
         return out.reshape(shape)

@@ -2,25 +2,32 @@
 
 References are written independently: the GLU formulas with plain tensor ops, MoE routing
 with per-token Python loops and hand-made router weights whose routing is known in advance.
+The batched MoE dispatch (stacked experts, one ``bmm`` per expert Linear) is checked against a
+per-assignment Python loop over the experts as standalone FFNs (``moe.expert(e)``), outputs and
+gradients, and by counting the aten ops of a forward and backward pass.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from models import build_model
+from models.block import init_weights
 from models.mlp import FFNS, FeedForward, GEGLUFeedForward, SwiGLUFeedForward, build_ffn, gated_hidden_size
-from models.moe import MoEFeedForward
+from models.moe import MoEFeedForward, StackedLinear, stack_experts
+from models.placement import deepnorm_alpha_beta
 from models.registry import ACTIVATIONS, ALL_REGISTRIES
 
 DT = torch.float64
 TOL = dict(rtol=1e-10, atol=1e-12)
-
-
+MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 
 
 def n_params(m: nn.Module) -> int:
@@ -104,6 +111,7 @@ def test_mlp_kind_is_feedforward():
 
 def reference_moe(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
     """Per-token loop, no capacity limit: sum over top-k experts of gate * expert(x)."""
+    experts = [moe.expert(e) for e in range(moe.n_experts)]
     flat = x.reshape(-1, x.shape[-1])
     rows = []
     for t in range(flat.shape[0]):
@@ -114,11 +122,56 @@ def reference_moe(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
         y = torch.zeros_like(xt)
         for i in top:
             gate = probs[i] / total if moe.top_k > 1 else probs[i]
-            y = y + gate * moe.experts[i](xt[None])[0]
+            y = y + gate * experts[i](xt[None])[0]
         for shared in moe.shared_experts:
             y = y + shared(xt[None])[0]
         rows.append(y)
     return torch.stack(rows).reshape(x.shape)
+
+
+def reference_moe_with_capacity(
+    moe: MoEFeedForward, x: torch.Tensor, experts: list[nn.Module]
+) -> tuple[torch.Tensor, int]:
+    """Per-assignment Python loop with the documented capacity rule: assignments are visited in
+    priority order (choice rank, then token index) and expert e takes at most
+    ``moe.capacity(n)`` of them; routed expert e is the standalone FFN ``experts[e]``.
+    Returns the output and the number of dropped assignments."""
+    flat = x.reshape(-1, x.shape[-1])
+    n, k = flat.shape[0], moe.top_k
+    capacity = moe.capacity(n) if moe.capacity_factor is not None else math.inf
+    probs = [torch.softmax(moe.router.weight @ flat[t], dim=0) for t in range(n)]
+    choices = [sorted(range(moe.n_experts), key=lambda i: -p[i].item())[:k] for p in probs]
+    load, dropped = [0] * moe.n_experts, 0
+    contributions: list[list[torch.Tensor]] = [[] for _ in range(n)]
+    for rank in range(k):
+        for t in range(n):
+            e = choices[t][rank]
+            if load[e] >= capacity:
+                dropped += 1
+                continue
+            load[e] += 1
+            p = probs[t]
+            gate = p[e] / sum(p[i] for i in choices[t]) if k > 1 else p[e]
+            contributions[t].append(gate * experts[e](flat[t][None])[0])
+    rows = []
+    for t in range(n):
+        y = sum(contributions[t], torch.zeros_like(flat[t]))
+        for shared in moe.shared_experts:
+            y = y + shared(flat[t][None])[0]
+        rows.append(y)
+    return torch.stack(rows).reshape(x.shape), dropped
+
+
+class AtenOpCounter(TorchDispatchMode):
+    """Counts the aten ops (by name, e.g. ``"bmm"``) run inside the ``with`` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
 
 
 # --------------------------------------------------------------------------- MoE
@@ -128,7 +181,9 @@ def reference_moe(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
 def test_single_expert_equals_dense_exactly(kind):
     dense = randomize(build_ffn(kind, 16, 32), seed=1)
     moe = randomize(MoEFeedForward(16, 32, n_experts=1, top_k=1, capacity_factor=None, expert_kind=kind), seed=2)
-    moe.experts[0].load_state_dict(dense.state_dict())
+    with torch.no_grad():
+        for name, stacked in moe.experts.named_parameters():
+            stacked[0].copy_(dense.get_parameter(name))
     x = torch.randn(3, 7, 16, dtype=DT)
     out = moe(x)
     assert out.shape == x.shape
@@ -205,7 +260,7 @@ def test_top2_capacity_priority_first_choices_first():
         probs = torch.softmax(moe.router.weight @ x[t], dim=0)
         first = int(probs.argmax())
         gate = probs[first] / probs.sum()
-        torch.testing.assert_close(out[t], gate * moe.experts[first](x[t][None])[0], **TOL)
+        torch.testing.assert_close(out[t], gate * moe.expert(first)(x[t][None])[0], **TOL)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "geglu"])
@@ -260,3 +315,163 @@ def test_bad_arguments():
         MoEFeedForward(8, 16, n_experts=0, top_k=1)
     with pytest.raises(ValueError):
         MoEFeedForward(8, 16, n_experts=2, top_k=1, capacity_factor=0.0)
+
+
+# --------------------------------------------------------------------------- batched MoE dispatch
+
+
+@pytest.mark.parametrize("kind", ["mlp", "swiglu", "geglu"])
+@pytest.mark.parametrize(
+    "top_k, capacity_factor, n_shared",
+    [(1, 1.0, 0), (2, 0.75, 1), (1, None, 1), (2, None, 0)],
+    ids=["top1-dropping", "top2-dropping-shared", "top1-unlimited-shared", "top2-unlimited"],
+)
+def test_batched_dispatch_matches_per_assignment_loop(kind, top_k, capacity_factor, n_shared):
+    """Output, dropped count and every gradient (input, router, each expert, shared experts)
+    equal a per-assignment loop over standalone copies of the experts."""
+    moe = randomize(
+        MoEFeedForward(8, 24, activation="silu", n_experts=4, top_k=top_k, capacity_factor=capacity_factor,
+                       n_shared_experts=n_shared, expert_kind=kind),
+        seed=11,
+    )
+    with torch.no_grad():
+        moe.router.weight[0] += 0.4  # tokens with a large feature sum crowd expert 0
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 10, 8, generator=gen, dtype=DT).requires_grad_()
+    weights = torch.randn(3, 10, 8, generator=gen, dtype=DT)
+
+    out = moe(x)
+    (out * weights).sum().backward()
+    grads = {name: p.grad.clone() for name, p in moe.named_parameters()}
+    x_grad, x.grad = x.grad.clone(), None
+    moe.zero_grad()
+
+    experts = [moe.expert(e) for e in range(moe.n_experts)]
+    ref, dropped = reference_moe_with_capacity(moe, x, experts)
+    (ref * weights).sum().backward()
+
+    torch.testing.assert_close(out, ref, **TOL)
+    assert moe.dropped_tokens == dropped
+    assert (dropped > 0) == (capacity_factor is not None)  # the capacity cases really drop
+    torch.testing.assert_close(x_grad, x.grad, **TOL)
+    for name, p in moe.named_parameters():
+        if not name.startswith("experts."):  # router and shared experts: the same modules
+            torch.testing.assert_close(grads[name], p.grad, **TOL)
+    for name, _ in moe.experts.named_parameters():
+        for e, expert in enumerate(experts):
+            ref_grad = expert.get_parameter(name).grad
+            ref_grad = torch.zeros_like(grads[f"experts.{name}"][e]) if ref_grad is None else ref_grad
+            torch.testing.assert_close(grads[f"experts.{name}"][e], ref_grad, **TOL, msg=f"experts.{name}[{e}]")
+
+
+@pytest.mark.parametrize("kind", ["mlp", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_dropout_inside_experts(kind, bias):
+    """Dropout acts inside every expert: p=1 zeroes the hidden units, so each routed expert
+    outputs its ``fc_out`` bias (zero without bias); eval mode switches dropout off."""
+    x = torch.randn(12, 8, dtype=DT)
+    kwargs = dict(bias=bias, n_experts=3, top_k=2, capacity_factor=1.0, expert_kind=kind)
+    moe = randomize(MoEFeedForward(8, 16, dropout=1.0, **kwargs), seed=13).train()
+    experts = [moe.expert(e) for e in range(3)]
+    assert all(expert.training and expert.dropout.p == 1.0 for expert in experts)
+    torch.testing.assert_close(moe(x), reference_moe_with_capacity(moe, x, experts)[0], **TOL)
+    if not bias:
+        assert torch.equal(moe(x), torch.zeros_like(x))
+
+    moe = randomize(MoEFeedForward(8, 16, dropout=0.5, **kwargs), seed=14)
+    assert not torch.equal(moe(x), moe(x))  # training: fresh masks
+    moe.eval()
+    experts = [moe.expert(e) for e in range(3)]
+    torch.testing.assert_close(moe(x), reference_moe_with_capacity(moe, x, experts)[0], **TOL)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "swiglu"])
+def test_no_python_loop_over_experts(kind):
+    """The forward and backward run the same aten ops, in the same numbers, for 2 and 8
+    experts: nothing is repeated per expert (nor per token: same counts for 16 and 64 tokens).
+    Each expert Linear is one batched matmul."""
+
+    def count_ops(n_experts: int, n_tokens: int) -> tuple[Counter, Counter]:
+        torch.manual_seed(0)
+        moe = MoEFeedForward(16, 32, n_experts=n_experts, top_k=2, capacity_factor=1.25, expert_kind=kind)
+        x = torch.randn(n_tokens, 16, requires_grad=True)
+        with AtenOpCounter() as forward:
+            out = moe(x)
+        with AtenOpCounter() as backward:
+            out.sum().backward()
+        return forward.counts, backward.counts
+
+    forward, backward = count_ops(2, 64)
+    assert count_ops(8, 64) == (forward, backward)
+    assert count_ops(8, 16) == (forward, backward)
+    n_linears = 3 if kind == "swiglu" else 2
+    assert sum(forward[op] for op in MATMULS) == 1 + n_linears  # router + one bmm per expert Linear
+    assert forward["baddbmm"] == n_linears
+    assert sum(backward[op] for op in MATMULS) == 2 + 2 * n_linears  # grad of input and weight each
+
+
+@pytest.mark.parametrize("kind", ["mlp", "swiglu", "geglu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_stacked_experts_parameters_and_expert_copies(kind, bias):
+    moe = MoEFeedForward(8, 24, bias=bias, n_experts=5, top_k=2, n_shared_experts=1, expert_kind=kind)
+    dense = build_ffn(kind, 8, 24, bias=bias)
+    assert n_params(moe) == 6 * n_params(dense) + 8 * 5  # 5 routed + 1 shared FFNs + router
+    names = {name: p.shape for name, p in moe.experts.named_parameters()}
+    assert names == {name: (5, *p.shape) for name, p in dense.named_parameters()}  # e.g. experts.fc_in.weight
+    assert {type(m) for m in moe.experts.modules() if isinstance(m, nn.Linear)} == {StackedLinear}
+
+    expert = moe.expert(3)
+    assert type(expert) is FFNS.get(kind)
+    for name, p in expert.named_parameters():
+        assert torch.equal(p, moe.experts.get_parameter(name)[3]) and p.requires_grad
+    with torch.no_grad():
+        expert.fc_in.weight.zero_()  # a copy: the layer is untouched
+    assert moe.experts.fc_in.weight[3].abs().sum() > 0
+    assert not moe.eval().expert(0).training
+    with pytest.raises(IndexError):
+        moe.expert(5)
+
+
+def test_stacked_linear_default_init_is_per_expert_linear():
+    """Each expert matrix is drawn like ``nn.Linear``'s: U(-1/sqrt(in), 1/sqrt(in)), independently."""
+    torch.manual_seed(0)
+    layer = StackedLinear(4, 64, 32)
+    bound = 1 / math.sqrt(64)
+    assert layer.weight.shape == (4, 32, 64) and layer.bias.shape == (4, 32)
+    for w in (layer.weight, layer.bias):
+        assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    assert layer.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+    assert not torch.equal(layer.weight[0], layer.weight[1])
+    assert StackedLinear(2, 3, 5, bias=False).bias is None
+    with pytest.raises(TypeError, match=r"outside nn.Linear: \[.1.weight., .1.bias.\]"):
+        stack_experts(lambda: nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)), 2)
+
+
+@pytest.mark.parametrize("placement", ["pre", "deepnorm"])
+def test_model_init_reaches_every_stacked_expert(placement):
+    """``init_weights`` gives each expert matrix the std its ``nn.Linear`` would get (GPT-2
+    residual shrink on ``fc_out`` for pre-norm) and zero biases; DeepNet's init scales them."""
+    torch.manual_seed(0)
+    lm = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 64, "n_heads": 4, "d_ff": 256,
+                      "n_layers": 4, "n_experts": 4, "norm_placement": placement})
+    moe = lm.stack.blocks[0].ffn.sublayer
+    assert isinstance(moe, MoEFeedForward)
+    beta = deepnorm_alpha_beta("decoder", 4, 4)["decoder"][1] if placement == "deepnorm" else 1.0
+    out_std = 0.02 * beta if placement == "deepnorm" else 0.02 / math.sqrt(2 * 4)
+    for e in range(4):
+        assert moe.experts.fc_in.weight[e].std().item() == pytest.approx(0.02 * beta, rel=0.05)
+        assert moe.experts.fc_out.weight[e].std().item() == pytest.approx(out_std, rel=0.05)
+    assert not moe.experts.fc_in.bias.any() and not moe.experts.fc_out.bias.any()
+    assert moe.router.weight.std().item() == pytest.approx(0.02, rel=0.1)  # never scaled
+    # init_weights alone, on a bare layer: residual-stream name match on experts.fc_out
+    layer = nn.ModuleDict({"ffn": MoEFeedForward(64, 256, n_experts=2, top_k=1)})
+    init_weights(layer, n_layers=2)
+    assert layer["ffn"].experts.fc_out.weight.std().item() == pytest.approx(0.02 / 2, rel=0.05)
+
+
+def test_empty_batch():
+    for capacity_factor in (1.25, None):
+        moe = MoEFeedForward(8, 16, n_experts=4, top_k=2, capacity_factor=capacity_factor)
+        out = moe(torch.randn(0, 3, 8))
+        assert out.shape == (0, 3, 8) and moe.dropped_tokens == 0
+        assert moe.aux_loss.item() == 0.0
