@@ -58,6 +58,10 @@ class TrainerConfig(BaseModel):
     strategy: str = Field("auto", description="auto (DDP with more than one device), ddp, fsdp, ...")
     precision: str = Field("auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
+    peak_tflops: float | None = Field(
+        None, gt=0, description="peak TFLOP/s of one device, the denominator of MFU; null: measure with a matmul "
+        "probe in the run's compute dtype at the start of training"
+    )
 
     @model_validator(mode="after")
     def _batch_splits(self) -> "TrainerConfig":

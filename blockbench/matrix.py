@@ -34,6 +34,7 @@ from .config import (
     describe_validation_error,
     load_yaml,
 )
+from .perf import FINAL_FIGURES, throughput_tag
 from .tensorboard import write_custom_scalars_layout, write_hparams_experiment
 from .train import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, to_yaml, write_atomic, write_json
 
@@ -272,10 +273,13 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     matrix_dir = results_root / matrix.name
     matrix_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(matrix_dir / "matrix.yaml", path.read_text())
-    # TensorBoard: the HParams columns (every varied key, every task's metrics) and one chart per task and metric
+    # TensorBoard: the HParams columns (every varied key, every task's metrics, the speed figures) and one
+    # chart per task and metric
     tb_dir = matrix_dir / "tb"
-    write_hparams_experiment(tb_dir, [cell.axes for cell in cells],
-                             {f"val/{m.name}": m.description for cell in cells for m in cell.run.task.metrics})
+    metric_columns = {f"val/{m.name}": m.description for cell in cells for m in cell.run.task.metrics}
+    metric_columns |= {throughput_tag(unit): f"training throughput, {unit}/s, all processes"
+                       for unit in dict.fromkeys(cell.run.task.throughput_unit for cell in cells)}
+    write_hparams_experiment(tb_dir, [cell.axes for cell in cells], metric_columns | FINAL_FIGURES)
     write_custom_scalars_layout(tb_dir, {cell.task: [f"val/{m.name}" for m in cell.run.task.metrics] for cell in cells})
     print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
     start = time.perf_counter()

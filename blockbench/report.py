@@ -1,7 +1,8 @@
 """Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv`` and ``plots/<task>.png``.
 
 Per task x variant: each metric's mean ± std over seeds, the task's trivial baseline, steps,
-wall time, parameters and throughput; then each metric's 95% confidence interval over seeds
+wall time, parameters, and the speed figures (step time, throughput, MFU, data wait, peak memory;
+means over seeds); then each metric's 95% confidence interval over seeds
 (Student t), its difference from the matrix's baseline variant with a 95% Welch interval, the
 steps and seconds to reach the matrix's ``targets``, and the validation curves. Statistics use
 the seeds that finished; seeds that diverged and cells that failed are counted and listed.
@@ -24,6 +25,7 @@ import yaml
 from tasks import TASK_CONFIGS, Metric
 
 from .matrix import CELL_FILE
+from .perf import headline_peak_memory_mb
 from .plots import VariantCurves, plot_task
 from .stats import Difference, mean_std, t_confidence_interval, time_to_target, welch_difference
 from .train import RESULT_FILE, write_atomic
@@ -62,6 +64,15 @@ class Group:
         """``key`` (or ``metrics[metric]``) of every finished seed."""
         return [r["metrics"][metric] if metric else r[key] for r in self.ok]
 
+    def speed_values(self, figure: str) -> list[float]:
+        """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
+        values = (SPEED_FIGURES[figure](r) for r in self.ok)
+        return [v for v in values if v is not None]
+
+    def speed_mean(self, figure: str) -> float | None:
+        values = self.speed_values(figure)
+        return statistics.fmean(values) if values else None
+
     @property
     def status_without_ok(self) -> str:
         """What a group without a finished seed shows instead of numbers."""
@@ -71,6 +82,21 @@ class Group:
         """``3``, or ``2 (1 diverged)``, ``0 (2 diverged, 1 failed)``."""
         extra = [f"{len(rs)} {name}" for name, rs in (("diverged", self.diverged), ("failed", self.failed)) if rs]
         return f"{len(self.ok)}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _performance(result: dict[str, Any]) -> dict[str, Any]:
+    return result.get("performance") or {}
+
+
+#: speed figures of a result (None where it has none), by their summary.csv column
+SPEED_FIGURES = {
+    "step_time_ms": lambda r: (_performance(r).get("step_time_ms") or {}).get("median"),  # the seed's median step
+    "achieved_tflops": lambda r: _performance(r).get("achieved_tflops"),
+    "peak_tflops": lambda r: _performance(r).get("peak_tflops"),
+    "mfu": lambda r: _performance(r).get("mfu"),
+    "data_wait_fraction": lambda r: _performance(r).get("data_wait_fraction"),
+    "peak_memory_mb": lambda r: headline_peak_memory_mb(r.get("peak_memory")),
+}
 
 
 @dataclass(frozen=True)
@@ -244,15 +270,32 @@ class TaskSection:
         lines = [f"## {self.task}: {self.task_cfg.description}", ""]
         lines += self.main_table()
         lines += ["", f"Mean ± std over the seeds that finished. Trivial baseline: {self.task_cfg.baseline_description}", ""]
+        lines += self.speed_note()
         lines += self.interval_table()
         lines += self.difference_table()
         lines += self.target_table()
         lines += self.plot()
         return lines
 
+    @property
+    def has_performance(self) -> bool:
+        """Whether the cells recorded speed figures (results written before them did not)."""
+        return any("performance" in r for g in self.groups for r in g.ok)
+
+    @property
+    def has_peak_memory(self) -> bool:
+        return any("peak_memory" in r for g in self.groups for r in g.ok)
+
     def main_table(self) -> list[str]:
         header = ["variant"] + [_arrow(m) for m in self.metrics]
-        header += ["seeds", "steps", "wall time (s)", "parameters", f"throughput ({self.task_cfg.throughput_unit}/s)"]
+        header += ["seeds", "steps", "wall time (s)", "parameters"]
+        if self.has_performance:
+            header.append("step time (ms)")
+        header.append(f"throughput ({self.task_cfg.throughput_unit}/s)")
+        if self.has_performance:
+            header += ["MFU", "data wait"]
+        if self.has_peak_memory:
+            header.append("peak memory (MB)")
         # sparse attention cells record the share of (query, key) pairs they attend
         sparse = any("attended_fraction" in r for g in self.groups for r in g.ok)
         if sparse:
@@ -273,8 +316,14 @@ class TaskSection:
                 str(round(statistics.fmean(group.values("steps")))),
                 f"{statistics.fmean(group.values('wall_time_s')):.1f}",
                 f"{group.ok[0]['parameters']:,}",
-                f"{statistics.fmean(group.values('throughput')):,.0f}",
             ]
+            if self.has_performance:
+                row.append(_speed_cell(group.speed_mean("step_time_ms"), "{:,.1f}"))
+            row.append(f"{statistics.fmean(group.values('throughput')):,.0f}")
+            if self.has_performance:
+                row += [_speed_cell(group.speed_mean("mfu"), "{:.1%}"), _speed_cell(group.speed_mean("data_wait_fraction"), "{:.1%}")]
+            if self.has_peak_memory:
+                row.append(_speed_cell(group.speed_mean("peak_memory_mb"), "{:,.0f}"))
             if sparse:
                 row.append(f"{group.ok[0].get('attended_fraction', 1.0):.3f}")
             lines.append(_row(row))
@@ -282,6 +331,23 @@ class TaskSection:
             cells = [fmt(self.trivial_baselines[m.name]) if m.name in self.trivial_baselines else "" for m in self.metrics]
             lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * (len(header) - 1 - len(self.metrics)))
         return lines
+
+    def speed_note(self) -> list[str]:
+        """What the speed columns are, with the peak FLOP/s that MFU divides by."""
+        if not self.has_performance:
+            return []
+        peaks = [v for g in self.groups for v in g.speed_values("peak_tflops")]
+        sources = sorted({_peak_source_kind(r) for g in self.groups for r in g.ok if _performance(r).get("peak_source")})
+        peak = ""
+        if peaks:
+            spread = f" (cells: {fmt(min(peaks))} to {fmt(max(peaks))})" if min(peaks) != max(peaks) else ""
+            peak = f" of {fmt(statistics.fmean(peaks))} TFLOP/s per device{spread}, {'; '.join(sources)}"
+        return [
+            "Speed, mean over the seeds: step time is each seed's median optimizer step (forward, backward, optimizer); "
+            f"MFU is model FLOP/s over the peak{peak}; data wait is the share of the training loop spent waiting for "
+            "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU.",
+            "",
+        ]
 
     def interval_table(self) -> list[str]:
         """95% CI of each metric's mean; shown when some variant has two or more finished seeds."""
@@ -425,6 +491,7 @@ class TaskSection:
             "parameters": first.get("parameters", ""),
             "throughput": statistics.fmean(group.values("throughput")) if group.ok else "",
             "throughput_unit": first.get("throughput_unit", ""),
+            **{figure: _blank(group.speed_mean(figure)) for figure in SPEED_FIGURES},
             "target": "" if target is None else target,
             "target_reached": outcome.fraction if outcome and outcome.seeds_with_history else "",
             "steps_to_target": _blank(outcome.mean_steps) if outcome else "",
@@ -437,6 +504,19 @@ def direction(difference: float, metric: Metric) -> str:
     if difference == 0:
         return "same"
     return "better" if (difference > 0) == metric.higher_is_better else "worse"
+
+
+def _speed_cell(value: float | None, form: str) -> str:
+    return "–" if value is None else form.format(value)
+
+
+def _peak_source_kind(result: dict[str, Any]) -> str:
+    """``config`` or the probe without its size: ``measured: fp32 matmul``."""
+    source = _performance(result)["peak_source"]
+    if source == "config":
+        return "from trainer.peak_tflops"
+    dtype = source.removeprefix("measured: ").split(" ")[0]
+    return f"measured by a {dtype} matmul probe"
 
 
 def _blank(value: Any) -> Any:

@@ -5,7 +5,9 @@ What ends up under a matrix's ``tb/`` directory:
 ``tb/<task>/<variant>/seed<k>/``
     One run per cell, written by Lightning's ``TensorBoardLogger``. At the end of the cell
     :func:`log_cell_hparams` adds the HParams session (the cell's hparams and its status) and its
-    final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...).
+    final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...); the
+    runner passes the cell's speed figures the same way (``final/perf/mfu``..., see
+    ``blockbench.perf.final_figures``), a diverged cell's too.
 ``tb/.hparams/``
     The HParams experiment of the whole matrix (:func:`write_hparams_experiment`): which hparams
     and metrics are the table's columns, and the values each hparam's filter offers.

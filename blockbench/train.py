@@ -16,8 +16,9 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergenceGuard, ResumeState, TrainingThroughput, ValidationHistory
+from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, ValidationHistory
 from .config import RunConfig, to_yaml
+from .perf import final_figures
 from .provenance import machine_description, peak_memory_mb, provenance
 from .tensorboard import log_cell_hparams
 
@@ -78,10 +79,11 @@ def train(
 
     checkpoints = out_dir / CHECKPOINT_DIR
     resume_from, resumed_step = resumable_checkpoint(checkpoints, run.config_hash(), delete_stale=is_rank_zero)
-    throughput = TrainingThroughput(task_cfg.throughput_unit)
+    perf = PerformanceMonitor(task_cfg.throughput_unit, peak_tflops=cfg.peak_tflops)
     history = ValidationHistory([m.name for m in task_cfg.metrics])
     guard = DivergenceGuard(cfg.divergence_threshold)
-    callbacks = [LearningRateMonitor(logging_interval="step"), throughput, history, guard, ResumeState(run.config_hash())]
+    # perf before history: its peak FLOP/s probe at the start of training is not training time
+    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash())]
     if cfg.checkpoint_every_n_steps:
         callbacks.append(ModelCheckpoint(dirpath=checkpoints, save_last=True, save_top_k=0,
                                          every_n_train_steps=cfg.checkpoint_every_n_steps, enable_version_counter=False))
@@ -106,6 +108,7 @@ def train(
         use_distributed_sampler=False,  # the datamodules shard training and validation data themselves
         logger=logger,
         callbacks=callbacks,
+        profiler=perf.data_wait,  # times the loop's waits for training batches
         enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
         enable_model_summary=False,
         default_root_dir=str(out_dir),
@@ -145,9 +148,10 @@ def train(
         "resumed_from_step": resumed_step or None,
         "wall_time_s": round(history.elapsed(), 2),
         "parameters": module.n_parameters,
-        "throughput": round(throughput.per_second, 1),  # all processes together
-        "throughput_per_process": round(throughput.per_second_per_process, 1),
+        "throughput": round(perf.per_second, 1),  # all processes together
+        "throughput_per_process": round(perf.per_second_per_process, 1),
         "throughput_unit": f"{task_cfg.throughput_unit}/s",
+        "performance": perf.summary(),  # this run's steps (a resumed run: those since the resume)
         "batch": {"global": cfg.batch_size, "per_process": per_device_batch, "processes": trainer.world_size,
                   "accumulate_grad_batches": cfg.accumulate_grad_batches},
         "precision": trainer.precision,
@@ -159,6 +163,7 @@ def train(
     }
     if trainer.is_global_zero:
         final = {f"val/{name}": value for name, value in result.get("metrics", {}).items()}
+        final |= final_figures(result, task_cfg.throughput_unit)
         log_cell_hparams(logger, hparams or {}, final, status=result["status"], step=trainer.global_step)
         write_json(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume

@@ -91,18 +91,25 @@ def _loss_and_gradients(
         h = hidden[start : start + chunk_tokens].to(compute_dtype)
         keep = counted[start : start + chunk_tokens]
         target = targets[start : start + chunk_tokens].masked_fill(~keep, 0)
+        rows = torch.arange(len(target), device=target.device)
         logits = (h @ weight.t()).to(softmax_dtype)  # (chunk, V)
-        log_z = torch.logsumexp(logits, dim=-1)
-        losses = log_z - (1 - label_smoothing) * logits.gather(1, target[:, None]).squeeze(1)
+        # loss = log Z - (1 - eps) * z_target - eps * mean(z), with log Z = log sum exp(z - max) + max
+        target_logit = logits[rows, target]
+        mean_logit = logits.mean(dim=-1) if label_smoothing else None
+        max_logit = logits.amax(dim=-1, keepdim=True)
+        exp = logits.sub_(max_logit).exp_()  # in place: the chunk's logits are not needed again
+        sum_exp = exp.sum(dim=-1, keepdim=True)
+        log_z = (sum_exp.log() + max_logit).squeeze(1)
+        losses = log_z - (1 - label_smoothing) * target_logit
         if label_smoothing:
-            losses -= label_smoothing * logits.mean(dim=-1)
+            losses -= label_smoothing * mean_logit
         total += losses.masked_fill(~keep, 0).sum()
-        # d loss / d logits = softmax - (1 - eps) * onehot - eps / V, zero for ignored tokens
-        grad_logits = logits.sub_(log_z[:, None]).exp_()
-        grad_logits[torch.arange(len(target), device=target.device), target] -= 1 - label_smoothing
+        # d loss / d logits = (softmax - (1 - eps) * onehot - eps / V) * row weight (0 for ignored tokens)
+        row_weight = keep * scale
+        grad_logits = exp.mul_((row_weight[:, None] / sum_exp))
+        grad_logits[rows, target] -= (1 - label_smoothing) * row_weight
         if label_smoothing:
-            grad_logits -= label_smoothing / vocab
-        grad_logits.mul_((keep * scale)[:, None])
+            grad_logits -= (label_smoothing / vocab) * row_weight[:, None]
         grad_logits = grad_logits.to(compute_dtype)
         if grad_hidden is not None:
             grad_hidden[start : start + chunk_tokens] = grad_logits @ weight

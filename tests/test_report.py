@@ -105,10 +105,19 @@ def _lm_history(perplexities: list[float], accuracies: list[float], losses: list
             for i, (p, a, l) in enumerate(zip(perplexities, accuracies, losses))]
 
 
+def _speed(seed: int) -> dict:
+    """Speed figures of a seed: step time 10 + seed ms, MFU 10 + seed %, data wait 2%, peak memory 500 + 10 seed MB."""
+    performance = {"step_time_ms": {"median": 10.0 + seed, "mean": 12.0 + seed}, "data_wait_ms": 0.2,
+                   "data_wait_fraction": 0.02, "flops_per_step": 10**9, "achieved_tflops": 0.1 + 0.01 * seed,
+                   "peak_tflops": 1.0 + 0.1 * seed, "peak_source": "measured: fp32 matmul 1024^2 median of 5",
+                   "mfu": 0.1 + 0.01 * seed, "timed_steps": 27, "warmup_steps": 3}
+    return {"performance": performance, "peak_memory": {"cpu_rss_mb": 500.0 + 10 * seed}}
+
+
 def _lm_ok(seed: int, perplexity: list[float], agreement: list[float], loss: list[float]) -> dict:
-    """A finished lm cell whose final metrics are the last validation of its history."""
+    """A finished lm cell whose final metrics are the last validation of its history, with speed figures."""
     final = {"perplexity": perplexity[-1], "agreement_acc": agreement[-1], "loss": loss[-1]}
-    return _ok("lm", seed, final, _lm_history(perplexity, agreement, loss), LM_BASELINES)
+    return {**_ok("lm", seed, final, _lm_history(perplexity, agreement, loss), LM_BASELINES), **_speed(seed)}
 
 
 def _write_cells(matrix_dir, cells: list[tuple[str, str, int, dict]]) -> None:
@@ -182,7 +191,8 @@ def test_summary_csv_columns(rows):
     expected = ["task", "variant", "metric", "mean", "std", "ci_low", "ci_high", "seeds", "seeds_diverged", "seeds_failed",
                 "higher_is_better", "baseline_variant", "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "diff_p_value",
                 "significant", "direction", "baseline", "steps", "wall_time_s", "parameters", "throughput",
-                "throughput_unit", "target", "target_reached", "steps_to_target", "seconds_to_target"]
+                "throughput_unit", "step_time_ms", "achieved_tflops", "peak_tflops", "mfu", "data_wait_fraction",
+                "peak_memory_mb", "target", "target_reached", "steps_to_target", "seconds_to_target"]
     assert list(next(iter(rows.values()))) == expected
     assert len(rows) == 4 * 3 + 2 * 2  # every task x variant x metric, diverged groups included
 
@@ -202,6 +212,27 @@ def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
     assert post["significant"] == "True" and post["direction"] == "worse"
     assert "| norm_placement=post | +3.00 [+0.73, +5.27] ✓ worse | -0.250 [-0.357, -0.143] ✓ worse | +0.100 [-1.337, +1.537] |" in summary
     assert rows["lm", PRE, "perplexity"]["diff_vs_baseline"] == ""  # the baseline is not compared with itself
+
+
+def test_speed_figures_are_means_over_the_finished_seeds(summary, rows):
+    lm = _section(summary, "## lm:")
+    assert ("| seeds | steps | wall time (s) | parameters | step time (ms) | throughput (tokens/s) | MFU | data wait "
+            "| peak memory (MB) |") in lm
+    # pre: seeds 0, 1, 2; deepnorm: seeds 0 and 1 finished (its diverged and failed seeds are left out)
+    assert "| 3 | 30 | 4.0 | 1,000 | 11.0 | 100 | 11.0% | 2.0% | 510 |" in lm.split("| norm_placement=pre |")[1].split("\n")[0]
+    assert "| 30 | 4.0 | 1,000 | 10.5 | 100 | 10.5% | 2.0% | 505 |" in lm.split("| norm_placement=deepnorm |")[1].split("\n")[0]
+    assert "| *trivial baseline* | 30.00 | 0.500 | 3.400 |" + " |" * 9 + "\n" in lm  # a cell under each other column
+    # the peak: mean over the 8 finished cells (1.0, 1.1, 1.2 for post and pre; 1.0, 1.1 for deepnorm)
+    assert "MFU is model FLOP/s over the peak of 1.087 TFLOP/s per device (cells: 1.000 to 1.200), measured by a fp32 matmul probe" in lm
+    pre = rows["lm", PRE, "loss"]
+    assert float(pre["step_time_ms"]) == 11.0 and float(pre["mfu"]) == pytest.approx(0.11)
+    assert float(pre["data_wait_fraction"]) == pytest.approx(0.02) and float(pre["peak_memory_mb"]) == 510.0
+    assert float(pre["achieved_tflops"]) == pytest.approx(0.11) and float(pre["peak_tflops"]) == pytest.approx(1.1)
+    # results written before the speed figures existed: no such columns, blanks in the CSV
+    vit = _section(summary, "## vit:")
+    assert "MFU" not in vit and "peak memory" not in vit and "step time" not in vit
+    assert rows["vit", PRE, "accuracy"]["mfu"] == "" and rows["vit", PRE, "accuracy"]["step_time_ms"] == ""
+    assert rows["lm", SANDWICH, "loss"]["mfu"] == ""  # every seed diverged
 
 
 def test_marker_appears_exactly_when_the_interval_excludes_zero(summary, rows):

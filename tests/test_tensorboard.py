@@ -21,6 +21,7 @@ from tensorboard.plugins.hparams import api_pb2, hparams_plugin, metadata
 from tensorboard.plugins.scalar import scalars_plugin
 from werkzeug.test import Client
 
+from blockbench.perf import FINAL_FIGURES, throughput_tag
 from blockbench.tensorboard import (
     EXPERIMENT_RUN,
     LAYOUT_RUN,
@@ -218,6 +219,29 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
     assert [group["name"] for group in diverged] == ["lm/post/seed0"]
     by_loss = dashboards.session_groups(colParams=[{"metric": {"tag": "final/val/loss"}, "order": "ORDER_ASC"}])
     assert [group["name"] for group in by_loss][:2] == ["mt/pre/seed0", "lm/pre/seed0"]
+
+
+def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -> None:
+    """The runner passes a cell's final speed figures with its final metrics; a diverged cell has
+    speed figures but no metrics."""
+    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, {**MATRIX_METRICS, **FINAL_FIGURES,
+                                                        throughput_tag("tokens"): "tokens/s, all processes"})
+    speed = {"perf/step_time_ms": 8.5, "perf/mfu": 0.25, "perf/tokens_per_sec": 12000.0}
+    run_cell(tmp_path, "lm", "pre", 0, LM_CURVES, final={**LM_CURVES[30], **speed})
+    run_cell(tmp_path, "lm", "post", 0, {10: {"val/perplexity": 50.0}}, status="diverged",
+             final={"perf/step_time_ms": 9.0, "perf/mfu": 0.125})
+    dashboards = Dashboards(tmp_path)
+    columns = {info["name"]["tag"]: info for info in dashboards.experiment()["metricInfos"]}
+    assert {"final/perf/step_time_ms", "final/perf/mfu", "final/perf/data_wait_fraction", "final/perf/tflops_per_sec",
+            "final/perf/peak_memory_mb", "final/perf/tokens_per_sec"} <= set(columns)
+    assert columns["final/perf/mfu"]["displayName"] == "perf/mfu"
+    groups = {group["name"]: group for group in dashboards.session_groups()}
+    assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9),
+                                                     "final/perf/step_time_ms": 8.5, "final/perf/mfu": 0.25,
+                                                     "final/perf/tokens_per_sec": 12000.0}
+    assert metric_values(groups["lm/post/seed0"]) == {"final/perf/step_time_ms": 9.0, "final/perf/mfu": 0.125}
+    by_mfu = dashboards.session_groups(colParams=[{"metric": {"tag": "final/perf/mfu"}, "order": "ORDER_DESC"}])
+    assert [group["name"] for group in by_mfu] == ["lm/pre/seed0", "lm/post/seed0"]
 
 
 def test_hparams_dashboard_lists_cells_without_a_matrix_experiment(tmp_path: Path) -> None:
