@@ -36,7 +36,7 @@ class PerformanceMonitor(L.Callback):
     part of any step's time. The first ``warmup_steps`` steps after the start or a resume
     (allocation, torch.compile) are logged but left out of the statistics.
 
-    Logged every ``log_every_n_steps``: ``perf/step_time_ms``, ``perf/data_wait_fraction``,
+    Logged every ``log_every_n_steps`` (and after the first step): ``perf/step_time_ms``, ``perf/data_wait_fraction``,
     ``perf/tflops_per_sec`` and ``perf/mfu`` of that step, ``perf/peak_memory_mb`` so far, and
     ``perf/<unit>_per_sec`` (all processes) and ``..._per_process``, the mean over the timed steps
     so far; ``perf/flops_per_step`` once.
@@ -89,7 +89,8 @@ class PerformanceMonitor(L.Callback):
         self._last_global_step = trainer.global_step
         step, self._step = self._step, StepTiming()
         self.steps.append(step)
-        self._log(trainer, pl_module, step)
+        if trainer.global_step % trainer.log_every_n_steps == 0 or len(self.steps) == 1:
+            self._log(trainer, pl_module, step)  # only what the logger writes: self.log costs time every call
 
     # figures ----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import lightning as L
 import torch
@@ -60,10 +60,12 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, *, delete_stale: b
 
 
 def train(
-    run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None
+    run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None,
+    extra_callbacks: Sequence[L.Callback] = (),
 ) -> dict[str, Any]:
     """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
-    ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics.
+    ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
+    ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``).
 
     An interrupted run of the same config resumes from ``out_dir/checkpoints/last.ckpt``; a run
     whose loss diverges is stopped and recorded with status ``diverged``.
@@ -84,6 +86,7 @@ def train(
     guard = DivergenceGuard(cfg.divergence_threshold)
     # perf before history: its peak FLOP/s probe at the start of training is not training time
     callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash())]
+    callbacks += list(extra_callbacks)
     if cfg.checkpoint_every_n_steps:
         callbacks.append(ModelCheckpoint(dirpath=checkpoints, save_last=True, save_top_k=0,
                                          every_n_train_steps=cfg.checkpoint_every_n_steps, enable_version_counter=False))
