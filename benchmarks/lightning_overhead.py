@@ -13,8 +13,9 @@ same optimizer, schedule and gradient clipping, twice:
   checkpoints are switched off, so both loops do the same work.
 
 A step's time is one whole cycle of the loop, from the start of a step to the start of the next:
-fetching the batch, hooks and logging included. The modes alternate ``--repeats`` times and the
-report gives the median cycle of each (robust to the slow phases of a shared machine).
+fetching the batch, hooks and logging included. Both loops run back to back ``--repeats`` times,
+alternating which goes first; each repeat gives the ratio of their median cycles, and the overhead
+is the median of these paired ratios, so the slow and fast phases of a shared machine cancel.
 """
 
 from __future__ import annotations
@@ -100,33 +101,44 @@ def lightning_loop(task: str, steps: int, warmup: int, workdir: Path) -> list[fl
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["lm", "translation", "vit"])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="results/lightning_overhead.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for task in args.tasks:
-            plain, lightning = [], []
+            plain, lightning, ratios = [], [], []
             for repeat in range(args.repeats):
-                plain += plain_loop(task, args.steps, args.warmup)
-                lightning += lightning_loop(task, args.steps, args.warmup, Path(workdir))
-                print(f"{task} repeat {repeat + 1}: median plain {statistics.median(plain) * 1e3:.1f} ms/step, "
-                      f"Lightning {statistics.median(lightning) * 1e3:.1f} ms/step", flush=True)
-            rows.append((task, statistics.median(plain), statistics.median(lightning), len(plain), len(lightning)))
+                # alternate which loop goes first, so a drift of the machine's speed cancels out
+                if repeat % 2 == 0:
+                    p = plain_loop(task, args.steps, args.warmup)
+                    q = lightning_loop(task, args.steps, args.warmup, Path(workdir))
+                else:
+                    q = lightning_loop(task, args.steps, args.warmup, Path(workdir))
+                    p = plain_loop(task, args.steps, args.warmup)
+                plain += p
+                lightning += q
+                ratios.append(statistics.median(q) / statistics.median(p))
+                print(f"{task} repeat {repeat + 1}: median plain {statistics.median(p) * 1e3:.1f} ms/step, "
+                      f"Lightning {statistics.median(q) * 1e3:.1f} ms/step", flush=True)
+            rows.append((task, statistics.median(plain), statistics.median(lightning), ratios))
 
     command = "python benchmarks/lightning_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = ["# Lightning overhead per training step", "",
              f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')} ({torch.get_num_threads()} torch threads). "
-             f"Default cells of `configs/base.yaml`, {args.steps} steps each, the first {args.warmup} untimed, "
-             f"{args.repeats} alternating repeats; median time of one loop cycle (batch fetch, hooks, logging, step).",
-             "", "| task | plain PyTorch ms/step | Lightning runner ms/step | overhead | cycles timed (plain / Lightning) |",
+             f"Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed, "
+             f"{args.repeats} repeats of both loops back to back (alternating which goes first). A step's time is one "
+             "cycle of the loop (batch fetch, hooks, logging, step); each repeat gives the ratio of the two loops' "
+             "median cycles, and the overhead is the median of those ratios (paired, so the machine's slow and fast "
+             "phases cancel).",
+             "", "| task | plain PyTorch ms/step | Lightning runner ms/step | overhead (median) | overhead of each repeat |",
              "|---|---|---|---|---|"]
-    for task, plain, lightning, n_plain, n_lightning in rows:
-        lines.append(f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {lightning / plain - 1:+.1%} | "
-                     f"{n_plain} / {n_lightning} |")
+    for task, plain, lightning, ratios in rows:
+        lines.append(f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {statistics.median(ratios) - 1:+.1%} | "
+                     f"{', '.join(f'{r - 1:+.1%}' for r in ratios)} |")
     lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -360,6 +360,12 @@ def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Na
             ratio = best["step_ms_median"] / ours[0]["step_ms_median"]
             lines.append(f"| {shape} | {dtype} | {ours[0]['step_ms_median']:.0f} | {best['impl']} | "
                          f"{best['step_ms_median']:.0f} | **{ratio:.2f}** |")
+    spreads = sorted((max(r["round_medians_ms"]) - min(r["round_medians_ms"])) / r["step_ms_median"]
+                     for r in results if len(r["round_medians_ms"]) > 1)
+    if spreads:
+        lines += ["", f"Noise: the spread of a run's round medians, (max - min) / median, is "
+                      f"{statistics.median(spreads):.0%} for the typical run and up to {spreads[-1]:.0%}. A ratio "
+                      "closer to 1 than that is a tie on this machine, not a measured difference."]
     lines += ["", "## Every run", "",
               "| implementation | shape | dtype | params | step ms median (min–max) | round medians ms | throughput | "
               "GFLOP/step | achieved TFLOP/s | peak TFLOP/s | MFU | steps |",
