@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from blockbench.config import build_run_config
 from blockbench.train import train
 from models import ModelConfig, build_model
+from models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends
 from models.loss import linear_cross_entropy
 from tasks.lm import next_token_loss
 from tasks.translation import teacher_forcing_loss
@@ -157,3 +158,27 @@ def test_compiled_model_trains_like_the_eager_one(tmp_path):
             trace.append(loss.item())
         losses.append(trace)
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_short_half_precision_attention_on_cpu_uses_the_math_backend_and_stays_accurate():
+    """bf16 attention over few keys on a CPU takes SDPA's math backend (faster there than the CPU
+    flash kernel); its result and gradients agree with the float64 truth to bf16 precision, like
+    the flash kernel's."""
+    q = torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16)
+    assert type(sdpa_backends(q, CPU_MATH_MAX_KEYS)).__name__ != "nullcontext"
+    assert type(sdpa_backends(q, CPU_MATH_MAX_KEYS + 1)).__name__ == "nullcontext"
+    assert type(sdpa_backends(q.float(), 16)).__name__ == "nullcontext"
+
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(64, 4, n_kv_heads=2)
+    x = torch.randn(3, 65, 64)
+    truth_attention = MultiHeadAttention(64, 4, n_kv_heads=2).double()
+    truth_attention.load_state_dict(attention.state_dict())
+    x64 = x.double().requires_grad_()
+    truth = truth_attention(x64, causal=True)
+    truth.square().sum().backward()
+    x16 = x.bfloat16().requires_grad_()
+    out = attention.bfloat16()(x16, causal=True)
+    out.float().square().sum().backward()
+    torch.testing.assert_close(out.double(), truth.detach(), atol=0.05, rtol=0.05)
+    torch.testing.assert_close(x16.grad.double(), x64.grad, atol=0.1, rtol=0.05)
