@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", nargs="+", default=["lm", "translation", "vit"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="results/lightning_overhead.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
 

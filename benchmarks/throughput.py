@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--impls", nargs="+", default=None, choices=list(IMPLEMENTATIONS),
                         help="default: every implementation of the chosen shapes")
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--min-steps", type=int, default=8)
     parser.add_argument("--max-steps", type=int, default=40)
