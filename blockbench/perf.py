@@ -317,16 +317,29 @@ FINAL_FIGURES = {
 }
 
 
+def speed_figures(result: dict[str, Any]) -> dict[str, float | None]:
+    """A result's speed figures by name (None where it has none): the summary's columns."""
+    perf = result.get("performance") or {}
+    return {
+        "step_time_ms": (perf.get("step_time_ms") or {}).get("median"),  # the run's median step
+        "achieved_tflops": perf.get("achieved_tflops"),
+        "peak_tflops": perf.get("peak_tflops"),
+        "mfu": perf.get("mfu"),
+        "data_wait_fraction": perf.get("data_wait_fraction"),
+        "peak_memory_mb": headline_peak_memory_mb(result.get("peak_memory")),
+    }
+
+
 def final_figures(result: dict[str, Any], unit: str) -> dict[str, float]:
     """A result's speed figures by TensorBoard tag (those it has): :data:`FINAL_FIGURES` and the
     throughput of all processes under :func:`throughput_tag`."""
-    perf = result.get("performance") or {}
+    speed = speed_figures(result)
     figures = {
-        "perf/step_time_ms": (perf.get("step_time_ms") or {}).get("median"),
-        throughput_tag(unit): result.get("throughput") if perf.get("timed_steps") else None,
-        "perf/tflops_per_sec": perf.get("achieved_tflops"),
-        "perf/mfu": perf.get("mfu"),
-        "perf/data_wait_fraction": perf.get("data_wait_fraction"),
-        "perf/peak_memory_mb": headline_peak_memory_mb(result.get("peak_memory")),
+        "perf/step_time_ms": speed["step_time_ms"],
+        throughput_tag(unit): result.get("throughput") if (result.get("performance") or {}).get("timed_steps") else None,
+        "perf/tflops_per_sec": speed["achieved_tflops"],
+        "perf/mfu": speed["mfu"],
+        "perf/data_wait_fraction": speed["data_wait_fraction"],
+        "perf/peak_memory_mb": speed["peak_memory_mb"],
     }
     return {tag: float(value) for tag, value in figures.items() if value is not None}

@@ -25,7 +25,7 @@ import yaml
 from tasks import TASK_CONFIGS, Metric
 
 from .matrix import CELL_FILE
-from .perf import headline_peak_memory_mb
+from .perf import speed_figures
 from .plots import VariantCurves, plot_task
 from .stats import Difference, mean_std, t_confidence_interval, time_to_target, welch_difference
 from .train import RESULT_FILE, write_atomic
@@ -66,7 +66,7 @@ class Group:
 
     def speed_values(self, figure: str) -> list[float]:
         """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
-        values = (SPEED_FIGURES[figure](r) for r in self.ok)
+        values = (speed_figures(r)[figure] for r in self.ok)
         return [v for v in values if v is not None]
 
     def speed_mean(self, figure: str) -> float | None:
@@ -88,15 +88,8 @@ def _performance(result: dict[str, Any]) -> dict[str, Any]:
     return result.get("performance") or {}
 
 
-#: speed figures of a result (None where it has none), by their summary.csv column
-SPEED_FIGURES = {
-    "step_time_ms": lambda r: (_performance(r).get("step_time_ms") or {}).get("median"),  # the seed's median step
-    "achieved_tflops": lambda r: _performance(r).get("achieved_tflops"),
-    "peak_tflops": lambda r: _performance(r).get("peak_tflops"),
-    "mfu": lambda r: _performance(r).get("mfu"),
-    "data_wait_fraction": lambda r: _performance(r).get("data_wait_fraction"),
-    "peak_memory_mb": lambda r: headline_peak_memory_mb(r.get("peak_memory")),
-}
+#: the speed figures of a result, by their summary.csv column (see ``blockbench.perf.speed_figures``)
+SPEED_FIGURES = tuple(speed_figures({}))
 
 
 @dataclass(frozen=True)
