@@ -31,10 +31,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from implementations import IMPLEMENTATIONS as ALL_IMPLEMENTATIONS  # noqa: E402  (benchmarks/, the script's folder)
+from implementations import Dims, missing_packages, package_versions  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------- shapes
@@ -43,204 +46,32 @@ class Shape:
     name: str
     description: str
     unit: str  # what the throughput counts
+    dims: Dims
 
 
 SHAPES = {
     s.name: s
     for s in (
         Shape("lm_gpt", "GPT: vocab 8192, d 256, 4 layers, 4 heads, ctx 256, batch 16, FFN 1024 GELU, "
-                        "learned positions, pre-LN, biases, tied embeddings", "tokens"),
+                        "learned positions, pre-LN, biases, tied embeddings", "tokens",
+              Dims(d_model=256, n_layers=4, n_heads=4, d_ff=1024, batch=16, vocab=8192, seq_len=256)),
         Shape("lm_llama", "Llama: vocab 8192, d 256, 4 layers, 4 query / 2 key-value heads, ctx 256, batch 16, "
-                          "SwiGLU 704, RMSNorm, RoPE, no biases, untied embeddings", "tokens"),
+                          "SwiGLU 704, RMSNorm, RoPE, no biases, untied embeddings", "tokens",
+              Dims(d_model=256, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=1056, batch=16, vocab=8192, seq_len=256)),
         Shape("vit", "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 256, 6 layers, 4 heads, MLP 1024 GELU, "
-                     "10 classes, batch 64", "images"),
+                     "10 classes, batch 64", "images",
+              Dims(d_model=256, n_layers=6, n_heads=4, d_ff=1024, batch=64, image_size=32, patch_size=4, n_classes=10)),
         Shape("seq2seq", "encoder-decoder: shared vocab 8192, d 256, 3+3 layers, 4 heads, FFN 1024 ReLU, post-LN, "
-                         "sinusoidal positions, source/target length 64, batch 32, tied embeddings", "target tokens"),
+                         "sinusoidal positions, source/target length 64, batch 32, tied embeddings", "target tokens",
+              Dims(d_model=256, n_layers=3, n_heads=4, d_ff=1024, batch=32, vocab=8192, seq_len=64,
+                   norm_placement="post", activation="relu")),
     )
 }
-VOCAB, LM_BATCH, CTX = 8192, 16, 256
-VIT_BATCH, SEQ_BATCH, SEQ_LEN = 64, 32, 64
 
-
-@dataclass
-class Run:
-    """What one implementation needs for a timed step: the model, a batch, and its loss."""
-
-    model: Any
-    batch: tuple
-    loss: Callable[[Any, tuple], Any]
-    items: int  # tokens or images per step
-    note: str
-
-
-# ------------------------------------------------------------------------------ implementations
-def _token_batch(torch, generator, rows: int, length: int):
-    return torch.randint(0, VOCAB, (rows, length), generator=generator)
-
-
-def _ours(model_fields: dict[str, Any]):
-    from models import ModelConfig, build_model
-
-    return build_model(ModelConfig(**model_fields))
-
-
-def ours_lm_gpt(torch, generator) -> Run:
-    from tasks.lm import next_token_loss
-
-    model = _ours(dict(family="decoder_lm", vocab_size=VOCAB, max_seq_len=CTX, d_model=256, n_layers=4, n_heads=4,
-                       d_ff=1024, activation="gelu", norm="layernorm", norm_placement="pre", pos_encoding="learned",
-                       bias=True, tie_embeddings=True))
-    rows = _token_batch(torch, generator, LM_BATCH, CTX + 1)
-    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), LM_BATCH * CTX,
-               "blockbench decoder_lm; loss: tasks.lm.next_token_loss (as the LM tasks train)")
-
-
-def ours_lm_llama(torch, generator) -> Run:
-    from tasks.lm import next_token_loss
-
-    model = _ours(dict(family="decoder_lm", vocab_size=VOCAB, max_seq_len=CTX, d_model=256, n_layers=4, n_heads=4,
-                       n_kv_heads=2, d_ff=1056, ffn="swiglu", norm="rmsnorm", norm_eps=1e-6, norm_placement="pre",
-                       pos_encoding="rope", bias=False, tie_embeddings=False))
-    rows = _token_batch(torch, generator, LM_BATCH, CTX + 1)
-    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), LM_BATCH * CTX,
-               "blockbench decoder_lm (rmsnorm, rope, swiglu with d_ff 1056 = hidden 704, n_kv_heads 2, no bias)")
-
-
-def ours_vit(torch, generator) -> Run:
-    from tasks.vision import classification_loss
-
-    model = _ours(dict(family="vit", image_size=32, patch_size=4, in_channels=3, n_classes=10, d_model=256,
-                       n_layers=6, n_heads=4, d_ff=1024, activation="gelu", norm="layernorm", norm_placement="pre",
-                       pos_encoding="learned", bias=True))
-    images = torch.randn(VIT_BATCH, 3, 32, 32, generator=generator)
-    labels = torch.randint(0, 10, (VIT_BATCH,), generator=generator)
-    return Run(model, (images, labels), lambda m, b: classification_loss(m, *b), VIT_BATCH,
-               "blockbench vit; loss: tasks.vision.classification_loss")
-
-
-def ours_seq2seq(torch, generator) -> Run:
-    from tasks.translation import teacher_forcing_loss
-
-    model = _ours(dict(family="encoder_decoder", vocab_size=VOCAB, max_seq_len=SEQ_LEN + 1, d_model=256, n_layers=3,
-                       n_heads=4, d_ff=1024, activation="relu", norm="layernorm", norm_placement="post",
-                       pos_encoding="sinusoidal", bias=True, tie_embeddings=True))
-    src = _token_batch(torch, generator, SEQ_BATCH, SEQ_LEN).clamp(min=1)  # id 0 is padding
-    tgt = _token_batch(torch, generator, SEQ_BATCH, SEQ_LEN + 1).clamp(min=1)
-    return Run(model, (src, tgt), lambda m, b: teacher_forcing_loss(m, *b, pad_id=0), SEQ_BATCH * SEQ_LEN,
-               "blockbench encoder_decoder; loss: tasks.translation.teacher_forcing_loss (padding masks as in training)")
-
-
-def _lm_logits_loss(torch):
-    import torch.nn.functional as F
-
-    def loss(model, batch):
-        rows = batch[0]
-        logits = model(input_ids=rows[:, :-1]).logits
-        return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-
-    return loss
-
-
-def hf_gpt2(torch, generator) -> Run:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=256, n_layer=4, n_head=4,
-                        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
-    rows = _token_batch(torch, generator, LM_BATCH, CTX + 1)
-    return Run(model, (rows,), _lm_logits_loss(torch), LM_BATCH * CTX,
-               "transformers GPT2LMHeadModel, sdpa attention, exact GELU (GPT-2's default is the tanh approximation), tied")
-
-
-def hf_llama(torch, generator) -> Run:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CTX,
-                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
-    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
-    rows = _token_batch(torch, generator, LM_BATCH, CTX + 1)
-    return Run(model, (rows,), _lm_logits_loss(torch), LM_BATCH * CTX,
-               "transformers LlamaForCausalLM, sdpa attention, rope_theta 1e4, untied")
-
-
-def timm_vit(torch, generator) -> Run:
-    import torch.nn.functional as F
-    from timm.models.vision_transformer import VisionTransformer
-
-    model = VisionTransformer(img_size=32, patch_size=4, embed_dim=256, depth=6, num_heads=4, mlp_ratio=4,
-                              num_classes=10, qkv_bias=True, global_pool="token")
-    images = torch.randn(VIT_BATCH, 3, 32, 32, generator=generator)
-    labels = torch.randint(0, 10, (VIT_BATCH,), generator=generator)
-    return Run(model, (images, labels), lambda m, b: F.cross_entropy(m(b[0]), b[1]), VIT_BATCH,
-               "timm VisionTransformer (class token, fused SDPA attention, qkv bias)")
-
-
-class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
-    @staticmethod
-    def build(torch):
-        import math
-
-        import torch.nn.functional as F
-        from torch import nn
-
-        class Seq2Seq(nn.Module):
-            """torch.nn.Transformer with what a translator adds around it: a shared embedding scaled by
-            sqrt(d), sinusoidal positions and a tied output projection."""
-
-            def __init__(self):
-                super().__init__()
-                self.embed = nn.Embedding(VOCAB, 256)
-                self.transformer = nn.Transformer(256, 4, 3, 3, 1024, dropout=0.0, activation="relu",
-                                                  batch_first=True, norm_first=False)
-                position = torch.arange(SEQ_LEN + 1)[:, None]
-                div = torch.exp(torch.arange(0, 256, 2) * (-math.log(10000.0) / 256))
-                table = torch.zeros(SEQ_LEN + 1, 256)
-                table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-                self.register_buffer("positions", table)
-
-            def forward(self, src, tgt):
-                def embed(t):
-                    return self.embed(t) * 16.0 + self.positions[: t.shape[1]]
-
-                causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
-                pad = src == 0
-                out = self.transformer(embed(src), embed(tgt), tgt_mask=causal, tgt_is_causal=True,
-                                       src_key_padding_mask=pad, memory_key_padding_mask=pad)
-                return F.linear(out, self.embed.weight)
-
-        return Seq2Seq()
-
-
-def torch_transformer(torch, generator) -> Run:
-    import torch.nn.functional as F
-
-    model = TorchSeq2Seq.build(torch)
-    src = _token_batch(torch, generator, SEQ_BATCH, SEQ_LEN).clamp(min=1)
-    tgt = _token_batch(torch, generator, SEQ_BATCH, SEQ_LEN + 1).clamp(min=1)
-
-    def loss(m, b):
-        src, tgt = b
-        logits = m(src, tgt[:, :-1])
-        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
-
-    return Run(model, (src, tgt), loss, SEQ_BATCH * SEQ_LEN,
-               "torch.nn.Transformer (post-LN, ReLU; adds a final LayerNorm to each stack) + shared embedding, "
-               "sinusoidal positions, tied output; padding masks and causal mask as a user passes them")
-
-
-#: implementation name -> (shape, builder, is ours, pip package it needs)
-IMPLEMENTATIONS: dict[str, tuple[str, Callable, bool, str | None]] = {
-    "blockbench": ("lm_gpt", ours_lm_gpt, True, None),
-    "hf_gpt2": ("lm_gpt", hf_gpt2, False, "transformers"),
-    "blockbench_llama": ("lm_llama", ours_lm_llama, True, None),
-    "hf_llama": ("lm_llama", hf_llama, False, "transformers"),
-    "blockbench_vit": ("vit", ours_vit, True, None),
-    "timm_vit": ("vit", timm_vit, False, "timm"),
-    "blockbench_seq2seq": ("seq2seq", ours_seq2seq, True, None),
-    "torch_transformer": ("seq2seq", torch_transformer, False, None),
-}
+#: the implementations timed (benchmarks/implementations.py builds them); each belongs to the shape of its family
+TIMED = ("blockbench", "hf_gpt2", "blockbench_llama", "hf_llama", "blockbench_vit", "timm_vit", "blockbench_seq2seq",
+         "torch_transformer")
+IMPLEMENTATIONS = {name: ALL_IMPLEMENTATIONS[name] for name in TIMED}
 
 
 # ------------------------------------------------------------------------------------- worker
@@ -255,8 +86,9 @@ def worker(args: argparse.Namespace) -> None:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
-    shape, build, _, _ = IMPLEMENTATIONS[args.impl]
-    run = build(torch, generator)
+    impl = IMPLEMENTATIONS[args.impl]
+    shape = impl.family
+    run = impl.build(torch, generator, SHAPES[shape].dims)
     model = run.model.to(device).train()
     batch = tuple(t.to(device) for t in run.batch)
     fused = device.type in ("cpu", "cuda")
@@ -352,8 +184,8 @@ def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Na
     by_key = {(r["impl"], r["dtype"]): r for r in results}
     for shape in SHAPES:
         for dtype in args.dtypes:
-            ours = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and IMPLEMENTATIONS[r["impl"]][2]]
-            theirs = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and not IMPLEMENTATIONS[r["impl"]][2]]
+            ours = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and IMPLEMENTATIONS[r["impl"]].ours]
+            theirs = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and not IMPLEMENTATIONS[r["impl"]].ours]
             if not ours or not theirs:
                 continue
             best = min(theirs, key=lambda r: r["step_ms_median"])
@@ -385,18 +217,6 @@ def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Na
     return "\n".join(lines) + "\n"
 
 
-def package_versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for package in ("transformers", "timm", "lightning"):
-        try:
-            found.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            pass
-    return ", ".join(found)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -420,8 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return worker(args)
 
-    impls = [i for i in (args.impls or IMPLEMENTATIONS) if IMPLEMENTATIONS[i][0] in args.shapes]
-    missing = sorted({IMPLEMENTATIONS[i][3] for i in impls if IMPLEMENTATIONS[i][3] and not _importable(IMPLEMENTATIONS[i][3])})
+    impls = [i for i in (args.impls or IMPLEMENTATIONS) if IMPLEMENTATIONS[i].family in args.shapes]
+    missing = missing_packages(impls)
     if missing:
         sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
     runs = [(impl, dtype) for impl in impls for dtype in args.dtypes]
@@ -448,12 +268,6 @@ def main(argv: list[str] | None = None) -> None:
         out.write_text(text)
         out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {out} and {out.with_suffix('.json')}")
-
-
-def _importable(module: str) -> bool:
-    from importlib.util import find_spec
-
-    return find_spec(module) is not None
 
 
 def _cuda_available() -> bool:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import random
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
-import torch
 from lightning.pytorch.utilities import rank_zero_warn
+
+from tasks.base import capture_rng, restore_rng
 
 from .perf import (
     DataWaitProfiler,
@@ -34,10 +34,13 @@ class PerformanceMonitor(L.Callback):
     :attr:`data_wait` (pass it as ``Trainer(profiler=...)``). Model FLOPs are counted once, on the
     first batch of the run (see :func:`blockbench.perf.count_training_flops`); that count is not
     part of any step's time. The first ``warmup_steps`` steps after the start or a resume
-    (allocation, torch.compile) are logged but left out of the statistics.
+    (allocation, torch.compile) are logged but left out of the statistics. MFU divides by
+    :func:`blockbench.perf.peak_flops`: ``trainer.peak_tflops``, or this machine's cached probe for
+    the run's compute dtype and intra-op threads, one figure for every cell that trains like this.
 
     Logged every ``log_every_n_steps`` (and after the first step): ``perf/step_time_ms``, ``perf/data_wait_fraction``,
-    ``perf/tflops_per_sec`` and ``perf/mfu`` of that step, ``perf/peak_memory_mb`` so far, and
+    ``perf/tflops_per_sec`` and ``perf/mfu`` of that step (no ``perf/mfu`` in a step above the peak),
+    ``perf/peak_memory_mb`` so far, and
     ``perf/<unit>_per_sec`` (all processes) and ``..._per_process``, the mean over the timed steps
     so far; ``perf/flops_per_step`` once.
     """
@@ -66,7 +69,7 @@ class PerformanceMonitor(L.Callback):
         self.steps, self._step = [], StepTiming()
         self._last_global_step = trainer.global_step
         self._flops_pending = self.count_flops
-        if self.peak is None:
+        if self.peak is None:  # the cached probe (measured here only if nothing measured it before)
             self.peak = peak_flops(self.configured_peak_tflops, pl_module.device, trainer.precision)
         self.data_wait.take()  # waits before the first step of this fit do not belong to it
 
@@ -121,10 +124,11 @@ class PerformanceMonitor(L.Callback):
                                   peak=self.peak)
         if self.steps and self.data_wait.fetches == 0:  # Lightning no longer reports the fetches as we expect
             figures["data_wait_ms"] = figures["data_wait_fraction"] = None
-        if (figures.get("mfu") or 0) > 1:
-            rank_zero_warn(f"MFU {figures['mfu']:.2f} is above 1: the peak of {figures['peak_tflops']} TFLOP/s "
-                           f"({figures['peak_source']}) is too low, e.g. measured while the machine was busy; "
-                           "set trainer.peak_tflops to the device's peak")
+        if figures.get("mfu_above_peak"):
+            rank_zero_warn(f"MFU {figures['mfu_raw']:.2f} is above 1, so the result has none: the peak of "
+                           f"{figures['peak_tflops']} TFLOP/s ({figures['peak_source']}) is too low, e.g. measured "
+                           "while the machine was busy; run `blockbench peak --remeasure` on a quiet machine or set "
+                           "trainer.peak_tflops to the device's peak")
         return figures
 
     # internals --------------------------------------------------------------------------------
@@ -147,8 +151,9 @@ class PerformanceMonitor(L.Callback):
             values["perf/data_wait_fraction"] = step.data_wait / (step.seconds + step.data_wait)
         if self.flops_per_step is not None and step.seconds > 0:
             values["perf/tflops_per_sec"] = self.flops_per_step / step.seconds / 1e12
-            if self.peak is not None:
-                values["perf/mfu"] = values["perf/tflops_per_sec"] / self.peak.tflops
+            mfu = values["perf/tflops_per_sec"] / self.peak.tflops if self.peak is not None else None
+            if mfu is not None and mfu <= 1:  # above 1 the peak is wrong: no figure (not clipped to 1 either)
+                values["perf/mfu"] = mfu
         if len(self.steps) > self.warmup_steps:
             values[f"perf/{self.unit}_per_sec"] = self.per_second
             values[f"perf/{self.unit}_per_sec_per_process"] = self.per_second_per_process
@@ -170,6 +175,12 @@ class ValidationHistory(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
+        if self.history and self.history[-1]["step"] == trainer.global_step and trainer.is_global_zero:
+            # resumed from a checkpoint written after this validation: TensorBoard drops the points
+            # from the resumed step on (purge_step), this one too, and it is not validated again
+            last = self.history[-1]
+            for logger in trainer.loggers:
+                logger.log_metrics({f"val/{name}": value for name, value in last["metrics"].items()}, step=last["step"])
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._start
@@ -190,7 +201,14 @@ class ValidationHistory(L.Callback):
 
 class DivergenceGuard(L.Callback):
     """Stops training when the training loss is not finite or exceeds ``threshold``, and remembers
-    the step and the last finite loss: a diverged cell is a finding, recorded as such."""
+    the step and the last finite loss: a diverged cell is a finding, recorded as such.
+
+    Under DDP every process decides on the losses of all processes (one all-gather of one number
+    per step), as Lightning's EarlyStopping reduces its decision: a process that stopped on its own
+    loss would leave the others waiting in the next gradient all-reduce forever. All processes so
+    record the same step and loss: the diverging loss is NaN if any process's is, else the largest,
+    and the last finite loss is the mean over the processes (the logged ``train/loss``).
+    """
 
     def __init__(self, threshold: float | None):
         self.threshold = threshold
@@ -200,12 +218,17 @@ class DivergenceGuard(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        value = float(loss.detach())
-        if math.isfinite(value) and (self.threshold is None or value <= self.threshold):
-            self.last_finite_loss = value
+        losses = trainer.strategy.all_gather(loss.detach().float()).reshape(-1).tolist()  # every process's loss
+        bad = [value for value in losses if not self._acceptable(value)]
+        if not bad:
+            self.last_finite_loss = sum(losses) / len(losses)
             return
-        self.diverged_at_step, self.diverging_loss = trainer.global_step, value
+        nans = [value for value in bad if math.isnan(value)]
+        self.diverged_at_step, self.diverging_loss = trainer.global_step, nans[0] if nans else max(bad)
         trainer.should_stop = True
+
+    def _acceptable(self, value: float) -> bool:
+        return math.isfinite(value) and (self.threshold is None or value <= self.threshold)
 
     @property
     def diverged(self) -> bool:
@@ -214,41 +237,89 @@ class DivergenceGuard(L.Callback):
 
 class ResumeState(L.Callback):
     """What a checkpoint needs beyond Lightning's own state for an exact resume: the run's config
-    hash (a checkpoint of another config is never resumed) and the random number generators
-    (restored just before the first resumed step)."""
+    hash and code fingerprint (a checkpoint of another config or other code is never resumed) and
+    the random number generators of this process.
 
-    def __init__(self, config_hash: str):
+    The generators are restored in ``on_train_start``: after Lightning has created the training
+    dataloader's iterator (which draws a seed) and before it fetches the first batch, so random
+    crops, flips, RandAugment, MixUp and dropout after the resume draw what an uninterrupted run
+    draws. (Restored any later, the first batches would already be augmented from the wrong state.)
+    DataLoader workers keep their own generators in the loader's state (``tasks.base.WorkerRngState``).
+    """
+
+    def __init__(self, config_hash: str, code_fingerprint: str):
         self.config_hash = config_hash
+        self.code_fingerprint = code_fingerprint
         self._pending_rng: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"config_hash": self.config_hash, "rng": _capture_rng()}
+        return {"config_hash": self.config_hash, "code_fingerprint": self.code_fingerprint, "rng": capture_rng()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["config_hash"] != self.config_hash:
             raise ValueError(f"checkpoint of config {state['config_hash']}, not of this run ({self.config_hash})")
+        if state.get("code_fingerprint") != self.code_fingerprint:
+            raise ValueError(f"checkpoint of code {state.get('code_fingerprint')}, not of this code ({self.code_fingerprint})")
         self._pending_rng = state["rng"]
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending_rng is not None:
-            _restore_rng(self._pending_rng)
+            restore_rng(self._pending_rng)
             self._pending_rng = None
 
 
-def _capture_rng() -> dict[str, Any]:
-    """RNG states as tensors and plain values, so the checkpoint loads with ``weights_only=True``."""
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    numpy_state = [name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian]
-    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+class StepCheckpoint(L.Callback):
+    """Writes ``last.ckpt`` every ``every_n_steps`` optimizer steps, for resuming an interrupted run.
+
+    Two steps are moved so that a resumed run repeats an uninterrupted one exactly (Lightning's
+    ModelCheckpoint does neither):
+
+    - when a validation follows the step, the checkpoint is written after it. Lightning does not
+      validate the checkpoint's step again on resume, so a checkpoint taken before that validation
+      would lose its metrics and the random numbers its dataloader draws;
+    - a step that ends an epoch is checkpointed one step later. Lightning resumes a checkpoint taken
+      on an epoch's last batch one epoch too far (it counts the finished epoch twice), so the next
+      epoch's shuffle would differ. Only with one-batch epochs is such a checkpoint kept.
+
+    Every process calls ``trainer.save_checkpoint``; rank 0 writes it (to a temporary file, then
+    renamed: a killed run leaves the previous checkpoint intact).
+    """
+
+    FILE = "last.ckpt"
+
+    def __init__(self, dirpath: Path, every_n_steps: int):
+        self.path = Path(dirpath) / self.FILE
+        self.every_n_steps = every_n_steps
+        self._last_step = 0
+        self._deferred = False  # a due checkpoint waits for the step after an epoch's end
+        self._after_validation = False
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_step = trainer.global_step  # the step resumed from is saved already
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self._last_step:
+            return  # a micro-batch in the middle of a gradient accumulation window
+        self._last_step = trainer.global_step
+        if trainer.global_step % self.every_n_steps and not self._deferred:
+            return
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch and not self._deferred:
+            self._deferred = True
+            return
+        self._deferred = False
+        if validation_follows(trainer):
+            self._after_validation = True
+        else:
+            trainer.save_checkpoint(self.path)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._after_validation and not trainer.sanity_checking:
+            self._after_validation = False
+            trainer.save_checkpoint(self.path)
 
 
-def _restore_rng(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def validation_follows(trainer: L.Trainer) -> bool:
+    """Whether Lightning validates right after the current training batch: its own decision (a
+    private method; the resume tests compare validation histories, so a change shows there)."""
+    loop = trainer.fit_loop
+    return bool(trainer.enable_validation and loop.epoch_loop._should_check_val_fx(loop._data_fetcher))

@@ -1,4 +1,4 @@
-"""``blockbench``: train one config, run a matrix, rebuild a report, list the variants."""
+"""``blockbench``: train one config, run a matrix, rebuild a report, show the MFU peak, list the variants."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _matrix(args: argparse.Namespace) -> int:
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
     return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs, launcher=args.launcher,
-                      cluster_options=options)
+                      cluster_options=options, reuse_stale=args.reuse_stale)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -61,6 +61,20 @@ def _report(args: argparse.Namespace) -> int:
     if not (matrix_dir / "cells").is_dir():
         raise ConfigError(f"{matrix_dir}: no cells/ folder; pass a matrix results folder such as results/<matrix name>")
     print(write_report(matrix_dir))
+    return 0
+
+
+def _peak(args: argparse.Namespace) -> int:
+    import torch
+
+    from .config import TrainerConfig
+    from .perf import peak_flops
+
+    trainer = TrainerConfig(accelerator=args.accelerator, precision=args.precision)
+    accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda", 0) if accelerator in ("gpu", "cuda") else torch.device(accelerator)
+    peak = peak_flops(None, device, trainer.resolved_precision(accelerator), threads=args.threads, remeasure=args.remeasure)
+    print(json.dumps({"peak_tflops": peak.tflops, "peak_source": peak.source, "peak_probe": peak.probe}, indent=2))
     return 0
 
 
@@ -98,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
     matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
-    matrix.add_argument("--force", action="store_true", help="rerun cells from scratch, even those that already have a result")
+    rerun = matrix.add_mutually_exclusive_group()
+    rerun.add_argument("--force", action="store_true", help="rerun cells from scratch, even those that already have a result")
+    rerun.add_argument("--reuse-stale", action="store_true",
+                       help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
+                            "models/ or tasks/) instead of retraining those cells")
     matrix.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="run up to N cells at once (CPU threads split between them; one GPU each if there are GPUs)")
     matrix.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
@@ -113,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder")
     report.add_argument("matrix_dir", help="e.g. results/prenorm_vs_postnorm")
     report.set_defaults(func=_report)
+
+    peak = commands.add_parser("peak", help="show the cached peak FLOP/s that MFU divides by (measured on first use)")
+    peak.add_argument("--precision", default="auto", help="a Lightning precision (auto: bf16-mixed on a GPU, 32-true on a CPU)")
+    peak.add_argument("--accelerator", default="auto", help="cpu or gpu (auto: a GPU if there is one)")
+    peak.add_argument("--threads", type=int, metavar="N",
+                      help="torch intra-op threads on a CPU (default: torch's default, what a cell without "
+                           "trainer.num_threads uses; --jobs N gives each cell cores/N)")
+    peak.add_argument("--remeasure", action="store_true", help="measure again and replace the cached peak")
+    peak.set_defaults(func=_peak)
 
     listing = commands.add_parser("list", help="print every registered variant and task")
     listing.set_defaults(func=_list)

@@ -12,10 +12,13 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Union
+from typing import Annotated, Any, Iterable, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import StrategyRegistry
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from models import ModelConfig
 from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
@@ -31,6 +34,18 @@ UNION_TAGS = {("task", name) for name in TASK_CONFIGS} | {("data", source) for s
 
 class ConfigError(ValueError):
     """A config that cannot run; the message lists every problem with its key."""
+
+
+def lightning_choices(key: str) -> list[str]:
+    """The values Lightning's Trainer accepts as strings for ``trainer.<key>``, from Lightning's own
+    lists (precision types, accelerator and strategy registries), plus ``auto``."""
+    if key == "precision":  # lightning.pytorch's accelerator connector checks against these
+        names = [*get_args(_PRECISION_INPUT_STR), *get_args(_PRECISION_INPUT_STR_ALIAS)]
+    elif key == "accelerator":  # "gpu" is accepted besides the registry (it picks cuda or mps)
+        names = [*sorted(AcceleratorRegistry.available_accelerators()), "gpu"]
+    else:
+        names = list(StrategyRegistry.available_strategies())
+    return ["auto", *names]
 
 
 class TrainerConfig(BaseModel):
@@ -59,9 +74,18 @@ class TrainerConfig(BaseModel):
     precision: str = Field("auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
     peak_tflops: float | None = Field(
-        None, gt=0, description="peak TFLOP/s of one device, the denominator of MFU; null: measure with a matmul "
-        "probe in the run's compute dtype at the start of training"
+        None, gt=0, description="peak TFLOP/s of one device, the denominator of MFU; null: this machine's matmul "
+        "probe in the run's compute dtype, measured once and cached (see `blockbench peak`)"
     )
+
+    @field_validator("precision", "accelerator", "strategy")
+    @classmethod
+    def _lightning_accepts(cls, value: str, info: ValidationInfo) -> str:
+        """A value Lightning would reject when the Trainer is built stops the config now, with the choices."""
+        choices = lightning_choices(info.field_name)
+        if (value.lower() if info.field_name == "strategy" else value) not in choices:  # Lightning lowercases strategies
+            raise ValueError(f"'{value}' is not a Lightning {info.field_name}; choose one of: {', '.join(choices)}")
+        return value
 
     @model_validator(mode="after")
     def _batch_splits(self) -> "TrainerConfig":

@@ -4,7 +4,8 @@ Every cell is validated before the first one trains. Each cell runs ``blockbench
 subprocess (Lightning's DDP relaunches the entry script, and a crash in one cell must not take
 the matrix down) and writes ``cell.json``, ``config.yaml`` and ``result.json`` under
 ``results/<matrix>/cells/<task>/<variant>/seed<k>/``. A cell whose result exists for the same
-resolved config is skipped, so rerunning an interrupted matrix continues where it stopped.
+resolved config and the same code is skipped, so rerunning an interrupted matrix continues where
+it stopped.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from .config import (
     load_yaml,
 )
 from .perf import FINAL_FIGURES, throughput_tag
+from .provenance import code_fingerprint
 from .tensorboard import write_custom_scalars_layout, write_hparams_experiment
 from .train import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, to_yaml, write_atomic, write_json
 
@@ -54,10 +57,26 @@ class Cell:
 
     @property
     def key(self) -> str:
+        """``task/variant/seed<k>``: the cell's readable name in messages."""
         return f"{self.task}/{self.variant}/seed{self.seed}"
 
+    @property
+    def folder(self) -> str:
+        """The variant's folder name: ``variant`` made one safe path part (see ``folder_name``)."""
+        return folder_name(self.variant)
+
     def directory(self, matrix_dir: Path) -> Path:
-        return matrix_dir / "cells" / self.task / self.variant / f"seed{self.seed}"
+        """``cells/<task>/<variant folder>/seed<k>``; the readable variant label is in its cell.json."""
+        return matrix_dir / "cells" / self.task / self.folder / f"seed{self.seed}"
+
+
+def folder_name(label: str) -> str:
+    """``label`` as a single folder name, percent-encoded like a URL path segment (``/`` -> ``%2F``,
+    a space -> ``%20``): an axis value with ``/`` cannot nest folders (the report reads exactly
+    ``cells/<task>/<variant>/seed<k>``), and two different labels never share a folder. The usual
+    labels (``norm_placement=pre``, ``n_kv_heads=None,lr=0.001``) are unchanged."""
+    name = urllib.parse.quote(label, safe="=,+")
+    return name.replace(".", "%2E") if name in (".", "..") else name
 
 
 def variant_label(axes: dict[str, Any]) -> str:
@@ -88,30 +107,83 @@ def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
             settings = dict(sorted({**matrix.overrides, **axes}.items(), key=lambda item: item[0].count(".")))
             run = build_run_config(base, settings)
         except ConfigError as exc:
-            label = ", ".join(f"{k}={v}" for k, v in axes.items())
-            problems += [f"{path} [cell {label}]: {line}" for line in str(exc).splitlines()]
+            problems += [f"{path} [cell {axes_text(axes)}]: {line}" for line in str(exc).splitlines()]
             continue
         cells.append(Cell(index, run, run.task.display_name, variant_label(axes), run.seed, axes))
+    problems += folder_problems(path, cells)
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
     return matrix, cells
 
 
+#: longest file name most file systems allow (ext4, XFS, APFS: 255 bytes)
+MAX_FOLDER_NAME_BYTES = 255
+
+
+def folder_problems(path: Path, cells: list[Cell]) -> list[str]:
+    """What keeps the cells from each having a folder of their own: a cell whose folder another cell
+    already has would overwrite its result (e.g. ``task: [lm, {name: lm, seq_len: 64}]``, both
+    labelled ``lm``, or a repeated axis value), and a variant folder name can be too long."""
+    owners: dict[Path, Cell] = {}
+    problems = []
+    for cell in cells:
+        if len(cell.folder.encode()) > MAX_FOLDER_NAME_BYTES:
+            problems.append(
+                f"{path} [cell {axes_text(cell.axes)}]: the variant's folder name would have {len(cell.folder.encode())} "
+                f"characters, more than file systems allow ({MAX_FOLDER_NAME_BYTES}); use shorter axis values"
+            )
+        folder = cell.directory(Path())
+        owner = owners.setdefault(folder, cell)
+        if owner is not cell:
+            problems.append(
+                f"{path}: cells [{axes_text(owner.axes)}] and [{axes_text(cell.axes)}] would share the folder "
+                f"{folder}; give their tasks distinct task.label values or make the axis values distinct"
+            )
+    return problems
+
+
+def axes_text(axes: dict[str, Any]) -> str:
+    """``task=lm, seed=0``: a cell's axis values in messages."""
+    return ", ".join(f"{k}={v}" for k, v in axes.items())
+
+
 #: statuses that are findings: a rerun of the same config would give the same record
 FINISHED = ("ok", "diverged")
 
 
-def is_done(cell: Cell, cell_dir: Path) -> bool:
-    """A finished result (ok or diverged) for exactly this resolved config exists."""
+def earlier_result(cell: Cell, cell_dir: Path) -> dict[str, Any] | None:
+    """The finished result (ok or diverged) of exactly this resolved config, if the cell has one."""
     result_path = cell_dir / RESULT_FILE
     if not result_path.is_file():
-        return False
+        return None
     try:
         result = json.loads(result_path.read_text())
     except json.JSONDecodeError:
-        return False
-    return result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash()
+        return None
+    return result if result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash() else None
+
+
+def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False) -> tuple[bool, str | None]:
+    """Whether a matrix run reuses the cell's earlier result instead of training it, and what it says.
+
+    A result is reused when its config is unchanged and it was made by this code (its
+    ``code_fingerprint``, see :func:`blockbench.provenance.code_fingerprint`). A result of other code,
+    or of code too old to record a fingerprint, is stale: retrained, unless ``reuse_stale``.
+    """
+    result = earlier_result(cell, cell_dir)
+    if result is None:
+        return False, None
+    theirs = result.get("code_fingerprint")
+    if theirs == fingerprint:
+        return True, "done earlier, reusing its result"
+    change = f"code changed since its result (fingerprint {theirs[:12] if theirs else 'none'} -> {fingerprint[:12]})"
+    return (True, f"{change}, reusing it (--reuse-stale)") if reuse_stale else (False, f"{change}, retraining")
+
+
+def is_done(cell: Cell, cell_dir: Path, fingerprint: str) -> bool:
+    """A finished result of exactly this resolved config and code exists."""
+    return reuse_earlier(cell, cell_dir, fingerprint)[0]
 
 
 #: variables of a torch.distributed process group (set by Lightning's DDP launcher or torchrun)
@@ -147,6 +219,40 @@ def job_slots(jobs: int) -> list[Slot]:
     return [Slot(threads, i % gpus if gpus else None) for i in range(jobs)]
 
 
+def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
+    """Read, or measure once, the peak FLOP/s that MFU divides by for every compute dtype and thread
+    count these cells train with on this machine's CPU, before the first of them starts: each cell
+    then reads the same cached figure (:func:`blockbench.perf.peak_flops`), and no probe runs while
+    other cells train. A cell's threads are ``trainer.num_threads``, else its slot's (``--jobs``),
+    else torch's default, which this process has too (it runs in the same environment).
+
+    Left to the cells themselves (the first probes, any others wait for it and read it): cells with
+    ``trainer.peak_tflops``, GPU cells (a probe here would keep a CUDA context, and GPU memory, in
+    this process for the whole matrix) and multi-process cells (Lightning sets their threads).
+    """
+    import torch
+
+    from .perf import compute_dtype, peak_flops
+
+    settings: dict[tuple[Any, int], str] = {}
+    for cell in cells:
+        trainer = cell.run.trainer
+        accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+        if trainer.peak_tflops is not None or accelerator != "cpu" or trainer.devices not in (1, "1") or trainer.num_nodes > 1:
+            continue
+        precision = trainer.resolved_precision(accelerator)
+        try:
+            dtype = compute_dtype(precision)
+        except ValueError:
+            continue  # the cell reports it
+        settings.setdefault((dtype, trainer.num_threads or slot_threads or torch.get_num_threads()), precision)
+    for (_, threads), precision in settings.items():
+        peak = peak_flops(None, torch.device("cpu"), precision, threads=threads)
+        spread = (peak.probe or {}).get("spread_tflops") or {}
+        print(f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s (spread {spread.get('min')} to "
+              f"{spread.get('max')} over {spread.get('n')} rounds), {peak.source}", flush=True)
+
+
 def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool = False) -> list[str]:
     """Write the cell's folder (cell.json, config.yaml) and return the command that trains it.
 
@@ -166,7 +272,7 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
         "--out", str(cell_dir),
         "--tb-dir", str(matrix_dir / "tb"),
-        "--tb-name", f"{cell.task}/{cell.variant}",
+        "--tb-name", f"{cell.task}/{cell.folder}",
         "--tb-version", f"seed{cell.seed}",
         "--hparams", json.dumps(cell.axes),
     ]
@@ -182,6 +288,7 @@ def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> dict[str
         "task": cell.task,
         "seed": cell.seed,
         "config_hash": cell.run.config_hash(),
+        "code_fingerprint": code_fingerprint(),
         "error": f"the training process {exit_description} without writing a result",
     }
     write_json(result_path, record)
@@ -262,10 +369,12 @@ def describe_outcome(result: dict[str, Any]) -> str:
 
 
 def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1, launcher: str = "local",
-               cluster_options: ClusterOptions = ClusterOptions()) -> int:
+               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False) -> int:
     """Run every cell of the matrix at ``path``: here, ``jobs`` at a time, or as cluster jobs
-    (``launcher``: "slurm", or "submitit-local" to try the job path on this machine). Write the
-    summary and return the exit code: 1 if a cell failed (a diverged cell is a finding, not a failure)."""
+    (``launcher``: "slurm", or "submitit-local" to try the job path on this machine). Cells with a
+    result of the same config and code are reused (see :func:`reuse_earlier`; all are retrained
+    with ``force``). Write the summary and return the exit code: 1 if a cell failed (a diverged
+    cell is a finding, not a failure)."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: run at least one cell at a time")
     path = Path(path)
@@ -284,18 +393,24 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
     start = time.perf_counter()
     todo = []
+    fingerprint = code_fingerprint()
+    stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     for n, cell in enumerate(cells, 1):
-        if not force and is_done(cell, cell.directory(matrix_dir)):
-            print(f"[{n}/{len(cells)}] {cell.key}: done earlier, reusing its result", flush=True)
-        else:
+        reuse, message = (False, None) if force else reuse_earlier(cell, cell.directory(matrix_dir), fingerprint,
+                                                                   reuse_stale=reuse_stale)
+        if message:
+            print(f"[{n}/{len(cells)}] {cell.key}: {message}", flush=True)
+        if not reuse:
             todo.append((n, cell))
     if launcher != "local":
         cluster = {"slurm": "slurm", "submitit-local": "local"}[launcher]
         failed = run_cells_as_jobs(todo, len(cells), matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force)
-        return finish_matrix(matrix_dir, matrix.name, f"blockbench matrix {path} --launcher {launcher}", start, len(todo), failed)
+        return finish_matrix(matrix_dir, matrix.name, f"blockbench matrix {path} --launcher {launcher}" + stale_flag, start, len(todo), failed)
     failed: list[str] = []
+    slots = job_slots(jobs)
+    resolve_peaks([cell for _, cell in todo], slots[0].threads)  # before any cell starts: one MFU denominator
     free_slots = queue.SimpleQueue()
-    for slot in job_slots(jobs):
+    for slot in slots:
         free_slots.put(slot)
 
     def run(n: int, cell: Cell) -> None:
@@ -323,7 +438,7 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
               "run the same command again to continue", file=sys.stderr)
         return 130
     pool.shutdown()
-    command = f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else "")
+    command = f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else "") + stale_flag
     return finish_matrix(matrix_dir, matrix.name, command, start, len(todo), failed)
 
 

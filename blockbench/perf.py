@@ -3,7 +3,9 @@
 * :func:`count_training_flops` counts the FLOPs of one forward and backward pass with
   ``torch.utils.flop_counter.FlopCounterMode``, without disturbing the run it is measured in.
 * :func:`peak_flops` is the peak FLOP/s of one device that MFU divides by: the configured
-  ``trainer.peak_tflops``, or a short matmul probe in the run's compute dtype.
+  ``trainer.peak_tflops``, or a matmul probe in the run's compute dtype, measured once per machine,
+  dtype and thread count and cached (:func:`cached_peak_flops`), so every cell divides by the same
+  figure. An MFU above 1 means the peak is wrong: it is recorded as such, never shown as a figure.
 * :class:`DataWaitProfiler` is a Lightning profiler that records only the time the training loop
   waits for the next batch.
 
@@ -21,17 +23,27 @@ through ``scaled_dot_product_attention`` counts exactly what the plain-matmul pa
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
+import os
 import resource
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from tasks.data.cache import cache_key, cache_root
+
+from .provenance import cpu_model, hardware
 
 aten = torch.ops.aten
 
@@ -53,8 +65,16 @@ def _attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shap
     return 2 * attention_flops(query_shape, key_shape, value_shape)
 
 
-#: FlopCounterMode ``custom_mapping``: the fused-attention backward kernels counted as model FLOPs
+def _attention_forward_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """Forward of fused attention: QK^T and PV."""
+    return attention_flops(query_shape, key_shape, value_shape)
+
+
+#: FlopCounterMode ``custom_mapping``: the fused-attention backward kernels counted as model FLOPs,
+#: and the CPU flash kernel's forward, which torch's own table lacks (torch 2.14 counts it as 0)
 MODEL_FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _attention_forward_flops,
+} | {
     op: _attention_backward_flops
     for op in (
         aten._scaled_dot_product_flash_attention_for_cpu_backward,
@@ -132,17 +152,24 @@ def compute_dtype(precision: str | int) -> torch.dtype:
 
 @dataclass(frozen=True)
 class PeakFlops:
-    """A device's peak FLOP/s, and where the figure came from (``config`` or the probe)."""
+    """A device's peak FLOP/s and where the figure came from: ``config`` (``trainer.peak_tflops``)
+    or ``measured: ...`` by the matmul probe. ``probe`` is the probe's record: its size, the spread
+    of its samples, and for a cached probe its key, file and date (``result.json`` ``peak_probe``)."""
 
     tflops: float
     source: str
+    probe: dict[str, Any] | None = field(default=None, compare=False)  # equal peaks: the same figure from the same source
 
 
-def peak_flops(configured_tflops: float | None, device: torch.device, precision: str | int) -> PeakFlops:
-    """``trainer.peak_tflops`` if set, else a matmul probe on ``device`` in ``precision``'s dtype."""
+def peak_flops(
+    configured_tflops: float | None, device: torch.device, precision: str | int, *, threads: int | None = None,
+    remeasure: bool = False,
+) -> PeakFlops:
+    """``trainer.peak_tflops`` if set, else this machine's cached matmul probe in ``precision``'s
+    dtype on ``threads`` intra-op threads (default: torch's current count); see :func:`cached_peak_flops`."""
     if configured_tflops is not None:
         return PeakFlops(float(configured_tflops), "config")
-    return measure_peak_flops(device, compute_dtype(precision))
+    return cached_peak_flops(device, compute_dtype(precision), threads=threads, remeasure=remeasure)
 
 
 def synchronize(device: torch.device) -> None:
@@ -151,52 +178,197 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: matrix sizes the probe tries, smallest first (as many as its time budget allows)
+CPU_PROBE_SIZES = (128, 256, 512, 1024, 2048)
+GPU_PROBE_SIZES = (1024, 2048, 4096, 8192)
+
+
 def measure_peak_flops(
-    device: torch.device | str, dtype: torch.dtype, *, max_size: int | None = None, repeats: int = 10,
-    budget_s: float = 0.8,
+    device: torch.device | str, dtype: torch.dtype, *, sizes: Sequence[int] | None = None, rounds: int = 7,
+    calls: int = 3, budget_s: float = 4.0,
 ) -> PeakFlops:
-    """FLOP/s of a square matmul on ``device`` in ``dtype``: the fastest of ``repeats`` timed calls.
+    """FLOP/s of square matmuls on ``device`` in ``dtype`` with the threads torch has: the median
+    over ``rounds`` rounds of each round's fastest of ``calls`` calls, at the size where it is highest.
 
-    The fastest call, not the median: a peak is what the device can reach, and other processes or
-    a slow phase of a shared host only ever slow a call down (a median of a short probe lands in
-    whatever phase the host is in, so MFU would vary from cell to cell with it).
+    Why this figure on a shared, noisy host: other processes and slow phases of the host only ever
+    slow a call down, so a round's fastest call is the device's speed with the least interference;
+    the median over rounds spread across the probe keeps one lucky round from setting the peak and a
+    busy phase in fewer than half of the rounds from lowering it. (A median over all calls measures
+    the host's load; the fastest single call of a short probe, the earlier probe, swung with the
+    phase the host was in.) Each round times every size, so a busy phase hits all sizes alike.
+    Several sizes because small matmuls are bound by overheads and large ones by memory: the peak
+    is the best size's.
 
-    The size is ``max_size`` (default 1024 on a CPU, 8192 on a GPU) unless the faster of two calls
-    at half that size (the first is a warm-up) predicts that the timed calls at the full size take
-    more than ``budget_s``: a device with slow kernels for ``dtype`` (float16 on most CPUs) gets
-    the half-size matrix rather than a probe of seconds. The probe uses the threads torch has, so
-    it measures the share of the machine the run trains on; on a busy machine it measures less.
+    The sizes are ``sizes`` (default :data:`CPU_PROBE_SIZES` or :data:`GPU_PROBE_SIZES`), smallest
+    first, as long as the timed calls of all sizes so far are predicted to take at most ``budget_s``
+    (from the fastest of 3 calibration calls, and before those from the previous size: a matmul
+    twice as large takes 8 times as long): a dtype with slow kernels on the device (bf16 or fp16 on
+    a CPU without them) gets small matrices rather than minutes of probing. The smallest size
+    always runs. ``probe`` holds every size's median and the chosen size's samples with their spread.
     """
     device = torch.device(device)
     on_gpu = device.type == "cuda"
-    max_size = max_size or (8192 if on_gpu else 1024)
+    name = DTYPE_NAMES.get(dtype, str(dtype))
+    sizes = sorted(sizes or (GPU_PROBE_SIZES if on_gpu else CPU_PROBE_SIZES))
     generator = torch.Generator(device=device).manual_seed(0)  # leaves the global RNG alone
-
-    def matmul_at(size: int) -> Callable[[], float]:
-        a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-        b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-
-        def timed_call() -> float:
-            synchronize(device)
-            start = time.perf_counter()
-            torch.mm(a, b)
-            synchronize(device)
-            return time.perf_counter() - start
-
-        return timed_call
-
-    size = max_size // 2
-    call = matmul_at(size)
-    if min(call(), call()) * 8 * repeats <= budget_s:  # a matmul twice as large takes 8 times as long
-        size, call = max_size, matmul_at(max_size)
-        call()  # warm-up
-    fastest = min(call() for _ in range(repeats))
-    del call
+    started = time.perf_counter()
+    operands: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    planned, last_call, last_size = 0.0, 0.0, 0
+    for size in sizes:
+        if operands and planned + rounds * calls * last_call * (size / last_size) ** 3 > budget_s:
+            break  # predicted from the previous size, before spending a calibration call on it
+        a, b = (torch.randn(size, size, device=device, dtype=dtype, generator=generator) for _ in range(2))
+        out = torch.empty(size, size, device=device, dtype=dtype)
+        _timed_matmul(a, b, out, device)  # warm-up
+        call = min(_timed_matmul(a, b, out, device) for _ in range(3))  # one call may land in a busy moment
+        if operands and planned + rounds * calls * call > budget_s:
+            break
+        operands[size] = (a, b, out)
+        planned, last_call, last_size = planned + rounds * calls * call, call, size
+    samples: dict[int, list[float]] = {size: [] for size in operands}
+    for _ in range(rounds):
+        for size, (a, b, out) in operands.items():
+            fastest = min(_timed_matmul(a, b, out, device) for _ in range(calls))
+            samples[size].append(2 * size**3 / fastest / 1e12)
+    del operands
     if on_gpu:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)  # the run's peak memory should not be the probe's
-    tflops = 2 * size**3 / fastest / 1e12
-    return PeakFlops(tflops, f"measured: {DTYPE_NAMES.get(dtype, str(dtype))} matmul {size}^2 fastest of {repeats}")
+    medians = {size: statistics.median(values) for size, values in samples.items()}
+    size = max(medians, key=medians.__getitem__)
+    chosen = samples[size]
+    probe = {
+        "dtype": name,
+        "size": size,
+        "method": f"median over {rounds} rounds of the fastest of {calls} calls, at the size with the highest median",
+        "spread_tflops": {"min": _round(min(chosen)), "median": _round(medians[size]), "max": _round(max(chosen)),
+                          "n": len(chosen)},
+        "samples_tflops": [_round(value) for value in chosen],
+        "median_tflops_by_size": {str(s): _round(m) for s, m in medians.items()},
+        "threads": None if on_gpu else torch.get_num_threads(),
+        "seconds": round(time.perf_counter() - started, 2),
+        "load_average": round(os.getloadavg()[0], 2),  # runnable processes over the last minute: the probe's company
+    }
+    return PeakFlops(medians[size], f"measured: {name} matmul {size}^2, median of {rounds} rounds' fastest calls", probe)
+
+
+def _timed_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, device: torch.device) -> float:
+    """Seconds of one ``a @ b`` into ``out`` (no allocation in the timed call)."""
+    synchronize(device)
+    start = time.perf_counter()
+    torch.mm(a, b, out=out)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+# --- the cached peak ---------------------------------------------------------------------------
+
+#: part of the cache key: a change to the probe's method measures every peak anew
+PROBE_VERSION = 2
+#: the folder of cached peaks under the blockbench cache (``$BLOCKBENCH_CACHE``, ``~/.cache/blockbench``)
+PEAK_CACHE_FOLDER = "peak_flops"
+
+
+def probe_description(device: torch.device | str, dtype: torch.dtype, threads: int | None = None) -> dict[str, Any]:
+    """What a measured peak depends on, its cache key: the dtype, torch's version, and on a GPU the
+    device's name; on a CPU its model, logical CPUs, torch's CPU capability (the kernels it
+    dispatches to: AVX2, AVX512, ...) and the intra-op threads (default: torch's current count)."""
+    device = torch.device(device)
+    description: dict[str, Any] = {"probe_version": PROBE_VERSION, "device": device.type,
+                                   "dtype": DTYPE_NAMES.get(dtype, str(dtype)), "torch": torch.__version__}
+    if device.type == "cuda":
+        return description | {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
+    return description | {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                          "threads": threads or torch.get_num_threads()}
+
+
+def peak_cache_file(description: dict[str, Any]) -> Path:
+    """``<cache>/peak_flops/cpu-fp32-2threads-<hash of description>.json``: readable, and unique per key."""
+    kind = "-".join([description["device"], description["dtype"]]
+                    + ([f"{description['threads']}threads"] if description.get("threads") else []))
+    return cache_root() / PEAK_CACHE_FOLDER / f"{cache_key(kind, description)}.json"
+
+
+def cached_peak_flops(
+    device: torch.device | str, dtype: torch.dtype, *, threads: int | None = None, remeasure: bool = False
+) -> PeakFlops:
+    """The peak of ``device`` in ``dtype`` (on ``threads`` intra-op threads on a CPU) that MFU divides
+    by: measured once per machine, dtype and thread count by :func:`measure_peak_flops` and stored
+    as JSON in the blockbench cache (:func:`peak_cache_file`) with its spread, the machine's
+    description and the date; every later call, in any process, reads it. ``remeasure`` (``blockbench
+    peak --remeasure``, or deleting the file) measures anew and replaces it.
+
+    One probe for every cell, rather than one per cell: a cell's own short probe measured whatever
+    load the machine had at its start, so MFU (and the ranking of variants by it) varied with that
+    load and came out above 100% when the probe fell in a busy phase. The probe holds a file lock:
+    processes that need the same peak at once (DDP ranks, parallel cells) wait for one probe and
+    read it, rather than each probing while the others slow it down.
+    """
+    device = torch.device(device)
+    description = probe_description(device, dtype, threads)
+    path = peak_cache_file(description)
+    with _file_lock(path.with_suffix(".lock")):
+        record = None if remeasure else _read_peak_record(path, description)
+        measured_now = record is None
+        if record is None:
+            with _intra_op_threads(description.get("threads")):
+                peak = measure_peak_flops(device, dtype)
+            record = {"tflops": peak.tflops, "source": peak.source, **(peak.probe or {}), "key": path.stem,
+                      "description": description, "machine": hardware(),
+                      "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            _write_json_atomic(path, record)
+            if device.type != "cuda" and (record.get("load_average") or 0) > (os.cpu_count() or 1):
+                rank_zero_warn(f"the peak FLOP/s was measured on a busy machine (load {record['load_average']} on "
+                               f"{os.cpu_count()} CPUs), so it may be far too low and MFU too high; it is cached in "
+                               f"{path}: run `blockbench peak --remeasure` when the machine is quiet")
+    probe = {"key": record["key"], "file": str(path), "measured_at": record["measured_at"], "measured_now": measured_now,
+             **{k: record.get(k) for k in ("dtype", "size", "threads", "method", "spread_tflops", "load_average")}}
+    return PeakFlops(record["tflops"], f"{record['source']} (cached probe {record['key']} of {record['measured_at']})",
+                     probe)
+
+
+def _read_peak_record(path: Path, description: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached record at ``path`` if it is a complete record of ``description``, else None."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    valid = isinstance(record, dict) and record.get("description") == description and (record.get("tflops") or 0) > 0
+    return record if valid else None
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file of this process, then rename: a reader never sees half a record.
+    (``blockbench.train.write_atomic`` uses one temporary name for all processes.)"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing) for the duration of the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _intra_op_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` (if given) inside the block, restored after."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- data wait ----------------------------------------------------------------------------------
@@ -254,11 +426,14 @@ def step_statistics(
     """The ``performance`` block of ``result.json`` from this run's optimizer steps.
 
     The first ``warmup_steps`` steps are left out (or none, if the run had no more steps than that).
-    Achieved FLOP/s is ``flops_per_step`` over the mean step time; MFU divides it by the peak."""
+    Achieved FLOP/s is ``flops_per_step`` over the mean step time; MFU divides it by the peak (see
+    :func:`mfu_figures`)."""
     timed = steps[warmup_steps:] or steps
+    peak_figures = {"peak_tflops": _round(peak.tflops) if peak else None, "peak_source": peak.source if peak else None,
+                    "peak_probe": peak.probe if peak else None}
     if not timed:
-        return {"timed_steps": 0, "warmup_steps": 0, "flops_per_step": flops_per_step,
-                "peak_tflops": _round(peak.tflops) if peak else None, "peak_source": peak.source if peak else None}
+        return {"timed_steps": 0, "warmup_steps": 0, "flops_per_step": flops_per_step, **peak_figures,
+                **mfu_figures(None, peak)}
     seconds = [s.seconds for s in timed]
     mean_step = statistics.fmean(seconds)
     mean_wait = statistics.fmean(s.data_wait for s in timed)
@@ -269,12 +444,21 @@ def step_statistics(
         "data_wait_fraction": _round(mean_wait / (mean_wait + mean_step)) if mean_wait + mean_step > 0 else None,
         "flops_per_step": flops_per_step,
         "achieved_tflops": _round(achieved),
-        "peak_tflops": _round(peak.tflops) if peak else None,
-        "peak_source": peak.source if peak else None,
-        "mfu": _round(achieved / peak.tflops) if achieved is not None and peak else None,
+        **peak_figures,
+        **mfu_figures(achieved, peak),
         "timed_steps": len(timed),
         "warmup_steps": len(steps) - len(timed),
     }
+
+
+def mfu_figures(achieved_tflops: float | None, peak: PeakFlops | None) -> dict[str, Any]:
+    """``mfu`` = achieved / peak FLOP/s, or None. A ratio above 1 is not a utilization but a peak
+    that is too low (e.g. a probe on a busy machine): ``mfu`` is then None, ``mfu_above_peak`` True
+    and ``mfu_raw`` the ratio, so that the result says why it has no MFU."""
+    ratio = achieved_tflops / peak.tflops if achieved_tflops is not None and peak else None
+    if ratio is not None and ratio > 1:
+        return {"mfu": None, "mfu_above_peak": True, "mfu_raw": _round(ratio)}
+    return {"mfu": _round(ratio), "mfu_above_peak": False}
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -318,13 +502,15 @@ FINAL_FIGURES = {
 
 
 def speed_figures(result: dict[str, Any]) -> dict[str, float | None]:
-    """A result's speed figures by name (None where it has none): the summary's columns."""
+    """A result's speed figures by name (None where it has none): the summary's columns. An MFU
+    above 1 is None: it says the peak was too low, not how well the device was used."""
     perf = result.get("performance") or {}
+    mfu = perf.get("mfu")
     return {
         "step_time_ms": (perf.get("step_time_ms") or {}).get("median"),  # the run's median step
         "achieved_tflops": perf.get("achieved_tflops"),
         "peak_tflops": perf.get("peak_tflops"),
-        "mfu": perf.get("mfu"),
+        "mfu": None if mfu is None or mfu > 1 else mfu,  # above 1 the peak is wrong (results before mfu_above_peak)
         "data_wait_fraction": perf.get("data_wait_fraction"),
         "peak_memory_mb": headline_peak_memory_mb(result.get("peak_memory")),
     }

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import os
 import platform
 import resource
 import subprocess
 import sys
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,10 @@ import torch
 #: packages whose versions can change results
 PACKAGES = ("torch", "lightning", "torchmetrics", "torchdata", "numpy", "sacrebleu", "tiktoken", "datasets", "torchvision")
 REPO = Path(__file__).resolve().parents[1]
+#: packages whose source decides a result: the block library, the tasks and the runner
+FINGERPRINT_PACKAGES = ("models", "tasks", "blockbench")
+#: modules that only summarize finished results: editing them leaves every result current
+SUMMARY_ONLY = ("blockbench/report.py", "blockbench/stats.py", "blockbench/plots.py")
 
 
 def cpu_model() -> str:
@@ -66,6 +73,26 @@ def git_state(repo: Path = REPO) -> dict[str, Any]:
     if commit is None:
         return {"commit": None, "dirty": None}  # not a git checkout (e.g. installed from a wheel)
     return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+@cache
+def code_fingerprint() -> str:
+    """sha256 of the code that decides a result: every ``.py`` file of ``FINGERPRINT_PACKAGES``
+    (but ``SUMMARY_ONLY``), read where the packages are imported from, with its path, in path order.
+
+    A result or checkpoint of another fingerprint was made by other model, task or runner code, so
+    the matrix trains its cell again. Package versions (torch, lightning, ...) are left out: they
+    are recorded in ``provenance``, an upgrade changes at most the last bits of a result rather than
+    what it measures, and folding them in would retrain every cell after each ``pip install -U``.
+    """
+    digest = hashlib.sha256()
+    for package in FINGERPRINT_PACKAGES:
+        root = Path(importlib.import_module(package).__file__).parent
+        for file in sorted(root.rglob("*.py")):
+            name = f"{package}/{file.relative_to(root).as_posix()}"
+            if name not in SUMMARY_ONLY:
+                digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def peak_memory_mb() -> dict[str, float]:

@@ -2,10 +2,21 @@
 
 Per task x variant: each metric's mean ± std over seeds, the task's trivial baseline, steps,
 wall time, parameters, and the speed figures (step time, throughput, MFU, data wait, peak memory;
-means over seeds); then each metric's 95% confidence interval over seeds
-(Student t), its difference from the matrix's baseline variant with a 95% Welch interval, the
-steps and seconds to reach the matrix's ``targets``, and the validation curves. Statistics use
-the seeds that finished; seeds that diverged and cells that failed are counted and listed.
+means over the finished seeds); then each metric's 95% confidence interval over seeds (Student t,
+kept inside the metric's range), its difference from the matrix's baseline variant with a 95%
+interval (paired t when the seeds match, Welch otherwise) and a mark where the Holm-adjusted
+p-value over the whole matrix is below 0.05, the steps and seconds to reach the matrix's
+``targets``, and the validation curves.
+
+The rules that keep the statistics from flattering a variant:
+
+- A diverged seed counts, with the worse of the task's trivial baseline and the task's worst
+  finished seed (``stats.diverged_value``): an unstable variant is not judged by its good seeds.
+- Seeds of different variants share the data order, so a variant with the baseline variant's
+  seeds is compared by a paired t test on the seed-matched differences.
+- Every difference of the matrix is one family: Holm's adjustment controls the chance of any
+  false mark.
+- Cells that failed (an error, not a finding) are left out of the statistics and listed.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 import urllib.parse
 from collections import defaultdict
@@ -27,7 +39,18 @@ from tasks import TASK_CONFIGS, Metric
 from .matrix import CELL_FILE
 from .perf import speed_figures
 from .plots import VariantCurves, plot_task
-from .stats import Difference, mean_std, t_confidence_interval, time_to_target, welch_difference
+from .stats import (
+    LOGIT_EPSILON,
+    PAIRED,
+    Difference,
+    compare,
+    diverged_value,
+    holm_adjust,
+    mean_std,
+    t_confidence_interval,
+    time_to_target,
+    with_diverged,
+)
 from .train import RESULT_FILE, write_atomic
 
 __all__ = ["Group", "load_groups", "mean_std", "write_report", "RUN_FILE"]
@@ -35,7 +58,8 @@ __all__ = ["Group", "load_groups", "mean_std", "write_report", "RUN_FILE"]
 RUN_FILE = "matrix_run.json"
 PLOTS_DIR = "plots"
 LEVEL = 0.95  # confidence level of every interval in the summary
-SIGNIFICANT = "✓"  # marks a difference whose interval excludes zero
+ALPHA = 1 - LEVEL  # a difference is marked when its Holm-adjusted p-value is below this
+SIGNIFICANT = "✓"  # marks a difference whose Holm-adjusted p-value is below ALPHA
 
 
 @dataclass
@@ -64,6 +88,14 @@ class Group:
         """``key`` (or ``metrics[metric]``) of every finished seed."""
         return [r["metrics"][metric] if metric else r[key] for r in self.ok]
 
+    def finished_values(self, metric: str) -> dict[Any, float]:
+        """Seed -> ``metric`` of every finished seed."""
+        return {_seed(r, i): r["metrics"][metric] for i, r in enumerate(self.results) if r.get("status") == "ok"}
+
+    @property
+    def diverged_seeds(self) -> list[Any]:
+        return [_seed(r, i) for i, r in enumerate(self.results) if r.get("status") == "diverged"]
+
     def speed_values(self, figure: str) -> list[float]:
         """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
         values = (speed_figures(r)[figure] for r in self.ok)
@@ -79,9 +111,17 @@ class Group:
         return "diverged" if self.diverged else "failed"
 
     def seeds_label(self) -> str:
-        """``3``, or ``2 (1 diverged)``, ``0 (2 diverged, 1 failed)``."""
-        extra = [f"{len(rs)} {name}" for name, rs in (("diverged", self.diverged), ("failed", self.failed)) if rs]
-        return f"{len(self.ok)}" + (f" ({', '.join(extra)})" if extra else "")
+        """The seeds in the statistics (finished and diverged), then the diverged and the failed ones:
+        ``3``, ``3 (1 diverged)``, ``2 (1 failed, not counted)``, ``3 (3 diverged; 1 failed, not counted)``."""
+        extra = [f"{len(self.diverged)} diverged"] if self.diverged else []
+        if self.failed:
+            extra.append(f"{len(self.failed)} failed, not counted")
+        return f"{len(self.ok) + len(self.diverged)}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _seed(result: dict[str, Any], index: int) -> Any:
+    """The seed that pairs a result with the other variants' results (its position if it has none)."""
+    return result.get("seed", f"cell {index}")
 
 
 def _performance(result: dict[str, Any]) -> dict[str, Any]:
@@ -149,9 +189,15 @@ def write_report(matrix_dir: Path) -> str:
     baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
 
     lines = _header(matrix_dir, settings, groups)
+    sections = [TaskSection(matrix_dir, task, task_groups, baseline_variant, settings)
+                for task, task_groups in by_task.items()]
+    # one family: every comparison of the matrix (task x variant x metric) that has a p-value
+    adjusted = holm_adjust({(section.task, *key): diff.p_value for section in sections
+                            for key, diff in section.differences.items() if diff.p_value is not None})
     csv_rows: list[dict[str, Any]] = []
-    for task, task_groups in by_task.items():
-        section = TaskSection(matrix_dir, task, task_groups, baseline_variant, settings)
+    for section in sections:
+        section.holm_p = {(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == section.task}
+        section.family_size = len(adjusted)
         lines += section.markdown()
         csv_rows += section.csv_rows()
 
@@ -206,10 +252,10 @@ def _arrow(metric: Metric) -> str:
 
 @dataclass
 class TargetOutcome:
-    """How the finished seeds of one group did against one target."""
+    """How the seeds of one group did against one target."""
 
-    reached: list[tuple[int, float | None]]  # (step, seconds) of each seed that reached it
-    seeds_with_history: int
+    reached: list[tuple[int, float | None]]  # (step, seconds) of each finished seed that reached it
+    seeds_with_history: int  # finished seeds with a history, plus the diverged seeds (0 without any history)
 
     @property
     def mean_steps(self) -> float | None:
@@ -238,20 +284,61 @@ class TaskSection:
         self.baseline_variant = baseline_variant
         self.baseline = next((g for g in groups if g.variant == baseline_variant), None)
         self.targets = settings.targets.get(task) or settings.targets.get(groups[0].task_name) or {}
-        self.trivial_baselines: dict[str, float] = next((g.ok[0].get("baselines", {}) for g in groups if g.ok), {})
+        self.trivial_baselines: dict[str, float] = next(
+            (r["baselines"] for g in groups for r in g.ok + g.diverged if r.get("baselines")), {}
+        )
+        #: the value a diverged seed counts with, per metric (None: no baseline and no finished seed)
+        self.diverged_values: dict[str, float | None] = {
+            m.name: diverged_value(self.trivial_baselines.get(m.name),
+                                   [v for g in groups for v in g.finished_values(m.name).values()], m.higher_is_better)
+            for m in self.metrics
+        }
+        #: (variant, metric) -> its difference from the baseline variant
+        self.differences: dict[tuple[str, str], Difference] = {
+            (g.variant, m.name): d for g in groups for m in self.metrics if (d := self._difference(g, m)) is not None
+        }
+        #: (variant, metric) -> Holm-adjusted p-value over the matrix's family of comparisons (set by write_report)
+        self.holm_p: dict[tuple[str, str], float] = {}
+        self.family_size = 0
 
     # statistics -------------------------------------------------------------------------------
 
-    def difference(self, group: Group, metric: Metric) -> Difference | None:
-        """``group`` minus the baseline variant; None for the baseline itself or without finished seeds."""
-        if self.baseline is None or group is self.baseline or not group.ok or not self.baseline.ok:
+    def values(self, group: Group, metric: Metric) -> dict[Any, float]:
+        """Seed -> value of every seed in the statistics: the finished seeds, and the diverged ones at
+        the value of :attr:`diverged_values`."""
+        return with_diverged(group.finished_values(metric.name), group.diverged_seeds, self.diverged_values[metric.name])
+
+    def _difference(self, group: Group, metric: Metric) -> Difference | None:
+        """``group`` minus the baseline variant, paired when their seeds match (see ``stats.compare``);
+        None for the baseline itself or when a side has no seed in the statistics."""
+        if self.baseline is None or group is self.baseline:
             return None
-        return welch_difference(group.values("metrics", metric.name), self.baseline.values("metrics", metric.name), LEVEL)
+        values, baseline_values = self.values(group, metric), self.values(self.baseline, metric)
+        if not values or not baseline_values:
+            return None
+        return compare(values, baseline_values, LEVEL, metric.span)
+
+    def difference(self, group: Group, metric: Metric) -> Difference | None:
+        return self.differences.get((group.variant, metric.name))
+
+    def adjusted_p(self, group: Group, metric: Metric) -> float | None:
+        return self.holm_p.get((group.variant, metric.name))
+
+    def significant(self, group: Group, metric: Metric) -> bool:
+        """Whether the difference's Holm-adjusted p-value is below ALPHA."""
+        p_value = self.adjusted_p(group, metric)
+        return p_value is not None and p_value < ALPHA
+
+    @property
+    def any_diverged(self) -> bool:
+        return any(g.diverged for g in self.groups)
 
     def target_outcome(self, group: Group, metric: Metric, target: float) -> TargetOutcome:
+        """The finished seeds that reached ``target``, out of the finished seeds with a history and the
+        diverged seeds (which count as not reaching it: they left no usable model)."""
         histories = [r["history"] for r in group.ok if r.get("history")]
         reached = [hit for h in histories if (hit := time_to_target(h, metric.name, target, metric.higher_is_better))]
-        return TargetOutcome(reached, len(histories))
+        return TargetOutcome(reached, len(histories) + len(group.diverged) if histories else 0)
 
     def target_metrics(self) -> list[tuple[Metric, float]]:
         """(metric, target) in the task's metric order."""
@@ -262,7 +349,7 @@ class TaskSection:
     def markdown(self) -> list[str]:
         lines = [f"## {self.task}: {self.task_cfg.description}", ""]
         lines += self.main_table()
-        lines += ["", f"Mean ± std over the seeds that finished. Trivial baseline: {self.task_cfg.baseline_description}", ""]
+        lines += ["", self.main_note(), ""]
         lines += self.speed_note()
         lines += self.interval_table()
         lines += self.difference_table()
@@ -300,10 +387,7 @@ class TaskSection:
                 row = [group.variant] + [status] * len(self.metrics) + [group.seeds_label()]
                 lines.append(_row(row + [""] * (len(header) - len(row))))
                 continue
-            row = [group.variant]
-            for metric in self.metrics:
-                mean, std = mean_std(group.values("metrics", metric.name))
-                row.append(f"{fmt(mean)} ± {fmt(std, decimals(mean))}")
+            row = [group.variant] + [self.mean_cell(group, metric) for metric in self.metrics]
             row += [
                 group.seeds_label(),
                 str(round(statistics.fmean(group.values("steps")))),
@@ -325,6 +409,34 @@ class TaskSection:
             lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * (len(header) - 1 - len(self.metrics)))
         return lines
 
+    def mean_cell(self, group: Group, metric: Metric) -> str:
+        """``mean ± std`` over the seeds in the statistics; with diverged seeds, also the mean of the
+        finished ones alone: ``26.37 ± 40.0 (finished 72.55)``."""
+        mean, std = mean_std(list(self.values(group, metric).values()))
+        text = f"{fmt(mean)} ± {fmt(std, decimals(mean))}"
+        if group.diverged:
+            finished = statistics.fmean(group.finished_values(metric.name).values())
+            text += f" (finished {fmt(finished, decimals(mean))})"
+        return text
+
+    def main_note(self) -> str:
+        """How the first table counts seeds, and what the trivial baseline is."""
+        note = "Mean ± std over seeds."
+        if self.any_diverged:
+            counted = ", ".join(f"{m.name} {self.diverged_value_text(m)}"
+                                for m in self.metrics if self.diverged_values[m.name] is not None)
+            note += (" A diverged seed left no usable model, so it counts with the worse of the trivial baseline and the "
+                     f"worst finished seed of this task: {counted}; \"finished\" is the mean of the finished seeds alone.")
+        if any(g.failed for g in self.groups):
+            note += " Failed seeds (an error, not a finding) are not counted."
+        return f"{note} Trivial baseline: {self.task_cfg.baseline_description}"
+
+    def diverged_value_text(self, metric: Metric) -> str:
+        """``0.930 (trivial baseline)`` or ``200.0 (worst finished seed)``."""
+        value = self.diverged_values[metric.name]
+        source = "trivial baseline" if value == self.trivial_baselines.get(metric.name) else "worst finished seed"
+        return f"{fmt(value)} ({source})"
+
     def speed_note(self) -> list[str]:
         """What the speed columns are, with the peak FLOP/s that MFU divides by."""
         if not self.has_performance:
@@ -335,68 +447,110 @@ class TaskSection:
         if peaks:
             spread = f" (cells: {fmt(min(peaks))} to {fmt(max(peaks))})" if min(peaks) != max(peaks) else ""
             peak = f" of {fmt(statistics.fmean(peaks))} TFLOP/s per device{spread}, {'; '.join(sources)}"
+        no_mfu = any(speed_figures(r)["mfu"] is None for g in self.groups for r in g.ok if "performance" in r)
         return [
-            "Speed, mean over the seeds: step time is each seed's median optimizer step (forward, backward, optimizer); "
+            "Speed, mean over the finished seeds: step time is each seed's median optimizer step (forward, backward, optimizer); "
             f"MFU is model FLOP/s over the peak{peak}; data wait is the share of the training loop spent waiting for "
-            "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU.",
+            "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU."
+            + (" An MFU above 100% says the peak was measured too low, not how well the device was used: such seeds "
+               "have no MFU, and – marks a variant without any." if no_mfu else ""),
             "",
         ]
 
+    def interval(self, group: Group, metric: Metric) -> tuple[float, float] | None:
+        """The confidence interval of the mean over the seeds in the statistics, inside the metric's range."""
+        values = list(self.values(group, metric).values())
+        return t_confidence_interval(values, LEVEL, metric.low, metric.high) if values else None
+
     def interval_table(self) -> list[str]:
-        """95% CI of each metric's mean; shown when some variant has two or more finished seeds."""
-        if not any(len(g.ok) > 1 for g in self.groups):
+        """95% CI of each metric's mean; shown when some variant has two or more seeds in the statistics."""
+        if not any(len(g.ok) + len(g.diverged) > 1 for g in self.groups if g.ok):
             return []
-        lines = [f"{LEVEL:.0%} confidence interval of the mean over seeds (Student t):", ""]
+        counted = " (diverged seeds counted as above)" if self.any_diverged else ""
+        lines = [f"{LEVEL:.0%} confidence interval of the mean over seeds{counted}:", ""]
         lines += _table_head(["variant"] + [_arrow(m) for m in self.metrics])
         for group in self.groups:
             cells = []
             for metric in self.metrics:
-                values = group.values("metrics", metric.name)
-                interval = t_confidence_interval(values, LEVEL) if values else None
-                if not values:
+                interval = self.interval(group, metric)
+                if not group.ok:
                     cells.append(group.status_without_ok)
                 elif interval is None:
                     cells.append("one seed")
                 else:
-                    digits = decimals(statistics.fmean(values))
+                    digits = decimals(statistics.fmean(self.values(group, metric).values()))
                     cells.append(f"[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]")
             lines.append(_row([group.variant] + cells))
-        return lines + [""]
+        return lines + ["", self.interval_method(), ""]
+
+    def interval_method(self) -> str:
+        """How the intervals of the task's metrics were computed, by the kind of range they have."""
+        both = [m for m in self.metrics if math.isfinite(m.low) and math.isfinite(m.high)]
+        one = [m for m in self.metrics if math.isfinite(m.low) != math.isfinite(m.high)]
+        free = [m for m in self.metrics if not (math.isfinite(m.low) or math.isfinite(m.high))]
+        parts = []
+        if both:
+            ranges = ", ".join(f"{m.name} in [{m.low:g}, {m.high:g}]" for m in both)
+            parts.append(f"{ranges}: Student t on the logit of the share of the range, (value − low) / (high − low), "
+                         f"with shares clamped to [{LOGIT_EPSILON:g}, {1 - LOGIT_EPSILON:g}], transformed back, so the "
+                         "interval stays inside the range")
+        if one:
+            bounds = ", ".join(f"{m.name} ≥ {m.low:g}" if math.isfinite(m.low) else f"{m.name} ≤ {m.high:g}" for m in one)
+            parts.append(f"{bounds}: Student t, cut at the bound")
+        if free:
+            parts.append(f"{', '.join(m.name for m in free)}: Student t")
+        return "Method: " + "; ".join(parts) + "."
 
     def difference_table(self) -> list[str]:
-        """Each variant minus the baseline variant, per metric, with Welch's interval and a marker."""
+        """Each variant minus the baseline variant, per metric, with its interval, a mark where the
+        Holm-adjusted p-value is below ALPHA, and the tests used."""
         others = [g for g in self.groups if g is not self.baseline]
         if not others:
             return []
         if self.baseline is None:
             return [f"No differences: the baseline variant `{self.baseline_variant}` has no cells for this task.", ""]
-        if not self.baseline.ok:
+        if not any(self.values(self.baseline, m) for m in self.metrics):
             return [f"No differences: every seed of the baseline variant `{self.baseline.variant}` {self.baseline.status_without_ok}.", ""]
         lines = [
             f"Difference from the baseline variant `{self.baseline.variant}` (variant − baseline) with its {LEVEL:.0%} "
-            f"Welch interval; {SIGNIFICANT} = the interval excludes zero:",
+            f"interval; {SIGNIFICANT} = Holm-adjusted p < {ALPHA:.2g}:",
             "",
         ]
         lines += _table_head(["variant"] + [_arrow(m) for m in self.metrics])
         for group in others:
             lines.append(_row([group.variant] + [self.difference_cell(group, m) for m in self.metrics]))
-        return lines + [""]
+        return lines + ["", self.difference_method(others), ""]
 
     def difference_cell(self, group: Group, metric: Metric) -> str:
-        if not group.ok:
-            return group.status_without_ok
         diff = self.difference(group, metric)
-        assert diff is not None
-        base_values = self.baseline.values("metrics", metric.name)
-        digits = decimals(max(abs(statistics.fmean(base_values)), abs(statistics.fmean(group.values("metrics", metric.name)))))
+        if diff is None:
+            return group.status_without_ok
+        means = [statistics.fmean(self.values(g, metric).values()) for g in (group, self.baseline)]
+        digits = decimals(max(abs(m) for m in means))
         text = fmt(diff.difference, digits, sign=True)
         if diff.ci_low is None or diff.ci_high is None:
-            reason = "one seed" if min(len(group.ok), len(base_values)) < 2 else "seeds identical"
-            return f"{text} (no interval: {reason})"
+            return f"{text} (no interval: {_no_interval_reason(diff)})"
         text += f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
-        if diff.excludes_zero:
+        if self.significant(group, metric):
             text += f" {SIGNIFICANT} {direction(diff.difference, metric)}"
         return text
+
+    def difference_method(self, others: list[Group]) -> str:
+        """Which test each variant's differences used, the Holm family, and the cut of bounded ranges."""
+        tests: dict[str, list[str]] = {}
+        for group in others:
+            diff = next((d for m in self.metrics if (d := self.difference(group, m)) is not None), None)
+            if diff is not None:
+                tests.setdefault(_test_text(diff), []).append(f"`{group.variant}`")
+        if len(tests) == 1:
+            test_text = f"Test: {next(iter(tests))}. "
+        else:
+            test_text = "; ".join(f"{text} for {', '.join(variants)}" for text, variants in tests.items())
+            test_text = f"Tests: {test_text}. " if tests else ""
+        spans = [m.name for m in self.metrics if math.isfinite(m.span)]
+        cut = f" Intervals of {', '.join(spans)} are cut to ± the width of the metric's range." if spans else ""
+        return (f"{test_text}Family-wise error: Holm over {self.family_size} comparisons (every task x variant x metric "
+                f"of this matrix against the baseline variant); the intervals themselves are not adjusted.{cut}")
 
     def target_table(self) -> list[str]:
         """Steps and seconds until each target is first reached: mean over the seeds that reached it."""
@@ -410,7 +564,8 @@ class TaskSection:
         targets = self.target_metrics()
         if not targets:
             return lines
-        lines += ["Time to target: seeds that reached it at a validation, and their mean steps and seconds since training started:", ""]
+        lines += ["Time to target: the finished seeds that reached it at a validation, out of the finished and diverged seeds "
+                  "(a diverged seed counts as not reaching it), and their mean steps and seconds since training started:", ""]
         lines += _table_head(["variant"] + [f"{m.name} {'≥' if m.higher_is_better else '≤'} {value:g}" for m, value in targets])
         for group in self.groups:
             lines.append(_row([group.variant] + [self.target_cell(group, m, value) for m, value in targets]))
@@ -452,9 +607,12 @@ class TaskSection:
         return rows
 
     def csv_row(self, group: Group, metric: Metric) -> dict[str, Any]:
-        values = group.values("metrics", metric.name)
+        """The statistics of ``group`` x ``metric``: ``mean``, ``std``, ``ci_*`` and ``diff_*`` count the
+        diverged seeds (at ``diverged_value``); ``mean_finished`` is over the finished seeds alone."""
+        values = list(self.values(group, metric).values())
+        finished = list(group.finished_values(metric.name).values())
         mean, std = mean_std(values) if values else ("", "")
-        interval = t_confidence_interval(values, LEVEL) if values else None
+        interval = self.interval(group, metric)
         diff = self.difference(group, metric)
         first = group.ok[0] if group.ok else {}
         target = self.targets.get(metric.name) if metric.name in self.targets else None
@@ -467,16 +625,20 @@ class TaskSection:
             "std": std,
             "ci_low": interval[0] if interval else "",
             "ci_high": interval[1] if interval else "",
-            "seeds": len(group.ok),
+            "mean_finished": statistics.fmean(finished) if finished else "",
+            "seeds": len(values),  # in the statistics: finished and diverged
             "seeds_diverged": len(group.diverged),
             "seeds_failed": len(group.failed),
+            "diverged_value": _blank(self.diverged_values[metric.name]) if group.diverged else "",
             "higher_is_better": metric.higher_is_better,
             "baseline_variant": self.baseline.variant if self.baseline else (self.baseline_variant or ""),
             "diff_vs_baseline": diff.difference if diff else "",
             "diff_ci_low": _blank(diff.ci_low) if diff else "",
             "diff_ci_high": _blank(diff.ci_high) if diff else "",
+            "diff_test": diff.test if diff else "",
             "diff_p_value": _blank(diff.p_value) if diff else "",
-            "significant": diff.excludes_zero if diff else "",
+            "diff_p_holm": _blank(self.adjusted_p(group, metric)),
+            "significant": self.significant(group, metric) if diff else "",
             "direction": direction(diff.difference, metric) if diff else "",
             "baseline": self.trivial_baselines.get(metric.name, ""),  # the task's trivial baseline
             "steps": first.get("steps", ""),
@@ -497,6 +659,21 @@ def direction(difference: float, metric: Metric) -> str:
     if difference == 0:
         return "same"
     return "better" if (difference > 0) == metric.higher_is_better else "worse"
+
+
+def _test_text(diff: Difference) -> str:
+    """``paired t over 3 seed-matched pairs``, ``Welch t (seeds differ ...: 3 vs 2)`` or ``none (one seed)``."""
+    if min(diff.n) < 2:
+        return "none (one seed)"
+    if diff.test == PAIRED:
+        return f"paired t over {diff.n[0]} seed-matched pairs"
+    return f"Welch t (seeds differ from the baseline variant's: {diff.n[0]} vs {diff.n[1]})"
+
+
+def _no_interval_reason(diff: Difference) -> str:
+    if min(diff.n) < 2:
+        return "one seed"
+    return "the same difference in every seed pair" if diff.test == PAIRED else "seeds identical"
 
 
 def _speed_cell(value: float | None, form: str) -> str:

@@ -1,8 +1,13 @@
 """Statistics over seeds for the summary: pure functions, no I/O.
 
 - ``mean_std``: mean and sample standard deviation.
-- ``t_confidence_interval``: confidence interval of a mean (Student t).
-- ``welch_difference``: difference of two means with Welch's confidence interval and p-value.
+- ``t_confidence_interval``: confidence interval of a mean (Student t), kept inside the metric's
+  bounds (logit scale for a metric bounded on both sides, cut at the bound for one bound).
+- ``diverged_value``, ``with_diverged``: the value a diverged seed counts with, and a seed's values
+  with the diverged seeds counted at it.
+- ``compare``: difference of two variants' means, with a paired t interval when their seeds match
+  and Welch's otherwise (``paired_difference``, ``welch_difference``), cut to the metric's range.
+- ``holm_adjust``: Holm's step-down adjustment of a family of p-values.
 - ``time_to_target``: the first validation of a training history that reaches a target.
 """
 
@@ -10,10 +15,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from scipy import stats as scipy_stats
+
+#: a value of a metric bounded on both sides is clamped to this share of its range from either
+#: edge before the logit (a share of exactly 0 or 1 has no logit): 0.1 BLEU, an accuracy of 0.001
+LOGIT_EPSILON = 1e-3
+
+#: a spread below this share of the values' magnitude is rounding error (0.7 - 0.5 and 0.8 - 0.6
+#: differ by 1e-16), not variation between seeds: the t statistic is then undefined, not huge
+NO_SPREAD = 1e-12
+
+PAIRED, WELCH = "paired", "welch"
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -23,27 +40,86 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def t_confidence_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Confidence interval of the mean of ``values``: mean ± t(level, n - 1) · std / √n.
+def _no_spread(spread: float, values: Iterable[float]) -> bool:
+    return spread <= NO_SPREAD * max((abs(v) for v in values), default=0.0)
+
+
+def _t_quantile(level: float, dof: float) -> float:
+    return float(scipy_stats.t.ppf((1 + level) / 2, dof))
+
+
+def t_confidence_interval(
+    values: Sequence[float], level: float = 0.95, low: float = -math.inf, high: float = math.inf
+) -> tuple[float, float] | None:
+    """Confidence interval of the mean of ``values`` that stays inside the metric's range [low, high].
+
+    - No bounds: mean ± t(level, n - 1) · std / √n.
+    - Bounded on both sides (accuracy, BLEU): the same interval on the logit scale of the share of the
+      range, ``logit((v - low) / (high - low))``, with shares clamped to [ε, 1 - ε] (``LOGIT_EPSILON``),
+      transformed back. It is an interval of the mean on that scale; unlike the plain interval, which
+      leaves [0, 100] for BLEU seeds of 1, 2 and 12, it cannot leave the range.
+    - Bounded on one side (perplexity ≥ 1, loss ≥ 0): the plain interval cut at the bound. The mean
+      lies inside the range, so cutting never removes it and the coverage stays the same.
 
     None for fewer than two values: one seed says nothing about the spread.
     """
     n = len(values)
     if n < 2:
         return None
+    if math.isfinite(low) and math.isfinite(high):
+        if min(values) == max(values):
+            return values[0], values[0]  # no spread: nothing to transform (a clamped edge would move it)
+        shares = [min(max((v - low) / (high - low), LOGIT_EPSILON), 1 - LOGIT_EPSILON) for v in values]
+        logit_low, logit_high = _t_interval([math.log(s / (1 - s)) for s in shares], level)
+        return tuple(low + (high - low) / (1 + math.exp(-x)) for x in (logit_low, logit_high))  # type: ignore[return-value]
+    interval_low, interval_high = _t_interval(values, level)
+    return max(interval_low, low), min(interval_high, high)
+
+
+def _t_interval(values: Sequence[float], level: float) -> tuple[float, float]:
     mean, std = mean_std(values)
-    half_width = scipy_stats.t.ppf((1 + level) / 2, n - 1) * std / math.sqrt(n)
+    half_width = _t_quantile(level, len(values) - 1) * std / math.sqrt(len(values))
     return mean - half_width, mean + half_width
+
+
+# diverged seeds ------------------------------------------------------------------------------------
+
+
+def diverged_value(baseline: float | None, finished: Iterable[float], higher_is_better: bool) -> float | None:
+    """The value a diverged seed counts with: the worst of the task's trivial baseline (a model that
+    learned nothing) and every finished seed of the task. A diverged run produced no usable model, so
+    it scores no better than learning nothing, and no better than any run that finished. None when
+    there is neither a baseline nor a finished seed."""
+    candidates = [*finished] + ([baseline] if baseline is not None else [])
+    if not candidates:
+        return None
+    return min(candidates) if higher_is_better else max(candidates)
+
+
+def with_diverged(finished: Mapping[Key, float], diverged: Iterable[Key], value: float | None) -> dict[Key, float]:
+    """Seed -> value of the finished seeds, and of the diverged seeds at ``value`` (left out if None)."""
+    values = dict(finished)
+    if value is not None:
+        values.update({seed: value for seed in diverged})
+    return values
+
+
+# differences ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Difference:
-    """``mean(a) - mean(b)`` with its confidence interval and two-sided p-value (None: no interval)."""
+    """``mean(a) - mean(b)`` with its confidence interval and two-sided p-value (None: no interval).
+
+    ``test`` is ``paired`` (a t test on seed-matched differences) or ``welch``; ``n`` is the number of
+    pairs of a paired test, or the two sample sizes of Welch's."""
 
     difference: float
     ci_low: float | None
     ci_high: float | None
     p_value: float | None
+    test: str = WELCH
+    n: tuple[int, ...] = ()
 
     def __iter__(self) -> Iterator[float | None]:  # unpacks as (difference, ci_low, ci_high, p_value)
         return iter((self.difference, self.ci_low, self.ci_high, self.p_value))
@@ -52,6 +128,13 @@ class Difference:
     def excludes_zero(self) -> bool:
         """The interval lies entirely above or below zero (False without an interval)."""
         return self.ci_low is not None and self.ci_high is not None and (self.ci_low > 0 or self.ci_high < 0)
+
+    def clipped(self, span: float) -> "Difference":
+        """The interval cut to [-span, span]: a difference of a metric whose range is ``span`` wide
+        (100 for BLEU) cannot lie outside it."""
+        if self.ci_low is None or self.ci_high is None:
+            return self
+        return replace(self, ci_low=max(self.ci_low, -span), ci_high=min(self.ci_high, span))
 
 
 def welch_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Difference:
@@ -64,16 +147,69 @@ def welch_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95
     mean_a, std_a = mean_std(a)
     mean_b, std_b = mean_std(b)
     difference = mean_a - mean_b
+    sizes = (len(a), len(b))
     if len(a) < 2 or len(b) < 2:
-        return Difference(difference, None, None, None)
+        return Difference(difference, None, None, None, WELCH, sizes)
     var_a, var_b = std_a**2 / len(a), std_b**2 / len(b)  # squared standard errors of each mean
     standard_error = math.sqrt(var_a + var_b)
-    if standard_error == 0:
-        return Difference(difference, None, None, None)
+    if _no_spread(standard_error, [*a, *b]):
+        return Difference(difference, None, None, None, WELCH, sizes)
     dof = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    half_width = scipy_stats.t.ppf((1 + level) / 2, dof) * standard_error
+    half_width = _t_quantile(level, dof) * standard_error
     p_value = 2 * scipy_stats.t.sf(abs(difference) / standard_error, dof)
-    return Difference(difference, difference - half_width, difference + half_width, float(p_value))
+    return Difference(difference, difference - half_width, difference + half_width, float(p_value), WELCH, sizes)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Difference:
+    """Mean of the differences ``a[i] - b[i]`` of seed-matched pairs with the paired t interval and
+    p-value (``scipy.stats.ttest_rel``'s): mean ± t(level, n - 1) · std(d) / √n.
+
+    Seeds of different variants share the data order (and, where shapes match, the initialisation),
+    so pairing removes the seed's own effect from the comparison. There is no interval (None) for a
+    single pair, or when every pair differs by the same amount (the t statistic is undefined).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"a paired difference needs as many values on each side, got {len(a)} and {len(b)}")
+    differences = [x - y for x, y in zip(a, b)]
+    mean, std = mean_std(differences)
+    n = len(differences)
+    if n < 2 or _no_spread(std, [*a, *b]):
+        return Difference(mean, None, None, None, PAIRED, (n,))
+    standard_error = std / math.sqrt(n)
+    half_width = _t_quantile(level, n - 1) * standard_error
+    p_value = 2 * scipy_stats.t.sf(abs(mean) / standard_error, n - 1)
+    return Difference(mean, mean - half_width, mean + half_width, float(p_value), PAIRED, (n,))
+
+
+def compare(
+    a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95, span: float = math.inf
+) -> Difference:
+    """``mean(a) - mean(b)`` of two variants' values by seed: the paired test when both have the
+    same seeds, Welch's otherwise; the interval cut to [-span, span]."""
+    if a.keys() == b.keys():
+        seeds = list(a)
+        difference = paired_difference([a[s] for s in seeds], [b[s] for s in seeds], level)
+    else:
+        difference = welch_difference(list(a.values()), list(b.values()), level)
+    return difference.clipped(span)
+
+
+def holm_adjust(p_values: Mapping[Key, float]) -> dict[Key, float]:
+    """Holm's step-down adjusted p-values of a family of tests (family-wise error control under any
+    dependence): the i-th smallest of m p-values becomes max over j ≤ i of min(1, (m - j + 1) p_(j)).
+    Rejecting where the adjusted p-value is below α controls the family-wise error rate at α.
+    (Written here: scipy has only Benjamini–Hochberg, which controls the false discovery rate instead.)"""
+    ordered = sorted(p_values, key=lambda key: p_values[key])
+    m = len(ordered)
+    adjusted: dict[Key, float] = {}
+    running = 0.0
+    for rank, key in enumerate(ordered):
+        running = max(running, min(1.0, (m - rank) * p_values[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+# targets -------------------------------------------------------------------------------------------
 
 
 def reaches(value: float, target: float, higher_is_better: bool) -> bool:

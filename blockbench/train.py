@@ -6,20 +6,22 @@ import json
 import math
 import os
 import shutil
+import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, ValidationHistory
+from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from .config import RunConfig, to_yaml
 from .perf import final_figures
-from .provenance import machine_description, peak_memory_mb, provenance
+from .provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
 from .tensorboard import log_cell_hparams
 
 RESULT_FILE = "result.json"
@@ -41,22 +43,43 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 CHECKPOINT_DIR = "checkpoints"
 
 
-def resumable_checkpoint(checkpoints: Path, config_hash: str, *, delete_stale: bool = True) -> tuple[Path | None, int]:
-    """``last.ckpt`` of an interrupted run of this same config and its step, or ``(None, 0)``.
-    Checkpoints of another config (the cell's config changed since) are deleted, not resumed."""
-    last = checkpoints / "last.ckpt"
+@dataclass(frozen=True)
+class Resume:
+    """What an earlier, interrupted run of a cell left behind: the checkpoint to resume and its
+    step, or why there is none to resume."""
+
+    checkpoint: Path | None = None
+    step: int = 0
+    #: a checkpoint exists but cannot be loaded (recorded as ``resume_error`` in ``result.json``)
+    error: str | None = None
+    #: an intact checkpoint of another config or of other code, replaced by design
+    note: str | None = None
+
+
+def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, *, delete_stale: bool = True) -> Resume:
+    """``last.ckpt`` of an interrupted run of this same config and code, with its step. Any other
+    checkpoint is deleted (if ``delete_stale``) and not resumed: one that cannot be loaded (the
+    ``Resume`` says why), or one of another config or other code (the cell changed since)."""
+    last = checkpoints / StepCheckpoint.FILE
     if not last.is_file():
-        return None, 0
+        return Resume()
     try:
-        state = torch.load(last, map_location="cpu", weights_only=True)
-        saved_hash, step = state["callbacks"][ResumeState.__qualname__]["config_hash"], state["global_step"]
-    except Exception:  # unreadable (e.g. killed while writing): start over
-        saved_hash, step = None, 0
-    if saved_hash != config_hash:
-        if delete_stale:
-            shutil.rmtree(checkpoints, ignore_errors=True)
-        return None, 0
-    return last, step
+        state = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+        saved, step = state["callbacks"][ResumeState.__qualname__], int(state["global_step"])
+        saved_hash, saved_fingerprint = saved["config_hash"], saved.get("code_fingerprint")
+    except Exception as error:  # e.g. truncated by a full disk, or not a checkpoint at all
+        reason = (str(error).strip().splitlines() or [""])[0][:300]
+        resume = Resume(error=f"checkpoint {last} could not be loaded ({type(error).__name__}: {reason}); "
+                              "starting from step 0")
+    else:
+        if saved_hash == config_hash and saved_fingerprint == fingerprint:
+            return Resume(last, step)
+        what = (f"of another config ({saved_hash})" if saved_hash != config_hash else
+                f"written by other code (fingerprint {str(saved_fingerprint)[:12]} -> {fingerprint[:12]})")
+        resume = Resume(note=f"checkpoint {last} (step {step}) is {what}; starting from step 0")
+    if delete_stale:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    return resume
 
 
 def train(
@@ -80,16 +103,19 @@ def train(
     accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
 
     checkpoints = out_dir / CHECKPOINT_DIR
-    resume_from, resumed_step = resumable_checkpoint(checkpoints, run.config_hash(), delete_stale=is_rank_zero)
+    fingerprint = code_fingerprint()
+    resume = resumable_checkpoint(checkpoints, run.config_hash(), fingerprint, delete_stale=is_rank_zero)
+    resume_from, resumed_step = resume.checkpoint, resume.step
+    if is_rank_zero and (resume.error or resume.note):
+        print(f"blockbench: {resume.error or resume.note}", file=sys.stderr, flush=True)
     perf = PerformanceMonitor(task_cfg.throughput_unit, peak_tflops=cfg.peak_tflops)
     history = ValidationHistory([m.name for m in task_cfg.metrics])
     guard = DivergenceGuard(cfg.divergence_threshold)
     # perf before history: its peak FLOP/s probe at the start of training is not training time
-    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash())]
+    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash(), fingerprint)]
     callbacks += list(extra_callbacks)
     if cfg.checkpoint_every_n_steps:
-        callbacks.append(ModelCheckpoint(dirpath=checkpoints, save_last=True, save_top_k=0,
-                                         every_n_train_steps=cfg.checkpoint_every_n_steps, enable_version_counter=False))
+        callbacks.append(StepCheckpoint(checkpoints, cfg.checkpoint_every_n_steps))
     if not resume_from and is_rank_zero:  # a fresh run: TensorBoard would keep the hparams of an earlier run here
         shutil.rmtree(Path(tb_dir) / tb_name / tb_version, ignore_errors=True)
     # purge_step: TensorBoard drops the points a killed run logged after its last checkpoint
@@ -112,7 +138,7 @@ def train(
         logger=logger,
         callbacks=callbacks,
         profiler=perf.data_wait,  # times the loop's waits for training batches
-        enable_checkpointing=bool(cfg.checkpoint_every_n_steps),
+        enable_checkpointing=False,  # no ModelCheckpoint: StepCheckpoint writes the checkpoints
         enable_model_summary=False,
         default_root_dir=str(out_dir),
     )
@@ -133,7 +159,8 @@ def train(
     if trainer.interrupted:
         raise KeyboardInterrupt
 
-    record: dict[str, Any] = {"task": task_cfg.name, "seed": run.seed, "config_hash": run.config_hash()}
+    record: dict[str, Any] = {"task": task_cfg.name, "seed": run.seed, "config_hash": run.config_hash(),
+                              "code_fingerprint": fingerprint}
     if guard.diverged:
         loss = guard.diverging_loss
         record = {"status": "diverged", **record, "diverged_at_step": guard.diverged_at_step,
@@ -149,6 +176,7 @@ def train(
         "data": datamodule.data_summary(),
         "steps": trainer.global_step,
         "resumed_from_step": resumed_step or None,
+        "resume_error": resume.error,  # a checkpoint that could not be loaded: this run started over
         "wall_time_s": round(history.elapsed(), 2),
         "parameters": module.n_parameters,
         "throughput": round(perf.per_second, 1),  # all processes together
@@ -180,6 +208,7 @@ def failure_record(run: RunConfig, error: BaseException) -> dict[str, Any]:
         "task": run.task.name,
         "seed": run.seed,
         "config_hash": run.config_hash(),
+        "code_fingerprint": code_fingerprint(),
         "error": f"{type(error).__name__}: {error}",
         "traceback": traceback.format_exc(),
     }

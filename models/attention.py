@@ -100,6 +100,15 @@ def with_bias(mask: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch
     return bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
 
+def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension that gives all-zero weights, not NaN, to a row whose scores
+    are all -inf (a query every key of which is masked, e.g. a padding query under a sparse
+    pattern): what ``F.scaled_dot_product_attention`` returns for such a row, bool or float mask.
+    Gradients stay finite. (``torch._safe_softmax`` does this but is private.)"""
+    fully_masked = scores.isneginf().all(dim=-1, keepdim=True)
+    return scores.masked_fill(fully_masked, 0.0).softmax(dim=-1).masked_fill(fully_masked, 0.0)
+
+
 #: on a CPU, half-precision attention over at most this many keys runs on SDPA's math backend
 CPU_MATH_MAX_KEYS = 128
 
@@ -205,7 +214,9 @@ class MultiHeadAttention(nn.Module):
 
         With a ``cache``, ``x`` holds only the new positions: self-attention attends to the cached
         keys/values plus its own; cross-attention reuses the context's keys/values after the first
-        call. Returns the output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
+        call. ``key_padding_mask`` (B, Tk) covers every key, cached ones included. A query whose
+        keys are all masked gets a zero attention output on every path, as SDPA gives. Returns the
+        output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
         """
         d_model, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         offset = cache.length if cache is not None and not self.cross else 0
@@ -227,6 +238,12 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             cache.k, cache.v = k, v
         q_len, k_len = q.shape[2], k.shape[2]
+        if key_padding_mask is not None and key_padding_mask.shape[-1] != k_len:
+            keys = f"{k_len} keys ({offset} cached + {q_len} new)" if offset else f"{k_len} keys"
+            raise ValueError(
+                f"key_padding_mask covers {key_padding_mask.shape[-1]} keys, but this attention has {keys}; "
+                "with a KV cache, pass a (batch, cached + new) mask that covers every key seen so far"
+            )
 
         score_bias = None
         if positional is not None:
@@ -257,7 +274,8 @@ class MultiHeadAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, causal: bool,
         dropout_p: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """softmax(score(Q, K) + mask) V with plain matmuls; for the dot score, the SDPA path's result."""
+        """softmax(score(Q, K) + mask) V with plain matmuls; for the dot score, the SDPA path's result,
+        including zeros for a query whose keys are all masked (``safe_softmax``)."""
         groups = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scores = self.score(q, k)
@@ -265,5 +283,5 @@ class MultiHeadAttention(nn.Module):
             mask = attention_mask(q.shape[2], k.shape[2], causal=True, key_padding_mask=None, device=q.device)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        weights = scores.softmax(dim=-1)
+        weights = safe_softmax(scores)
         return F.dropout(weights, dropout_p) @ v, weights

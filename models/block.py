@@ -15,6 +15,7 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, SparsePattern
 from .config import ModelConfig
+from .embedding import EMBEDDING_STD
 from .mlp import build_ffn
 from .moe import MoEFeedForward
 from .norm import build_norm
@@ -69,7 +70,11 @@ class TransformerBlock(nn.Module):
 
         self.self_attn = wrap(attention(cross=False))
         self.cross_attn = wrap(attention(cross=True)) if cross_attention else None
-        self.ffn = wrap(build_feed_forward(cfg))
+        feed_forward = build_feed_forward(cfg)
+        # an MoE routes each token against the others of the batch, so it must know the padding; a
+        # dense FFN is position-wise, and padding cannot reach real tokens through it
+        self.ffn_takes_padding = isinstance(feed_forward, MoEFeedForward)
+        self.ffn = wrap(feed_forward)
 
     def forward(
         self,
@@ -79,8 +84,16 @@ class TransformerBlock(nn.Module):
         positional: PositionalEncoding | None = None,
         memory: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
+        ffn_padding_mask: torch.Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
+        """``padding_mask`` (B, T), True = padding, masks padded keys in self-attention and keeps
+        padding out of the feed-forward's routing (MoE); with a ``cache`` it covers the cached
+        positions too and ``x`` holds the last ones. ``ffn_padding_mask`` (the same positions)
+        replaces it for the feed-forward only: a causal stack of right-padded sequences (the
+        translator's decoder) needs no padding mask in attention, where the causal mask already
+        hides later positions from every real token, but its MoE layers still must not route the
+        padding."""
         x = self.self_attn(
             x, causal=self.causal, key_padding_mask=padding_mask, positional=positional,
             cache=cache.self_attn if cache else None,
@@ -89,7 +102,10 @@ class TransformerBlock(nn.Module):
             x = self.cross_attn(
                 x, memory, key_padding_mask=memory_padding_mask, cache=cache.cross_attn if cache else None
             )
-        return self.ffn(x)
+        ffn_mask = padding_mask if ffn_padding_mask is None else ffn_padding_mask
+        if not self.ffn_takes_padding or ffn_mask is None:
+            return self.ffn(x)
+        return self.ffn(x, padding_mask=ffn_mask[:, ffn_mask.shape[1] - x.shape[1] :])  # x's positions
 
 
 class TransformerStack(nn.Module):
@@ -128,9 +144,10 @@ class TransformerStack(nn.Module):
 
 
 def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
-    """GPT-2/nanoGPT initialisation: N(0, 0.02) for linear and embedding weights, zero biases,
-    and N(0, 0.02 / sqrt(2 * n_layers)) for the projections that write into the residual stream;
-    then each stack's own scaling (``TransformerStack.scale_init``, e.g. DeepNorm)."""
+    """GPT-2/nanoGPT initialisation: N(0, 0.02) for linear weights, zero biases, and
+    N(0, 0.02 / sqrt(2 * n_layers)) for the projections that write into the residual stream;
+    token tables N(0, EMBEDDING_STD), the embedding convention (``models.embedding``); then each
+    stack's own scaling (``TransformerStack.scale_init``, e.g. DeepNorm)."""
     stacks = [m for m in model.modules() if isinstance(m, TransformerStack)]
     shrink_residual = all(s.scaled_residual_init for s in stacks)
     for name, m in model.named_modules():
@@ -140,6 +157,6 @@ def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=std)
+            nn.init.normal_(m.weight, std=EMBEDDING_STD)
     for stack in stacks:
         stack.scale_init()

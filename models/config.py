@@ -3,11 +3,16 @@
 The fields are exactly the keys of a YAML ``model:`` section. Data-dependent fields
 (``vocab_size``, ``n_classes``, ``image_size``, ...) are filled in by the task; a plain user of
 the library sets them directly.
+
+Validation checks what every model shares (``n_heads`` divides ``d_model``, ...) here, then asks
+each variant the config selects by name (``VARIANT_REGISTRIES``) for its own checks
+(``Registry.check``), so a variant's constraints live with the variant.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from .registry import ACTIVATIONS, ATTENTION_SCORES, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, SPARSITY, Registry
 
@@ -55,7 +60,11 @@ class ModelConfig(BaseModel):
     # mixture of experts in place of the FFN (n_experts=0: dense FFN)
     n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0 = dense feed-forward")
     moe_top_k: int = Field(2, gt=0, description="experts each token is routed to")
-    moe_capacity_factor: float | None = Field(1.25, gt=0, description="expert capacity factor; null = no limit")
+    moe_capacity_factor: float | None = Field(
+        1.25, gt=0,
+        description="expert capacity factor in training, over the real (non-padding) tokens; null = no limit. "
+        "Evaluation never drops tokens, so validation metrics do not depend on the batch size",
+    )
     moe_shared_experts: int = Field(0, ge=0, description="always-on dense experts (DeepSeekMoE)")
     moe_aux_loss_weight: float = Field(0.01, ge=0, description="weight of the Switch load-balancing loss")
     moe_z_loss_weight: float = Field(0.001, ge=0, description="weight of the router z-loss (ST-MoE)")
@@ -85,6 +94,7 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _shapes(self) -> "ModelConfig":
+        """Shape checks every model shares; a variant's own checks are its ``check`` (``_variant_checks``)."""
         if self.d_model % self.n_heads:
             divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and h <= 64]
             raise ValueError(
@@ -101,19 +111,28 @@ class ModelConfig(BaseModel):
                 f"moe_top_k={self.moe_top_k} exceeds n_experts={self.n_experts}; "
                 "route each token to at most n_experts experts"
             )
-        if self.attention_summary > self.attention_stride:
-            raise ValueError(
-                f"attention_summary={self.attention_summary} exceeds attention_stride={self.attention_stride}; "
-                "a block of the fixed pattern has only attention_stride positions"
-            )
-        head_dim = self.d_model // self.n_heads
-        if self.pos_encoding == "rope" and head_dim % 2:
-            raise ValueError(
-                f"pos_encoding=rope needs an even head dimension, but d_model={self.d_model} / "
-                f"n_heads={self.n_heads} = {head_dim}"
-            )
         if self.image_size is not None and self.image_size % self.patch_size:
             raise ValueError(f"patch_size={self.patch_size} does not divide image_size={self.image_size}")
+        return self
+
+    @model_validator(mode="after")
+    def _variant_checks(self) -> "ModelConfig":
+        """Every selected variant's own checks (``Registry.check``: RoPE's even head dimension,
+        sincos2d's vit-only grid, ...), each reported at the field that selected the variant
+        (``pos_encoding: ...``). Runs after ``_shapes``, so the checks may assume the shapes fit."""
+        problems = []
+        for field, registry in VARIANT_REGISTRIES.items():
+            name = getattr(self, field)
+            if name is None:
+                continue
+            try:
+                registry.check(name, self)
+            except ValueError as error:
+                problems.append(InitErrorDetails(type="value_error", loc=(field,), input=name, ctx={"error": error}))
+        if problems:
+            # pydantic keeps the location of a ValidationError raised in a validator (a plain
+            # ValueError would be reported at the model, not at the field)
+            raise ValidationError.from_exception_data(type(self).__name__, problems)
         return self
 
     @property

@@ -8,6 +8,7 @@ from torch import nn
 
 from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
+from .embedding import embed
 from .loss import linear_cross_entropy
 from .position import build_positional
 from .registry import FAMILIES
@@ -37,11 +38,18 @@ class DecoderLM(nn.Module):
         head: bool = True,
     ) -> torch.Tensor:
         """``idx``: (B, T) token ids -> logits (B, T, vocab), or with ``head=False`` the final hidden
-        states (B, T, D). ``padding_mask`` True marks padding. With ``caches`` (from ``new_caches``),
-        ``idx`` holds only the tokens after the cached ones."""
+        states (B, T, D). ``padding_mask`` (B, T) True marks padding. With ``caches`` (from
+        ``new_caches``), ``idx`` holds only the tokens after the cached ones, and ``padding_mask``
+        covers every key seen so far, cached and new: (B, cached + T), e.g. a left-padded prompt's
+        mask extended by False for each generated token."""
         offset = caches[0].self_attn.length if caches else 0
-        x = self.positions.add_to(self.tok_emb(idx), offset)
-        x = self.stack(self.drop(x), caches=caches, padding_mask=padding_mask, positional=self.positions)
+        x = embed(self.tok_emb(idx), self.positions, offset)
+        # attention masks every key, the feed-forward (MoE routing) sees only the new tokens
+        new_padding = None if padding_mask is None else padding_mask[:, -idx.shape[1] :]
+        x = self.stack(
+            self.drop(x), caches=caches, padding_mask=padding_mask, ffn_padding_mask=new_padding,
+            positional=self.positions,
+        )
         return self.lm_head(x) if head else x
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:

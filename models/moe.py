@@ -8,17 +8,23 @@ Routing (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch, Fedus et al.
   router is trained by the main loss); for ``top_k > 1`` the top-k probabilities renormalised
   to sum to 1 (GShard Algorithm 1 for top-2; Mixtral, Jiang et al. 2024, whose softmax over the
   top-k logits is the same thing).
-* Capacity: each expert processes at most ``ceil(capacity_factor * n_tokens * top_k /
-  n_experts)`` assignments (``capacity_factor=None``: no limit). Assignments over capacity are
-  dropped: their contribution is zero and the residual connection outside carries the token
-  (Switch Sec. 2.2). Priority is first come first served in token order; with ``top_k > 1``
-  all first choices come before all second choices, etc. (GShard Algorithm 1), i.e. the
-  priority order is (choice rank, token index).
+* Capacity, in training only: each expert processes at most ``ceil(capacity_factor * n_tokens *
+  top_k / n_experts)`` assignments (``capacity_factor=None``: no limit). Assignments over
+  capacity are dropped: their contribution is zero and the residual connection outside carries
+  the token (Switch Sec. 2.2). Priority is first come first served in token order; with
+  ``top_k > 1`` all first choices come before all second choices, etc. (GShard Algorithm 1),
+  i.e. the priority order is (choice rank, token index). In evaluation (``self.training`` False)
+  nothing is dropped, so a token's output never depends on the other tokens of its batch and
+  validation metrics do not depend on the batch size or on how the set is split over processes.
+* Padding: ``forward(x, padding_mask)`` (True = padding) routes only the real tokens, so
+  ``n_tokens`` counts real tokens only; padding takes no capacity, is left out of the losses and
+  statistics below and gets a zero output (shared experts included). The real tokens' outputs,
+  losses and statistics are exactly those of the batch of real tokens alone.
 * Shared experts (DeepSeekMoE, Dai et al. 2024): ``n_shared_experts`` dense FFNs applied to
   every token and added to the routed output.
 
-Auxiliary losses, recomputed on every forward and stored on the module as tensors (the caller
-adds them, weighted, to the training loss):
+Auxiliary losses, recomputed on every forward over the real tokens and stored on the module as
+tensors (the caller adds them, weighted, to the training loss):
 
 * ``aux_loss`` -- Switch load-balancing loss ``n_experts * sum_i f_i * P_i`` (Fedus et al.
   2021 eq. 4-6), with ``f_i`` the fraction of the ``n_tokens * top_k`` assignments routed to
@@ -35,12 +41,12 @@ Sec. 2.2), built by sorting and gathering instead of a one-hot dispatch einsum:
 2. an assignment's position within its expert is its sorted index minus the expert's first
    sorted index (``cumsum(bincount) - bincount``); it is kept iff ``position < C``, with ``C``
    the largest expert count of the batch, capped at the capacity (a larger buffer would only
-   hold padding);
+   hold empty rows);
 3. kept tokens are copied (``index_copy``) to row ``(expert, position)`` of a zero buffer and
    all experts run at once on it: ``experts`` is the FFN of kind ``expert_kind`` whose Linears
    are ``StackedLinear`` (one ``bmm`` each, see ``stack_experts``);
 4. each kept assignment reads back its own row, times its gate, and ``index_add`` sums the rows
-   into their tokens. Padding rows (bias-only outputs) are never read and dropped assignments
+   into their tokens. Empty buffer rows (bias-only outputs) are never read and dropped assignments
    are added to a spare output row that is cut off, so neither reaches the output or the
    gradients.
 """
@@ -170,8 +176,10 @@ class MoEFeedForward(nn.Module):
         self.dropped_tokens: int = 0
 
     def capacity(self, n_tokens: int) -> int | None:
-        """Max assignments per expert for a batch of ``n_tokens`` tokens (None = unlimited)."""
-        if self.capacity_factor is None:
+        """Max assignments per expert for a batch of ``n_tokens`` real tokens (None = unlimited: no
+        ``capacity_factor``, or evaluation mode, where dropping would make a token's output depend
+        on its batch)."""
+        if self.capacity_factor is None or not self.training:
             return None
         return math.ceil(self.capacity_factor * n_tokens * self.top_k / self.n_experts)
 
@@ -185,11 +193,26 @@ class MoEFeedForward(nn.Module):
         ffn.load_state_dict({name: t[e].clone() for name, t in self.experts.state_dict().items()}, assign=True)
         return ffn.train(self.training)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (..., d_model) -> (..., d_model). ``padding_mask`` (``x.shape[:-1]``, True = padding)
+        leaves padding out of routing, capacity, losses and statistics; its output is zero."""
         shape = x.shape
         if shape[-1] != self.d_model:
             raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(shape)}")
         tokens = x.reshape(-1, self.d_model)  # (N, D)
+        if padding_mask is None:
+            return self._route(tokens).reshape(shape)
+        if padding_mask.shape != shape[:-1]:
+            raise ValueError(
+                f"padding_mask of shape {tuple(padding_mask.shape)} does not match the tokens {tuple(shape[:-1])}; "
+                "pass one flag per token (True = padding)"
+            )
+        real = (~padding_mask).reshape(-1).nonzero().squeeze(1)
+        out = torch.zeros_like(tokens).index_copy(0, real, self._route(tokens.index_select(0, real)))
+        return out.reshape(shape)
+
+    def _route(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The layer on ``tokens`` (N, D), all real; sets the losses and statistics."""
         n, k, n_exp = tokens.shape[0], self.top_k, self.n_experts
 
         logits = self.router(tokens)  # (N, E)
@@ -199,7 +222,7 @@ class MoEFeedForward(nn.Module):
 
         # assignments in priority order: (choice rank, token index)
         flat_expert = top_e.t().reshape(-1)  # (k*N,)
-        flat_token = torch.arange(n, device=x.device).repeat(k)
+        flat_token = torch.arange(n, device=tokens.device).repeat(k)
         flat_gate = gates.t().reshape(-1)
 
         # sorted by expert, priority kept inside; position = rank within the expert's assignments
@@ -207,7 +230,7 @@ class MoEFeedForward(nn.Module):
         order = torch.argsort(flat_expert, stable=True)
         expert, token, gate = flat_expert[order], flat_token[order], flat_gate[order]
         first = counts.cumsum(0) - counts  # sorted index of each expert's first assignment
-        position = torch.arange(k * n, device=x.device) - first[expert]
+        position = torch.arange(k * n, device=tokens.device) - first[expert]
         capacity, max_count = self.capacity(n), int(counts.max())
         slots = max_count if capacity is None else min(capacity, max_count)  # C
         keep = position < slots
@@ -233,9 +256,9 @@ class MoEFeedForward(nn.Module):
             self.aux_loss = n_exp * (frac * mean_prob).sum()
             self.z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
         else:
-            frac = torch.zeros(n_exp, dtype=probs.dtype, device=x.device)
+            frac = torch.zeros(n_exp, dtype=probs.dtype, device=tokens.device)
             self.aux_loss = logits.new_zeros(())
             self.z_loss = logits.new_zeros(())
         self.tokens_per_expert = frac.detach()
         self.dropped_tokens = int((~keep).sum().item())
-        return out.reshape(shape)
+        return out

@@ -3,13 +3,15 @@
 Every encoding is a ``PositionalEncoding`` and overrides the hooks it needs:
 
 - ``embedding(length, offset)``: a ``(length, d_model)`` table added to the token embeddings
-  (learned, sinusoidal);
+  (learned, sinusoidal, sincos2d), with the RMS of the token embeddings at init
+  (``models.embedding`` states the convention);
 - ``rotate(q, k, offset)``: new queries and keys of self-attention rotated by position (RoPE);
 - ``attention_bias(q_len, k_len, causal)``: a ``(heads, q_len, k_len)`` bias added to the
   self-attention scores (ALiBi).
 
 ``nope`` overrides none of them: the causal mask is the model's only source of order.
-``extrapolates`` says whether the encoding is defined beyond the training length.
+``extrapolates`` says whether the encoding is defined beyond the training length, and a class's
+``check(cfg)`` rejects a config it cannot run with, at validation (``models.registry``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .embedding import EMBEDDING_STD
 from .registry import POSITIONAL
 
 
@@ -64,7 +67,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         super().__init__()
         self.max_len = max_len
         self.weight = nn.Parameter(torch.zeros(max_len, dim))
-        nn.init.normal_(self.weight, std=0.02)
+        nn.init.normal_(self.weight, std=EMBEDDING_STD)  # the token table's RMS (models.embedding)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         if offset + length > self.max_len:
@@ -88,16 +91,30 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tens
     return table
 
 
+def fixed_table_scale(rms: float = EMBEDDING_STD) -> float:
+    """Factor that takes a unit-amplitude sine-cosine table (``sinusoidal_table``, ``sincos_2d_table``)
+    to RMS ``rms``: each row's sin/cos pairs have sin^2 + cos^2 = 1, so its RMS is 1/sqrt(2). With the
+    default, a fixed table has the RMS of the token embeddings at init (``models.embedding``)."""
+    return rms * math.sqrt(2)
+
+
 @POSITIONAL.register("sinusoidal", "fixed sinusoidal encodings (Vaswani et al. 2017), no parameters")
 class SinusoidalPositionalEncoding(PositionalEncoding):
-    def __init__(self, max_len: int, dim: int):
+    """``sinusoidal_table`` times ``fixed_table_scale(rms)``: RMS ``rms`` per position (the embedding
+    convention of ``models.embedding``; Vaswani et al.'s unit amplitude is ``rms = 1/sqrt(2)``)."""
+
+    def __init__(self, max_len: int, dim: int, rms: float = EMBEDDING_STD):
         super().__init__()
         self.dim = dim
-        self.register_buffer("table", sinusoidal_table(max_len, dim), persistent=False)
+        self.scale = fixed_table_scale(rms)
+        self.register_buffer("table", self._table(max_len), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        return sinusoidal_table(length, self.dim) * self.scale
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         if offset + length > self.table.shape[0]:  # grows on demand: sinusoids are defined everywhere
-            self.table = sinusoidal_table(offset + length, self.dim).to(self.table)  # keep device and dtype
+            self.table = self._table(offset + length).to(self.table)  # keep device and dtype
         return self.table[offset : offset + length]
 
     embedding = forward
@@ -107,6 +124,15 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
 class RotaryPositionalEmbedding(PositionalEncoding):
     """Rotates each (i, i + head_dim/2) pair of query/key features by ``position * base^(-2i/head_dim)``,
     so the score of q at position m and k at position n depends on m - n only."""
+
+    @classmethod
+    def check(cls, cfg: ModelConfig) -> None:
+        head_dim = cfg.d_model // cfg.n_heads
+        if head_dim % 2:
+            raise ValueError(
+                f"pos_encoding=rope needs an even head dimension (it rotates pairs of features), but d_model="
+                f"{cfg.d_model} / n_heads={cfg.n_heads} = {head_dim}; choose n_heads so that d_model / n_heads is even"
+            )
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, max_len: int) -> "RotaryPositionalEmbedding":
@@ -251,27 +277,35 @@ def sincos_2d_table(grid_size: int, dim: int, base: float = 10000.0) -> torch.Te
 
 @POSITIONAL.register("sincos2d", "fixed 2D sine-cosine patch embeddings (MAE; Beyer et al. 2022), ViT only")
 class SinCos2DPositionalEncoding(PositionalEncoding):
-    """Row/column sine-cosine table of the ViT's patch grid; the CLS token (index 0) gets zeros."""
+    """Row/column sine-cosine table of the ViT's patch grid times ``fixed_table_scale(rms)`` (RMS
+    ``rms`` per patch, as ``models.embedding`` prescribes); the CLS token (index 0) gets zeros."""
 
     extrapolates = False  # defined for one grid only
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "SinCos2DPositionalEncoding":
-        if cfg.image_size is None:
-            raise ValueError("pos_encoding=sincos2d is for the vit family (it needs model.image_size)")
+    def check(cls, cfg: ModelConfig) -> None:
+        """The vit family only (its task sets model.image_size, the grid); with family unset (a
+        ``model:`` section before the task fills it in) only the width is checked."""
+        if cfg.family is not None and cfg.family != "vit":
+            others = [name for name in POSITIONAL.names() if name != "sincos2d"]
+            raise ValueError(
+                f"pos_encoding=sincos2d is for the vit family (it needs model.image_size), not {cfg.family}; "
+                f"use one of: {', '.join(others)}"
+            )
         if cfg.d_model % 4:
             raise ValueError(
                 f"pos_encoding=sincos2d needs d_model divisible by 4 (half for rows, half for columns, "
                 f"each sin/cos pairs), got d_model={cfg.d_model}"
             )
-        return cls(cfg.image_size // cfg.patch_size, cfg.d_model)
 
-    def __init__(self, grid_size: int, dim: int):
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, max_len: int) -> "SinCos2DPositionalEncoding":
+        return cls(cfg.image_size // cfg.patch_size, cfg.d_model)  # checked by ``check`` and the vit family
+
+    def __init__(self, grid_size: int, dim: int, rms: float = EMBEDDING_STD):
         super().__init__()
-        if dim % 4:
-            raise ValueError(f"pos_encoding=sincos2d needs d_model divisible by 4, got {dim}")
         self.grid_size = grid_size
-        table = torch.cat([torch.zeros(1, dim), sincos_2d_table(grid_size, dim)])  # CLS first
+        table = torch.cat([torch.zeros(1, dim), sincos_2d_table(grid_size, dim) * fixed_table_scale(rms)])  # CLS first
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:

@@ -3,12 +3,18 @@
 A registry maps a config string (``"rmsnorm"``) to a class or factory plus a one-line
 description (shown by ``blockbench list``). Config validation asks the registry whether a
 name exists, so a typo fails before training with the list of valid names.
+
+A variant also owns its config checks: the registered class may define a classmethod
+``check(cls, cfg: ModelConfig) -> None`` (or ``register(..., check=fn)`` names one, for a
+function variant) that raises ValueError when the variant cannot run with ``cfg``, saying how to
+fix it. ``ModelConfig`` calls ``Registry.check`` for every variant it selects, so such a config
+fails at validation, before training, with no special case in ``ModelConfig``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -18,6 +24,7 @@ class Entry(Generic[T]):
     name: str
     target: T
     description: str
+    check: Callable[[Any], None] | None = None  # raises ValueError if the variant cannot run with a ModelConfig
 
 
 class Registry(Generic[T]):
@@ -27,11 +34,13 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(self, name: str, description: str) -> Callable[[T], T]:
+    def register(self, name: str, description: str, *, check: Callable[[Any], None] | None = None) -> Callable[[T], T]:
+        """Register a variant; ``check`` (default: the target's ``check`` classmethod, if any) validates a config."""
+
         def decorator(target: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(name, target, description)
+            self._entries[name] = Entry(name, target, description, check or getattr(target, "check", None))
             return target
 
         return decorator
@@ -41,6 +50,14 @@ class Registry(Generic[T]):
             return self._entries[name].target
         except KeyError:
             raise KeyError(self.unknown_message(name)) from None
+
+    def check(self, name: str, cfg: Any) -> None:
+        """Raise ValueError if variant ``name`` cannot run with the ModelConfig ``cfg`` (no-op without a check)."""
+        if name not in self._entries:
+            raise KeyError(self.unknown_message(name))
+        check = self._entries[name].check
+        if check is not None:
+            check(cfg)
 
     def unknown_message(self, name: str) -> str:
         return f"unknown {self.kind} '{name}'; choose one of: {', '.join(self.names())}"

@@ -22,9 +22,14 @@ causal mask each query still attends at least one key (itself).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .registry import SPARSITY
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 DEFAULT_WINDOW = 128
 DEFAULT_STRIDE = 128
@@ -67,7 +72,19 @@ def strided(q_len: int, k_len: int, *, window: int, stride: int, summary: int, d
     return (diff.abs() < stride) | (torch.remainder(diff, stride) == 0)
 
 
-@SPARSITY.register("fixed", "Child et al. fixed: same block of `stride`, or the last `summary` positions of a block")
+def check_fixed(cfg: "ModelConfig") -> None:
+    """The fixed pattern's summary positions are part of a block of ``attention_stride`` positions."""
+    if cfg.attention_summary > cfg.attention_stride:
+        raise ValueError(
+            f"attention_pattern=fixed: attention_summary={cfg.attention_summary} exceeds attention_stride="
+            f"{cfg.attention_stride}; a block of the fixed pattern has only attention_stride positions, so lower "
+            "attention_summary or raise attention_stride"
+        )
+
+
+@SPARSITY.register(
+    "fixed", "Child et al. fixed: same block of `stride`, or the last `summary` positions of a block", check=check_fixed
+)
 def fixed(q_len: int, k_len: int, *, window: int, stride: int, summary: int, device=None) -> torch.Tensor:
     _check_positive("stride", stride)
     if not 0 <= summary <= stride:

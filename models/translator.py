@@ -8,6 +8,7 @@ from torch import nn
 
 from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
+from .embedding import embed
 from .loss import linear_cross_entropy
 from .position import build_positional
 from .registry import FAMILIES
@@ -40,8 +41,9 @@ class EncoderDecoder(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        x = self.tok_emb(tokens) * self.cfg.d_model**0.5
-        return self.drop(self.positions.add_to(x, offset))
+        """Source or target tokens plus positions, by the convention of all families
+        (``models.embedding``): no sqrt(d_model) multiplier, token : position RMS 1 : 1 at init."""
+        return self.drop(embed(self.tok_emb(tokens), self.positions, offset))
 
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.encoder(self._embed(src), padding_mask=src_padding_mask, positional=self.positions)
@@ -53,25 +55,35 @@ class EncoderDecoder(nn.Module):
         src_padding_mask: torch.Tensor | None = None,
         caches: list[LayerCache] | None = None,
         *,
+        tgt_padding_mask: torch.Tensor | None = None,
         head: bool = True,
     ) -> torch.Tensor:
         """Decoder logits for ``tgt`` (or with ``head=False`` its final hidden states); with
-        ``caches``, ``tgt`` holds only the tokens after the cached ones."""
+        ``caches``, ``tgt`` holds only the tokens after the cached ones. ``tgt_padding_mask`` (B, T),
+        True = padding, keeps right padding out of the decoder's MoE routing."""
         # Right-padded targets need no self-attention padding mask: the causal mask already hides
         # later (padding) positions from every real token, and padded positions carry no loss.
+        # Only the feed-forward gets it: an MoE must not give padding expert capacity.
         offset = caches[0].self_attn.length if caches else 0
         x = self.decoder(
             self._embed(tgt, offset), caches=caches, memory=memory, memory_padding_mask=src_padding_mask,
-            positional=self.positions,
+            ffn_padding_mask=tgt_padding_mask, positional=self.positions,
         )
         return self.lm_head(x) if head else x
 
     def forward(
-        self, src: torch.Tensor, tgt: torch.Tensor, src_padding_mask: torch.Tensor | None = None, *, head: bool = True
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_padding_mask: torch.Tensor | None = None,
+        *,
+        tgt_padding_mask: torch.Tensor | None = None,
+        head: bool = True,
     ) -> torch.Tensor:
         """Teacher forcing: ``src`` (B, S), ``tgt`` (B, T) decoder input -> logits (B, T, vocab)
         (or with ``head=False`` the decoder's final hidden states (B, T, D))."""
-        return self.decode(tgt, self.encode(src, src_padding_mask), src_padding_mask, head=head)
+        memory = self.encode(src, src_padding_mask)
+        return self.decode(tgt, memory, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=head)
 
     def loss(
         self,
@@ -80,13 +92,15 @@ class EncoderDecoder(nn.Module):
         tgt_out: torch.Tensor,
         *,
         src_padding_mask: torch.Tensor | None = None,
+        tgt_padding_mask: torch.Tensor | None = None,
         ignore_index: int = -100,
         label_smoothing: float = 0.0,
         reduction: str = "mean",
     ) -> torch.Tensor:
         """Teacher-forcing cross-entropy of ``tgt_out`` given ``src`` and ``tgt_in``, without holding
-        the (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``)."""
-        hidden = self(src, tgt_in, src_padding_mask, head=False)
+        the (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``).
+        ``tgt_padding_mask`` marks the positions of ``tgt_in`` that are padding (see ``decode``)."""
+        hidden = self(src, tgt_in, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=False)
         return linear_cross_entropy(
             hidden, self.lm_head.weight, tgt_out, ignore_index=ignore_index, label_smoothing=label_smoothing,
             reduction=reduction,

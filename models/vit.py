@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from .block import TransformerStack, init_weights
 from .config import ModelConfig
+from .embedding import EMBEDDING_STD, embed
 from .position import build_positional
 from .registry import FAMILIES
 
 
 class PatchEmbedding(nn.Module):
-    """Split an image into non-overlapping patches and project each to ``d_model``."""
+    """Split an image into non-overlapping patches and project each to ``d_model``.
+
+    The projection is N(0, EMBEDDING_STD / sqrt(fan_in)) with a zero bias, so on unit-variance
+    (normalized) pixels each output feature has RMS ``EMBEDDING_STD``, that of a token embedding
+    and of the position table (``models.embedding``)."""
 
     def __init__(self, in_channels: int, patch_size: int, dim: int):
         super().__init__()
         self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+        nn.init.normal_(self.proj.weight, std=EMBEDDING_STD / math.sqrt(in_channels * patch_size**2))
+        nn.init.zeros_(self.proj.bias)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, n_patches, D)
@@ -36,12 +45,15 @@ class VisionTransformer(nn.Module):
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self, cfg.n_layers)
-        nn.init.normal_(self.cls_token, std=0.02)
-        nn.init.zeros_(self.head.weight)  # as in timm/the ViT paper: start from uniform predictions
+        nn.init.normal_(self.cls_token, std=EMBEDDING_STD)  # a token like the patches (models.embedding)
+        # The head keeps init_weights' N(0, 0.02) weight and zero bias, as timm's default
+        # (init_weights_vit_timm) and HF's ViTForImageClassification draw it. A zero head is the JAX
+        # fine-tuning recipe (timm's weight_init="jax"): it fits a fixed batch far slower from scratch
+        # (benchmarks/init_parity.py).
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """``images``: (B, C, H, W) -> class logits (B, n_classes)."""
         x = self.patch_embed(images)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.stack(self.drop(self.positions.add_to(x)), positional=self.positions)
+        x = self.stack(self.drop(embed(x, self.positions)), positional=self.positions)
         return self.head(x[:, 0])

@@ -9,13 +9,16 @@ task derives from its data (vocabulary size, number of classes, ...).
 from __future__ import annotations
 
 import math
+import random
+import re
 import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import lightning as L
+import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
@@ -49,11 +52,28 @@ def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio:
 
 
 class Metric(BaseModel):
-    """A validation metric that a task reports: its name in the logs and its direction."""
+    """A validation metric that a task reports: its name in the logs, its direction and its range.
+
+    The range keeps the summary's confidence intervals inside the values the metric can take
+    (an accuracy in [0, 1], BLEU in [0, 100], a perplexity of at least 1); infinite = unbounded.
+    """
 
     name: str
     higher_is_better: bool
     description: str
+    low: float = Field(-math.inf, description="smallest value the metric can take")
+    high: float = Field(math.inf, description="largest value the metric can take")
+
+    @model_validator(mode="after")
+    def _check_range(self) -> "Metric":
+        if not self.low < self.high:
+            raise ValueError(f"metric {self.name!r}: low={self.low} must be below high={self.high}")
+        return self
+
+    @property
+    def span(self) -> float:
+        """Width of the range: no difference of two values lies outside [-span, span]."""
+        return self.high - self.low
 
 
 class TaskConfig(BaseModel, ABC):
@@ -77,6 +97,17 @@ class TaskConfig(BaseModel, ABC):
     label: str | None = Field(
         None, description="row name in summaries and results folders; default: the preset or task name"
     )
+
+    @field_validator("label")
+    @classmethod
+    def _names_a_folder(cls, label: str | None) -> str | None:
+        """The label is a folder name (``cells/<label>/...``, the TensorBoard run): one safe path part."""
+        if label is not None and (not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label) or set(label) == {"."}):
+            raise ValueError(
+                f"{label!r} cannot name a results folder; use letters, digits and _ . - = + only "
+                "(no '/' or spaces, not empty, not '.' or '..')"
+            )
+        return label
 
     @property
     def display_name(self) -> str:
@@ -105,6 +136,46 @@ class EmbeddedTaskConfig(TaskConfig):
 def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:
     """``model`` completed with fields decided by the prepared data (validated again)."""
     return ModelConfig.model_validate({**model.model_dump(exclude_unset=True), **fields})
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's random generators (python, numpy, torch, CUDA), as tensors and plain values so
+    that a checkpoint holding them loads with ``torch.load(weights_only=True)``."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = [name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian]
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Set this process's random generators to a state from :func:`capture_rng`."""
+    random.setstate(state["python"])
+    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class WorkerRngState:
+    """Mixin for a map-style Dataset that draws random numbers in ``__getitem__`` or its collate
+    (augmentation): the random generators of each DataLoader worker process travel in the loader's
+    checkpoint, so a run resumed with ``num_workers > 0`` augments as an uninterrupted one does.
+
+    torchdata's StatefulDataLoader saves every worker's dataset state with each batch it yields and
+    restores it in the new workers; the worker seeds alone would restart each worker's stream. In
+    the main process (``num_workers = 0``) the dataset has no state: the runner restores the main
+    process's generators itself, before the first batch is fetched.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": capture_rng()} if torch.utils.data.get_worker_info() is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state and torch.utils.data.get_worker_info() is not None:
+            restore_rng(state["rng"])
 
 
 class EpochSampler(StatefulDistributedSampler):

@@ -31,9 +31,9 @@ class LMTaskConfig(EmbeddedTaskConfig):
         "for agreement, always choosing the verb form that is more frequent in training"
     )
     metrics = (
-        Metric(name="perplexity", higher_is_better=False, description="validation perplexity"),
-        Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred"),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)"),
+        Metric(name="perplexity", higher_is_better=False, description="validation perplexity", low=1),
+        Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred", low=0, high=1),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
     )
 
     name: Literal["lm"] = "lm"

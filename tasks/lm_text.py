@@ -31,9 +31,10 @@ class TextLMTaskConfig(TaskConfig):
     description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
     baseline_description = "an add-one unigram model of the training tokens, scored on the validation tokens"
     metrics = (
-        Metric(name="perplexity", higher_is_better=False, description="validation perplexity (per token)"),
-        Metric(name="bits_per_byte", higher_is_better=False, description="validation loss in bits per UTF-8 byte"),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)"),
+        Metric(name="perplexity", higher_is_better=False, description="validation perplexity (per token)", low=1),
+        Metric(name="bits_per_byte", higher_is_better=False, low=0,
+               description="validation loss in bits per UTF-8 byte"),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
     )
     data_decided_fields = ("vocab_size",)
 

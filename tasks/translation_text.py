@@ -32,8 +32,9 @@ class TextTranslationTaskConfig(DecodingConfig):
     description = "encoder-decoder translation of real parallel text (HF hub dataset or local files), shared tiktoken BPE"
     baseline_description = "copying the source sentence as its translation"
     metrics = (
-        Metric(name="bleu", higher_is_better=True, description="corpus BLEU (sacrebleu) of the detokenized output"),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)"),
+        Metric(name="bleu", higher_is_better=True, low=0, high=100,
+               description="corpus BLEU (sacrebleu) of the detokenized output"),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
     )
     data_decided_fields = ("vocab_size",)
 

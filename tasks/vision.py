@@ -1,7 +1,7 @@
 """Image classification of procedurally rendered shapes with a ViT (``task.name: vit``).
 
 Metric: top-1 accuracy on a held-out set rendered from another seed. Baseline: always
-predicting the most frequent class.
+predicting the class most frequent in the training labels.
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ class VisionTaskConfig(EmbeddedTaskConfig):
     family = "vit"
     throughput_unit = "images"
     description = "ViT classification of rendered shapes whose label needs global context"
-    baseline_description = (
-        "always predicting the most frequent class"
-    )
+    baseline_description = "always predicting the class most frequent in training (scored on the validation set)"
     metrics = (
-        Metric(name="accuracy", higher_is_better=True, description="top-1 validation accuracy"),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy"),
+        Metric(name="accuracy", higher_is_better=True, description="top-1 validation accuracy", low=0, high=1),
+        Metric(name="loss", higher_is_better=False, description="validation cross-entropy", low=0),
     )
 
     name: Literal["vit"] = "vit"
@@ -72,6 +70,7 @@ class ShapesDataModule(TaskDataModule):
         self.val_data = generate_shapes(n_images=self.cfg.n_val, image_size=self.cfg.image_size, seed=int(val_seed))
         pixels = torch.from_numpy(train.images).float().div_(255)
         mean, std = pixels.mean(dim=(0, 1, 2))[:, None, None], pixels.std(dim=(0, 1, 2))[:, None, None]
+        self.train_labels = train.labels  # the majority-class baseline picks its class from these
         self.train_set = to_tensor_dataset(train, mean, std)
         self.val_set = to_tensor_dataset(self.val_data, mean, std)
 
@@ -82,7 +81,7 @@ class ShapesDataModule(TaskDataModule):
         return self.validation_loader(self.val_set)
 
     def baselines(self) -> dict[str, float]:
-        return {"accuracy": majority_class_accuracy(self.val_data.labels)}
+        return {"accuracy": majority_class_accuracy(self.train_labels, self.val_data.labels)}
 
 
 def classification_loss(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

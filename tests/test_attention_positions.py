@@ -137,17 +137,209 @@ def test_lm_is_causal_and_evaluates_beyond_its_training_length(pos):
     assert not torch.allclose(model(changed)[:, 10:], logits[:, 10:])
 
 
-@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
-@pytest.mark.parametrize("pos", ["rope", "alibi", "nope"])
-def test_other_families_take_every_position_variant(family, pos):
-    torch.manual_seed(6)
-    cfg = {"family": family, "d_model": 32, "n_layers": 1, "n_heads": 4, "pos_encoding": pos, "n_kv_heads": 1}
+# --- positions in the bidirectional stacks (the translator's encoder, the ViT) ------------------
+# Every check below takes the first self-attention layer of the stack during a real forward pass
+# of the model (its input, the keyword arguments the block passes, its output) and recomputes the
+# layer by hand from its own projections: softmax(q.k / sqrt(head_dim) + position bias) v.
+
+N_HEADS = 4
+#: ALiBi's slopes for 4 heads (Press et al. 2022): 2^(-8/4), 2^(-16/4), 2^(-24/4), 2^(-32/4)
+ALIBI_SLOPES_4_HEADS = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+
+
+def bidirectional_model(family: str, pos: str, seed: int = 6) -> torch.nn.Module:
+    """A one-layer float64 translator or ViT (image 12, patch 4: CLS + 9 patches = 10 positions).
+    Its query/key/value projections are redrawn at unit gain, N(0, 1/d_model): the scores are then
+    O(1), not O(0.01) as at init, so the softmax is far from uniform and every position term shows."""
+    torch.manual_seed(seed)
+    cfg = {"family": family, "d_model": 32, "n_layers": 1, "n_heads": N_HEADS, "pos_encoding": pos}
     if family == "vit":
-        model = build_model({**cfg, "image_size": 8, "patch_size": 4, "n_classes": 3})
-        assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
+        cfg |= {"image_size": 12, "patch_size": 4, "n_classes": 3}
     else:
-        model = build_model({**cfg, "vocab_size": 20})
-        assert model(torch.randint(0, 20, (2, 5)), torch.randint(0, 20, (2, 4))).shape == (2, 4, 20)
+        cfg |= {"vocab_size": 20, "max_seq_len": 16}
+    model = build_model(cfg).to(DT).eval()
+    for name, parameter in model.named_parameters():
+        if name.endswith(("qkv_proj.weight", "q_proj.weight", "kv_proj.weight")):
+            torch.nn.init.normal_(parameter, std=32**-0.5)
+    return model
+
+
+def bidirectional_stack(model: torch.nn.Module):
+    """The bidirectional stack: the translator's encoder or the ViT's only stack."""
+    return model.encoder if hasattr(model, "encoder") else model.stack
+
+
+def run_bidirectional_stack(model: torch.nn.Module, family: str) -> None:
+    """A forward pass through the stack: a translator source with a padded row, or ViT images."""
+    generator = torch.Generator().manual_seed(0)
+    if family == "vit":
+        model(torch.randn(2, 3, 12, 12, dtype=DT, generator=generator))
+        return
+    src = torch.randint(3, 20, (2, 10), generator=generator)
+    padding = torch.zeros(2, 10, dtype=torch.bool)
+    padding[1, 7:] = True
+    model.encode(src, padding)
+
+
+def recorded_call(module: torch.nn.Module, run) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """(input, keyword arguments, output) of ``module``'s first call while ``run()`` runs."""
+    calls = []
+    handle = module.register_forward_hook(lambda m, args, kwargs, out: calls.append((args[0], kwargs, out)),
+                                          with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return calls[0]
+
+
+def rope_by_hand(t: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE (Su et al. 2021), half-split pairs as complex numbers: feature pair (i, i + hd/2) at
+    position p times e^{i p base^(-2i/hd)}, positions 0 .. T-1 along dim -2."""
+    hd, length = t.shape[-1], t.shape[-2]
+    theta = base ** (-torch.arange(0, hd, 2, dtype=DT) / hd)
+    angle = torch.arange(length, dtype=DT)[:, None] * theta
+    pairs = torch.complex(t[..., : hd // 2], t[..., hd // 2 :]) * torch.polar(torch.ones_like(angle), angle)
+    return torch.cat([pairs.real, pairs.imag], dim=-1)
+
+
+def alibi_bias_by_hand(length: int) -> torch.Tensor:
+    """-slope_h * |i - j| for query i and key j: bidirectional ALiBi, symmetric in the distance."""
+    bias = torch.zeros(N_HEADS, length, length, dtype=DT)
+    for h, slope in enumerate(ALIBI_SLOPES_4_HEADS):
+        for i in range(length):
+            for j in range(length):
+                bias[h, i, j] = -slope * abs(i - j)
+    return bias
+
+
+def attention_by_hand(attn: MultiHeadAttention, x: torch.Tensor, *, rotate=None, bias=None, key_padding_mask=None):
+    """The layer's output, weights and raw scores q.k / sqrt(head_dim) (after ``rotate``), written out
+    from its own projections; ``bias`` (H, T, T) is added to the scores, padded keys get weight 0."""
+    batch, length, d_model = x.shape
+    q, k, v = (t.view(batch, length, N_HEADS, -1).transpose(1, 2) for t in attn.qkv_proj(x).split(d_model, dim=-1))
+    if rotate is not None:
+        q, k = rotate(q), rotate(k)
+    raw = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = raw if bias is None else raw + bias
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    weights = scores.softmax(dim=-1)
+    out = attn.out_proj((weights @ v).transpose(1, 2).reshape(batch, length, d_model))
+    return out, weights, raw
+
+
+def assert_stack_attention_is(model: torch.nn.Module, family: str, *, rotate=None, bias=None, tol: float = 1e-7):
+    """The first self-attention of the bidirectional stack, in the model's own forward pass (fused
+    SDPA path) and with ``need_weights`` (math path), equals ``attention_by_hand``; ``bias(length)``
+    gives the hand-computed position bias. Returns the recorded input and keyword arguments."""
+    attn = bidirectional_stack(model).blocks[0].self_attn.sublayer
+    x, kwargs, out = recorded_call(attn, lambda: run_bidirectional_stack(model, family))
+    assert kwargs["causal"] is False  # a bidirectional stack
+    expected_out, expected_weights, _ = attention_by_hand(
+        attn, x, rotate=rotate, bias=None if bias is None else bias(x.shape[1]),
+        key_padding_mask=kwargs.get("key_padding_mask"),
+    )
+    torch.testing.assert_close(out, expected_out, rtol=tol, atol=tol)
+    _, weights = attn(x, **kwargs, need_weights=True)
+    torch.testing.assert_close(weights, expected_weights, rtol=tol, atol=tol)
+    return x, kwargs
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
+def test_bidirectional_alibi_is_softmax_of_scores_minus_slope_times_absolute_distance(family):
+    """ALiBi in a bidirectional stack penalizes keys on both sides of the query by slope_h * |i - j|;
+    padded source keys get no weight."""
+    model = bidirectional_model(family, "alibi")
+    x, kwargs = assert_stack_attention_is(model, family, bias=alibi_bias_by_hand)
+    if family == "encoder_decoder":
+        assert kwargs["key_padding_mask"][1, 7:].all()
+    # the bias matters at these sizes: without it the layer computes something else
+    attn = bidirectional_stack(model).blocks[0].self_attn.sublayer
+    without_bias, _, _ = attention_by_hand(attn, x, key_padding_mask=kwargs.get("key_padding_mask"))
+    assert (attn(x, **kwargs) - without_bias).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
+def test_bidirectional_rope_rotates_queries_and_keys_by_position(family):
+    """RoPE in a bidirectional stack: the layer equals attention over hand-rotated q and k; the raw
+    scores it computes are hand-rotated q.k / sqrt(head_dim)."""
+    model = bidirectional_model(family, "rope")
+    # the library rotates in float32 (exact for bf16/fp32 models), hence the float32 tolerance
+    x, kwargs = assert_stack_attention_is(model, family, rotate=rope_by_hand, tol=1e-5)
+    attn = bidirectional_stack(model).blocks[0].self_attn.sublayer
+    raw_scores = recorded_call(attn.score, lambda: attn(x, **kwargs, need_weights=True))[2]
+    torch.testing.assert_close(raw_scores, attention_by_hand(attn, x, rotate=rope_by_hand)[2], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
+def test_bidirectional_rope_score_depends_only_on_the_signed_offset(family):
+    """With the same content at every position, RoPE's score of query i and key j depends only on
+    j - i, for keys after the query as for keys before it (every diagonal is constant), and does
+    depend on it: on its size and on its sign (q and k differ, so j - i and i - j score differently)."""
+    model = bidirectional_model(family, "rope")
+    attn = bidirectional_stack(model).blocks[0].self_attn.sublayer
+    x, kwargs, _ = recorded_call(attn, lambda: run_bidirectional_stack(model, family))
+    kwargs = {**kwargs, "key_padding_mask": None}
+    same_everywhere = x[:, :1].expand_as(x).contiguous()
+    scores = recorded_call(attn.score, lambda: attn(same_everywhere, **kwargs, need_weights=True))[2]
+    length = x.shape[1]
+    for offset in range(-(length - 1), length):  # offset = j - i
+        diagonal = scores.diagonal(offset=offset, dim1=-2, dim2=-1)
+        torch.testing.assert_close(diagonal, diagonal[..., :1].expand_as(diagonal), rtol=1e-5, atol=1e-5)
+    first_row = scores[..., 0, :]  # query 0: offsets 0, 1, 2, ...
+    first_column = scores[..., :, 0]  # key 0: offsets 0, -1, -2, ...
+    # in every head, the distance matters, and so does the direction
+    assert (first_row[..., 1:] - first_row[..., :1]).abs().amax(-1).min() > 0.05
+    assert (first_row[..., 1:] - first_column[..., 1:]).abs().amax(-1).min() > 0.05
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
+def test_bidirectional_nope_is_attention_without_positions(family):
+    assert_stack_attention_is(bidirectional_model(family, "nope"), family)
+
+
+#: (equivariant under any permutation of the input, equivariant under its reversal)
+PERMUTATION_SYMMETRY = {
+    "nope": (True, True),  # no position information at all
+    "alibi": (False, True),  # |i - j| is what reversal preserves
+    "rope": (False, False),  # sees the sign of j - i
+    "relative": (False, False),  # T5's bidirectional buckets tell before from after
+    "learned": (False, False),
+    "sinusoidal": (False, False),
+}
+
+
+@pytest.mark.parametrize("pos", list(PERMUTATION_SYMMETRY))
+def test_translator_encoder_output_follows_its_input_only_as_the_encoding_allows(pos):
+    """Permuting the source permutes the encoder output exactly when the encoding carries no
+    position (NoPE); ALiBi, which sees only |i - j|, keeps the symmetry under reversal alone; the
+    others break both."""
+    model = bidirectional_model("encoder_decoder", pos)
+    if pos == "relative":  # the N(0, 0.02) table hardly moves the scores; make its effect plain
+        torch.nn.init.normal_(model.positions.weight)
+    src = torch.randint(3, 20, (2, 9), generator=torch.Generator().manual_seed(1))
+    memory = model.encode(src)
+    shuffle, reverse = torch.tensor([3, 0, 7, 1, 8, 5, 2, 6, 4]), torch.arange(8, -1, -1)
+    for order, equivariant in zip((shuffle, reverse), PERMUTATION_SYMMETRY[pos]):
+        difference = (model.encode(src[:, order]) - memory[:, order]).abs().max()
+        assert difference < 1e-10 if equivariant else difference > 1e-4, (pos, order.tolist(), difference)
+
+
+@pytest.mark.parametrize("pos", ["nope", "learned", "sinusoidal", "rope", "alibi", "relative", "sincos2d"])
+def test_vit_sees_where_its_patches_are_unless_it_has_no_positions(pos):
+    """Shuffling the patches of an image leaves a NoPE ViT's logits unchanged (the CLS token attends
+    to a set) and changes them with every positional encoding."""
+    model = bidirectional_model("vit", pos)
+    torch.nn.init.normal_(model.head.weight)
+    if pos == "relative":
+        torch.nn.init.normal_(model.positions.weight)
+    images = torch.randn(2, 3, 12, 12, dtype=DT, generator=torch.Generator().manual_seed(2))
+    order = torch.tensor([4, 0, 8, 2, 6, 1, 7, 3, 5])  # a permutation of the 3 x 3 patch grid
+    patches = images.unfold(2, 4, 4).unfold(3, 4, 4).reshape(2, 3, 9, 4, 4)  # row-major, as PatchEmbedding
+    shuffled = patches[:, :, order].reshape(2, 3, 3, 3, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(2, 3, 12, 12)
+    difference = (model(shuffled) - model(images)).abs().max()
+    assert difference < 1e-10 if pos == "nope" else difference > 1e-4, (pos, difference)
 
 
 def test_config_rejects_impossible_head_layouts():

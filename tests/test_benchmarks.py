@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -36,3 +38,34 @@ def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
     run_script(str(REPO / "benchmarks" / "lightning_overhead.py"), "--tasks", "vit", "--steps", "4", "--warmup", "1",
                "--repeats", "1", "--out", str(out), cwd=tmp_path)
     assert re.search(r"\| vit \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \| [+-][\d.]+% \|", out.read_text())
+
+
+def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
+    """Two steps of the post-LN encoder-decoder case (torch.nn.Transformer needs no extra package):
+    both fit the same batch from step 0 on, and the parameter counts differ by exactly the final
+    LayerNorm that nn.Transformer adds to each of its post-LN stacks (2 x 2 x d_model)."""
+    out = tmp_path / "init_parity.md"
+    run_script(str(REPO / "benchmarks" / "init_parity.py"), "--cases", "seq2seq_post", "--steps", "2",
+               "--threads", "1", "--out", str(out), cwd=tmp_path)
+    text = out.read_text()
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| (\w+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
+                                            r"([\d.]+) \| ([+-][\d.]+) \|$", text, flags=re.M)}
+    assert set(rows) == {"blockbench_seq2seq", "torch_transformer"}, text
+    ours, theirs = (int(rows[name][0].replace(",", "")) for name in ("blockbench_seq2seq", "torch_transformer"))
+    assert theirs - ours == 2 * 2 * 128
+    for name, (_, at0, at1, at2, ratio, gap) in rows.items():
+        assert float(at2) < float(at0), (name, at0, at2)  # a fit, not a constant
+    assert float(rows["blockbench_seq2seq"][4]) == 1.0 and float(rows["blockbench_seq2seq"][5]) == 0.0
+    assert re.search(r"\| seq2seq_post \| [\d.]+ \| torch_transformer \| [\d.]+ \| \*\*\d+\.\d\d\*\* \|", text)
+    assert "get_cpu_capability()" in text and "python benchmarks/init_parity.py --cases seq2seq_post" in text
+
+
+def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path):
+    """One step of the ViT case: timm's and HF's ViT are built at our shape (same parameter count)."""
+    pytest.importorskip("timm", reason='the reference ViTs need the bench extra: pip install -e ".[bench]"')
+    pytest.importorskip("transformers", reason='the reference ViTs need the bench extra: pip install -e ".[bench]"')
+    out = tmp_path / "init_parity.md"
+    run_script(str(REPO / "benchmarks" / "init_parity.py"), "--cases", "vit", "--steps", "1", "--threads", "1",
+               "--out", str(out), cwd=tmp_path)
+    counts = dict(re.findall(r"^\| (blockbench_vit|timm_vit|hf_vit) \| ([\d,]+) \|", out.read_text(), flags=re.M))
+    assert set(counts) == {"blockbench_vit", "timm_vit", "hf_vit"} and len(set(counts.values())) == 1, counts

@@ -36,6 +36,31 @@ def test_label_is_the_number_of_shapes_drawn():
     assert shapes_class_names()[0] == "1 shape" and shapes_class_names()[-1] == "5 shapes"
 
 
-def test_majority_class_accuracy():
-    assert majority_class_accuracy(np.array([0, 1, 1, 2, 1, 0])) == 0.5
-    assert majority_class_accuracy(generate_shapes(n_images=100, seed=0).labels) == 0.2
+def test_majority_class_accuracy_takes_the_class_from_the_training_labels():
+    # training majority: class 1; validation majority: class 0 (3 of 6), class 1 is 1 of 6
+    assert majority_class_accuracy(np.array([0, 1, 1, 2, 1, 0]), np.array([0, 0, 0, 1, 2, 2])) == 1 / 6
+    # classes 0 and 1 tie in training: the mean of their validation accuracies, (1 + 3) / 2 of 6
+    assert majority_class_accuracy(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 2, 2])) == 2 / 6
+    # a class that never occurs in validation scores 0
+    assert majority_class_accuracy(np.array([4, 4, 0]), np.array([0, 1])) == 0.0
+    balanced = generate_shapes(n_images=100, seed=0).labels
+    assert majority_class_accuracy(balanced, generate_shapes(n_images=100, seed=1).labels) == 0.2
+
+
+def test_vit_baseline_is_the_training_majority_scored_on_validation(monkeypatch):
+    """The datamodule's baseline: the class most frequent in training (3), scored on validation,
+    where class 0 is the most frequent; before issue 12 it was the validation majority's 3/5."""
+    import tasks.vision
+    from tasks.data.shapes import ShapesDataset
+    from tasks.vision import ShapesDataModule, VisionTaskConfig
+
+    labels = {6: [3, 3, 3, 0, 1, 2], 5: [0, 0, 0, 3, 1]}  # by n_images: training, validation
+
+    def fake_shapes(*, n_images, image_size, seed):
+        images = np.random.default_rng(seed).integers(0, 256, (n_images, image_size, image_size, 3), dtype=np.uint8)
+        return ShapesDataset(images, np.array(labels[n_images], dtype=np.int64), shapes_class_names())
+
+    monkeypatch.setattr(tasks.vision, "generate_shapes", fake_shapes)
+    datamodule = ShapesDataModule(VisionTaskConfig(n_train=6, n_val=5), batch_size=2)
+    datamodule.setup("fit")
+    assert datamodule.baselines() == {"accuracy": 1 / 5}

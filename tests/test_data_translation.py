@@ -15,10 +15,15 @@ from tasks.data.synthetic_translation import (
     TARGET_DETERMINERS,
     TARGET_LEXICON,
     NounPhrase,
+    ParallelCorpus,
+    ParallelSplit,
     Sentence,
     generate_parallel_corpus,
     sample_sentence,
+    source_word_forms,
     translation_vocab,
+    word_by_word_dictionary,
+    word_by_word_translations,
 )
 
 
@@ -187,3 +192,62 @@ def test_val_is_disjoint_from_train():
     corpus = generate_parallel_corpus(n_train=3000, n_val=1000, seed=5)
     assert not set(corpus.val.src_text) & set(corpus.train.src_text)
     assert len(corpus.val.src_text) == 1000
+
+
+# the word-by-word baseline --------------------------------------------------------------------
+
+
+def _split(src_text: list[str], tgt_text: list[str]) -> ParallelSplit:
+    empty = np.zeros((len(src_text), 0), dtype=np.int64)  # the baseline reads only the texts
+    return ParallelSplit(src=empty, tgt=empty, src_text=src_text, tgt_text=tgt_text)
+
+
+def test_word_by_word_dictionary_takes_each_words_most_frequent_target_form():
+    forms = source_word_forms()
+    assert forms["the"] == ("el", "eli", "ta", "tai") and forms["a"] == ("on", "na") and forms["some"] == ("oni", "nai")
+    assert forms["dog"] == ("fozug",) and forms["dogs"] == ("fozugen",)  # number is visible in the source word
+    assert forms["sees"] == ("kodut",) and forms["see"] == ("kodunt",)
+    assert forms["big"] == ("ravo", "ravi", "rava", "rave") and forms["near"] == ("guku",) and forms["two"] == ("edu",)
+    assert {form for word_forms in forms.values() for form in word_forms} <= set(translation_vocab())
+    dictionary = word_by_word_dictionary(["ta vurib rava", "ta kubuv rava", "el fozug ravo kodut"])
+    assert dictionary["the"] == "ta" and dictionary["big"] == "rava"  # 2 to 1 in these targets
+    assert dictionary["a"] == "on"  # no "on" or "na" in the targets: the first form
+    assert dictionary["dog"] == "fozug" and dictionary["sees"] == "kodut"
+
+
+def test_word_by_word_baseline_on_hand_made_pairs_matches_sacrebleu():
+    from sacrebleu import corpus_bleu
+
+    from tasks.translation import ParallelDataModule, TranslationTaskConfig
+
+    train = _split(["the big cat", "the big house", "the big dog sees"], ["ta vurib rava", "ta kubuv rava", "el fozug ravo kodut"])
+    val = _split(
+        ["the big dog sees the cat", "the cat"],
+        ["el fozug ravo ta vurib kodut", "ta vurib"],  # references (SOV, adjectives after the noun, agreement)
+    )
+    datamodule = ParallelDataModule(TranslationTaskConfig(), batch_size=2)
+    datamodule.corpus = ParallelCorpus(vocab=translation_vocab(), train=train, val=val)
+    # by hand, one word at a time in source order: the -> ta, big -> rava, dog -> fozug, sees -> kodut, cat -> vurib
+    hypotheses = ["ta rava fozug kodut ta vurib", "ta vurib"]
+    assert word_by_word_translations(datamodule.corpus) == hypotheses
+    baselines = datamodule.baselines()
+    assert baselines["bleu"] == pytest.approx(corpus_bleu(hypotheses, [val.tgt_text]).score)
+    assert 0 < baselines["bleu"] < 100
+    assert baselines["exact_match"] == 0.5  # the second sentence needs no reordering
+
+
+def test_word_by_word_baseline_on_generated_data_is_informative(corpus):
+    from sacrebleu import corpus_bleu
+
+    hypotheses = word_by_word_translations(corpus)
+    references = corpus.val.tgt_text
+    assert corpus_bleu(corpus.val.src_text, [references]).score == 0  # copying the source: no shared word
+    assert corpus_bleu(references, [references]).score == pytest.approx(100)
+    bleu = corpus_bleu(hypotheses, [references]).score
+    assert 0 < bleu < 100
+    # every content word is right (the lexicon is known), but the word order is the source's
+    single = {form for forms in source_word_forms().values() if len(forms) == 1 for form in forms}
+    for hypothesis, reference, source in zip(hypotheses, references, corpus.val.src_text):
+        assert len(hypothesis.split()) == len(source.split())
+        assert {w for w in hypothesis.split() if w in single} <= set(reference.split())
+    assert sum(h == r for h, r in zip(hypotheses, references)) == 0  # the verb is never last in SVO order

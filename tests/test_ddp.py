@@ -140,6 +140,54 @@ def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
     assert result["metrics"] == pytest.approx(uninterrupted["metrics"], rel=1e-5)
 
 
+NAN_ON_RANK_ONE = """
+import sys
+from pathlib import Path
+
+import lightning as L
+import yaml
+
+from blockbench.config import build_run_config
+from blockbench.train import train
+
+
+class NanOnRankOne(L.Callback):
+    \"\"\"From the 4th optimizer step on, process 1's training loss is NaN; process 0's is not.\"\"\"
+
+    def on_train_start(self, trainer, pl_module):
+        if trainer.global_rank == 1:
+            loss = pl_module.training_loss
+            pl_module.training_loss = lambda batch: loss(batch) * (float("nan") if trainer.global_step >= 3 else 1.0)
+
+
+run = build_run_config(yaml.safe_load(Path("config.yaml").read_text()))
+train(run, Path("out"), tb_dir=Path("tb"), tb_name="run", tb_version="0", extra_callbacks=[NanOnRankOne()])
+"""
+
+
+def test_a_loss_diverging_in_one_process_stops_every_process(tmp_path):
+    """Without a decision shared by the processes, process 1 leaves the loop while process 0 waits
+    for it in the next gradient all-reduce: the run hangs (here: past the timeout) instead of ending."""
+    cfg = config("lm", **DDP, max_steps=8, val_every_n_steps=8)
+    cfg["task"] = {**cfg["task"], "n_train_tokens": 4000, "n_val_tokens": 1000, "n_probes": 16}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "nan_on_rank_one.py").write_text(NAN_ON_RANK_ONE)
+    # Lightning relaunches this script for process 1; a new session lets the timeout end both
+    process = subprocess.Popen([sys.executable, "nan_on_rank_one.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("the run did not end within 120 s: a process is waiting for one that stopped")
+    assert process.returncode == 0, stderr[-3000:]
+    result = json.loads((tmp_path / "out/result.json").read_text())
+    assert result["status"] == "diverged" and result["steps"] == 4
+    assert result["diverged_at_step"] == 4 and result["diverging_loss"] == "nan"
+    assert result["last_finite_loss"] > 0  # step 3: the mean over both processes
+
+
 def test_matrix_cells_as_submitit_jobs(tmp_path):
     """The cluster path (one submitit job per cell) run as local jobs: same results folder, summary and reuse."""
     pytest.importorskip("submitit")

@@ -3,6 +3,9 @@ fused optimizer, bf16 autocast and torch.compile."""
 
 from __future__ import annotations
 
+import math
+
+import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,8 +25,10 @@ TINY_TASKS = {
     "translation": {"task.name": "translation", "task.n_train": 500, "task.n_val": 16},
     "vit": {"task.name": "vit", "task.n_train": 256, "task.n_val": 32},
 }
+# a configured peak skips the peak FLOP/s probe (a 512^2 matmul, emulated and slow in bf16 on AVX2)
 TINY_TRAINER = {"trainer.max_steps": 4, "trainer.batch_size": 8, "trainer.val_every_n_steps": 4,
-                "trainer.log_every_n_steps": 1, "optimizer.warmup_steps": 1}
+                "trainer.log_every_n_steps": 1, "optimizer.warmup_steps": 1, "trainer.peak_tflops": 1.0,
+                "trainer.checkpoint_every_n_steps": None}
 
 
 def reference_loss(hidden, weight, targets, **kwargs):
@@ -130,13 +135,75 @@ def test_tasks_train_with_the_fused_adamw_kernel():
     assert optimizer.defaults["fused"] is True
 
 
+#: bf16 keeps 8 significant bits (7 stored and the implicit one): its unit roundoff is 2^-8
+BF16_UNIT_ROUNDOFF = 2.0**-8
+#: the argmax metrics and the number of items each counts in TINY_TASKS
+COUNTED_METRICS = {"accuracy": TINY_TASKS["vit"]["task.n_val"], "agreement_acc": TINY_TASKS["lm"]["task.n_probes"],
+                   "exact_match": TINY_TASKS["translation"]["task.n_val"]}
+
+
+class PrecisionSpy(L.Callback):
+    """Records every training step's loss, and the (output dtype, weight dtype) of each call of the
+    model's matmul layers (Linear, Conv2d) in training and validation."""
+
+    def __init__(self):
+        self.losses: list[torch.Tensor] = []
+        self.matmul_dtypes: set[tuple[torch.dtype, torch.dtype]] = set()
+        self._handles = []
+
+    def on_train_start(self, trainer, pl_module):
+        def record(module, args, output):
+            self.matmul_dtypes.add((output.dtype, module.weight.dtype))
+
+        layers = [m for m in pl_module.model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+        self._handles = [layer.register_forward_hook(record) for layer in layers]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(outputs["loss"].detach().clone())
+
+    def on_fit_end(self, trainer, pl_module):
+        for handle in self._handles:
+            handle.remove()
+
+
+def train_tiny(tmp_path, task: str, precision: str) -> tuple[dict, PrecisionSpy]:
+    """Four steps of ``task`` at ``precision`` (lr 1e-2, so that the four losses move apart)."""
+    overrides = {**TINY_TASKS[task], **TINY_MODEL, **TINY_TRAINER, "optimizer.lr": 1e-2, "trainer.precision": precision}
+    spy = PrecisionSpy()
+    result = train(build_run_config({}, overrides), tmp_path / precision, tb_dir=tmp_path / "tb", tb_name=task,
+                   tb_version=precision, extra_callbacks=[spy])
+    assert result["status"] == "ok" and result["precision"] == precision
+    return result, spy
+
+
 @pytest.mark.parametrize("task", list(TINY_TASKS))
-def test_bf16_mixed_precision_trains_on_cpu(tmp_path, task):
-    """``trainer.precision: bf16-mixed`` runs every family under CPU autocast to a finite result."""
-    run = build_run_config({}, {**TINY_TASKS[task], **TINY_MODEL, **TINY_TRAINER, "trainer.precision": "bf16-mixed"})
-    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=task, tb_version="0")
-    assert result["status"] == "ok" and result["precision"] == "bf16-mixed"
-    assert all(torch.isfinite(torch.tensor(v)) for v in result["metrics"].values())
+def test_bf16_mixed_precision_trains_like_fp32_to_bf16_rounding(tmp_path, task):
+    """``trainer.precision: bf16-mixed`` runs every family under CPU autocast: every matmul layer
+    outputs bf16 while the weights stay float32 (master weights) and the loss float32, in training
+    and validation. Against the fp32 run of the same config and seed (same init, same batches):
+    each step's training loss differs (bf16 really rounds) by at most one bf16 rounding of the loss,
+    2^-8 relative, and so do the final validation loss and log-perplexity. The argmax metrics may flip
+    a near-tie: at most 2 of their items. (BLEU compares greedy decodes, which one flipped token can
+    move by any amount; the loss compares the same translations continuously.)"""
+    fp32, fp32_spy = train_tiny(tmp_path, task, "32-true")
+    bf16, bf16_spy = train_tiny(tmp_path, task, "bf16-mixed")
+
+    assert fp32_spy.matmul_dtypes == {(torch.float32, torch.float32)}
+    assert bf16_spy.matmul_dtypes == {(torch.bfloat16, torch.float32)}
+    assert {loss.dtype for loss in bf16_spy.losses} == {torch.float32}
+
+    fp32_losses, bf16_losses = torch.stack(fp32_spy.losses), torch.stack(bf16_spy.losses)
+    assert len(fp32_losses) == len(bf16_losses) == TINY_TRAINER["trainer.max_steps"]
+    assert bf16_losses[0] != fp32_losses[0]  # the same weights and batch: only the rounding differs
+    torch.testing.assert_close(bf16_losses, fp32_losses, rtol=BF16_UNIT_ROUNDOFF, atol=0)
+
+    ours, reference = bf16["metrics"], fp32["metrics"]
+    assert ours["loss"] == pytest.approx(reference["loss"], rel=BF16_UNIT_ROUNDOFF)
+    if "perplexity" in reference:
+        assert math.log(ours["perplexity"]) == pytest.approx(math.log(reference["perplexity"]), rel=BF16_UNIT_ROUNDOFF)
+    for name, items in COUNTED_METRICS.items():
+        if name in reference:
+            assert abs(ours[name] - reference[name]) <= 2 / items + 1e-9, name
 
 
 def test_compiled_model_trains_like_the_eager_one(tmp_path):

@@ -4,7 +4,9 @@ References are written independently: the GLU formulas with plain tensor ops, Mo
 with per-token Python loops and hand-made router weights whose routing is known in advance.
 The batched MoE dispatch (stacked experts, one ``bmm`` per expert Linear) is checked against a
 per-assignment Python loop over the experts as standalone FFNs (``moe.expert(e)``), outputs and
-gradients, and by counting the aten ops of a forward and backward pass.
+gradients, and by counting the aten ops of a forward and backward pass. Padding and evaluation:
+real tokens with padding around them against the real tokens alone (bit for bit), a token in a
+batch against the token alone, and an MoE translator validated with two batch sizes.
 """
 
 from __future__ import annotations
@@ -132,13 +134,15 @@ def reference_moe(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
 def reference_moe_with_capacity(
     moe: MoEFeedForward, x: torch.Tensor, experts: list[nn.Module]
 ) -> tuple[torch.Tensor, int]:
-    """Per-assignment Python loop with the documented capacity rule: assignments are visited in
-    priority order (choice rank, then token index) and expert e takes at most
-    ``moe.capacity(n)`` of them; routed expert e is the standalone FFN ``experts[e]``.
-    Returns the output and the number of dropped assignments."""
+    """Per-assignment Python loop with the documented capacity rule: in training, assignments are
+    visited in priority order (choice rank, then token index) and expert e takes at most
+    ``ceil(capacity_factor * n * top_k / n_experts)`` of them; in evaluation there is no limit.
+    Routed expert e is the standalone FFN ``experts[e]``. Returns the output and the number of
+    dropped assignments."""
     flat = x.reshape(-1, x.shape[-1])
     n, k = flat.shape[0], moe.top_k
-    capacity = moe.capacity(n) if moe.capacity_factor is not None else math.inf
+    limited = moe.training and moe.capacity_factor is not None
+    capacity = math.ceil(moe.capacity_factor * n * k / moe.n_experts) if limited else math.inf
     probs = [torch.softmax(moe.router.weight @ flat[t], dim=0) for t in range(n)]
     choices = [sorted(range(moe.n_experts), key=lambda i: -p[i].item())[:k] for p in probs]
     load, dropped = [0] * moe.n_experts, 0
@@ -475,3 +479,188 @@ def test_empty_batch():
         out = moe(torch.randn(0, 3, 8))
         assert out.shape == (0, 3, 8) and moe.dropped_tokens == 0
         assert moe.aux_loss.item() == 0.0
+
+
+# --------------------------------------------------------------------------- padding and evaluation
+
+
+def padded_batch(real: torch.Tensor, lengths: list[int], pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``real`` (sum(lengths), D) laid out as right-padded rows (len(lengths), max(lengths), D),
+    every padding position holding ``pad``; returns the batch and its padding mask (True = padding)."""
+    width = max(lengths)
+    mask = torch.arange(width)[None, :] >= torch.tensor(lengths)[:, None]
+    x = pad.expand(len(lengths), width, -1).clone()
+    x[~mask] = real
+    return x, mask
+
+
+def test_padding_takes_no_capacity_and_changes_nothing_for_real_tokens():
+    """In training, with a capacity that drops: a batch of real tokens gives bit-identical outputs,
+    losses, token shares, drops and gradients with padding around it as alone. Padding (here a
+    vector routed to the most crowded expert, as a padding embedding is routed to one expert) sits
+    before later rows' real tokens in priority order, so routed like a token it takes their slots."""
+    moe = randomize(MoEFeedForward(8, 24, n_experts=4, top_k=2, capacity_factor=1.0, n_shared_experts=1), seed=21)
+    with torch.no_grad():
+        moe.router.weight[0] += 0.4  # tokens with a large feature sum crowd expert 0
+    gen = torch.Generator().manual_seed(22)
+    real = torch.randn(17, 8, generator=gen, dtype=DT)
+    pad = torch.full((8,), 2.0, dtype=DT)  # a large feature sum: expert 0 first
+    x, mask = padded_batch(real, [3, 10, 4], pad)  # row 0 is mostly padding, ahead of rows 1 and 2
+    weights = torch.randn(17, 8, generator=gen, dtype=DT)
+
+    def run(inputs: torch.Tensor, padding_mask: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+        moe.zero_grad()
+        inputs = inputs.clone().requires_grad_()
+        out = moe(inputs, padding_mask) if padding_mask is not None else moe(inputs)
+        real_out = out[~padding_mask] if padding_mask is not None else out
+        ((real_out * weights).sum() + moe.aux_loss + moe.z_loss).backward()
+        grads = {name: p.grad.clone() for name, p in moe.named_parameters()}
+        stats = dict(aux=moe.aux_loss, z=moe.z_loss, shares=moe.tokens_per_expert, dropped=moe.dropped_tokens)
+        return out, {"grads": grads, "x_grad": inputs.grad, **stats}
+
+    alone, ref = run(real, None)
+    assert ref["dropped"] > 0  # the capacity is tight enough to drop real tokens
+    padded, got = run(x, mask)
+    assert torch.equal(padded[~mask], alone)
+    assert torch.equal(padded[mask], torch.zeros_like(padded[mask]))  # shared experts included
+    for key in ("aux", "z", "shares"):
+        assert torch.equal(got[key], ref[key]), key
+    assert got["dropped"] == ref["dropped"]
+    for name, grad in ref["grads"].items():
+        assert torch.equal(got["grads"][name], grad), name
+    assert torch.equal(got["x_grad"][~mask], ref["x_grad"])
+    assert not got["x_grad"][mask].any()
+    # routed like a token, the same padding takes real tokens' slots: what the mask prevents
+    unmasked = moe(x)
+    assert not torch.allclose(unmasked[~mask], alone)
+    assert moe.capacity(17) == math.ceil(1.0 * 17 * 2 / 4)  # counted over the real tokens only
+
+    with pytest.raises(ValueError, match="padding_mask of shape"):
+        moe(x, mask[:, :-1])
+    moe(x, torch.ones_like(mask))  # all padding: nothing routed, nothing to balance
+    assert moe.dropped_tokens == 0 and moe.aux_loss.item() == 0.0 and moe.z_loss.item() == 0.0
+
+
+@pytest.mark.parametrize("top_k, n_shared", [(1, 0), (2, 1)])
+def test_evaluation_drops_nothing_and_output_is_per_token(top_k, n_shared):
+    """In evaluation a token's output does not depend on the other tokens of its batch, however
+    small the capacity factor: it is the capacity-free per-token reference, alone or in any batch.
+    Training keeps the capacity (the same batch drops assignments there)."""
+    moe = randomize(MoEFeedForward(8, 24, n_experts=4, top_k=top_k, capacity_factor=0.5, n_shared_experts=n_shared),
+                    seed=23)
+    with torch.no_grad():
+        moe.router.weight[0] += 0.4  # crowd expert 0
+    x = torch.randn(24, 8, generator=torch.Generator().manual_seed(24), dtype=DT)
+    moe(x)
+    assert moe.dropped_tokens > 0  # training: over capacity
+
+    moe.eval()
+    out = moe(x)
+    for t in range(0, 24, 5):
+        torch.testing.assert_close(moe(x[t : t + 1]), out[t : t + 1], **TOL)  # the token alone
+    torch.testing.assert_close(moe(x[:8]), out[:8], **TOL)  # a smaller batch
+    torch.testing.assert_close(out, reference_moe(moe, x), **TOL)
+    moe(x)
+    assert moe.dropped_tokens == 0 and moe.capacity(24) is None
+
+
+def test_translator_loss_ignores_padding_in_moe_routing():
+    """An MoE translator in training (capacity factor 1, so tokens are dropped): the teacher-forcing
+    loss and every layer's balancing losses of a batch are those of the same batch with extra
+    padding columns on the source and the target, i.e. padding never takes capacity in the encoder
+    or the decoder (through ``teacher_forcing_loss``, as the tasks train)."""
+    from tasks.translation import teacher_forcing_loss
+
+    torch.manual_seed(0)
+    model = build_model({"family": "encoder_decoder", "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
+                         "n_layers": 1, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
+    layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+    with torch.no_grad():
+        for layer in layers:
+            layer.router.weight.mul_(50)  # peaked routing: experts overflow
+    gen = torch.Generator().manual_seed(1)
+    pad, bos, eos = 0, 1, 2
+    src = torch.randint(3, 40, (4, 9), generator=gen)
+    tgt = torch.randint(3, 40, (4, 11), generator=gen)
+    tgt[:, 0] = bos
+    for row, (src_len, tgt_len) in enumerate([(9, 11), (4, 5), (7, 9), (2, 3)]):
+        src[row, src_len - 1], src[row, src_len:] = eos, pad
+        tgt[row, tgt_len - 1], tgt[row, tgt_len:] = eos, pad
+
+    def loss_and_stats(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        loss = teacher_forcing_loss(model, src, tgt, pad_id=pad)
+        return loss, [torch.stack([m.aux_loss, m.z_loss]) for m in layers] + [m.tokens_per_expert for m in layers]
+
+    loss, stats = loss_and_stats(src, tgt)
+    assert sum(m.dropped_tokens for m in layers) > 0
+    wide_loss, wide_stats = loss_and_stats(F.pad(src, (0, 6), value=pad), F.pad(tgt, (0, 8), value=pad))
+    torch.testing.assert_close(wide_loss, loss, **TOL)
+    for got, want in zip(wide_stats, stats, strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+def test_moe_translator_validation_does_not_depend_on_batch_size(tmp_path):
+    """The issue's test: one MoE translator (4 experts, top-2, capacity factor 1) validated through
+    the task's own path with validation batches of 8 and of 32 reports the same loss, BLEU, exact
+    match and translations (up to float summation order). Weights are scaled up so that the
+    routing is peaked (experts would overflow) and the greedy translations are varied."""
+    import lightning as L
+
+    from blockbench.config import build_run_config
+    from tasks.translation import ParallelDataModule
+
+    run = build_run_config({}, {"task": "translation", "task.n_train": 64, "task.n_val": 64, "model.d_model": 32,
+                                "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64, "model.n_experts": 4,
+                                "model.moe_top_k": 2, "model.moe_capacity_factor": 1.0})
+    torch.manual_seed(0)
+    module, _ = run.task.build(run.resolved_model(), run.optimizer, max_steps=1, batch_size=8)
+    with torch.no_grad():
+        for p in module.model.parameters():
+            p.mul_(3)
+        for layer in module.moe_layers:
+            layer.router.weight.mul_(30)
+
+    results = {}
+    for batch_size in (8, 32):
+        datamodule = ParallelDataModule(run.task, batch_size)
+        gathered = module._all_translations
+        translations: list[list[tuple[int, str]]] = []
+        module._all_translations = lambda: translations.append(gathered()) or translations[-1]
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        del module._all_translations
+        metrics = {name: float(trainer.callback_metrics[f"val/{name}"]) for name in ("loss", "bleu", "exact_match")}
+        results[batch_size] = metrics, translations[0]
+
+    (metrics_8, translations_8), (metrics_32, translations_32) = results[8], results[32]
+    assert translations_8 == translations_32
+    assert metrics_8 == pytest.approx(metrics_32, rel=1e-6, abs=1e-9)
+    assert len({text for _, text in translations_8}) > 32  # varied translations, sensitive to routing
+
+
+def test_lm_padding_mask_reaches_moe_layers_with_and_without_cache():
+    """The decoder LM passes its ``padding_mask`` on to its MoE layers: in training (capacity factor 1,
+    tokens dropped) extra padding columns leave the real positions' logits unchanged; with a KV cache
+    the mask covers the cached positions too, and a left-padded prompt fed one token at a time
+    gives the logits of the whole prompt at once (evaluation)."""
+    torch.manual_seed(0)
+    lm = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
+                      "n_layers": 2, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
+    layers = [m for m in lm.modules() if isinstance(m, MoEFeedForward)]
+    with torch.no_grad():
+        for layer in layers:
+            layer.router.weight.mul_(50)  # peaked routing: experts overflow
+    idx = torch.randint(0, 40, (3, 8), generator=torch.Generator().manual_seed(1))
+    mask = torch.arange(8)[None, :] >= torch.tensor([8, 3, 5])[:, None]  # right padding
+    logits = lm(idx, mask)
+    assert sum(m.dropped_tokens for m in layers) > 0
+    wide = lm(F.pad(idx, (0, 6)), F.pad(mask, (0, 6), value=True))
+    torch.testing.assert_close(wide[:, :8][~mask], logits[~mask], **TOL)
+
+    lm.eval()
+    prompt_mask = torch.arange(8)[None, :] < torch.tensor([0, 5, 3])[:, None]  # left padding
+    full = lm(idx, prompt_mask)
+    caches = lm.new_caches()
+    steps = [lm(idx[:, t : t + 1], prompt_mask[:, : t + 1], caches)[:, 0] for t in range(8)]
+    torch.testing.assert_close(torch.stack(steps, dim=1)[~prompt_mask], full[~prompt_mask], **TOL)

@@ -7,6 +7,7 @@ properties that must hold (causality, padding invariance, memorisation, greedy d
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pydantic
@@ -28,7 +29,12 @@ from models import (
 )
 from models.norm import LayerNorm, RMSNorm, build_norm
 from models.placement import PostNormResidual, PreNormResidual
-from models.position import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_table
+from models.position import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    fixed_table_scale,
+    sinusoidal_table,
+)
 from models.registry import FAMILIES, NORMS, PLACEMENTS
 
 DT = torch.float64
@@ -466,7 +472,7 @@ def test_sinusoidal_table_hand_computed_entries():
 
 def test_sinusoidal_module_offset_and_growth():
     enc = SinusoidalPositionalEncoding(4, 6).to(DT)
-    full = sinusoidal_table(12, 6).to(DT)
+    full = (sinusoidal_table(12, 6) * fixed_table_scale()).to(DT)  # scaled to the token embeddings' RMS
     torch.testing.assert_close(enc(3, offset=1), full[1:4])
     grown = enc(5, offset=7)  # beyond the initial table: sinusoids extrapolate
     assert grown.dtype == DT
@@ -714,3 +720,44 @@ def test_tied_embeddings(family):
     out.sum().backward()
     opt.step()
     assert tied.lm_head.weight is tied.tok_emb.weight
+
+
+# --------------------------------------------------------------------------- 11. ViT classification head
+
+
+def test_vit_head_init_is_timm_default():
+    """The head is drawn like timm's default (``init_weights_vit_timm``: trunc_normal std 0.02, zero
+    bias) and HF's ViT (N(0, 0.02), zero bias), not zero (the JAX fine-tuning recipe)."""
+    torch.manual_seed(23)
+    head = build_model(tiny("vit", d_model=64, n_classes=100)).head  # 6400 weights: the std to ~1%
+    assert torch.equal(head.bias, torch.zeros(100))
+    assert head.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert abs(head.weight.mean().item()) < 0.002
+    assert (head.weight != 0).all()
+
+
+def _fit_fixed_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int) -> float:
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    for _ in range(steps):
+        loss = F.cross_entropy(model(images), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return F.cross_entropy(model(images), labels).item()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vit_fits_fixed_batch_far_faster_than_with_zero_head(seed):
+    """Issue 12: with a zero head, AdamW at 3e-4 first has to grow the head before any gradient
+    reaches the stack, and a 25-step fit of 16 random images with random labels ends near ln(10);
+    the built model (N(0, 0.02) head, as timm/HF) ends far lower. Same init otherwise."""
+    torch.manual_seed(seed)
+    built = build_model(tiny("vit", d_model=64, n_layers=1, d_ff=256, n_classes=10)).train()
+    zero_head = copy.deepcopy(built)
+    nn.init.zeros_(zero_head.head.weight)
+    generator = torch.Generator().manual_seed(seed)
+    images, labels = torch.randn(16, 3, 8, 8, generator=generator), torch.randint(0, 10, (16,), generator=generator)
+    with_zero_head = _fit_fixed_batch(zero_head, images, labels, 25)
+    as_built = _fit_fixed_batch(built, images, labels, 25)
+    assert as_built < 0.75 * with_zero_head, (as_built, with_zero_head)

@@ -4,8 +4,13 @@ training run writes to result.json and TensorBoard."""
 from __future__ import annotations
 
 import copy
+import itertools
+import json
+import os
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -14,22 +19,29 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import nn
 from torch.utils.data import default_collate
 
+from blockbench import perf
 from blockbench.callbacks import PerformanceMonitor
 from blockbench.config import build_run_config
+from blockbench.matrix import job_slots, load_matrix, resolve_peaks
 from blockbench.perf import (
+    PEAK_CACHE_FOLDER,
+    PROBE_VERSION,
     PeakFlops,
     StepTiming,
     compute_dtype,
     count_training_flops,
+    final_figures,
     flop_counter,
     measure_peak_flops,
     peak_flops,
+    speed_figures,
     step_statistics,
 )
+from blockbench.provenance import cpu_model
 from blockbench.train import train
 from models.attention import MultiHeadAttention
 from tasks.lm import AgreementDataModule
-from test_runner import TINY_LM
+from test_runner import TINY_LM, write_matrix
 
 
 # --- model FLOPs ----------------------------------------------------------------------------------
@@ -109,23 +121,150 @@ def test_compute_dtype_of_each_precision():
         compute_dtype("8-magic")
 
 
-@pytest.mark.parametrize("precision, name", [("32-true", "fp32"), ("bf16-mixed", "bf16"), ("16-true", "fp16")])
-def test_probe_measures_a_positive_peak_in_the_compute_dtype_quickly(precision, name):
+@pytest.mark.parametrize("dtype, name", [(torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")])
+def test_probe_measures_a_positive_peak_in_each_dtype_within_its_budget(dtype, name):
+    """A dtype with slow CPU kernels (bf16, fp16 without AVX512-BF16/AMX) gets small matrices, not minutes."""
     start = time.perf_counter()
-    peak = peak_flops(None, torch.device("cpu"), precision)
-    assert time.perf_counter() - start < 5  # about half a second; float16 on a CPU gets a smaller matrix
-    assert peak.tflops > 0
-    assert peak.source.startswith(f"measured: {name} matmul ") and "^2 fastest of 10" in peak.source
+    peak = measure_peak_flops("cpu", dtype, budget_s=0.5)
+    assert time.perf_counter() - start < 10  # about a second; the smallest size always runs
+    assert peak.tflops > 0 and peak.source.startswith(f"measured: {name} matmul {peak.probe['size']}^2")
+    spread = peak.probe["spread_tflops"]
+    assert spread["n"] == 7 and spread["min"] <= spread["median"] <= spread["max"]
+    assert spread["median"] == pytest.approx(peak.tflops, rel=1e-3)
+
+
+def test_probe_figure_is_the_best_sizes_median_over_rounds_of_each_rounds_fastest_call(monkeypatch):
+    """Scripted call times (ms) per size: warm-up, 3 calibration calls, then 3 rounds of 2 calls.
+    The peak is computed by hand from them."""
+    times = {64: [9, 9, 9, 9] + [4, 2, 8, 3, 1, 5],  # fastest per round: 2, 3, 1 -> median 2 ms
+             128: [90, 90, 90, 90] + [40, 12, 10, 30, 8, 60]}  # 12, 10, 8 -> median 10 ms
+    calls = {size: iter(values) for size, values in times.items()}
+    monkeypatch.setattr(perf, "_timed_matmul", lambda a, b, out, device: next(calls[a.shape[0]]) / 1e3)
+    peak = measure_peak_flops("cpu", torch.float32, sizes=(64, 128), rounds=3, calls=2, budget_s=100)
+
+    def tflops(size: int, ms: float) -> float:
+        return 2 * size**3 / (ms / 1e3) / 1e12
+
+    assert tflops(128, 10) > tflops(64, 2)  # 128^2 is the faster size: its median is the peak
+    assert peak.tflops == pytest.approx(tflops(128, 10)) and peak.probe["size"] == 128
+    assert peak.probe["spread_tflops"] == {"min": pytest.approx(tflops(128, 12), rel=1e-3),
+                                           "median": pytest.approx(tflops(128, 10), rel=1e-3),
+                                           "max": pytest.approx(tflops(128, 8), rel=1e-3), "n": 3}
+    assert peak.probe["median_tflops_by_size"]["64"] == pytest.approx(tflops(64, 2), rel=1e-3)
+    assert all(not list(rest) for rest in calls.values())  # no call more or less than scripted
 
 
 def test_probe_leaves_the_global_rng_alone():
     rng = torch.get_rng_state()
-    measure_peak_flops("cpu", torch.float32, max_size=256)
+    measure_peak_flops("cpu", torch.float32, sizes=(64, 128), rounds=2)
     assert torch.equal(torch.get_rng_state(), rng)
 
 
 def test_configured_peak_is_used_as_given():
     assert peak_flops(312.0, torch.device("cpu"), "bf16-mixed") == PeakFlops(312.0, "config")
+
+
+@pytest.fixture
+def probes(tmp_path, monkeypatch) -> list[dict]:
+    """An empty blockbench cache, and a record of each probe: its dtype and the threads it ran on
+    (a real probe, on small matrices to stay fast)."""
+    monkeypatch.setenv("BLOCKBENCH_CACHE", str(tmp_path / "cache"))
+    calls: list[dict] = []
+    real_probe = perf.measure_peak_flops
+
+    def counted_probe(device, dtype):
+        calls.append({"dtype": dtype, "threads": torch.get_num_threads()})
+        return real_probe(device, dtype, sizes=(32, 64), rounds=3, calls=2)
+
+    monkeypatch.setattr(perf, "measure_peak_flops", counted_probe)
+    return calls
+
+
+def start_monitor(precision: str = "32-true", peak_tflops: float | None = None) -> PerformanceMonitor:
+    """A PerformanceMonitor after ``on_train_start`` of a CPU cell in ``precision``."""
+    monitor = PerformanceMonitor("tokens", peak_tflops=peak_tflops)
+    trainer = SimpleNamespace(world_size=1, accumulate_grad_batches=1, global_step=0, precision=precision)
+    monitor.on_train_start(trainer, SimpleNamespace(device=torch.device("cpu")))
+    return monitor
+
+
+def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes, tmp_path):
+    first, second = start_monitor(), start_monitor()
+    assert len(probes) == 1  # the second cell read the first one's probe
+    assert first.peak == second.peak and first.peak.tflops > 0
+    assert first.peak.probe["measured_now"] and not second.peak.probe["measured_now"]
+    [cached] = (tmp_path / "cache" / PEAK_CACHE_FOLDER).glob("*.json")
+    record = json.loads(cached.read_text())
+    # the file holds the figure, its spread, the machine it describes and the date
+    assert record["tflops"] == first.peak.tflops and record["key"] == cached.stem == first.peak.probe["key"]
+    assert record["spread_tflops"]["n"] == 3 and record["spread_tflops"]["min"] <= record["spread_tflops"]["max"]
+    assert record["description"] == {
+        "probe_version": PROBE_VERSION, "device": "cpu", "dtype": "fp32", "torch": torch.__version__,
+        "cpu": cpu_model(), "logical_cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
+    assert datetime.fromisoformat(record["measured_at"]).date() == datetime.now(timezone.utc).date()
+    # the result names the figure's source: the cached probe, its key and date, and its spread
+    figures = first.summary()
+    assert figures["peak_tflops"] == pytest.approx(first.peak.tflops, rel=1e-3)
+    assert figures["peak_source"].startswith("measured: fp32 matmul") and record["key"] in figures["peak_source"]
+    assert figures["peak_probe"]["measured_at"] == record["measured_at"]
+    assert figures["peak_probe"]["spread_tflops"] == record["spread_tflops"]
+    # a configured peak probes nothing; --remeasure replaces the cached figure
+    assert start_monitor(peak_tflops=1.0).peak == PeakFlops(1.0, "config") and len(probes) == 1
+    again = peak_flops(None, torch.device("cpu"), "32-true", remeasure=True)
+    assert len(probes) == 2 and again.probe["measured_now"] and json.loads(cached.read_text())["tflops"] == again.tflops
+
+
+def test_the_cache_key_changes_with_dtype_and_thread_count(probes, tmp_path):
+    before = torch.get_num_threads()
+    settings = [("32-true", 1), ("32-true", 2), ("bf16-mixed", 1), ("bf16-true", 1)]  # bf16-true: the same bf16 matmuls
+    peaks = [peak_flops(None, torch.device("cpu"), precision, threads=threads) for precision, threads in settings]
+    again = [peak_flops(None, torch.device("cpu"), precision, threads=threads) for precision, threads in settings]
+    assert probes == [{"dtype": torch.float32, "threads": 1}, {"dtype": torch.float32, "threads": 2},
+                      {"dtype": torch.bfloat16, "threads": 1}]  # each measured on the threads it is for
+    assert torch.get_num_threads() == before
+    assert again == peaks and peaks[3] == peaks[2]
+    assert len({p.probe["key"] for p in peaks}) == 3 and len(list((tmp_path / "cache" / PEAK_CACHE_FOLDER).glob("*.json"))) == 3
+    assert [p.probe["key"].split("-")[:3] for p in peaks[:3]] == [["cpu", "fp32", "1threads"], ["cpu", "fp32", "2threads"],
+                                                                  ["cpu", "bf16", "1threads"]]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(probes, tmp_path, monkeypatch, jobs):
+    """The runner measures the peak before the first cell; each cell (with the threads its slot
+    gives it: OMP_NUM_THREADS under --jobs) reads the identical figure and probes nothing."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # --jobs 2 gives each cell 4 threads
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
+    _, cells = load_matrix(path)
+    slots = job_slots(jobs)
+    resolve_peaks(cells, slots[0].threads)
+    assert len(probes) == 1 and probes[0]["threads"] == (4 if jobs == 2 else torch.get_num_threads())
+    before = torch.get_num_threads()
+    peaks = []
+    for cell, slot in zip(cells, itertools.cycle(slots)):
+        torch.set_num_threads(cell.run.trainer.num_threads or slot.threads or before)  # what the cell's process has
+        try:
+            peaks.append(start_monitor(cell.run.trainer.resolved_precision("cpu")).peak)
+        finally:
+            torch.set_num_threads(before)
+    assert len(probes) == 1 and peaks[0] == peaks[1] and not peaks[1].probe["measured_now"]
+
+
+def test_an_mfu_above_one_is_no_figure_but_a_warning_in_the_result():
+    """Achieved 5 TFLOP/s against a peak of 2.5: the peak is wrong, the result says so, and no
+    summary or TensorBoard figure shows 200%."""
+    steps = [StepTiming(seconds=0.2, items=100)] * 4
+    figures = step_statistics(steps, warmup_steps=0, flops_per_step=10**12, peak=PeakFlops(2.5, "measured: fp32 matmul"))
+    assert figures["achieved_tflops"] == pytest.approx(5.0)
+    assert figures["mfu"] is None and figures["mfu_above_peak"] is True and figures["mfu_raw"] == pytest.approx(2.0)
+    below = step_statistics(steps, warmup_steps=0, flops_per_step=10**12, peak=PeakFlops(10.0, "config"))
+    assert below["mfu"] == pytest.approx(0.5) and below["mfu_above_peak"] is False
+    # results written before mfu_above_peak (an MFU of 1.97 in result.json) show no figure either
+    for mfu, shown in [(1.97, None), (1.0, 1.0), (0.42, 0.42), (None, None)]:
+        result = {"performance": {"mfu": mfu, "timed_steps": 4}}
+        assert speed_figures(result)["mfu"] == shown
+        assert final_figures(result, "tokens").get("perf/mfu") == shown
 
 
 def test_mfu_arithmetic_with_a_configured_peak():
@@ -237,6 +376,24 @@ def test_perf_scalars_in_tensorboard(normal_run):
              "final/perf/peak_memory_mb": result["peak_memory"]["cpu_rss_mb"]}
     for tag, value in final.items():
         assert events.Scalars(tag)[-1].value == pytest.approx(value, rel=1e-5), tag
+
+
+def test_tensorboard_never_holds_an_mfu_above_one(tmp_path):
+    """Against a peak of 1 MFLOP/s every step's ratio is far above 1: no step logs perf/mfu (it is
+    left out, not clipped to 1), the result has no mfu but the raw ratio and the warning, and the
+    final figures have no MFU either."""
+    with pytest.warns(UserWarning, match="MFU .* is above 1, so the result has none"):
+        result, run_dir = train_tiny(tmp_path, tiny_lm(peak_tflops=1e-6), "above_peak")
+    perf_block = result["performance"]
+    assert perf_block["mfu"] is None and perf_block["mfu_above_peak"] is True
+    assert perf_block["mfu_raw"] == pytest.approx(perf_block["achieved_tflops"] / 1e-6, rel=1e-3)
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert len(events.Scalars("perf/tflops_per_sec")) == 8  # every step was logged, with its FLOP/s
+    assert all(e.value > 1e-6 for e in events.Scalars("perf/tflops_per_sec"))  # each above the peak
+    assert "perf/mfu" not in tags and "final/perf/mfu" not in tags
+    assert "final/perf/tflops_per_sec" in tags
 
 
 SLEEP_S = 0.05

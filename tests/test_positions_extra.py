@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from models import build_model, count_parameters
-from models.position import SinCos2DPositionalEncoding, T5RelativePositionBias, t5_relative_position_bucket
+from models.position import (
+    SinCos2DPositionalEncoding,
+    T5RelativePositionBias,
+    fixed_table_scale,
+    t5_relative_position_bucket,
+)
 
 CPU = torch.device("cpu")
 DISTANCES = [-200, -50, -20, -3, 0, 3, 20, 50, 200]  # key position - query position
@@ -105,20 +113,78 @@ def test_relative_lm_kv_cache_and_extrapolation():
                                model.generate(prompt, 12, temperature=0, use_cache=False))
 
 
-def test_relative_runs_in_translator_and_vit():
-    torch.manual_seed(4)
-    cfg = {"d_model": 32, "n_layers": 1, "n_heads": 4, "pos_encoding": "relative"}
-    vit = build_model({**cfg, "family": "vit", "image_size": 8, "patch_size": 4, "n_classes": 3})
-    assert vit(torch.randn(2, 3, 8, 8)).shape == (2, 3)
-    translator = build_model({**cfg, "family": "encoder_decoder", "vocab_size": 20})
-    assert translator(torch.randint(0, 20, (2, 5)), torch.randint(0, 20, (2, 4))).shape == (2, 4, 20)
+#: bidirectional T5 buckets (num_buckets 32, max_distance 128) of a key n = 0 .. 20 positions before
+#: the query: 16 buckets per direction, the first max_exact = 8 distances exact, then
+#: 8 + floor(ln(n / 8) / ln(128 / 8) * 8): n = 8..11 -> 8 (0.00 .. 0.92), n = 12..15 -> 9 (1.17 .. 1.81),
+#: n = 16..20 -> 10 (2.00 .. 2.64); a key n > 0 positions after the query is 16 buckets further on
+T5_BUCKETS_BEFORE = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 10]
+T5_BUCKETS_BY_HAND = {-n: b for n, b in enumerate(T5_BUCKETS_BEFORE)}
+T5_BUCKETS_BY_HAND |= {n: 16 + b for n, b in enumerate(T5_BUCKETS_BEFORE) if n}
+T5_BUCKETS_BY_HAND |= {-200: 15, 200: 31}  # 8 + floor(9.29) = 17, beyond max_distance: the last bucket, 15
+
+
+def test_t5_bidirectional_buckets_for_every_distance_up_to_20_and_200_by_hand():
+    relative = torch.tensor(list(T5_BUCKETS_BY_HAND))  # key position - query position
+    buckets = t5_relative_position_bucket(relative, bidirectional=True, num_buckets=32, max_distance=128)
+    assert dict(zip(relative.tolist(), buckets.tolist())) == T5_BUCKETS_BY_HAND
+
+
+def hf_t5_relative_position_bucket():
+    """HF transformers' ``T5Attention._relative_position_bucket``, compiled from its source file: the
+    function needs only torch and math, and importing transformers' T5 module takes 8 s of CPU.
+    Skips the calling test when transformers is not installed."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        pytest.skip("transformers is not installed (pip install -e '.[bench]')")
+    source = (Path(spec.origin).parent / "models" / "t5" / "modeling_t5.py").read_text()
+    t5_attention = next(node for node in ast.parse(source).body if getattr(node, "name", None) == "T5Attention")
+    function = next(node for node in t5_attention.body if getattr(node, "name", None) == "_relative_position_bucket")
+    function.decorator_list = []  # a staticmethod in the class, a plain function here
+    namespace = {"torch": torch, "math": math}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), "modeling_t5.py", "exec"), namespace)
+    return namespace["_relative_position_bucket"]
+
+
+@pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (16, 40), (64, 256)])
+def test_t5_buckets_equal_hf_transformers(num_buckets, max_distance):
+    """The buckets are those of HF transformers' T5Attention, both ways, over +-300 positions."""
+    hf_bucket = hf_t5_relative_position_bucket()
+    relative = torch.arange(-300, 301)
+    for bidirectional in (True, False):
+        ours = t5_relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets,
+                                           max_distance=max_distance)
+        theirs = hf_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
+        assert torch.equal(ours, theirs), bidirectional
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "vit"])
+def test_bidirectional_relative_bias_is_the_table_entry_of_each_pair(family):
+    """In the translator's encoder and the ViT, the score of query i and key j in head h gets
+    table[bucket(j - i), h], with the bidirectional buckets worked out by hand above (10 positions:
+    offsets -9 .. 9); padded source keys get no weight."""
+    from test_attention_positions import N_HEADS, alibi_bias_by_hand, assert_stack_attention_is, bidirectional_model
+
+    model = bidirectional_model(family, "relative")
+    table = model.positions.weight
+    torch.nn.init.normal_(table)  # N(0, 1): a bias that visibly moves the weights
+
+    def bias(length: int) -> torch.Tensor:
+        expected = torch.zeros(N_HEADS, length, length, dtype=table.dtype)
+        for i in range(length):
+            for j in range(length):
+                expected[:, i, j] = table[T5_BUCKETS_BY_HAND[j - i]]
+        return expected
+
+    assert_stack_attention_is(model, family, bias=bias)
+    with pytest.raises(AssertionError):  # the check tells biases apart: ALiBi's is not this one
+        assert_stack_attention_is(model, family, bias=alibi_bias_by_hand)
 
 
 def test_sincos2d_matches_the_2d_formula():
     # image 16, patch 4: a 4x4 grid; d_model 16: 8 features for the row, 8 for the column,
     # each [sin(p w0), cos(p w0), sin(p w1), cos(p w1), ...] with w_i = 10000^(-2i/8) = 1, 0.1, 0.01, 0.001
     pe = SinCos2DPositionalEncoding(grid_size=4, dim=16)
-    table = pe.embedding(17)
+    table = pe.embedding(17) / fixed_table_scale()  # the unit-amplitude formula, scaled to the embedding RMS
     assert table.shape == (17, 16)
     torch.testing.assert_close(table[0], torch.zeros(16))  # CLS token
 

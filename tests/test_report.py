@@ -1,8 +1,10 @@
 """The summary's statistics against hand-computed values, and the report of a synthetic matrix
-with finished, diverged and failed cells, a baseline variant, targets and validation histories."""
+with finished, diverged and failed cells, a baseline variant, targets and validation histories.
+(tests/test_stats.py checks the bounded intervals, the diverged-seed rule, the paired test and Holm.)"""
 
 import csv
 import math
+import statistics
 
 import pytest
 import yaml
@@ -188,9 +190,9 @@ def _section(summary: str, heading_start: str) -> str:
 
 
 def test_summary_csv_columns(rows):
-    expected = ["task", "variant", "metric", "mean", "std", "ci_low", "ci_high", "seeds", "seeds_diverged", "seeds_failed",
-                "higher_is_better", "baseline_variant", "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "diff_p_value",
-                "significant", "direction", "baseline", "steps", "wall_time_s", "parameters", "throughput",
+    expected = ["task", "variant", "metric", "mean", "std", "ci_low", "ci_high", "mean_finished", "seeds", "seeds_diverged",
+                "seeds_failed", "diverged_value", "higher_is_better", "baseline_variant", "diff_vs_baseline", "diff_ci_low",
+                "diff_ci_high", "diff_test", "diff_p_value", "diff_p_holm", "significant", "direction", "baseline", "steps", "wall_time_s", "parameters", "throughput",
                 "throughput_unit", "step_time_ms", "achieved_tflops", "peak_tflops", "mfu", "data_wait_fraction",
                 "peak_memory_mb", "target", "target_reached", "steps_to_target", "seconds_to_target"]
     assert list(next(iter(rows.values()))) == expected
@@ -203,14 +205,20 @@ def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
     assert float(pre["ci_low"]) == pytest.approx(8 - T_975_DF2 / math.sqrt(3)) and float(pre["ci_high"]) == pytest.approx(8 + T_975_DF2 / math.sqrt(3))
     assert "| norm_placement=pre | [5.516, 10.48] |" not in summary  # digits follow the mean: 3 below 10
     assert "| norm_placement=pre | [5.516, 10.484] |" in summary
-    # post vs the baseline pre: +3 with Welch's interval at 4 dof, significant, and worse (perplexity falls)
+    # post vs the baseline pre share seeds 0, 1, 2: paired differences (these assertions were Welch's before
+    # issue 12). Perplexity: every seed pair differs by exactly +3, so the paired t is undefined.
     post = rows["lm", POST, "perplexity"]
-    half_width = T_975_DF4 * math.sqrt(2 / 3)
     assert post["baseline_variant"] == PRE and float(post["diff_vs_baseline"]) == pytest.approx(3.0)
-    assert float(post["diff_ci_low"]) == pytest.approx(3 - half_width) and float(post["diff_ci_high"]) == pytest.approx(3 + half_width)
-    assert float(post["diff_p_value"]) == pytest.approx(scipy_stats.ttest_ind([10, 11, 12], [7, 8, 9], equal_var=False).pvalue)
-    assert post["significant"] == "True" and post["direction"] == "worse"
-    assert "| norm_placement=post | +3.00 [+0.73, +5.27] ✓ worse | -0.250 [-0.357, -0.143] ✓ worse | +0.100 [-1.337, +1.537] |" in summary
+    assert post["diff_test"] == "paired" and post["diff_ci_low"] == "" and post["diff_p_value"] == ""
+    assert post["significant"] == "False" and post["direction"] == "worse"
+    # agreement: differences -0.20, -0.23, -0.32 (mean -0.25, std 0.0624)
+    agreement = rows["lm", POST, "agreement_acc"]
+    half_width = T_975_DF2 * statistics.stdev([-0.20, -0.23, -0.32]) / math.sqrt(3)
+    assert float(agreement["diff_ci_low"]) == pytest.approx(-0.25 - half_width)
+    assert float(agreement["diff_ci_high"]) == pytest.approx(-0.25 + half_width)
+    assert float(agreement["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([0.50, 0.52, 0.48], [0.70, 0.75, 0.80]).pvalue)
+    assert ("| norm_placement=post | +3.00 (no interval: the same difference in every seed pair) | -0.250 [-0.405, -0.095] "
+            "| +0.100 [-1.142, +1.342] |") in summary
     assert rows["lm", PRE, "perplexity"]["diff_vs_baseline"] == ""  # the baseline is not compared with itself
 
 
@@ -235,12 +243,22 @@ def test_speed_figures_are_means_over_the_finished_seeds(summary, rows):
     assert rows["lm", SANDWICH, "loss"]["mfu"] == ""  # every seed diverged
 
 
-def test_marker_appears_exactly_when_the_interval_excludes_zero(summary, rows):
-    compared = [r for r in rows.values() if r["diff_ci_low"]]
+def test_marker_appears_exactly_when_the_holm_adjusted_p_value_is_below_005(summary, rows):
+    # before issue 12 the mark meant "the unadjusted interval excludes zero"
+    compared = [r for r in rows.values() if r["diff_p_value"]]
     assert {r["significant"] for r in compared} == {"True", "False"}
-    for r in compared:
-        assert (r["significant"] == "True") == (float(r["diff_ci_low"]) > 0 or float(r["diff_ci_high"]) < 0)
-    assert summary.count("✓") - summary.count("✓ = the interval excludes zero") == sum(r["significant"] == "True" for r in compared)
+    raw = {key: float(r["diff_p_value"]) for key, r in rows.items() if r["diff_p_value"]}
+    for key, r in rows.items():
+        if r["diff_p_value"]:
+            assert (r["significant"] == "True") == (float(r["diff_p_holm"]) < 0.05)
+            assert float(r["diff_p_holm"]) >= float(r["diff_p_value"])
+            if r["significant"] == "True":  # a mark implies an interval that excludes zero, not the reverse
+                assert float(r["diff_ci_low"]) > 0 or float(r["diff_ci_high"]) < 0
+    smallest = min(raw, key=raw.get)
+    assert float(rows[smallest]["diff_p_holm"]) == pytest.approx(len(raw) * raw[smallest])  # Holm's first step
+    assert not any(r["significant"] == "True" for r in rows.values() if not r["diff_p_value"])
+    assert summary.count("✓") - summary.count("✓ = Holm-adjusted p < 0.05") == sum(r["significant"] == "True" for r in compared)
+    assert f"Holm over {len(raw)} comparisons" in summary
 
 
 def test_baseline_variant_comes_from_the_matrix_file(summary):
@@ -250,16 +268,27 @@ def test_baseline_variant_comes_from_the_matrix_file(summary):
     assert "| norm_placement=post |" in differences and "| norm_placement=pre |" not in differences.split("\n\n")[1]
 
 
-def test_diverged_and_failed_cells_are_shown_and_left_out_of_the_statistics(summary, rows):
+def test_diverged_seeds_count_and_failed_cells_are_left_out_of_the_statistics(summary, rows):
+    # Before issue 12 diverged seeds were left out too: deepnorm showed 150.0 over its 2 finished seeds,
+    # and sandwich (every seed diverged) had no mean and no difference.
     lm = _section(summary, "## lm:")
     assert "Cells: 15 (10 ok, 4 diverged, 1 failed)" in summary
-    assert "| norm_placement=sandwich | diverged | diverged | diverged | 0 (3 diverged) |" in lm
-    assert "| norm_placement=deepnorm | 150.0 ± 70.7 | 0.500 ± 0.000 | 4.950 ± 0.495 | 2 (1 diverged, 1 failed) | 30 |" in lm
+    assert "| norm_placement=sandwich | diverged | diverged | diverged | 3 (3 diverged) |" in lm
+    # a diverged lm seed counts with the worse of the baseline and the task's worst finished seed:
+    # perplexity max(30, 200) = 200, agreement min(0.5, 0.48) = 0.48, loss max(3.4, 5.3) = 5.3
+    assert ("perplexity 200.0 (worst finished seed), agreement_acc 0.480 (worst finished seed), "
+            "loss 5.300 (worst finished seed)") in lm
+    assert ("| norm_placement=deepnorm | 166.7 ± 57.7 (finished 150.0) | 0.493 ± 0.012 (finished 0.500) "
+            "| 5.067 ± 0.404 (finished 4.950) | 3 (1 diverged; 1 failed, not counted) | 30 |") in lm
     deep = rows["lm", DEEP, "perplexity"]
-    assert float(deep["mean"]) == 150.0 and (deep["seeds"], deep["seeds_diverged"], deep["seeds_failed"]) == ("2", "1", "1")
+    assert float(deep["mean"]) == pytest.approx(500 / 3) and float(deep["mean_finished"]) == 150.0
+    assert (deep["seeds"], deep["seeds_diverged"], deep["seeds_failed"], deep["diverged_value"]) == ("3", "1", "1", "200.0")
+    # deepnorm's seeds in the statistics (0, 1, 2; the failed seed 3 is out) match pre's: paired
+    assert deep["diff_test"] == "paired" and float(deep["diff_vs_baseline"]) == pytest.approx(500 / 3 - 8)
     sandwich = rows["lm", SANDWICH, "perplexity"]
-    assert sandwich["mean"] == "" and sandwich["seeds_diverged"] == "3" and sandwich["diff_vs_baseline"] == ""
-    assert "| norm_placement=sandwich | diverged | diverged | diverged |" in lm.split("Difference from")[1]
+    assert float(sandwich["mean"]) == 200.0 and sandwich["mean_finished"] == "" and sandwich["seeds_diverged"] == "3"
+    assert float(sandwich["diff_vs_baseline"]) == 192.0 and sandwich["direction"] == "worse"
+    assert "| norm_placement=sandwich | +192.0 [+189.5, +194.5] ✓ worse |" in lm.split("Difference from")[1]
     diverged = _section(summary, "## Diverged cells")
     assert "- `lm/norm_placement=sandwich/seed0`: diverged at step 20, last finite training loss 5.500" in diverged
     assert "- `lm/norm_placement=sandwich/seed1`: diverged at step 30, no finite training loss" in diverged
@@ -275,6 +304,7 @@ def test_time_to_target_table(summary, rows):
     assert "| norm_placement=pre | 3/3 seeds: 27 steps, 2.7 s | 3/3 seeds: 20 steps, 2.0 s |" in lm
     assert "| norm_placement=post | 1/3 seeds: 30 steps, 3.0 s | 0/3 seeds |" in lm  # 10 reaches a target of 10
     assert "| norm_placement=sandwich | diverged | diverged |" in lm
+    assert "| norm_placement=deepnorm | 0/3 seeds | 0/3 seeds |" in lm  # its diverged seed counts (was 0/2)
     pre = rows["lm", PRE, "perplexity"]
     assert pre["target"] == "10.0" and pre["target_reached"] == "3/3"
     assert float(pre["steps_to_target"]) == pytest.approx(80 / 3) and float(pre["seconds_to_target"]) == pytest.approx(8 / 3)
@@ -303,5 +333,130 @@ def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):
     summary = write_report(tmp_path)
     assert "Difference from the baseline variant `norm_placement=post`" in summary
     assert "| norm_placement=pre | +0.200 " in summary
-    assert "| norm_placement=pre | +0.200 [-0.104, +0.504] | +0.000 (no interval: seeds identical) |" in summary
+    # both variants have seeds 0 and 1: paired, and each pair differs by the same amount (was Welch's [-0.104, +0.504])
+    assert ("| norm_placement=pre | +0.200 (no interval: the same difference in every seed pair) "
+            "| +0.000 (no interval: the same difference in every seed pair) |") in summary
     assert not (tmp_path / "plots").exists()
+
+
+# issue 12: statistics that do not flatter ---------------------------------------------------------
+
+TRANSLATION_BASELINES = {"bleu": 0.93, "exact_match": 0.0}  # word-by-word translation
+
+
+def _translation(seed: int, bleu: float, exact_match: float = 0.1, loss: float = 1.0) -> dict:
+    return _ok("translation", seed, {"bleu": bleu, "exact_match": exact_match, "loss": loss}, None, TRANSLATION_BASELINES)
+
+
+def _vit(seed: int, accuracy: float) -> dict:
+    return _ok("vit", seed, {"accuracy": accuracy, "loss": 1.0}, None, {"accuracy": 0.2})
+
+
+def _diverged(task: str, seed: int) -> dict:
+    return {"status": "diverged", "task": task, "seed": seed, "config_hash": "abc", "diverged_at_step": 20,
+            "last_finite_loss": 7.5, "history": []}
+
+
+def _report(matrix_dir, cells: list[tuple[str, str, int, dict]], baseline_variant: str) -> tuple[str, dict]:
+    _write_cells(matrix_dir, cells)
+    (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump({"name": "m", "baseline_variant": baseline_variant}))
+    summary = write_report(matrix_dir)
+    with open(matrix_dir / "summary.csv") as f:
+        return summary, {(r["task"], r["variant"], r["metric"]): r for r in csv.DictReader(f)}
+
+
+def test_a_variant_with_two_of_three_seeds_diverged_does_not_look_as_good_as_its_good_seed(tmp_path):
+    cells = [("translation", PRE, s, _translation(s, bleu)) for s, bleu in enumerate([60.0, 62.0, 64.0])]
+    cells += [("translation", POST, 0, _translation(0, 80.0)), ("translation", POST, 1, _diverged("translation", 1)),
+              ("translation", POST, 2, _diverged("translation", 2))]
+    summary, rows = _report(tmp_path, cells, PRE)
+    # the diverged seeds count with the word-by-word baseline's BLEU 0.93 (every finished seed is better)
+    post = rows["translation", POST, "bleu"]
+    assert float(post["mean"]) == pytest.approx((80 + 2 * 0.93) / 3) and float(post["mean_finished"]) == 80.0
+    assert (post["seeds"], post["seeds_diverged"], float(post["diverged_value"])) == ("3", "2", 0.93)
+    assert "| norm_placement=post | 27.29 ± 45.65 (finished 80.00) |" in summary
+    assert "| 3 (2 diverged) |" in summary.split("| norm_placement=post |")[1].split("\n")[0]
+    assert "bleu 0.930 (trivial baseline)" in summary
+    # the difference counts them too: seed-matched differences +20, 0.93 - 62, 0.93 - 64
+    differences = [20.0, 0.93 - 62, 0.93 - 64]
+    assert post["diff_test"] == "paired" and float(post["diff_vs_baseline"]) == pytest.approx(statistics.fmean(differences))
+    assert post["direction"] == "worse"
+    assert float(post["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([80, 0.93, 0.93], [60, 62, 64]).pvalue)
+    # the intervals count them as well, and stay in BLEU's range
+    assert 0 <= float(post["ci_low"]) < float(post["mean"]) < float(post["ci_high"]) <= 100
+
+
+def test_seed_matched_variants_get_a_paired_test_and_others_welch_and_the_summary_says_which(tmp_path):
+    cells = [("vit", PRE, s, _vit(s, a)) for s, a in enumerate([0.50, 0.60, 0.70])]
+    # post tracks pre seed by seed (+0.025, +0.03, +0.02): the seeds' own spread (0.1) hides it from Welch's test
+    cells += [("vit", POST, s, _vit(s, a)) for s, a in enumerate([0.525, 0.63, 0.72])]
+    cells += [("vit", SANDWICH, s, _vit(s, a)) for s, a in enumerate([0.60, 0.75])]  # seeds 0 and 1 only
+    summary, rows = _report(tmp_path, cells, PRE)
+    post, sandwich = rows["vit", POST, "accuracy"], rows["vit", SANDWICH, "accuracy"]
+    assert post["diff_test"] == "paired"
+    assert float(post["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([0.525, 0.63, 0.72], [0.5, 0.6, 0.7]).pvalue)
+    half_width = T_975_DF2 * 0.005 / math.sqrt(3)
+    assert (float(post["diff_ci_low"]), float(post["diff_ci_high"])) == pytest.approx((0.025 - half_width, 0.025 + half_width))
+    assert sandwich["diff_test"] == "welch"
+    assert float(sandwich["diff_p_value"]) == pytest.approx(
+        scipy_stats.ttest_ind([0.60, 0.75], [0.5, 0.6, 0.7], equal_var=False).pvalue)
+    # two comparisons with a p-value (the losses are all equal): Holm over 2
+    assert float(post["diff_p_holm"]) == pytest.approx(2 * float(post["diff_p_value"]))
+    assert post["significant"] == "True"
+    assert "| norm_placement=post | +0.025 [+0.013, +0.037] ✓ better |" in summary
+    assert ("Tests: paired t over 3 seed-matched pairs for `norm_placement=post`; Welch t (seeds differ from the "
+            "baseline variant's: 2 vs 3) for `norm_placement=sandwich`. Family-wise error: Holm over 2 comparisons") in summary
+
+
+def test_holm_removes_marks_that_several_comparisons_would_earn_by_chance(tmp_path):
+    cells = [("vit", PRE, s, _vit(s, a)) for s, a in enumerate([0.50, 0.60, 0.70])]
+    cells += [("vit", POST, s, _vit(s, a)) for s, a in enumerate([0.52, 0.625, 0.735])]  # paired p = 0.026
+    cells += [("vit", SANDWICH, s, _vit(s, a)) for s, a in enumerate([0.53, 0.62, 0.74])]  # paired p = 0.035
+    summary, rows = _report(tmp_path, cells, PRE)
+    p_post, p_sandwich = (scipy_stats.ttest_rel(v, [0.5, 0.6, 0.7]).pvalue for v in ([0.52, 0.625, 0.735], [0.53, 0.62, 0.74]))
+    assert p_post < p_sandwich < 0.05  # each alone would be marked, and each interval excludes zero
+    # Holm by hand: 2 x 0.026 = 0.053 for the smaller; max(0.053, 1 x 0.035) for the larger
+    post, sandwich = rows["vit", POST, "accuracy"], rows["vit", SANDWICH, "accuracy"]
+    assert float(post["diff_p_holm"]) == pytest.approx(2 * p_post)
+    assert float(sandwich["diff_p_holm"]) == pytest.approx(max(2 * p_post, p_sandwich))
+    assert float(post["diff_ci_low"]) > 0 and float(sandwich["diff_ci_low"]) > 0
+    assert post["significant"] == sandwich["significant"] == "False"
+    assert "✓ better" not in summary and "Holm over 2 comparisons" in summary
+
+
+def test_intervals_of_bounded_metrics_stay_inside_their_range(tmp_path):
+    cells = [("translation", PRE, s, _translation(s, bleu, exact)) for s, (bleu, exact) in enumerate([(70.0, 0.9), (75.0, 0.9), (80.0, 0.0)])]
+    cells += [("translation", POST, s, _translation(s, bleu, exact)) for s, (bleu, exact) in enumerate([(1.0, 0.0), (2.0, 0.0), (12.0, 0.9)])]
+    summary, rows = _report(tmp_path, cells, PRE)
+    post = rows["translation", POST, "bleu"]
+    # the plain t interval of BLEU 1, 2, 12 is [-10.1, 20.1]; on the logit scale of BLEU / 100 it is [0.107, 46.3]
+    logits = [math.log(b / (100 - b)) for b in (1.0, 2.0, 12.0)]
+    mean, half_width = statistics.fmean(logits), T_975_DF2 * statistics.stdev(logits) / math.sqrt(3)
+    expected = tuple(100 / (1 + math.exp(-x)) for x in (mean - half_width, mean + half_width))
+    assert (float(post["ci_low"]), float(post["ci_high"])) == pytest.approx(expected)
+    assert "| norm_placement=post | [0.107, 46.293] |" in summary
+    assert "bleu in [0, 100], exact_match in [0, 1]: Student t on the logit of the share of the range" in summary
+    for row in rows.values():
+        if row["ci_low"] and row["metric"] != "loss":
+            high = 100 if row["metric"] == "bleu" else 1
+            assert 0 <= float(row["ci_low"]) <= float(row["ci_high"]) <= high
+    # exact match differences -0.9, -0.9, +0.9: the paired interval [-2.88, +2.28] is cut to [-1, +1]
+    exact = rows["translation", POST, "exact_match"]
+    assert (float(exact["diff_ci_low"]), float(exact["diff_ci_high"])) == (-1.0, 1.0)
+    assert "Intervals of bleu, exact_match are cut to ± the width of the metric's range." in summary
+
+
+def test_an_mfu_above_100_percent_is_never_printed(tmp_path):
+    """A peak measured too low gives an MFU above 1: no figure, a dash and a note (not "150.0%")."""
+    cells = []
+    for variant, mfu in ((PRE, 1.5), (POST, 0.4)):
+        for seed in (0, 1):
+            result = _lm_ok(seed, [30.0, 10.0 + seed], [0.5, 0.6 + 0.01 * seed], [3.0, 2.0 + 0.1 * seed])
+            result["performance"] = {**result["performance"], "mfu": mfu}
+            cells.append(("lm", variant, seed, result))
+    summary, rows = _report(tmp_path, cells, PRE)
+    pre_row = summary.split("| norm_placement=pre |")[1].split("\n")[0]
+    assert "| 100 | – | 2.0% |" in pre_row and "150" not in summary
+    assert "| 100 | 40.0% | 2.0% |" in summary.split("| norm_placement=post |")[1].split("\n")[0]
+    assert "An MFU above 100% says the peak was measured too low" in summary
+    assert rows["lm", PRE, "perplexity"]["mfu"] == "" and float(rows["lm", POST, "perplexity"]["mfu"]) == pytest.approx(0.4)

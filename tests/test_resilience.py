@@ -1,5 +1,6 @@
-"""A matrix survives interruptions and failures: SIGKILL and resume, divergence, crashing cells,
-changed configs, parallel cells, and the provenance each result carries."""
+"""A matrix survives interruptions and failures: SIGKILL and resume, exact resumes with random
+augmentation and dropout, unreadable checkpoints, divergence, crashing cells, changed configs and
+changed code, parallel cells, and the provenance each result carries."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
+import numpy as np
+import pytest
 import yaml
+
+from blockbench.config import build_run_config
+from blockbench.matrix import load_matrix, reuse_earlier
+from blockbench.train import train
 
 TINY_LM = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
@@ -57,14 +65,25 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
     killed = write_matrix(tmp_path / "killed", axes)
     process = subprocess.Popen(matrix_command(killed), cwd=killed.parent, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
-    first_checkpoint = killed.parent / "results/m/cells/lm/norm_placement=pre/seed0/checkpoints/last.ckpt"
+    cells = killed.parent / "results/m/cells"
+    first_checkpoint = cells / "lm/norm_placement=pre/seed0/checkpoints/last.ckpt"
+
+    def resumable() -> list[str]:
+        """The cells with a checkpoint and no result: those a rerun must resume."""
+        return [str(c.parents[1].relative_to(cells)) for c in cells.glob("*/*/*/checkpoints/last.ckpt")
+                if not (c.parents[1] / "result.json").exists()]
+
     deadline = time.monotonic() + 120
     while not first_checkpoint.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert first_checkpoint.exists()
-    time.sleep(random.Random(os.getpid()).uniform(0, 4))  # anywhere in the first or second cell
+    time.sleep(random.Random(os.getpid()).uniform(0, 4))  # anywhere in the first or second cell...
+    while not resumable() and time.monotonic() < deadline:  # ...once that cell has a checkpoint
+        time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)  # the matrix and its training process, no chance to clean up
     process.wait()
+    interrupted = resumable()
+    assert interrupted
 
     rerun = run_matrix(killed)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -74,7 +93,8 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
         assert result["metrics"] == expected[key]["metrics"], key
         assert curves(result) == curves(expected[key]), key
         assert not (killed.parent / "results/m/cells" / key / "checkpoints").exists()  # removed once the result is written
-    assert any(r["resumed_from_step"] for r in got.values()) or "done earlier" in rerun.stdout
+    for key in interrupted:  # the rerun resumed the killed cell rather than starting it over
+        assert got[key]["resumed_from_step"] > 0 and got[key]["resume_error"] is None, key
 
 
 def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path):
@@ -139,3 +159,161 @@ def test_parallel_cells_and_provenance(tmp_path):
         cell = json.loads((tmp_path / "results/m/cells" / key / "cell.json").read_text())
         assert cell["matrix_file"]["path"] == str(path) and len(cell["matrix_file"]["sha256"]) == 64
     assert "--jobs 2" in json.loads((tmp_path / "results/m/matrix_run.json").read_text())["command"]
+
+
+# --------------------------------------------------------------------------- exact resume, in process
+
+
+class Interrupt(Exception):
+    """Stands in for a kill: raised by :class:`InterruptAfter` (deterministic, unlike a signal's timing)."""
+
+
+class InterruptAfter(L.Callback):
+    """Stops the run with :class:`Interrupt` once it has taken ``step`` optimizer steps."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise Interrupt(f"interrupted after step {self.step}")
+
+
+def train_cell(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> dict:
+    return train(build_run_config(config), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name,
+                 extra_callbacks=callbacks)
+
+
+def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> dict:
+    """Train until ``after_step``, stop, train again in the same folder: the result of the resumed run."""
+    with pytest.raises(Interrupt):
+        train_cell(tmp_path, config, "resumed", InterruptAfter(after_step))
+    assert (tmp_path / "resumed/checkpoints/last.ckpt").is_file()
+    return train_cell(tmp_path, config, "resumed")
+
+
+def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("train/", "val/", "lr/")) -> dict[str, list]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"] if tag.startswith(prefixes)}
+
+
+def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
+    """Dropout draws from the restored generator; the checkpoint of a step that is also validated
+    keeps that validation (history and TensorBoard), which the resumed run does not repeat."""
+    config = {**TINY_LM, "model": {**TINY_LM["model"], "dropout": 0.1},
+              "task": {**TINY_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+              "trainer": {**TINY_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8}}
+    expected = train_cell(tmp_path, config, "uninterrupted")
+    got = interrupt_then_resume(tmp_path, config, after_step=12)
+    assert got["resumed_from_step"] == 8 and expected["resumed_from_step"] is None
+    assert got["metrics"] == expected["metrics"]
+    assert curves(got) == curves(expected) and [step for step, _ in curves(got)] == [8, 16]
+    assert tensorboard_curves(tmp_path / "tb/cell/resumed") == tensorboard_curves(tmp_path / "tb/cell/uninterrupted")
+
+
+def random_images(path: Path, n_train: int = 64, n_val: int = 32, size: int = 16, classes: int = 4) -> Path:
+    rng = np.random.default_rng(0)
+    np.savez(path, x_train=rng.integers(0, 256, (n_train, size, size, 3), dtype=np.uint8),
+             y_train=rng.integers(0, classes, n_train), x_test=rng.integers(0, 256, (n_val, size, size, 3), dtype=np.uint8),
+             y_test=rng.integers(0, classes, n_val))
+    return path
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_path, monkeypatch, num_workers):
+    """Random crops, flips, RandAugment and MixUp/CutMix after the resume draw what an uninterrupted
+    run draws: in the main process and in a DataLoader worker. 8 batches per epoch; the checkpoint
+    due at step 8, the end of an epoch, is written at step 9."""
+    monkeypatch.setenv("BLOCKBENCH_CACHE", str(tmp_path / "cache"))
+    config = {
+        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "patch_size": 4},
+        "task": {"name": "image_classification", "data": {"source": "npz", "path": str(random_images(tmp_path / "images.npz"))},
+                 "image_size": 16, "num_workers": num_workers,
+                 "augment": {"random_crop_padding": 2, "horizontal_flip": True, "randaugment": True,
+                             "mixup_alpha": 0.2, "cutmix_alpha": 1.0}},
+        "trainer": {"max_steps": 12, "batch_size": 8, "val_every_n_steps": 4, "log_every_n_steps": 2,
+                    "checkpoint_every_n_steps": 8, "num_threads": 1},
+        "optimizer": {"warmup_steps": 2},
+    }
+    expected = train_cell(tmp_path, config, "uninterrupted")
+    got = interrupt_then_resume(tmp_path, config, after_step=11)
+    assert got["resumed_from_step"] == 9
+    assert got["metrics"] == expected["metrics"]
+    assert curves(got) == curves(expected)
+    assert tensorboard_curves(tmp_path / "tb/cell/resumed") == tensorboard_curves(tmp_path / "tb/cell/uninterrupted")
+
+
+def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, capfd, monkeypatch):
+    config = {**TINY_LM, "task": {**TINY_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+              "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "checkpoint_every_n_steps": 2}}
+    # unreadable (a full disk, a copy gone wrong): said on stderr and in result.json, then trained from step 0
+    checkpoint = tmp_path / "garbage/checkpoints/last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"not a checkpoint")
+    capfd.readouterr()
+    result = train_cell(tmp_path, config, "garbage")
+    assert result["status"] == "ok" and result["steps"] == 6 and result["resumed_from_step"] is None
+    assert result["resume_error"].startswith(f"checkpoint {checkpoint} could not be loaded (")
+    assert result["resume_error"].endswith("); starting from step 0")
+    assert f"blockbench: {result['resume_error']}\n" in capfd.readouterr().err
+    assert json.loads((tmp_path / "garbage/result.json").read_text())["resume_error"] == result["resume_error"]
+
+    # intact, but written by other code (a checkpoint of another config is replaced the same way)
+    with pytest.raises(Interrupt):
+        train_cell(tmp_path, config, "edited", InterruptAfter(5))
+    monkeypatch.setattr("blockbench.train.code_fingerprint", lambda: "f" * 64)
+    capfd.readouterr()
+    result = train_cell(tmp_path, config, "edited")
+    assert result["resumed_from_step"] is None and result["resume_error"] is None and result["code_fingerprint"] == "f" * 64
+    assert "(step 4) is written by other code (fingerprint " in capfd.readouterr().err
+
+
+# --------------------------------------------------------------------------- stale results
+
+
+def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
+    path = write_matrix(tmp_path, {"seed": [0]})
+    _, (cell,) = load_matrix(path)
+    cell_dir = tmp_path / "cell"
+    cell_dir.mkdir()
+    result = {"status": "ok", "config_hash": cell.run.config_hash(), "code_fingerprint": "a" * 64}
+    (cell_dir / "result.json").write_text(json.dumps(result))
+    assert reuse_earlier(cell, cell_dir, "a" * 64) == (True, "done earlier, reusing its result")
+    change = "code changed since its result (fingerprint aaaaaaaaaaaa -> bbbbbbbbbbbb)"
+    assert reuse_earlier(cell, cell_dir, "b" * 64) == (False, f"{change}, retraining")
+    assert reuse_earlier(cell, cell_dir, "b" * 64, reuse_stale=True) == (True, f"{change}, reusing it (--reuse-stale)")
+    del result["code_fingerprint"]  # written before results had a fingerprint
+    (cell_dir / "result.json").write_text(json.dumps(result))
+    assert reuse_earlier(cell, cell_dir, "a" * 64)[0] is False
+    (cell_dir / "result.json").write_text(json.dumps({**result, "config_hash": "other"}))
+    assert reuse_earlier(cell, cell_dir, "a" * 64) == (False, None)  # another config: trained, nothing to say
+
+
+def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(tmp_path):
+    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 2, "val_every_n_steps": 2}}
+    path = write_matrix(tmp_path, {"seed": [0]}, base=base)
+    assert run_matrix(path).returncode == 0
+    result_file = tmp_path / "results/m/cells/lm/default/seed0/result.json"
+    fingerprint = json.loads(result_file.read_text())["code_fingerprint"]
+    assert len(fingerprint) == 64
+
+    def pretend_other_code() -> None:
+        result_file.write_text(json.dumps({**json.loads(result_file.read_text()), "code_fingerprint": "0" * 64}))
+
+    pretend_other_code()
+    again = run_matrix(path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (f"[1/1] lm/default/seed0: code changed since its result (fingerprint 000000000000 -> {fingerprint[:12]}), "
+            "retraining") in again.stdout
+    assert json.loads(result_file.read_text())["code_fingerprint"] == fingerprint  # trained again
+
+    pretend_other_code()
+    reused = run_matrix(path, "--reuse-stale")
+    assert reused.returncode == 0, reused.stderr[-2000:]
+    assert "000000000000 -> " in reused.stdout and "reusing it (--reuse-stale)" in reused.stdout
+    assert "training" not in reused.stdout.replace("retraining", "")
+    assert json.loads(result_file.read_text())["code_fingerprint"] == "0" * 64  # kept as it was

@@ -125,6 +125,7 @@ def test_tiny_matrix_end_to_end(tmp_path):
     matrix_dir = results / "tiny"
 
     # one TensorBoard run per cell, named from the config, with the curves a user looks at
+    peaks = []
     for variant in ("norm_placement=pre", "norm_placement=post"):
         run_dir = matrix_dir / "tb" / "lm" / variant / "seed0"
         events = EventAccumulator(str(run_dir))
@@ -135,6 +136,8 @@ def test_tiny_matrix_end_to_end(tmp_path):
         assert len(events.Scalars("train/loss")) == 4
         result = json.loads((matrix_dir / "cells" / "lm" / variant / "seed0" / "result.json").read_text())
         assert result["status"] == "ok" and result["steps"] == 4
+        perf = result["performance"]
+        peaks.append((perf["peak_tflops"], perf["peak_source"], perf["peak_probe"]["measured_now"]))
         # the final metric in the result is the last validation point in TensorBoard
         assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/loss")[-1].value, rel=1e-6)
         # the HParams dashboard row of the cell: its varied key, its status and its final metrics
@@ -142,6 +145,8 @@ def test_tiny_matrix_end_to_end(tmp_path):
         session = hparams_session(run_dir)
         assert session.hparams["model.norm_placement"].string_value == variant.split("=")[1]
         assert session.hparams["status"].string_value == "ok"
+    # one MFU denominator: the runner resolved the peak before the cells, which read it from the cache
+    assert peaks[0] == peaks[1] and peaks[0][2] is False and "MFU peak for 32-true" in process.stdout
     assert (matrix_dir / "tb" / ".hparams").is_dir() and (matrix_dir / "tb" / ".layout").is_dir()
     assert (matrix_dir / "plots" / "lm.png").is_file() and "](plots/lm.png)" in (matrix_dir / "summary.md").read_text()
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
+import lightning as L
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from blockbench.config import build_run_config
+from blockbench.train import train
 from models.moe import MoEFeedForward
+from test_ddp import scalars  # a TensorBoard run's values of one tag
 
 TINY_VIT = {
     "task": "vit", "task.n_train": 16, "task.n_val": 8,
@@ -55,18 +61,73 @@ def test_bad_moe_or_ffn_config_names_the_key(overrides, message):
         build_run_config({}, overrides)
 
 
-def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates():
-    overrides = {"task": "lm", "task.seq_len": 16, "task.eval_seq_len": 48, "task.n_train_tokens": 4000,
-                 "task.n_val_tokens": 2000, "task.n_probes": 8, "model.d_model": 32, "model.n_layers": 1,
-                 "model.n_heads": 2, "model.pos_encoding": "alibi"}
-    datamodule, module, (train_rows,) = build(overrides)
-    assert train_rows.shape[1] == 17
-    val_rows = next(iter(datamodule.val_dataloader()[0]))[0]
-    assert val_rows.shape[1] == 49  # three times the training context
-    module.validation_step((val_rows,), 0, dataloader_idx=0)
-    assert torch.isfinite(module.val_loss.compute())
+LONG_CONTEXT_LM = {
+    "task": "lm", "task.seq_len": 16, "task.eval_seq_len": 48, "task.n_train_tokens": 4000, "task.n_val_tokens": 2000,
+    "task.n_probes": 8, "model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64,
+    "trainer.max_steps": 3, "trainer.batch_size": 8, "trainer.val_every_n_steps": 3, "optimizer.lr": 1e-2,
+    "optimizer.warmup_steps": 1, "trainer.peak_tflops": 1.0, "trainer.checkpoint_every_n_steps": None,
+}
 
+
+class LMValidationSpy(L.Callback):
+    """Keeps the widths of the training rows, the shapes of the last validation's batches of the LM
+    stream (dataloader 0), the module and the datamodule."""
+
+    def __init__(self):
+        self.train_widths: set[int] = set()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.train_widths.add(batch[0].shape[1])
+
+    def on_validation_epoch_start(self, trainer, pl_module):
+        self.row_shapes: list[tuple[int, ...]] = []
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if dataloader_idx == 0:
+            self.row_shapes.append(tuple(batch[0].shape))
+
+    def on_fit_end(self, trainer, pl_module):
+        self.module, self.datamodule = pl_module, trainer.datamodule
+
+
+def mean_next_token_loss(model: torch.nn.Module, stream: np.ndarray, length: int) -> torch.Tensor:
+    """Brute force: the stream cut into rows of ``length`` inputs plus one target, one plain forward
+    pass, F.cross_entropy over every target token."""
+    n_rows = len(stream) // (length + 1)
+    rows = torch.from_numpy(stream[: n_rows * (length + 1)].astype(np.int64)).view(n_rows, length + 1)
+    with torch.no_grad():
+        logits = model.eval()(rows[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1).double(), rows[:, 1:].flatten())
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "sinusoidal", "nope", "relative"])
+def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_path, pos):
+    """With task.eval_seq_len = 3 x task.seq_len, validation feeds rows of eval_seq_len + 1 tokens
+    and the logged val/loss is the mean next-token cross-entropy of the trained model over the
+    validation stream cut at eval_seq_len (brute force below), val/perplexity its exp; the same
+    model scored at the training length gives another number, so the comparison tells them apart."""
+    run = build_run_config({}, {**LONG_CONTEXT_LM, "model.pos_encoding": pos})
+    spy = LMValidationSpy()
+    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=pos, tb_version="0", extra_callbacks=[spy])
+    assert result["status"] == "ok"
+
+    stream, eval_len = spy.datamodule.corpus.val, LONG_CONTEXT_LM["task.eval_seq_len"]
+    n_rows = len(stream) // (eval_len + 1)
+    assert spy.train_widths == {LONG_CONTEXT_LM["task.seq_len"] + 1}
+    assert {shape[1] for shape in spy.row_shapes} == {eval_len + 1}  # 49 tokens: three training contexts
+    assert sum(shape[0] for shape in spy.row_shapes) == n_rows  # every row of the stream, once
+
+    expected = mean_next_token_loss(spy.module.model, stream, eval_len).item()
+    logged = {name: scalars(tmp_path / "tb" / pos / "0", f"val/{name}")[-1] for name in ("loss", "perplexity")}
+    for metrics in (result["metrics"], result["history"][-1]["metrics"], logged):
+        assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
+        assert metrics["perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
+    at_training_length = mean_next_token_loss(spy.module.model, stream, LONG_CONTEXT_LM["task.seq_len"]).item()
+    assert abs(at_training_length - expected) > 1e-4 * expected  # 10x the tolerance above
+
+
+def test_lm_rejects_a_longer_validation_context_for_learned_positions():
     from blockbench.config import ConfigError
 
     with pytest.raises(ConfigError, match="model.pos_encoding=learned cannot extrapolate"):
-        build_run_config({}, {**overrides, "model.pos_encoding": "learned"})
+        build_run_config({}, {**LONG_CONTEXT_LM, "model.pos_encoding": "learned"})

@@ -3,7 +3,9 @@
 Each pair comes from one abstract sentence (``Sentence``) realised in both languages, so the
 reference translation is exact. The target language reorders words and marks agreement, so a
 translator must attend to the right source words; copying the source scores zero BLEU because
-the two languages share no word.
+the two languages share no word. The trivial baseline (``word_by_word_translations``) knows the
+lexicon but neither the word order nor the agreement: it translates each source word alone into
+its most frequent target form and keeps the source order.
 
 Source, English-like, SVO, adjectives before the noun::
 
@@ -45,7 +47,9 @@ source words, target words) is the same for every corpus seed. Sentences have 5 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -343,6 +347,51 @@ def _sample_split(rng: random.Random, n: int, width: int, excluded_sources: set[
         src_text=[" ".join(words) for words in sources],
         tgt_text=[" ".join(words) for words in targets],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Word-by-word translation: the trivial baseline.
+# ---------------------------------------------------------------------------------------------
+def source_word_forms() -> dict[str, tuple[str, ...]]:
+    """Every source word with the target forms the lexicon can translate it into, out of context:
+    a noun or verb form has one (its number is visible in the source word), a determiner or an
+    adjective one per gender (and, for "the", number) of the noun it belongs to."""
+    determiners = {
+        SOURCE_DEFINITE: [TARGET_DETERMINERS[True, g, p] for g in (MASCULINE, FEMININE) for p in (False, True)],
+        SOURCE_INDEFINITE_SINGULAR: [TARGET_DETERMINERS[False, g, False] for g in (MASCULINE, FEMININE)],
+        SOURCE_INDEFINITE_PLURAL: [TARGET_DETERMINERS[False, g, True] for g in (MASCULINE, FEMININE)],
+    }
+    forms = {word: tuple(targets) for word, targets in determiners.items()}
+    for lemma, noun in TARGET_LEXICON.nouns.items():
+        forms[lemma], forms[lemma + "s"] = (noun.singular,), (noun.plural,)
+    for lemma, adjective in TARGET_LEXICON.adjectives.items():
+        forms[lemma] = tuple(adjective.form(g, p) for g, p in TARGET_ADJECTIVE_ENDINGS)
+    for lemma, verb in TARGET_LEXICON.verbs.items():
+        forms[lemma + "s"], forms[lemma] = (verb.singular,), (verb.plural,)
+    forms.update({lemma: (word,) for lemma, word in TARGET_LEXICON.postpositions.items()})
+    forms.update({lemma: (word,) for lemma, word in TARGET_LEXICON.numerals.items()})
+    return forms
+
+
+def word_by_word_dictionary(train_targets: Iterable[str]) -> dict[str, str]:
+    """Each source word -> the one of its target forms (``source_word_forms``) that is most frequent
+    in the training target sentences (ties: the first in lexicon order)."""
+    counts = Counter(word for sentence in train_targets for word in sentence.split())
+    return {word: max(forms, key=lambda form: counts[form]) for word, forms in source_word_forms().items()}
+
+
+def translate_word_by_word(source: str, dictionary: dict[str, str]) -> str:
+    """``source`` translated one word at a time with ``dictionary``, in the source's word order."""
+    return " ".join(dictionary[word] for word in source.split())
+
+
+def word_by_word_translations(corpus: "ParallelCorpus") -> list[str]:
+    """The validation sources translated word by word with the dictionary of the training targets:
+    every content word right (the lexicon is known), but SVO order kept (the target is SOV with
+    adjectives and numerals after the noun) and determiners and adjectives in their most frequent
+    gender and number instead of the noun's. A model that beats it has learned more than a lexicon."""
+    dictionary = word_by_word_dictionary(corpus.train.tgt_text)
+    return [translate_word_by_word(source, dictionary) for source in corpus.val.src_text]
 
 
 def generate_parallel_corpus(*, n_train: int, n_val: int, max_len: int = 24, seed: int = 0) -> ParallelCorpus:

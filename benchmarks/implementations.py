@@ -1,0 +1,295 @@
+"""The models the benchmark scripts compare: blockbench's and the implementations people already use.
+
+Every builder takes ``(torch, generator, dims)`` and returns a ``Run``: the model (drawn from the
+global RNG, so seed it first), a random batch drawn from ``generator`` (the same batch for every
+implementation of a family at the same ``dims``), and the loss the implementation is trained with:
+ours through the loss functions blockbench's tasks call in training, the references as their users
+do (``F.cross_entropy`` on the logits). ``torch`` is passed in so that a script can import it
+only in the process that needs it. Our models are built through ``models.build_model``, so
+every change to the library shows up here.
+
+Used by ``throughput.py`` (speed) and ``init_parity.py`` (fitting a fixed batch from each
+implementation's own initialisation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes of one comparison; each family reads the fields it needs."""
+
+    d_model: int
+    n_layers: int  # per stack: the encoder-decoder has n_layers encoder + n_layers decoder blocks
+    n_heads: int
+    d_ff: int  # dense FFN width; a gated FFN (Llama) has gated_hidden_size(d_ff), the same weight count
+    batch: int
+    vocab: int = 8192
+    seq_len: int = 256  # LM context; encoder-decoder source length (targets have one token more, BOS)
+    n_kv_heads: int | None = None  # Llama only
+    image_size: int = 32
+    patch_size: int = 4
+    n_classes: int = 10
+    norm_placement: str = "post"  # encoder-decoder only (the decoder LMs and ViTs are pre-norm)
+    activation: str = "relu"  # encoder-decoder only (GPT and ViT use GELU, Llama SwiGLU)
+
+
+@dataclass
+class Run:
+    """What one implementation needs for a training step: the model, a batch, and its loss."""
+
+    model: Any
+    batch: tuple
+    loss: Callable[[Any, tuple], Any]
+    items: int  # tokens or images per step
+    note: str
+
+
+Builder = Callable[[Any, Any, Dims], Run]
+
+
+# --------------------------------------------------------------------------------- blockbench
+def _token_batch(torch, generator, rows: int, length: int, vocab: int):
+    return torch.randint(0, vocab, (rows, length), generator=generator)
+
+
+def _image_batch(torch, generator, dims: Dims) -> tuple:
+    images = torch.randn(dims.batch, 3, dims.image_size, dims.image_size, generator=generator)
+    labels = torch.randint(0, dims.n_classes, (dims.batch,), generator=generator)
+    return images, labels
+
+
+def _seq2seq_batch(torch, generator, dims: Dims) -> tuple:
+    src = _token_batch(torch, generator, dims.batch, dims.seq_len, dims.vocab).clamp(min=1)  # id 0 is padding
+    tgt = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab).clamp(min=1)
+    return src, tgt
+
+
+def _ours(model_fields: dict[str, Any]):
+    from models import ModelConfig, build_model
+
+    return build_model(ModelConfig(**model_fields))
+
+
+def ours_lm_gpt(torch, generator, dims: Dims) -> Run:
+    from tasks.lm import next_token_loss
+
+    model = _ours(dict(family="decoder_lm", vocab_size=dims.vocab, max_seq_len=dims.seq_len, d_model=dims.d_model,
+                       n_layers=dims.n_layers, n_heads=dims.n_heads, d_ff=dims.d_ff, activation="gelu",
+                       norm="layernorm", norm_placement="pre", pos_encoding="learned", bias=True, tie_embeddings=True))
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), dims.batch * dims.seq_len,
+               "blockbench decoder_lm; loss: tasks.lm.next_token_loss (as the LM tasks train)")
+
+
+def ours_lm_llama(torch, generator, dims: Dims) -> Run:
+    from tasks.lm import next_token_loss
+
+    model = _ours(dict(family="decoder_lm", vocab_size=dims.vocab, max_seq_len=dims.seq_len, d_model=dims.d_model,
+                       n_layers=dims.n_layers, n_heads=dims.n_heads, n_kv_heads=dims.n_kv_heads, d_ff=dims.d_ff,
+                       ffn="swiglu", norm="rmsnorm", norm_eps=1e-6, norm_placement="pre", pos_encoding="rope",
+                       bias=False, tie_embeddings=False))
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), dims.batch * dims.seq_len,
+               f"blockbench decoder_lm (rmsnorm, rope, swiglu with d_ff {dims.d_ff} = hidden {_gated(dims)}, "
+               f"n_kv_heads {dims.n_kv_heads}, no bias)")
+
+
+def ours_vit(torch, generator, dims: Dims) -> Run:
+    from tasks.vision import classification_loss
+
+    model = _ours(dict(family="vit", image_size=dims.image_size, patch_size=dims.patch_size, in_channels=3,
+                       n_classes=dims.n_classes, d_model=dims.d_model, n_layers=dims.n_layers, n_heads=dims.n_heads,
+                       d_ff=dims.d_ff, activation="gelu", norm="layernorm", norm_placement="pre",
+                       pos_encoding="learned", bias=True))
+    return Run(model, _image_batch(torch, generator, dims), lambda m, b: classification_loss(m, *b), dims.batch,
+               "blockbench vit; loss: tasks.vision.classification_loss")
+
+
+def ours_seq2seq(torch, generator, dims: Dims) -> Run:
+    from tasks.translation import teacher_forcing_loss
+
+    model = _ours(dict(family="encoder_decoder", vocab_size=dims.vocab, max_seq_len=dims.seq_len + 1,
+                       d_model=dims.d_model, n_layers=dims.n_layers, n_heads=dims.n_heads, d_ff=dims.d_ff,
+                       activation=dims.activation, norm="layernorm", norm_placement=dims.norm_placement,
+                       pos_encoding="sinusoidal", bias=True, tie_embeddings=True))
+    return Run(model, _seq2seq_batch(torch, generator, dims), lambda m, b: teacher_forcing_loss(m, *b, pad_id=0),
+               dims.batch * dims.seq_len,
+               "blockbench encoder_decoder; loss: tasks.translation.teacher_forcing_loss (padding masks as in training)")
+
+
+# --------------------------------------------------------------------------------- references
+def _gated(dims: Dims) -> int:
+    from models.mlp import gated_hidden_size
+
+    return gated_hidden_size(dims.d_ff)
+
+
+def _lm_logits_loss(torch):
+    import torch.nn.functional as F
+
+    def loss(model, batch):
+        rows = batch[0]
+        logits = model(input_ids=rows[:, :-1]).logits
+        return F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
+
+    return loss
+
+
+def hf_gpt2(torch, generator, dims: Dims) -> Run:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=dims.vocab, n_positions=dims.seq_len, n_embd=dims.d_model, n_layer=dims.n_layers,
+                        n_head=dims.n_heads, n_inner=dims.d_ff, activation_function="gelu", resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), _lm_logits_loss(torch), dims.batch * dims.seq_len,
+               "transformers GPT2LMHeadModel, sdpa attention, exact GELU (GPT-2's default is the tanh approximation), tied")
+
+
+def hf_llama(torch, generator, dims: Dims) -> Run:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=dims.vocab, hidden_size=dims.d_model, intermediate_size=_gated(dims),
+                         num_hidden_layers=dims.n_layers, num_attention_heads=dims.n_heads,
+                         num_key_value_heads=dims.n_kv_heads, max_position_embeddings=dims.seq_len,
+                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), _lm_logits_loss(torch), dims.batch * dims.seq_len,
+               "transformers LlamaForCausalLM, sdpa attention, rope_theta 1e4, untied")
+
+
+def timm_vit(torch, generator, dims: Dims) -> Run:
+    import torch.nn.functional as F
+    from timm.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(img_size=dims.image_size, patch_size=dims.patch_size, embed_dim=dims.d_model,
+                              depth=dims.n_layers, num_heads=dims.n_heads, mlp_ratio=dims.d_ff / dims.d_model,
+                              num_classes=dims.n_classes, qkv_bias=True, global_pool="token")
+    return Run(model, _image_batch(torch, generator, dims), lambda m, b: F.cross_entropy(m(b[0]), b[1]), dims.batch,
+               "timm VisionTransformer (class token, fused SDPA attention, qkv bias; default weight_init, "
+               "init_weights_vit_timm)")
+
+
+def hf_vit(torch, generator, dims: Dims) -> Run:
+    import torch.nn.functional as F
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(hidden_size=dims.d_model, num_hidden_layers=dims.n_layers, num_attention_heads=dims.n_heads,
+                       intermediate_size=dims.d_ff, hidden_act="gelu", hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0, image_size=dims.image_size, patch_size=dims.patch_size,
+                       num_channels=3, num_labels=dims.n_classes, qkv_bias=True)
+    model = ViTForImageClassification._from_config(config, attn_implementation="sdpa")
+    return Run(model, _image_batch(torch, generator, dims),
+               lambda m, b: F.cross_entropy(m(pixel_values=b[0]).logits, b[1]), dims.batch,
+               "transformers ViTForImageClassification (CLS token, sdpa attention, LayerNorm eps 1e-12)")
+
+
+class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
+    @staticmethod
+    def build(torch, dims: Dims):
+        import torch.nn.functional as F
+        from torch import nn
+
+        d_model = dims.d_model
+
+        class Seq2Seq(nn.Module):
+            """torch.nn.Transformer with what a translator adds around it, as fairseq's transformer
+            (Vaswani et al.'s recipe) does: a shared embedding drawn from N(0, 1/d) and multiplied by
+            sqrt(d) (unit RMS), unit-amplitude sinusoidal positions and a tied output projection;
+            nn.Transformer's own init (xavier_uniform_ on every matrix) for its layers."""
+
+            def __init__(self):
+                super().__init__()
+                self.embed = nn.Embedding(dims.vocab, d_model)
+                nn.init.normal_(self.embed.weight, std=d_model**-0.5)
+                self.transformer = nn.Transformer(d_model, dims.n_heads, dims.n_layers, dims.n_layers, dims.d_ff,
+                                                  dropout=0.0, activation=dims.activation, batch_first=True,
+                                                  norm_first=dims.norm_placement == "pre")
+                position = torch.arange(dims.seq_len + 1)[:, None]
+                div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+                table = torch.zeros(dims.seq_len + 1, d_model)
+                table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
+                self.register_buffer("positions", table)
+
+            def forward(self, src, tgt):
+                def embed(t):
+                    return self.embed(t) * math.sqrt(d_model) + self.positions[: t.shape[1]]
+
+                causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
+                pad = src == 0
+                out = self.transformer(embed(src), embed(tgt), tgt_mask=causal, tgt_is_causal=True,
+                                       src_key_padding_mask=pad, memory_key_padding_mask=pad)
+                return F.linear(out, self.embed.weight)
+
+        return Seq2Seq()
+
+
+def torch_transformer(torch, generator, dims: Dims) -> Run:
+    import torch.nn.functional as F
+
+    model = TorchSeq2Seq.build(torch, dims)
+
+    def loss(m, b):
+        src, tgt = b
+        logits = m(src, tgt[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
+
+    placement = "pre-LN" if dims.norm_placement == "pre" else "post-LN"
+    return Run(model, _seq2seq_batch(torch, generator, dims), loss, dims.batch * dims.seq_len,
+               f"torch.nn.Transformer ({placement}, {dims.activation}; adds a final LayerNorm to each stack) + shared "
+               "embedding N(0, 1/d) x sqrt(d), sinusoidal positions, tied output; padding masks and causal mask as a "
+               "user passes them")
+
+
+@dataclass(frozen=True)
+class Implementation:
+    family: str  # the kind of model: lm_gpt, lm_llama, vit, seq2seq
+    build: Builder
+    ours: bool
+    package: str | None  # the pip package it needs beyond blockbench's own
+
+
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    "blockbench": Implementation("lm_gpt", ours_lm_gpt, True, None),
+    "hf_gpt2": Implementation("lm_gpt", hf_gpt2, False, "transformers"),
+    "blockbench_llama": Implementation("lm_llama", ours_lm_llama, True, None),
+    "hf_llama": Implementation("lm_llama", hf_llama, False, "transformers"),
+    "blockbench_vit": Implementation("vit", ours_vit, True, None),
+    "timm_vit": Implementation("vit", timm_vit, False, "timm"),
+    "hf_vit": Implementation("vit", hf_vit, False, "transformers"),
+    "blockbench_seq2seq": Implementation("seq2seq", ours_seq2seq, True, None),
+    "torch_transformer": Implementation("seq2seq", torch_transformer, False, None),
+}
+
+
+# ------------------------------------------------------------------------------ machine facts
+def package_versions() -> str:
+    """The reference packages' versions (and lightning's), for a report's header."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("transformers", "timm", "lightning"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(found)
+
+
+def importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(module) is not None
+
+
+def missing_packages(names: list[str]) -> list[str]:
+    """The pip packages that the implementations ``names`` need and that are not installed."""
+    return sorted({IMPLEMENTATIONS[n].package for n in names
+                   if IMPLEMENTATIONS[n].package and not importable(IMPLEMENTATIONS[n].package)})

@@ -1,0 +1,191 @@
+"""Queries whose keys are all masked, and padding masks with KV caches.
+
+A sparse pattern plus padding can leave a query with no key at all (a padding query far from
+every real token). SDPA gives such a row a zero attention output; the hand-written math path
+(``need_weights``, the additive score) must give the same, finite values and finite gradients,
+or a cell would be recorded as diverged for a reason that is not a finding. Each path is checked
+against a brute-force reference that loops over query rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models import MultiHeadAttention, build_model
+from models.attention import SparsePattern
+from models.position import ALiBi, alibi_slopes
+
+DT = torch.float64
+D, HEADS, KV_HEADS = 16, 4, 2
+T, LENGTHS = 11, (11, 4, 1)
+WINDOW, STRIDE, SUMMARY = 3, 4, 1
+
+
+def pattern_allows(pattern: str, i: int, j: int) -> bool:
+    """Child et al.'s patterns written out for one (query, key) pair (cf. ``models.sparse``)."""
+    if pattern == "local":
+        return abs(i - j) < WINDOW
+    if pattern == "strided":
+        return abs(i - j) < STRIDE or (i - j) % STRIDE == 0
+    return i // STRIDE == j // STRIDE or j % STRIDE >= STRIDE - SUMMARY  # fixed
+
+
+def padding_mask(side: str) -> torch.Tensor:
+    """(B, T), True = padding: each row's real tokens at the end (left padding) or the start (right)."""
+    positions = torch.arange(T)[None, :]
+    lengths = torch.tensor(LENGTHS)[:, None]
+    return positions < T - lengths if side == "left" else positions >= lengths
+
+
+def allowed_keys(pattern: str, padding: torch.Tensor, causal: bool) -> list[list[list[int]]]:
+    """[batch][query] -> the keys that query may attend."""
+    return [
+        [[j for j in range(T) if pattern_allows(pattern, i, j) and not padding[b, j] and (j <= i or not causal)]
+         for i in range(T)]
+        for b in range(len(LENGTHS))
+    ]
+
+
+def brute_force(attn: MultiHeadAttention, x: torch.Tensor, keys: list[list[list[int]]], *, causal: bool,
+                alibi: bool, additive: bool) -> torch.Tensor:
+    """The attention output row by row: softmax over the allowed keys only, zero without any."""
+    hd = D // HEADS
+    q, k, v = attn.qkv_proj(x).split([D, KV_HEADS * hd, KV_HEADS * hd], dim=-1)
+    slopes = alibi_slopes(HEADS)
+    heads_out = torch.zeros(x.shape[0], T, HEADS, hd, dtype=DT)
+    for b in range(x.shape[0]):
+        for h in range(HEADS):
+            g = h // (HEADS // KV_HEADS)  # the key/value head serving query head h
+            for i in range(T):
+                js = keys[b][i]
+                if not js:
+                    continue
+                q_i = q[b, i, h * hd : (h + 1) * hd]
+                k_j = k[b, js, g * hd : (g + 1) * hd]
+                v_j = v[b, js, g * hd : (g + 1) * hd]
+                if additive:
+                    s = torch.tanh(q_i @ attn.score.w_q[h] + k_j @ attn.score.w_k[h]) @ attn.score.v[h]
+                else:
+                    s = k_j @ q_i / math.sqrt(hd)
+                if alibi:
+                    distance = torch.tensor([max(i - j, 0) if causal else abs(i - j) for j in js], dtype=DT)
+                    s = s - slopes[h] * distance
+                heads_out[b, i, h] = torch.softmax(s, dim=0) @ v_j
+    return attn.out_proj(heads_out.reshape(x.shape[0], T, D))
+
+
+def attention(pattern: str, score: str) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D, HEADS, n_kv_heads=KV_HEADS, score=score,
+                              sparsity=SparsePattern(pattern, WINDOW, STRIDE, SUMMARY)).to(DT)
+    with torch.no_grad():  # no trivial 0 or 1 (the out_proj bias then marks a zero attention output)
+        for p in attn.parameters():
+            p.normal_(0.0, 0.5)
+    return attn
+
+
+def run(attn: MultiHeadAttention, x: torch.Tensor, **kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Output and gradients (input and parameters) of a random linear function of the output."""
+    x = x.clone().requires_grad_()
+    attn.zero_grad()
+    out = attn(x, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    (out * torch.randn(out.shape, dtype=DT, generator=torch.Generator().manual_seed(1))).sum().backward()
+    return out.detach(), {"x": x.grad, **{n: p.grad.clone() for n, p in attn.named_parameters()}}
+
+
+@pytest.mark.parametrize("alibi", [False, True], ids=["bool-mask", "alibi-float-mask"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("pattern", ["local", "strided", "fixed"])
+def test_fully_masked_queries_give_zero_attention_on_every_path(pattern, side, causal, alibi):
+    padding = padding_mask(side)
+    keys = allowed_keys(pattern, padding, causal)
+    has_keys = torch.tensor([[bool(js) for js in row] for row in keys])
+    assert not has_keys.all(), "the setup must leave some query without keys"
+    x = torch.randn(len(LENGTHS), T, D, dtype=DT, generator=torch.Generator().manual_seed(2))
+    kwargs = dict(causal=causal, key_padding_mask=padding, positional=ALiBi(HEADS) if alibi else None)
+
+    dot = attention(pattern, "dot")
+    fused, fused_grads = run(dot, x, **kwargs)
+    math_path, math_grads = run(dot, x, need_weights=True, **kwargs)
+    additive_attn = attention(pattern, "additive")
+    additive, additive_grads = run(additive_attn, x, **kwargs)
+
+    with torch.no_grad():
+        want_dot = brute_force(dot, x, keys, causal=causal, alibi=alibi, additive=False)
+        want_additive = brute_force(additive_attn, x, keys, causal=causal, alibi=alibi, additive=True)
+    for got, want, module in [(fused, want_dot, dot), (math_path, want_dot, dot), (additive, want_additive, additive_attn)]:
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got[has_keys], want[has_keys])
+        # no key: a zero attention output, as SDPA gives, so the layer returns its output bias
+        torch.testing.assert_close(got[~has_keys], module.out_proj.bias.detach().expand(int((~has_keys).sum()), D))
+    torch.testing.assert_close(math_path, fused)
+    for grads in (fused_grads, math_grads, additive_grads):
+        assert all(torch.isfinite(g).all() for g in grads.values())
+    for name in fused_grads:
+        torch.testing.assert_close(math_grads[name], fused_grads[name])
+
+
+def test_math_path_weights_of_a_fully_masked_query_are_zero():
+    padding = padding_mask("left")
+    attn = attention("local", "dot")
+    x = torch.randn(len(LENGTHS), T, D, dtype=DT)
+    _, weights = attn(x, causal=True, key_padding_mask=padding, need_weights=True)
+    has_keys = torch.tensor([[bool(js) for js in row] for row in allowed_keys("local", padding, True)])
+    assert torch.all(weights.permute(0, 2, 1, 3)[~has_keys] == 0)
+    torch.testing.assert_close(weights.sum(-1).permute(0, 2, 1)[has_keys], torch.ones(int(has_keys.sum()), HEADS, dtype=DT))
+
+
+# --------------------------------------------------------------------------- padding with KV caches
+
+
+def tiny_lm(**fields) -> torch.nn.Module:
+    torch.manual_seed(3)
+    model = build_model({"family": "decoder_lm", "vocab_size": 13, "d_model": 32, "n_layers": 2, "n_heads": 4,
+                         "d_ff": 64, "max_seq_len": 16, **fields}).to(DT).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("fields", [
+    {"pos_encoding": "learned"},
+    {"pos_encoding": "rope", "attention_pattern": "local", "attention_window": 3},
+    {"pos_encoding": "alibi", "attention_pattern": "strided", "attention_stride": 3},
+    {"pos_encoding": "sinusoidal", "attention_score": "additive", "attention_pattern": "fixed", "attention_stride": 3},
+    {"pos_encoding": "rope", "n_experts": 2, "moe_top_k": 1, "moe_capacity_factor": None},  # routes new tokens only
+], ids=["learned", "rope-local", "alibi-strided", "sinusoidal-additive-fixed", "rope-moe"])
+def test_incremental_decoding_of_a_left_padded_prompt_equals_the_full_forward(fields):
+    model = tiny_lm(**fields)
+    prompt_len, total = 5, 9
+    idx = torch.randint(0, 13, (3, total), generator=torch.Generator().manual_seed(4))
+    padding = torch.arange(total)[None, :] < torch.tensor([[0], [2], [4]])  # left padding of 0, 2 and 4 tokens
+    with torch.no_grad():
+        full = model(idx, padding_mask=padding)
+        caches = model.new_caches()
+        steps = [model(idx[:, :prompt_len], padding_mask=padding[:, :prompt_len], caches=caches)]
+        for t in range(prompt_len, total):  # each new token with the mask of every key so far
+            steps.append(model(idx[:, t : t + 1], padding_mask=padding[:, : t + 1], caches=caches))
+    assert torch.isfinite(full).all()
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    if fields["pos_encoding"] in ("rope", "alibi"):  # relative positions, patterns of i - j only:
+        with torch.no_grad():  # the real tokens' logits are those of the unpadded sequence
+            torch.testing.assert_close(full[2, 4:], model(idx[2:, 4:])[0])
+
+
+def test_padding_mask_of_only_the_new_tokens_is_rejected_with_a_cache():
+    model = tiny_lm()
+    idx = torch.randint(0, 13, (2, 4))
+    padding = torch.tensor([[True, False, False, False], [False] * 4])
+    caches = model.new_caches()
+    model(idx, padding_mask=padding, caches=caches)
+    with pytest.raises(ValueError, match=r"covers 1 keys, but this attention has 5 keys \(4 cached \+ 1 new\).*"
+                                         r"\(batch, cached \+ new\) mask"):
+        model(idx[:, :1], padding_mask=torch.tensor([[False], [False]]), caches=caches)
+    with pytest.raises(ValueError, match=r"covers 3 keys, but this attention has 4 keys;"):
+        model(idx, padding_mask=padding[:, :3])
