@@ -15,6 +15,7 @@ implementation's own initialisation).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -193,11 +194,17 @@ def hf_vit(torch, generator, dims: Dims) -> Run:
 
 class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
     @staticmethod
-    def build(torch, dims: Dims):
+    def build(torch, dims: Dims, embedding_rms: float | None = None):
+        """``embedding_rms=None``: fairseq's embedding (below); a number: tokens drawn from
+        N(0, embedding_rms) without a multiplier and positions scaled to that RMS (blockbench's
+        convention, ``models.embedding``, for ablations)."""
         import torch.nn.functional as F
         from torch import nn
 
         d_model = dims.d_model
+        multiplier = math.sqrt(d_model) if embedding_rms is None else 1.0
+        # a unit-amplitude sine-cosine row has RMS 1/sqrt(2)
+        position_scale = 1.0 if embedding_rms is None else embedding_rms * math.sqrt(2)
 
         class Seq2Seq(nn.Module):
             """torch.nn.Transformer with what a translator adds around it, as fairseq's transformer
@@ -208,19 +215,21 @@ class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
             def __init__(self):
                 super().__init__()
                 self.embed = nn.Embedding(dims.vocab, d_model)
-                nn.init.normal_(self.embed.weight, std=d_model**-0.5)
-                self.transformer = nn.Transformer(d_model, dims.n_heads, dims.n_layers, dims.n_layers, dims.d_ff,
-                                                  dropout=0.0, activation=dims.activation, batch_first=True,
-                                                  norm_first=dims.norm_placement == "pre")
+                nn.init.normal_(self.embed.weight, std=d_model**-0.5 if embedding_rms is None else embedding_rms)
+                with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": a fast path it skips
+                    warnings.filterwarnings("ignore", message="enable_nested_tensor")
+                    self.transformer = nn.Transformer(d_model, dims.n_heads, dims.n_layers, dims.n_layers, dims.d_ff,
+                                                      dropout=0.0, activation=dims.activation, batch_first=True,
+                                                      norm_first=dims.norm_placement == "pre")
                 position = torch.arange(dims.seq_len + 1)[:, None]
                 div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
                 table = torch.zeros(dims.seq_len + 1, d_model)
                 table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
-                self.register_buffer("positions", table)
+                self.register_buffer("positions", table * position_scale)
 
             def forward(self, src, tgt):
                 def embed(t):
-                    return self.embed(t) * math.sqrt(d_model) + self.positions[: t.shape[1]]
+                    return self.embed(t) * multiplier + self.positions[: t.shape[1]]
 
                 causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
                 pad = src == 0
@@ -231,10 +240,10 @@ class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
         return Seq2Seq()
 
 
-def torch_transformer(torch, generator, dims: Dims) -> Run:
+def torch_transformer(torch, generator, dims: Dims, embedding_rms: float | None = None) -> Run:
     import torch.nn.functional as F
 
-    model = TorchSeq2Seq.build(torch, dims)
+    model = TorchSeq2Seq.build(torch, dims, embedding_rms)
 
     def loss(m, b):
         src, tgt = b
@@ -242,10 +251,11 @@ def torch_transformer(torch, generator, dims: Dims) -> Run:
         return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
 
     placement = "pre-LN" if dims.norm_placement == "pre" else "post-LN"
+    embedding = ("embedding N(0, 1/d) x sqrt(d), unit-amplitude sinusoidal positions" if embedding_rms is None else
+                 f"embedding N(0, {embedding_rms:g}) and sinusoidal positions of RMS {embedding_rms:g}")
     return Run(model, _seq2seq_batch(torch, generator, dims), loss, dims.batch * dims.seq_len,
                f"torch.nn.Transformer ({placement}, {dims.activation}; adds a final LayerNorm to each stack) + shared "
-               "embedding N(0, 1/d) x sqrt(d), sinusoidal positions, tied output; padding masks and causal mask as a "
-               "user passes them")
+               f"{embedding}, tied output; padding masks and causal mask as a user passes them")
 
 
 @dataclass(frozen=True)
@@ -289,7 +299,6 @@ def importable(module: str) -> bool:
     return find_spec(module) is not None
 
 
-def missing_packages(names: list[str]) -> list[str]:
-    """The pip packages that the implementations ``names`` need and that are not installed."""
-    return sorted({IMPLEMENTATIONS[n].package for n in names
-                   if IMPLEMENTATIONS[n].package and not importable(IMPLEMENTATIONS[n].package)})
+def missing_packages(implementations: list[Implementation]) -> list[str]:
+    """The pip packages that ``implementations`` need and that are not installed."""
+    return sorted({i.package for i in implementations if i.package and not importable(i.package)})

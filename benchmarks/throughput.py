@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         return worker(args)
 
     impls = [i for i in (args.impls or IMPLEMENTATIONS) if IMPLEMENTATIONS[i].family in args.shapes]
-    missing = missing_packages(impls)
+    missing = missing_packages([IMPLEMENTATIONS[i] for i in impls])
     if missing:
         sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
     runs = [(impl, dtype) for impl in impls for dtype in args.dtypes]

@@ -217,6 +217,8 @@ class DivergenceGuard(L.Callback):
         self.last_finite_loss: float | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.diverged:
+            return  # the first divergence is the finding (every process knows it: no all-gather is left unpaired)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         losses = trainer.strategy.all_gather(loss.detach().float()).reshape(-1).tolist()  # every process's loss
         bad = [value for value in losses if not self._acceptable(value)]

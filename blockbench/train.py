@@ -90,7 +90,7 @@ def train(
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
     ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``).
 
-    An interrupted run of the same config resumes from ``out_dir/checkpoints/last.ckpt``; a run
+    An interrupted run of the same config and code resumes from ``out_dir/checkpoints/last.ckpt``; a run
     whose loss diverges is stopped and recorded with status ``diverged``.
     """
     task_cfg, cfg = run.task, run.trainer

@@ -1,23 +1,27 @@
 """The input embedding of every family: one convention for the token signal and the position table.
 
 Each family turns its input into a "token signal" of shape (B, T, D): the token table
-(``DecoderLM``, ``EncoderDecoder``) or the patch projection plus the CLS token (``VisionTransformer``).
-``embed`` then adds the positional table of ``model.pos_encoding``. The convention, GPT-2's
-(nanoGPT's), holds for all three families:
+(``DecoderLM``, ``EncoderDecoder``) or the patch projection after a CLS token
+(``VisionTransformer``). ``embed`` then adds the positional table of ``model.pos_encoding``.
+The convention, for all three families:
 
-- the token signal has RMS ``EMBEDDING_STD`` (0.02) at init and no sqrt(d_model) multiplier:
-  token tables are N(0, 0.02) (``block.init_weights``); the ViT's patch projection is
-  N(0, 0.02 / sqrt(fan_in)) with a zero bias, so on unit-variance (normalized) pixels its output
-  has RMS 0.02 too, and its CLS token is N(0, 0.02);
-- every additive position table has RMS ``EMBEDDING_STD`` at init: learned tables are N(0, 0.02),
-  the fixed sinusoidal and 2D sine-cosine tables are scaled from unit amplitude to RMS 0.02
-  (``position.fixed_table_scale``);
-- so token : position RMS is 1 : 1 at init for every additive variant (learned, sinusoidal,
-  sincos2d) in every family, and a comparison of positional encodings starts from the same
-  token-to-position signal ratio. rope, alibi, relative and nope add no table.
+- **token : position RMS is 1 : 1 at init** for every additive variant (learned, sinusoidal,
+  sincos2d): ``position.build_positional(cfg, max_len, rms)`` gives the table the RMS of the
+  token signal it is added to. Learned tables are N(0, rms); the fixed sine-cosine tables are
+  scaled from unit amplitude (``position.fixed_table_scale``). A comparison of positional
+  encodings thus starts every variant, in every family, from the same signal ratio. rope, alibi,
+  relative and nope add no table.
+- **No multiplier** on either side (no sqrt(d_model)): what the first block sees is the sum.
+- **The token signal keeps its family's usual scale.** Token tables are N(0, ``EMBEDDING_STD``
+  = 0.02), GPT-2's init, which the tied output layer shares (``block.init_weights``). The ViT's
+  patch projection is N(0, ``PATCH_RMS`` / sqrt(fan_in)) with a zero bias: RMS 1/sqrt(2) on
+  unit-variance (normalized) pixels, the order of timm's and MAE's patch projections, at which
+  the ViT's sine-cosine tables keep the unit amplitude of MAE. Its CLS token is N(0, 0.02).
 
-Why scale the fixed tables rather than the tokens: the LM head is tied to the token table, which
-thus keeps the init of every other weight, and a pre-norm stack's first norm sees only the ratio.
+Why the ViT's own scale: on the embedded vit task (learned positions, 300 steps, 3 seeds) its
+accuracy is 0.75 with this convention, 0.69 with the former one (PyTorch's default patch
+projection, positions N(0, 0.02): token : position 29 : 1) and 0.52 with patches and positions
+both at 0.02. The LM and translator train well at GPT-2's 0.02.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ import torch
 if TYPE_CHECKING:  # position.py imports EMBEDDING_STD from here
     from .position import PositionalEncoding
 
-#: RMS at init of every input signal: token tables, the patch projection's output, position tables
+#: std at init of token tables (GPT-2's 0.02), hence the RMS of their position tables
 EMBEDDING_STD = 0.02
+#: RMS at init of the ViT's patch projection on unit-variance pixels, hence of its position table
+PATCH_RMS = 2**-0.5
 
 
 def embed(signal: torch.Tensor, positions: "PositionalEncoding", offset: int = 0) -> torch.Tensor:

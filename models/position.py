@@ -3,7 +3,7 @@
 Every encoding is a ``PositionalEncoding`` and overrides the hooks it needs:
 
 - ``embedding(length, offset)``: a ``(length, d_model)`` table added to the token embeddings
-  (learned, sinusoidal, sincos2d), with the RMS of the token embeddings at init
+  (learned, sinusoidal, sincos2d), with the RMS of the token signal at init
   (``models.embedding`` states the convention);
 - ``rotate(q, k, offset)``: new queries and keys of self-attention rotated by position (RoPE);
 - ``attention_bias(q_len, k_len, causal)``: a ``(heads, q_len, k_len)`` bias added to the
@@ -32,10 +32,12 @@ class PositionalEncoding(nn.Module):
     extrapolates: bool = True
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "PositionalEncoding":
-        return cls(max_len, cfg.d_model)
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "PositionalEncoding":
+        """``rms``: the RMS at init of the token signal a table is added to, which the table takes
+        (``models.embedding``); encodings without a table ignore it."""
+        return cls(max_len, cfg.d_model, rms)
 
-    def __init__(self, max_len: int = 0, dim: int = 0):
+    def __init__(self, max_len: int = 0, dim: int = 0, rms: float = EMBEDDING_STD):
         super().__init__()
 
     def embedding(self, length: int, offset: int = 0) -> torch.Tensor | None:
@@ -63,11 +65,11 @@ POSITIONAL.register("nope", "no positional encoding (NoPE, Kazemnejad et al. 202
 class LearnedPositionalEmbedding(PositionalEncoding):
     extrapolates = False
 
-    def __init__(self, max_len: int, dim: int):
+    def __init__(self, max_len: int, dim: int, rms: float = EMBEDDING_STD):
         super().__init__()
         self.max_len = max_len
         self.weight = nn.Parameter(torch.zeros(max_len, dim))
-        nn.init.normal_(self.weight, std=EMBEDDING_STD)  # the token table's RMS (models.embedding)
+        nn.init.normal_(self.weight, std=rms)  # the token signal's RMS (models.embedding)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         if offset + length > self.max_len:
@@ -135,7 +137,7 @@ class RotaryPositionalEmbedding(PositionalEncoding):
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "RotaryPositionalEmbedding":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "RotaryPositionalEmbedding":
         return cls(cfg.d_model // cfg.n_heads, base=cfg.rope_base)
 
     def __init__(self, head_dim: int, base: float = 10000.0):
@@ -183,7 +185,7 @@ class ALiBi(PositionalEncoding):
     """Adds ``-slope_h * (i - j)`` to the score of query i and key j (``|i - j|`` when bidirectional)."""
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "ALiBi":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "ALiBi":
         return cls(cfg.n_heads)
 
     def __init__(self, n_heads: int):
@@ -238,7 +240,7 @@ class T5RelativePositionBias(PositionalEncoding):
     """
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "T5RelativePositionBias":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "T5RelativePositionBias":
         return cls(cfg.n_heads)
 
     def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02):
@@ -299,8 +301,8 @@ class SinCos2DPositionalEncoding(PositionalEncoding):
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int) -> "SinCos2DPositionalEncoding":
-        return cls(cfg.image_size // cfg.patch_size, cfg.d_model)  # checked by ``check`` and the vit family
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "SinCos2DPositionalEncoding":
+        return cls(cfg.image_size // cfg.patch_size, cfg.d_model, rms)  # checked by ``check`` and the vit family
 
     def __init__(self, grid_size: int, dim: int, rms: float = EMBEDDING_STD):
         super().__init__()
@@ -320,5 +322,8 @@ class SinCos2DPositionalEncoding(PositionalEncoding):
     embedding = forward
 
 
-def build_positional(cfg: ModelConfig, max_len: int) -> PositionalEncoding:
-    return POSITIONAL.get(cfg.pos_encoding).from_config(cfg, max_len)
+def build_positional(cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> PositionalEncoding:
+    """``model.pos_encoding`` for ``max_len`` positions; a table gets RMS ``rms`` at init, that of the
+    token signal it is added to (``models.embedding``: the token tables' by default, the ViT passes
+    its patch projection's)."""
+    return POSITIONAL.get(cfg.pos_encoding).from_config(cfg, max_len, rms)

@@ -9,7 +9,7 @@ from torch import nn
 
 from .block import TransformerStack, init_weights
 from .config import ModelConfig
-from .embedding import EMBEDDING_STD, embed
+from .embedding import PATCH_RMS, embed
 from .position import build_positional
 from .registry import FAMILIES
 
@@ -17,14 +17,14 @@ from .registry import FAMILIES
 class PatchEmbedding(nn.Module):
     """Split an image into non-overlapping patches and project each to ``d_model``.
 
-    The projection is N(0, EMBEDDING_STD / sqrt(fan_in)) with a zero bias, so on unit-variance
-    (normalized) pixels each output feature has RMS ``EMBEDDING_STD``, that of a token embedding
-    and of the position table (``models.embedding``)."""
+    The projection is N(0, PATCH_RMS / sqrt(fan_in)) with a zero bias, so on unit-variance
+    (normalized) pixels each output feature has RMS ``PATCH_RMS``, that of the position table
+    (``models.embedding``)."""
 
     def __init__(self, in_channels: int, patch_size: int, dim: int):
         super().__init__()
         self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
-        nn.init.normal_(self.proj.weight, std=EMBEDDING_STD / math.sqrt(in_channels * patch_size**2))
+        nn.init.normal_(self.proj.weight, std=PATCH_RMS / math.sqrt(in_channels * patch_size**2))
         nn.init.zeros_(self.proj.bias)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -40,12 +40,12 @@ class VisionTransformer(nn.Module):
         self.n_patches = (cfg.image_size // cfg.patch_size) ** 2
         self.patch_embed = PatchEmbedding(cfg.in_channels, cfg.patch_size, cfg.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
-        self.positions = build_positional(cfg, self.n_patches + 1)
+        self.positions = build_positional(cfg, self.n_patches + 1, rms=PATCH_RMS)  # the patches' RMS
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self, cfg.n_layers)
-        nn.init.normal_(self.cls_token, std=EMBEDDING_STD)  # a token like the patches (models.embedding)
+        nn.init.normal_(self.cls_token, std=0.02)
         # The head keeps init_weights' N(0, 0.02) weight and zero bias, as timm's default
         # (init_weights_vit_timm) and HF's ViTForImageClassification draw it. A zero head is the JAX
         # fine-tuning recipe (timm's weight_init="jax"): it fits a fixed batch far slower from scratch

@@ -42,17 +42,21 @@ def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
 
 def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
     """Two steps of the post-LN encoder-decoder case (torch.nn.Transformer needs no extra package):
-    both fit the same batch from step 0 on, and the parameter counts differ by exactly the final
-    LayerNorm that nn.Transformer adds to each of its post-LN stacks (2 x 2 x d_model)."""
+    ours, the reference and the two ablations fit the same batch from step 0 on, and the parameter
+    counts differ by exactly the final LayerNorm that nn.Transformer adds to each of its post-LN
+    stacks (2 x 2 x d_model); an ablation changes the init, not the model."""
     out = tmp_path / "init_parity.md"
     run_script(str(REPO / "benchmarks" / "init_parity.py"), "--cases", "seq2seq_post", "--steps", "2",
                "--threads", "1", "--out", str(out), cwd=tmp_path)
     text = out.read_text()
     rows = {m[0]: m[1:] for m in re.findall(r"^\| (\w+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
                                             r"([\d.]+) \| ([+-][\d.]+) \|$", text, flags=re.M)}
-    assert set(rows) == {"blockbench_seq2seq", "torch_transformer"}, text
-    ours, theirs = (int(rows[name][0].replace(",", "")) for name in ("blockbench_seq2seq", "torch_transformer"))
-    assert theirs - ours == 2 * 2 * 128
+    assert set(rows) == {"blockbench_seq2seq", "torch_transformer", "torch_transformer_small_embedding",
+                         "blockbench_seq2seq_xavier"}, text
+    params = {name: int(row[0].replace(",", "")) for name, row in rows.items()}
+    assert params["torch_transformer"] - params["blockbench_seq2seq"] == 2 * 2 * 128
+    assert params["torch_transformer_small_embedding"] == params["torch_transformer"]
+    assert params["blockbench_seq2seq_xavier"] == params["blockbench_seq2seq"]
     for name, (_, at0, at1, at2, ratio, gap) in rows.items():
         assert float(at2) < float(at0), (name, at0, at2)  # a fit, not a constant
     assert float(rows["blockbench_seq2seq"][4]) == 1.0 and float(rows["blockbench_seq2seq"][5]) == 0.0

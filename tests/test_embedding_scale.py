@@ -1,10 +1,11 @@
 """One embedding convention (``models.embedding``) for every family and positional variant.
 
 What enters the first block is the token signal plus the position table. At init, on real inputs
-of the embedded tasks, both must have RMS ``EMBEDDING_STD``, so token : position is 1 : 1 for
-every additive positional variant of every family: a comparison of positional encodings then
-starts every variant from the same signal ratio. The token signal is measured as what the model
-feeds its first block minus the position table, so a family that rescales either side fails.
+of the embedded tasks, token : position RMS must be 1 : 1 for every additive positional variant
+of every family, so a comparison of positional encodings starts every variant from the same
+signal ratio; and the token signal has its family's RMS (``EMBEDDING_STD`` for token tables,
+``PATCH_RMS`` for the ViT's patches). The token signal is measured as what the model feeds its
+first block minus the position table, so a family that rescales either side fails.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from models import build_model
-from models.embedding import EMBEDDING_STD
+from models.embedding import EMBEDDING_STD, PATCH_RMS
 from models.position import (
     SinCos2DPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -63,6 +64,7 @@ def vision_inputs():
 
 
 INPUTS = {"decoder_lm": lm_inputs, "encoder_decoder": translation_inputs, "vit": vision_inputs}
+TOKEN_RMS = {"decoder_lm": EMBEDDING_STD, "encoder_decoder": EMBEDDING_STD, "vit": PATCH_RMS}
 ADDITIVE = [("decoder_lm", "learned"), ("decoder_lm", "sinusoidal"),
             ("encoder_decoder", "learned"), ("encoder_decoder", "sinusoidal"),
             ("vit", "learned"), ("vit", "sinusoidal"), ("vit", "sincos2d")]
@@ -102,8 +104,8 @@ def signal_rms(family: str, pos_encoding: str, seed: int = 0) -> list[tuple[floa
 def test_token_and_position_signals_have_the_convention_rms_at_init(family, pos_encoding):
     for token, position in signal_rms(family, pos_encoding):
         assert token / position == pytest.approx(1.0, rel=RTOL), (token, position)
-        assert token == pytest.approx(EMBEDDING_STD, rel=RTOL)
-        assert position == pytest.approx(EMBEDDING_STD, rel=RTOL)
+        assert token == pytest.approx(TOKEN_RMS[family], rel=RTOL)
+        assert position == pytest.approx(TOKEN_RMS[family], rel=RTOL)
 
 
 def test_every_family_and_variant_starts_from_the_same_ratio():
@@ -111,32 +113,35 @@ def test_every_family_and_variant_starts_from_the_same_ratio():
     assert max(ratios.values()) / min(ratios.values()) < 1 + 2 * RTOL, ratios
 
 
-def test_patch_projection_on_unit_variance_pixels_has_the_embedding_rms():
+def test_patch_projection_on_unit_variance_pixels_has_the_patch_rms():
     torch.manual_seed(2)
     model = build_model({"family": "vit", "d_model": 256, "n_layers": 1, "n_heads": 4, "image_size": 32,
                          "patch_size": 4, "n_classes": 3})
     with torch.no_grad():
         patches = model.patch_embed(torch.randn(8, 3, 32, 32))
-    assert rms(patches) == pytest.approx(EMBEDDING_STD, rel=0.03)
-    assert rms(model.cls_token) == pytest.approx(EMBEDDING_STD, rel=0.2)  # 256 draws
+    assert rms(patches) == pytest.approx(PATCH_RMS, rel=0.03)
+    assert rms(model.positions.weight) == pytest.approx(PATCH_RMS, rel=0.03)
 
 
-def test_fixed_tables_are_the_unit_tables_scaled_to_the_embedding_rms():
+def test_fixed_tables_are_the_unit_tables_scaled_to_the_token_rms():
     scale = EMBEDDING_STD * math.sqrt(2)  # a unit-amplitude sin/cos row has RMS 1/sqrt(2)
     torch.testing.assert_close(SinusoidalPositionalEncoding(10, 8)(10), sinusoidal_table(10, 8) * scale)
     table = SinCos2DPositionalEncoding(grid_size=3, dim=16).embedding(10)
     torch.testing.assert_close(table[1:], sincos_2d_table(3, 16) * scale)
     for row in (*SinusoidalPositionalEncoding(50, 64)(50), *table[1:]):
         assert rms(row) == pytest.approx(EMBEDDING_STD, rel=1e-5)
-    # Vaswani et al.'s unit amplitude is still available
-    torch.testing.assert_close(SinusoidalPositionalEncoding(10, 8, rms=2**-0.5)(10), sinusoidal_table(10, 8))
+    # at the ViT's patch RMS the tables keep Vaswani et al.'s and MAE's unit amplitude
+    torch.testing.assert_close(SinusoidalPositionalEncoding(10, 8, rms=PATCH_RMS)(10), sinusoidal_table(10, 8))
+    vit = build_model({"family": "vit", "d_model": 16, "n_layers": 1, "n_heads": 4, "image_size": 12,
+                       "patch_size": 4, "n_classes": 3, "pos_encoding": "sincos2d"})
+    torch.testing.assert_close(vit.positions.embedding(10)[1:], sincos_2d_table(3, 16))
 
 
 @pytest.mark.parametrize("family", ["decoder_lm", "encoder_decoder", "vit"])
 @pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "relative", "nope"])
 def test_variants_without_a_table_feed_the_bare_token_signal(family, pos_encoding):
-    """No table, no multiplier: the first block sees the token embeddings (the patch projection and
-    CLS token) themselves, at the RMS of every other family's."""
+    """No table, no multiplier: the first block sees the token embeddings (the CLS token and the
+    patch projection) themselves, at their family's RMS."""
     task, inputs = INPUTS[family]()
     torch.manual_seed(3)
     model = build_model({**task.model_overrides(), "d_model": 256, "n_layers": 1, "n_heads": 4,
@@ -151,4 +156,4 @@ def test_variants_without_a_table_feed_the_bare_token_signal(family, pos_encodin
     assert len(got) == len(want)
     for x, tokens in zip(got, want):
         torch.testing.assert_close(x, tokens)
-        assert rms(x) == pytest.approx(EMBEDDING_STD, rel=RTOL)
+        assert rms(x[:, 1:] if family == "vit" else x) == pytest.approx(TOKEN_RMS[family], rel=RTOL)
