@@ -19,6 +19,7 @@ def run_script(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
     """One short round of the encoder-decoder shape (torch.nn.Transformer needs no extra package):
     both implementations count the same model FLOPs (their configurations match), and the report
@@ -33,6 +34,7 @@ def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
     assert re.search(r"\| seq2seq \| fp32 \| \d+ \| torch_transformer \| \d+ \| \*\*\d+\.\d\d\*\* \|", out.read_text())
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
     out = tmp_path / "overhead.md"
     run_script(str(REPO / "benchmarks" / "lightning_overhead.py"), "--tasks", "vit", "--steps", "4", "--warmup", "1",

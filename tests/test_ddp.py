@@ -113,6 +113,7 @@ def test_global_batch_must_divide_over_processes_and_accumulation():
     assert TrainerConfig().resolved_precision("gpu") == "bf16-mixed"
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
     base = config("lm", **DDP, max_steps=60, val_every_n_steps=20, checkpoint_every_n_steps=10)
     folder = tmp_path / "m"
@@ -188,6 +189,7 @@ def test_a_loss_diverging_in_one_process_stops_every_process(tmp_path):
     assert result["last_finite_loss"] > 0  # step 3: the mean over both processes
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_matrix_cells_as_submitit_jobs(tmp_path):
     """The cluster path (one submitit job per cell) run as local jobs: same results folder, summary and reuse."""
     pytest.importorskip("submitit")

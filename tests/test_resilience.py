@@ -56,6 +56,7 @@ def curves(result: dict) -> list:
     return [(h["step"], h["metrics"]) for h in result["history"]]
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_path):
     axes = {"model.norm_placement": ["pre", "post"]}
     reference = write_matrix(tmp_path / "reference", axes)
@@ -123,6 +124,7 @@ def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path)
     assert "missing.txt" in (tmp_path / "failing/results/m/summary.md").read_text()
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_a_changed_config_invalidates_the_old_result_and_force_reruns(tmp_path):
     base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 4, "val_every_n_steps": 2}}
     path = write_matrix(tmp_path, {"seed": [0]}, base=base)

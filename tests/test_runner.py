@@ -227,6 +227,7 @@ def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
 SHARED = REPO.parent / "shared" / "data"
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data (see its README)")
 def test_real_data_matrix_on_local_files(tmp_path):
     """The three real-data tasks run through the same matrix, metrics and summary as the embedded ones."""
