@@ -27,14 +27,12 @@ from models import ModelConfig, build_model
 from models.config import VARIANT_REGISTRIES
 from models.registry import Registry
 
+from test_runner import TINY_LM
+
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = {
-    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-    "task": {"name": "lm", "seq_len": 32, "n_train_tokens": 8000, "n_val_tokens": 2000, "n_probes": 32},
-    "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1},
-    "optimizer": {"warmup_steps": 1},
-}
+# test_runner's tiny LM, two steps on one thread
+TINY = {**TINY_LM, "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1}}
 
 # (dotted overrides on TINY, text the error must contain: the key and what is wrong)
 BAD_CONFIGS = {

@@ -564,6 +564,19 @@ def test_evaluation_drops_nothing_and_output_is_per_token(top_k, n_shared):
     assert moe.dropped_tokens == 0 and moe.capacity(24) is None
 
 
+def overflowing_moe_model(family: str, n_layers: int) -> tuple[torch.nn.Module, list[MoEFeedForward]]:
+    """A tiny float64 MoE model (seed 0) whose routers are scaled up so routing is peaked and
+    experts overflow their capacity (factor 1) in training; with its MoE layers."""
+    torch.manual_seed(0)
+    model = build_model({"family": family, "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
+                         "n_layers": n_layers, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
+    layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+    with torch.no_grad():
+        for layer in layers:
+            layer.router.weight.mul_(50)  # peaked routing: experts overflow
+    return model, layers
+
+
 def test_translator_loss_ignores_padding_in_moe_routing():
     """An MoE translator in training (capacity factor 1, so tokens are dropped): the teacher-forcing
     loss and every layer's balancing losses of a batch are those of the same batch with extra
@@ -571,13 +584,7 @@ def test_translator_loss_ignores_padding_in_moe_routing():
     or the decoder (through ``teacher_forcing_loss``, as the tasks train)."""
     from tasks.translation import teacher_forcing_loss
 
-    torch.manual_seed(0)
-    model = build_model({"family": "encoder_decoder", "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
-                         "n_layers": 1, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
-    layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
-    with torch.no_grad():
-        for layer in layers:
-            layer.router.weight.mul_(50)  # peaked routing: experts overflow
+    model, layers = overflowing_moe_model("encoder_decoder", n_layers=1)
     gen = torch.Generator().manual_seed(1)
     pad, bos, eos = 0, 1, 2
     src = torch.randint(3, 40, (4, 9), generator=gen)
@@ -644,13 +651,7 @@ def test_lm_padding_mask_reaches_moe_layers_with_and_without_cache():
     tokens dropped) extra padding columns leave the real positions' logits unchanged; with a KV cache
     the mask covers the cached positions too, and a left-padded prompt fed one token at a time
     gives the logits of the whole prompt at once (evaluation)."""
-    torch.manual_seed(0)
-    lm = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
-                      "n_layers": 2, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
-    layers = [m for m in lm.modules() if isinstance(m, MoEFeedForward)]
-    with torch.no_grad():
-        for layer in layers:
-            layer.router.weight.mul_(50)  # peaked routing: experts overflow
+    lm, layers = overflowing_moe_model("decoder_lm", n_layers=2)
     idx = torch.randint(0, 40, (3, 8), generator=torch.Generator().manual_seed(1))
     mask = torch.arange(8)[None, :] >= torch.tensor([8, 3, 5])[:, None]  # right padding
     logits = lm(idx, mask)
