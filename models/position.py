@@ -280,7 +280,8 @@ def sincos_2d_table(grid_size: int, dim: int, base: float = 10000.0) -> torch.Te
 @POSITIONAL.register("sincos2d", "fixed 2D sine-cosine patch embeddings (MAE; Beyer et al. 2022), ViT only")
 class SinCos2DPositionalEncoding(PositionalEncoding):
     """Row/column sine-cosine table of the ViT's patch grid times ``fixed_table_scale(rms)`` (RMS
-    ``rms`` per patch, as ``models.embedding`` prescribes); the CLS token (index 0) gets zeros."""
+    ``rms`` per patch, as ``models.embedding`` prescribes), one row per patch in row-major order
+    (the ViT adds it to the patches only; its CLS token has no place in the grid)."""
 
     extrapolates = False  # defined for one grid only
 
@@ -307,15 +308,14 @@ class SinCos2DPositionalEncoding(PositionalEncoding):
     def __init__(self, grid_size: int, dim: int, rms: float = EMBEDDING_STD):
         super().__init__()
         self.grid_size = grid_size
-        table = torch.cat([torch.zeros(1, dim), sincos_2d_table(grid_size, dim) * fixed_table_scale(rms)])  # CLS first
-        self.register_buffer("table", table, persistent=False)
+        self.register_buffer("table", sincos_2d_table(grid_size, dim) * fixed_table_scale(rms), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         expected = self.table.shape[0]
         if offset != 0 or length != expected:
             raise ValueError(
-                f"pos_encoding=sincos2d covers exactly the CLS token and the {self.grid_size}x{self.grid_size} "
-                f"patch grid ({expected} positions from 0), got length {length} at offset {offset}"
+                f"pos_encoding=sincos2d covers exactly the {self.grid_size}x{self.grid_size} patch grid "
+                f"({expected} positions from 0), got length {length} at offset {offset}"
             )
         return self.table
 

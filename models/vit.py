@@ -40,7 +40,10 @@ class VisionTransformer(nn.Module):
         self.n_patches = (cfg.image_size // cfg.patch_size) ** 2
         self.patch_embed = PatchEmbedding(cfg.in_channels, cfg.patch_size, cfg.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
-        self.positions = build_positional(cfg, self.n_patches + 1, rms=PATCH_RMS)  # the patches' RMS
+        # A table covers the patches only, at their RMS: the CLS token has no place in the image
+        # (timm's no_embed_class, MAE's zero CLS row), and a learned CLS position would only repeat
+        # the learned CLS token. rope, alibi and relative still see CLS as position 0.
+        self.positions = build_positional(cfg, self.n_patches, rms=PATCH_RMS)
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
@@ -53,7 +56,7 @@ class VisionTransformer(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """``images``: (B, C, H, W) -> class logits (B, n_classes)."""
-        x = self.patch_embed(images)
+        x = embed(self.patch_embed(images), self.positions)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.stack(self.drop(embed(x, self.positions)), positional=self.positions)
+        x = self.stack(self.drop(x), positional=self.positions)
         return self.head(x[:, 0])

@@ -107,7 +107,7 @@ def test_sincos2d_on_a_non_vit_family_fails_at_validation_not_at_build():
     # without a family (a model: section before the task fills it in) only the width is checked
     assert ModelConfig(pos_encoding="sincos2d", d_model=32).pos_encoding == "sincos2d"
     vit = build_model({"family": "vit", "d_model": 32, "n_heads": 4, "image_size": 8, "n_classes": 3, "pos_encoding": "sincos2d"})
-    assert vit.positions.table.shape == (1 + 2 * 2, 32)
+    assert vit.positions.table.shape == (2 * 2, 32)  # the 2x2 patch grid
 
 
 # variants own their checks ----------------------------------------------------------------------

@@ -184,23 +184,23 @@ def test_sincos2d_matches_the_2d_formula():
     # image 16, patch 4: a 4x4 grid; d_model 16: 8 features for the row, 8 for the column,
     # each [sin(p w0), cos(p w0), sin(p w1), cos(p w1), ...] with w_i = 10000^(-2i/8) = 1, 0.1, 0.01, 0.001
     pe = SinCos2DPositionalEncoding(grid_size=4, dim=16)
-    table = pe.embedding(17) / fixed_table_scale()  # the unit-amplitude formula, scaled to the embedding RMS
-    assert table.shape == (17, 16)
-    torch.testing.assert_close(table[0], torch.zeros(16))  # CLS token
+    table = pe.embedding(16) / fixed_table_scale()  # the unit-amplitude formula, scaled to the embedding RMS
+    assert table.shape == (16, 16)  # one row per patch: the ViT's CLS token takes no table row
 
     def axis(p: int) -> list[float]:
         return [f(p * w) for w in (1.0, 0.1, 0.01, 0.001) for f in (math.sin, math.cos)]
 
     for row, col in [(0, 0), (2, 3), (3, 1), (0, 2)]:
-        index = 1 + 4 * row + col  # row-major patches after CLS
+        index = 4 * row + col  # row-major patches
         torch.testing.assert_close(table[index], torch.tensor(axis(row) + axis(col)))
-    # spot checks written out: patch (row 2, col 3) -> index 12
-    assert table[12, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
-    assert table[12, 3].item() == pytest.approx(math.cos(0.2), abs=1e-6)
-    assert table[12, 8].item() == pytest.approx(math.sin(3.0), abs=1e-6)
-    assert table[12, 14].item() == pytest.approx(math.sin(0.003), abs=1e-6)
-    with pytest.raises(ValueError, match="sincos2d"):
-        pe.embedding(10)
+    # spot checks written out: patch (row 2, col 3) -> index 11
+    assert table[11, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
+    assert table[11, 3].item() == pytest.approx(math.cos(0.2), abs=1e-6)
+    assert table[11, 8].item() == pytest.approx(math.sin(3.0), abs=1e-6)
+    assert table[11, 14].item() == pytest.approx(math.sin(0.003), abs=1e-6)
+    for wrong in (10, 17):  # 17: the grid plus a CLS row
+        with pytest.raises(ValueError, match="sincos2d covers exactly the 4x4 patch grid"):
+            pe.embedding(wrong)
 
 
 def test_vit_with_sincos2d_runs_without_positional_parameters():
@@ -211,7 +211,7 @@ def test_vit_with_sincos2d_runs_without_positional_parameters():
     assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
     assert list(model.positions.parameters()) == []
     assert count_parameters(model) == count_parameters(build_model({**cfg, "pos_encoding": "nope"}))
-    assert count_parameters(build_model({**cfg, "pos_encoding": "learned"})) - count_parameters(model) == 5 * 32
+    assert count_parameters(build_model({**cfg, "pos_encoding": "learned"})) - count_parameters(model) == 4 * 32  # 2x2 patches
 
 
 def test_sincos2d_outside_vit_or_with_bad_width_raises_a_clear_error():
