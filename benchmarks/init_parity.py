@@ -58,6 +58,14 @@ def ours_vit_zero_head(torch, generator, dims: Dims) -> Run:
     return run
 
 
+def ours_vit_cls_002(torch, generator, dims: Dims) -> Run:
+    """blockbench's ViT, same init, but its CLS token at HF's N(0, 0.02) instead of the patches' RMS."""
+    run = ours_vit(torch, generator, dims)
+    torch.nn.init.normal_(run.model.cls_token, std=0.02)
+    run.note = "blockbench vit with its CLS token drawn at HF's 0.02 instead of the patches' RMS 1/sqrt(2)"
+    return run
+
+
 def ours_seq2seq_xavier(torch, generator, dims: Dims) -> Run:
     """blockbench's encoder-decoder with torch.nn.Transformer's init of the stacks: xavier_uniform_ on
     every matrix of the encoder and decoder (the embedding keeps blockbench's init)."""
@@ -80,6 +88,7 @@ def torch_transformer_small_embedding(torch, generator, dims: Dims) -> Run:
 #: variants shown next to ours and the references, to show where a gap comes from (``ours``: is it blockbench?)
 ABLATIONS = {
     "blockbench_vit_zero_head": Implementation("vit", ours_vit_zero_head, True, None),
+    "blockbench_vit_cls_002": Implementation("vit", ours_vit_cls_002, True, None),
     "blockbench_seq2seq_xavier": Implementation("seq2seq", ours_seq2seq_xavier, True, None),
     "torch_transformer_small_embedding": Implementation("seq2seq", torch_transformer_small_embedding, False, None),
 }
@@ -124,21 +133,22 @@ CASES = {
         Case("vit", "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 128, 2 layers, 4 heads, MLP 512 GELU, "
                     "learned positions, pre-LN, 10 classes; 16 random images with random labels",
              Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, image_size=32, patch_size=4, n_classes=10),
-             ("blockbench_vit", "timm_vit", "hf_vit", "blockbench_vit_zero_head"),
+             ("blockbench_vit", "timm_vit", "hf_vit", "blockbench_vit_cls_002", "blockbench_vit_zero_head"),
              "the same sizes (blockbench has d fewer parameters: its CLS token takes no position row, as timm's "
              "no_embed_class); the classification head is N(0, 0.02) (timm: truncated) with a zero bias in "
-             "all three (timm's default init_weights_vit_timm; HF's PreTrainedModel._init_weights). timm keeps "
-             "PyTorch's Conv2d default for the patch projection and draws the CLS token from N(0, 1e-6); HF draws "
-             "the patch projection from N(0, 0.02) and the position table and CLS token from a truncated "
-             "N(0, 0.02); neither scales a residual projection; LayerNorm eps is 1e-5 (blockbench), 1e-6 (timm), "
-             "1e-12 (HF).",
-             "fixed: until issue 12 blockbench zero-initialised the head's weight (the JAX fine-tuning recipe, "
-             "timm's weight_init='jax', not its default); the blockbench_vit_zero_head row is that init, and it "
-             "fits far slower than every other row, since AdamW must first grow the head before any gradient "
-             "reaches the stack. Also fixed in issue 12: a learned position row on the CLS token, at the patches' "
-             "RMS 1/sqrt(2), put a large random constant on a token drawn at 0.02 and fitted about 3x slower "
-             "(loss 0.40 at step 50, where timm reached 0.13); the CLS token now takes no position. With both, "
-             "blockbench fits like timm's and HF's ViT."),
+             "all three (timm's default init_weights_vit_timm; HF's PreTrainedModel._init_weights). blockbench "
+             "draws the patch projection, its position table and the CLS token at RMS 1/sqrt(2) (models.embedding); "
+             "timm keeps PyTorch's Conv2d default for the patch projection, draws the position table from a "
+             "truncated N(0, 0.02) and the CLS token from N(0, 1e-6); HF draws the patch projection, the position "
+             "table and the CLS token from a truncated N(0, 0.02); neither scales a residual projection; "
+             "LayerNorm eps is 1e-5 (blockbench), 1e-6 (timm), 1e-12 (HF).",
+             "documented gap, from the CLS token's scale: the blockbench_vit_cls_002 row, the same model with its "
+             "CLS token at HF's 0.02, fits this random-label batch like timm and HF. blockbench keeps CLS at the "
+             "patches' RMS because on its vit task (pos_encoding=learned, 300 steps, seeds 0-3) it scores accuracy "
+             "0.78 on average there against 0.68 at 0.02, higher on every seed: fitting noise fast is not what "
+             "the cells are scored on. Fixed: until issue 12 the head's weight was zero (the JAX fine-tuning recipe, "
+             "timm's weight_init='jax', not its default), the blockbench_vit_zero_head row, which fits far slower "
+             "than every other row, since AdamW must first grow the head before any gradient reaches the stack."),
         Case("seq2seq_pre", "encoder-decoder: shared vocab 1024, d 128, 2+2 layers, 4 heads, FFN 512 GELU, pre-LN, "
                             "sinusoidal positions, tied embeddings; 16 random source rows of 64 and target rows of 65",
              Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, vocab=1024, seq_len=64,

@@ -42,13 +42,14 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         # A table covers the patches only, at their RMS: the CLS token has no place in the image
         # (timm's no_embed_class, MAE's zero CLS row), and a learned CLS position would only repeat
-        # the learned CLS token. rope, alibi and relative still see CLS as position 0.
+        # the learned CLS token. rope, alibi and relative still see CLS as position 0. The CLS token
+        # is a token of the signal, at the patches' RMS (models.embedding says why not 0.02).
         self.positions = build_positional(cfg, self.n_patches, rms=PATCH_RMS)
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self, cfg.n_layers)
-        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.cls_token, std=PATCH_RMS)
         # The head keeps init_weights' N(0, 0.02) weight and zero bias, as timm's default
         # (init_weights_vit_timm) and HF's ViTForImageClassification draw it. A zero head is the JAX
         # fine-tuning recipe (timm's weight_init="jax"): it fits a fixed batch far slower from scratch

@@ -119,13 +119,13 @@ def test_every_family_and_variant_starts_from_the_same_ratio():
 
 @pytest.mark.parametrize("pos_encoding", ["learned", "sinusoidal", "sincos2d"])
 def test_vit_cls_token_enters_without_a_position(pos_encoding):
-    """The CLS token has no place in the image: a table row there would put a constant the size of
-    a patch signal (RMS 1/sqrt(2)) on a token drawn at 0.02, and a learned one would only repeat the
-    learned CLS token (timm's no_embed_class; MAE's sincos2d CLS row is zero). At RMS 1/sqrt(2) on
-    the CLS slot blockbench's ViT fitted a fixed batch 3x slower than timm's (init_parity.py)."""
+    """The CLS token has no place in the image, so no table row (timm's no_embed_class; MAE's
+    sincos2d CLS row is zero): a learned row would only repeat the learned CLS token. It is a token
+    of the signal, at the patches' RMS (``models.embedding`` gives the measurements behind that)."""
     model = build("vit", pos_encoding, seed=4)
     (x,) = first_block_inputs(model, INPUTS["vit"]()[1])
     torch.testing.assert_close(x[:, 0], model.cls_token[0].expand(len(x), -1))
+    assert rms(x[:, 0]) == pytest.approx(PATCH_RMS, rel=RTOL)
     assert model.positions.embedding(model.n_patches).shape[0] == model.n_patches
 
 
