@@ -10,12 +10,13 @@ from pathlib import Path
 from tasks.data import DataError
 
 from .config import ConfigError, build_run_config, load_yaml, parse_overrides
+from .layout import CELLS_DIR, RESULT_FILE, write_json
 
 
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
-    from .train import RESULT_FILE, failure_record, train, write_json
+    from .train import error_record, train
 
     sources = list(args.config_or_overrides)
     config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
@@ -31,7 +32,7 @@ def _train(args: argparse.Namespace) -> int:
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         if rank_zero_only.rank == 0:
-            write_json(out / RESULT_FILE, failure_record(run, error))
+            write_json(out / RESULT_FILE, error_record(run, error))
         raise
     if rank_zero_only.rank != 0:  # other DDP processes: rank 0 reports
         return 0
@@ -44,9 +45,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from .matrix import run_matrix
-
-    from .matrix import ClusterOptions
+    from .matrix import ClusterOptions, run_matrix
 
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
@@ -58,8 +57,8 @@ def _report(args: argparse.Namespace) -> int:
     from .report import write_report
 
     matrix_dir = Path(args.matrix_dir)
-    if not (matrix_dir / "cells").is_dir():
-        raise ConfigError(f"{matrix_dir}: no cells/ folder; pass a matrix results folder such as results/<matrix name>")
+    if not (matrix_dir / CELLS_DIR).is_dir():
+        raise ConfigError(f"{matrix_dir}: no {CELLS_DIR}/ folder; pass a matrix results folder such as results/<matrix name>")
     print(write_report(matrix_dir))
     return 0
 

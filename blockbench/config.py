@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from models import ModelConfig
 from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
-from tasks.image import IMAGE_SOURCES
+from tasks.data.images import IMAGE_SOURCES
 from tasks.lm import LMTaskConfig
 
 TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]

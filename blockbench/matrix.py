@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +34,30 @@ from .config import (
     build_run_config,
     describe_validation_error,
     load_yaml,
+    to_yaml,
+)
+from .layout import (
+    CELL_FILE,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    JOBS_DIR,
+    MATRIX_FILE,
+    RESULT_FILE,
+    RUN_FILE,
+    TB_DIR,
+    TRAIN_LOG,
+    cell_directory,
+    cell_folder,
+    failure_record,
+    folder_name,
+    write_atomic,
+    write_json,
 )
 from .perf import FINAL_FIGURES, throughput_tag
 from .provenance import code_fingerprint
+from .report import write_report
 from .tensorboard import write_custom_scalars_layout, write_hparams_experiment
-from .train import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, to_yaml, write_atomic, write_json
 
-CELL_FILE = "cell.json"
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
 NON_VARIANT_AXES = ("task", "task.name", "seed")
 
@@ -62,21 +78,12 @@ class Cell:
 
     @property
     def folder(self) -> str:
-        """The variant's folder name: ``variant`` made one safe path part (see ``folder_name``)."""
+        """The variant's folder name: ``variant`` made one safe path part (see ``layout.folder_name``)."""
         return folder_name(self.variant)
 
     def directory(self, matrix_dir: Path) -> Path:
-        """``cells/<task>/<variant folder>/seed<k>``; the readable variant label is in its cell.json."""
-        return matrix_dir / "cells" / self.task / self.folder / f"seed{self.seed}"
-
-
-def folder_name(label: str) -> str:
-    """``label`` as a single folder name, percent-encoded like a URL path segment (``/`` -> ``%2F``,
-    a space -> ``%20``): an axis value with ``/`` cannot nest folders (the report reads exactly
-    ``cells/<task>/<variant>/seed<k>``), and two different labels never share a folder. The usual
-    labels (``norm_placement=pre``, ``n_kv_heads=None,lr=0.001``) are unchanged."""
-    name = urllib.parse.quote(label, safe="=,+")
-    return name.replace(".", "%2E") if name in (".", "..") else name
+        """``cells/<task>/<variant folder>/seed<k>`` (see ``layout.cell_directory``)."""
+        return cell_directory(matrix_dir, self.task, self.variant, self.seed)
 
 
 def variant_label(axes: dict[str, Any]) -> str:
@@ -268,12 +275,13 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
     })
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
+    tb_run = cell_folder(cell.task, cell.variant, cell.seed)
     return [
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
         "--out", str(cell_dir),
-        "--tb-dir", str(matrix_dir / "tb"),
-        "--tb-name", f"{cell.task}/{cell.folder}",
-        "--tb-version", f"seed{cell.seed}",
+        "--tb-dir", str(matrix_dir / TB_DIR),
+        "--tb-name", tb_run.parent.as_posix(),
+        "--tb-version", tb_run.name,
         "--hparams", json.dumps(cell.axes),
     ]
 
@@ -283,14 +291,8 @@ def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> dict[str
     result_path = cell.directory(matrix_dir) / RESULT_FILE
     if result_path.is_file():
         return json.loads(result_path.read_text())
-    record = {
-        "status": "failed",
-        "task": cell.task,
-        "seed": cell.seed,
-        "config_hash": cell.run.config_hash(),
-        "code_fingerprint": code_fingerprint(),
-        "error": f"the training process {exit_description} without writing a result",
-    }
+    record = failure_record(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(),
+                            f"the training process {exit_description} without writing a result")
     write_json(result_path, record)
     return record
 
@@ -330,7 +332,7 @@ def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Pa
     """
     import submitit
 
-    executor = submitit.AutoExecutor(folder=matrix_dir / "jobs" / "%j", cluster=cluster)
+    executor = submitit.AutoExecutor(folder=matrix_dir / JOBS_DIR / "%j", cluster=cluster)
     jobs = []
     for n, cell in todo:
         trainer = cell.run.trainer
@@ -381,10 +383,10 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     matrix, cells = load_matrix(path)  # raises before anything is written
     matrix_dir = results_root / matrix.name
     matrix_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(matrix_dir / "matrix.yaml", path.read_text())
+    write_atomic(matrix_dir / MATRIX_FILE, path.read_text())
     # TensorBoard: the HParams columns (every varied key, every task's metrics, the speed figures) and one
     # chart per task and metric
-    tb_dir = matrix_dir / "tb"
+    tb_dir = matrix_dir / TB_DIR
     metric_columns = {f"val/{m.name}": m.description for cell in cells for m in cell.run.task.metrics}
     metric_columns |= {throughput_tag(unit): f"training throughput, {unit}/s, all processes"
                        for unit in dict.fromkeys(cell.run.task.throughput_unit for cell in cells)}
@@ -418,7 +420,7 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
         try:
             prefix = f"[{n}/{len(cells)}] {cell.key}"
             print(f"{prefix}: training", flush=True)
-            log_file = cell.directory(matrix_dir) / "train.log" if jobs > 1 else None
+            log_file = cell.directory(matrix_dir) / TRAIN_LOG if jobs > 1 else None
             if log_file:
                 log_file.parent.mkdir(parents=True, exist_ok=True)
             result = run_cell(cell, matrix_dir, path, slot=slot, log_file=log_file, fresh=force)
@@ -444,8 +446,6 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
 
 def finish_matrix(matrix_dir: Path, name: str, command: str, start: float, trained: int, failed: list[str]) -> int:
     """Record the run, write the summary, and return the exit code (1 if a cell failed)."""
-    from .report import RUN_FILE, write_report
-
     elapsed = time.perf_counter() - start
     print(f"matrix {name} finished in {elapsed:.0f} s", flush=True)
     write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(elapsed, 1), "cells_trained": trained})

@@ -43,6 +43,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tasks.data.cache import cache_key, cache_root
 
+from .layout import write_json
 from .provenance import cpu_model, hardware
 
 aten = torch.ops.aten
@@ -317,7 +318,7 @@ def cached_peak_flops(
             record = {"tflops": peak.tflops, "source": peak.source, **(peak.probe or {}), "key": path.stem,
                       "description": description, "machine": hardware(),
                       "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-            _write_json_atomic(path, record)
+            write_json(path, record)
             if device.type != "cuda" and (record.get("load_average") or 0) > (os.cpu_count() or 1):
                 rank_zero_warn(f"the peak FLOP/s was measured on a busy machine (load {record['load_average']} on "
                                f"{os.cpu_count()} CPUs), so it may be far too low and MFU too high; it is cached in "
@@ -336,15 +337,6 @@ def _read_peak_record(path: Path, description: dict[str, Any]) -> dict[str, Any]
         return None
     valid = isinstance(record, dict) and record.get("description") == description and (record.get("tflops") or 0) > 0
     return record if valid else None
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write to a temporary file of this process, then rename: a reader never sees half a record.
-    (``blockbench.train.write_atomic`` uses one temporary name for all processes.)"""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager

@@ -9,13 +9,14 @@ Figures are drawn with matplotlib's Agg canvas (no display) and written atomical
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .layout import atomic_path
 
 History = list[dict[str, Any]]  # [{"step": int, "time_s": float, "metrics": {name: float}}, ...]
 
@@ -119,7 +120,5 @@ def plot_task(
 
 def save_atomic(figure: Figure, path: Path) -> None:
     """Save as PNG to a temporary file next to ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    figure.savefig(tmp, format="png", dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=110)

@@ -36,7 +36,7 @@ import yaml
 
 from tasks import TASK_CONFIGS, Metric
 
-from .matrix import CELL_FILE
+from .layout import MATRIX_FILE, PLOTS_DIR, RESULT_FILE, RUN_FILE, SUMMARY_CSV, SUMMARY_MD, cell_files, write_atomic
 from .perf import speed_figures
 from .plots import VariantCurves, plot_task
 from .stats import (
@@ -51,12 +51,9 @@ from .stats import (
     time_to_target,
     with_diverged,
 )
-from .train import RESULT_FILE, write_atomic
 
-__all__ = ["Group", "load_groups", "mean_std", "write_report", "RUN_FILE"]
+__all__ = ["Group", "load_groups", "mean_std", "write_report"]
 
-RUN_FILE = "matrix_run.json"
-PLOTS_DIR = "plots"
 LEVEL = 0.95  # confidence level of every interval in the summary
 ALPHA = 1 - LEVEL  # a difference is marked when its Holm-adjusted p-value is below this
 SIGNIFICANT = "✓"  # marks a difference whose Holm-adjusted p-value is below ALPHA
@@ -142,7 +139,7 @@ class MatrixSettings:
 
     @classmethod
     def load(cls, matrix_dir: Path) -> "MatrixSettings":
-        path = matrix_dir / "matrix.yaml"
+        path = matrix_dir / MATRIX_FILE
         raw = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
         targets = {str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
                    for task, metrics in (raw.get("targets") or {}).items()}
@@ -161,7 +158,7 @@ def fmt(value: float, digits: int | None = None, sign: bool = False) -> str:
 def load_groups(matrix_dir: Path) -> list[Group]:
     """Every task x variant with a result, in matrix order."""
     groups: dict[tuple[str, str], Group] = {}
-    for cell_file in sorted((matrix_dir / "cells").glob(f"*/*/*/{CELL_FILE}")):
+    for cell_file in cell_files(matrix_dir):
         result_file = cell_file.with_name(RESULT_FILE)
         if not result_file.is_file():
             continue  # not run yet (an interrupted matrix)
@@ -196,8 +193,8 @@ def write_report(matrix_dir: Path) -> str:
                             for key, diff in section.differences.items() if diff.p_value is not None})
     csv_rows: list[dict[str, Any]] = []
     for section in sections:
-        section.holm_p = {(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == section.task}
-        section.family_size = len(adjusted)
+        section.summarize({(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == section.task},
+                          len(adjusted))
         lines += section.markdown()
         csv_rows += section.csv_rows()
 
@@ -216,8 +213,8 @@ def write_report(matrix_dir: Path) -> str:
         lines.append("")
 
     markdown = "\n".join(lines)
-    write_atomic(matrix_dir / "summary.md", markdown)
-    write_atomic(matrix_dir / "summary.csv", _to_csv(csv_rows))
+    write_atomic(matrix_dir / SUMMARY_MD, markdown)
+    write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
     return markdown
 
 
@@ -271,8 +268,52 @@ class TargetOutcome:
         return f"{len(self.reached)}/{self.seeds_with_history}"
 
 
+@dataclass(frozen=True)
+class MetricStats:
+    """One group's statistics of one metric, computed once: summary.md and summary.csv both render
+    these, so the two files cannot disagree."""
+
+    metric: Metric
+    #: seed -> value of every seed in the statistics: the finished seeds, and the diverged ones at the
+    #: task's diverged value (see ``TaskSection.diverged_values``)
+    values: dict[Any, float]
+    mean: float | None  # of ``values`` (None: no seed in the statistics)
+    std: float | None
+    interval: tuple[float, float] | None  # of the mean, inside the metric's range (None: fewer than two seeds)
+    mean_finished: float | None  # of the finished seeds alone
+    difference: Difference | None  # from the baseline variant (None: the baseline itself, or a side without seeds)
+    p_holm: float | None  # the difference's Holm-adjusted p-value over the matrix's family of comparisons
+    target: float | None  # the matrix's target for this metric
+    outcome: TargetOutcome | None  # the seeds against ``target`` (None: no target, or no finished seed)
+
+    @property
+    def significant(self) -> bool:
+        """Whether the difference's Holm-adjusted p-value is below ALPHA."""
+        return self.p_holm is not None and self.p_holm < ALPHA
+
+    @property
+    def direction(self) -> str:
+        """``better``, ``worse`` or ``same`` than the baseline variant; empty without a difference."""
+        return direction(self.difference.difference, self.metric) if self.difference else ""
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One group's statistics: each metric's, and the figures of its finished seeds (None: no finished seed)."""
+
+    group: Group
+    metrics: dict[str, MetricStats]  # by metric name
+    steps: int | None  # of the first finished seed (every seed of a group trains the same config)
+    wall_time_s: float | None  # mean over the finished seeds
+    parameters: int | None  # of the first finished seed
+    throughput: float | None  # mean over the finished seeds
+    throughput_unit: str | None
+    speed: dict[str, float | None]  # each of SPEED_FIGURES: mean over the finished seeds that recorded it
+
+
 class TaskSection:
-    """One task's part of the summary: tables, plot, CSV rows."""
+    """One task's part of the summary: its statistics (:meth:`summarize`), rendered as tables, a plot
+    and CSV rows."""
 
     def __init__(self, matrix_dir: Path, task: str, groups: list[Group], baseline_variant: str | None,
                  settings: MatrixSettings) -> None:
@@ -293,47 +334,76 @@ class TaskSection:
                                    [v for g in groups for v in g.finished_values(m.name).values()], m.higher_is_better)
             for m in self.metrics
         }
+        #: (variant, metric) -> seed -> value of every seed in the statistics: the finished seeds, and the
+        #: diverged ones at the value of :attr:`diverged_values`
+        self.values: dict[tuple[str, str], dict[Any, float]] = {
+            (g.variant, m.name): with_diverged(g.finished_values(m.name), g.diverged_seeds, self.diverged_values[m.name])
+            for g in groups for m in self.metrics
+        }
         #: (variant, metric) -> its difference from the baseline variant
         self.differences: dict[tuple[str, str], Difference] = {
             (g.variant, m.name): d for g in groups for m in self.metrics if (d := self._difference(g, m)) is not None
         }
-        #: (variant, metric) -> Holm-adjusted p-value over the matrix's family of comparisons (set by write_report)
-        self.holm_p: dict[tuple[str, str], float] = {}
+        #: variant -> its statistics (set by :meth:`summarize`, once the matrix's comparisons are known)
+        self.stats: dict[str, GroupStats] = {}
         self.family_size = 0
 
     # statistics -------------------------------------------------------------------------------
-
-    def values(self, group: Group, metric: Metric) -> dict[Any, float]:
-        """Seed -> value of every seed in the statistics: the finished seeds, and the diverged ones at
-        the value of :attr:`diverged_values`."""
-        return with_diverged(group.finished_values(metric.name), group.diverged_seeds, self.diverged_values[metric.name])
 
     def _difference(self, group: Group, metric: Metric) -> Difference | None:
         """``group`` minus the baseline variant, paired when their seeds match (see ``stats.compare``);
         None for the baseline itself or when a side has no seed in the statistics."""
         if self.baseline is None or group is self.baseline:
             return None
-        values, baseline_values = self.values(group, metric), self.values(self.baseline, metric)
+        values = self.values[group.variant, metric.name]
+        baseline_values = self.values[self.baseline.variant, metric.name]
         if not values or not baseline_values:
             return None
         return compare(values, baseline_values, LEVEL, metric.span)
 
-    def difference(self, group: Group, metric: Metric) -> Difference | None:
-        return self.differences.get((group.variant, metric.name))
+    def summarize(self, holm_p: dict[tuple[str, str], float], family_size: int) -> None:
+        """Compute every group's statistics (:attr:`stats`), which the markdown and the CSV render.
+        ``holm_p``: (variant, metric) -> the Holm-adjusted p-value of its difference over the matrix's
+        family of ``family_size`` comparisons (every task's: known only once every section is built)."""
+        self.family_size = family_size
+        self.stats = {g.variant: self._group_stats(g, holm_p) for g in self.groups}
 
-    def adjusted_p(self, group: Group, metric: Metric) -> float | None:
-        return self.holm_p.get((group.variant, metric.name))
+    def _group_stats(self, group: Group, holm_p: dict[tuple[str, str], float]) -> GroupStats:
+        first = group.ok[0] if group.ok else {}
+        return GroupStats(
+            group,
+            {m.name: self._metric_stats(group, m, holm_p.get((group.variant, m.name))) for m in self.metrics},
+            steps=first.get("steps"),
+            wall_time_s=statistics.fmean(group.values("wall_time_s")) if group.ok else None,
+            parameters=first.get("parameters"),
+            throughput=statistics.fmean(group.values("throughput")) if group.ok else None,
+            throughput_unit=first.get("throughput_unit"),
+            speed={figure: group.speed_mean(figure) for figure in SPEED_FIGURES},
+        )
 
-    def significant(self, group: Group, metric: Metric) -> bool:
-        """Whether the difference's Holm-adjusted p-value is below ALPHA."""
-        p_value = self.adjusted_p(group, metric)
-        return p_value is not None and p_value < ALPHA
+    def _metric_stats(self, group: Group, metric: Metric, p_holm: float | None) -> MetricStats:
+        values = self.values[group.variant, metric.name]
+        finished = list(group.finished_values(metric.name).values())
+        mean, std = mean_std(list(values.values())) if values else (None, None)
+        target = self.targets.get(metric.name)
+        return MetricStats(
+            metric,
+            values,
+            mean,
+            std,
+            interval=t_confidence_interval(list(values.values()), LEVEL, metric.low, metric.high) if values else None,
+            mean_finished=statistics.fmean(finished) if finished else None,
+            difference=self.differences.get((group.variant, metric.name)),
+            p_holm=p_holm,
+            target=target,
+            outcome=self._target_outcome(group, metric, target) if target is not None and group.ok else None,
+        )
 
     @property
     def any_diverged(self) -> bool:
         return any(g.diverged for g in self.groups)
 
-    def target_outcome(self, group: Group, metric: Metric, target: float) -> TargetOutcome:
+    def _target_outcome(self, group: Group, metric: Metric, target: float) -> TargetOutcome:
         """The finished seeds that reached ``target``, out of the finished seeds with a history and the
         diverged seeds (which count as not reaching it: they left no usable model)."""
         histories = [r["history"] for r in group.ok if r.get("history")]
@@ -387,20 +457,16 @@ class TaskSection:
                 row = [group.variant] + [status] * len(self.metrics) + [group.seeds_label()]
                 lines.append(_row(row + [""] * (len(header) - len(row))))
                 continue
-            row = [group.variant] + [self.mean_cell(group, metric) for metric in self.metrics]
-            row += [
-                group.seeds_label(),
-                str(round(statistics.fmean(group.values("steps")))),
-                f"{statistics.fmean(group.values('wall_time_s')):.1f}",
-                f"{group.ok[0]['parameters']:,}",
-            ]
+            stats = self.stats[group.variant]
+            row = [group.variant] + [self.mean_cell(group, stats.metrics[metric.name]) for metric in self.metrics]
+            row += [group.seeds_label(), str(stats.steps), f"{stats.wall_time_s:.1f}", f"{stats.parameters:,}"]
             if self.has_performance:
-                row.append(_speed_cell(group.speed_mean("step_time_ms"), "{:,.1f}"))
-            row.append(f"{statistics.fmean(group.values('throughput')):,.0f}")
+                row.append(_speed_cell(stats.speed["step_time_ms"], "{:,.1f}"))
+            row.append(f"{stats.throughput:,.0f}")
             if self.has_performance:
-                row += [_speed_cell(group.speed_mean("mfu"), "{:.1%}"), _speed_cell(group.speed_mean("data_wait_fraction"), "{:.1%}")]
+                row += [_speed_cell(stats.speed["mfu"], "{:.1%}"), _speed_cell(stats.speed["data_wait_fraction"], "{:.1%}")]
             if self.has_peak_memory:
-                row.append(_speed_cell(group.speed_mean("peak_memory_mb"), "{:,.0f}"))
+                row.append(_speed_cell(stats.speed["peak_memory_mb"], "{:,.0f}"))
             if sparse:
                 row.append(f"{group.ok[0].get('attended_fraction', 1.0):.3f}")
             lines.append(_row(row))
@@ -409,14 +475,13 @@ class TaskSection:
             lines.append("| *trivial baseline* | " + " | ".join(cells) + " |" + " |" * (len(header) - 1 - len(self.metrics)))
         return lines
 
-    def mean_cell(self, group: Group, metric: Metric) -> str:
+    @staticmethod
+    def mean_cell(group: Group, stats: MetricStats) -> str:
         """``mean ± std`` over the seeds in the statistics; with diverged seeds, also the mean of the
         finished ones alone: ``26.37 ± 40.0 (finished 72.55)``."""
-        mean, std = mean_std(list(self.values(group, metric).values()))
-        text = f"{fmt(mean)} ± {fmt(std, decimals(mean))}"
+        text = f"{fmt(stats.mean)} ± {fmt(stats.std, decimals(stats.mean))}"
         if group.diverged:
-            finished = statistics.fmean(group.finished_values(metric.name).values())
-            text += f" (finished {fmt(finished, decimals(mean))})"
+            text += f" (finished {fmt(stats.mean_finished, decimals(stats.mean))})"
         return text
 
     def main_note(self) -> str:
@@ -457,11 +522,6 @@ class TaskSection:
             "",
         ]
 
-    def interval(self, group: Group, metric: Metric) -> tuple[float, float] | None:
-        """The confidence interval of the mean over the seeds in the statistics, inside the metric's range."""
-        values = list(self.values(group, metric).values())
-        return t_confidence_interval(values, LEVEL, metric.low, metric.high) if values else None
-
     def interval_table(self) -> list[str]:
         """95% CI of each metric's mean; shown when some variant has two or more seeds in the statistics."""
         if not any(len(g.ok) + len(g.diverged) > 1 for g in self.groups if g.ok):
@@ -471,15 +531,14 @@ class TaskSection:
         lines += _table_head(["variant"] + [_arrow(m) for m in self.metrics])
         for group in self.groups:
             cells = []
-            for metric in self.metrics:
-                interval = self.interval(group, metric)
+            for stats in self.stats[group.variant].metrics.values():
                 if not group.ok:
                     cells.append(group.status_without_ok)
-                elif interval is None:
+                elif stats.interval is None:
                     cells.append("one seed")
                 else:
-                    digits = decimals(statistics.fmean(self.values(group, metric).values()))
-                    cells.append(f"[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]")
+                    digits = decimals(stats.mean)
+                    cells.append(f"[{fmt(stats.interval[0], digits)}, {fmt(stats.interval[1], digits)}]")
             lines.append(_row([group.variant] + cells))
         return lines + ["", self.interval_method(), ""]
 
@@ -509,7 +568,7 @@ class TaskSection:
             return []
         if self.baseline is None:
             return [f"No differences: the baseline variant `{self.baseline_variant}` has no cells for this task.", ""]
-        if not any(self.values(self.baseline, m) for m in self.metrics):
+        if not any(stats.values for stats in self.stats[self.baseline.variant].metrics.values()):
             return [f"No differences: every seed of the baseline variant `{self.baseline.variant}` {self.baseline.status_without_ok}.", ""]
         lines = [
             f"Difference from the baseline variant `{self.baseline.variant}` (variant − baseline) with its {LEVEL:.0%} "
@@ -522,24 +581,25 @@ class TaskSection:
         return lines + ["", self.difference_method(others), ""]
 
     def difference_cell(self, group: Group, metric: Metric) -> str:
-        diff = self.difference(group, metric)
+        stats = self.stats[group.variant].metrics[metric.name]
+        diff = stats.difference
         if diff is None:
             return group.status_without_ok
-        means = [statistics.fmean(self.values(g, metric).values()) for g in (group, self.baseline)]
-        digits = decimals(max(abs(m) for m in means))
+        baseline_mean = self.stats[self.baseline.variant].metrics[metric.name].mean
+        digits = decimals(max(abs(stats.mean), abs(baseline_mean)))
         text = fmt(diff.difference, digits, sign=True)
         if diff.ci_low is None or diff.ci_high is None:
             return f"{text} (no interval: {_no_interval_reason(diff)})"
         text += f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
-        if self.significant(group, metric):
-            text += f" {SIGNIFICANT} {direction(diff.difference, metric)}"
+        if stats.significant:
+            text += f" {SIGNIFICANT} {stats.direction}"
         return text
 
     def difference_method(self, others: list[Group]) -> str:
         """Which test each variant's differences used, the Holm family, and the cut of bounded ranges."""
         tests: dict[str, list[str]] = {}
         for group in others:
-            diff = next((d for m in self.metrics if (d := self.difference(group, m)) is not None), None)
+            diff = next((s.difference for s in self.stats[group.variant].metrics.values() if s.difference is not None), None)
             if diff is not None:
                 tests.setdefault(_test_text(diff), []).append(f"`{group.variant}`")
         if len(tests) == 1:
@@ -568,13 +628,13 @@ class TaskSection:
                   "(a diverged seed counts as not reaching it), and their mean steps and seconds since training started:", ""]
         lines += _table_head(["variant"] + [f"{m.name} {'≥' if m.higher_is_better else '≤'} {value:g}" for m, value in targets])
         for group in self.groups:
-            lines.append(_row([group.variant] + [self.target_cell(group, m, value) for m, value in targets]))
+            lines.append(_row([group.variant] + [self.target_cell(group, m) for m, _ in targets]))
         return lines + [""]
 
-    def target_cell(self, group: Group, metric: Metric, target: float) -> str:
+    def target_cell(self, group: Group, metric: Metric) -> str:
         if not group.ok:
             return group.status_without_ok
-        outcome = self.target_outcome(group, metric, target)
+        outcome = self.stats[group.variant].metrics[metric.name].outcome
         if not outcome.seeds_with_history:
             return "no history"
         if not outcome.reached:
@@ -600,33 +660,22 @@ class TaskSection:
     # csv --------------------------------------------------------------------------------------
 
     def csv_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for group in self.groups:
-            for metric in self.metrics:
-                rows.append(self.csv_row(group, metric))
-        return rows
+        return [self.csv_row(group_stats, stats) for group_stats in self.stats.values() for stats in group_stats.metrics.values()]
 
-    def csv_row(self, group: Group, metric: Metric) -> dict[str, Any]:
-        """The statistics of ``group`` x ``metric``: ``mean``, ``std``, ``ci_*`` and ``diff_*`` count the
-        diverged seeds (at ``diverged_value``); ``mean_finished`` is over the finished seeds alone."""
-        values = list(self.values(group, metric).values())
-        finished = list(group.finished_values(metric.name).values())
-        mean, std = mean_std(values) if values else ("", "")
-        interval = self.interval(group, metric)
-        diff = self.difference(group, metric)
-        first = group.ok[0] if group.ok else {}
-        target = self.targets.get(metric.name) if metric.name in self.targets else None
-        outcome = self.target_outcome(group, metric, target) if target is not None and group.ok else None
+    def csv_row(self, group_stats: GroupStats, stats: MetricStats) -> dict[str, Any]:
+        """One group x metric: ``mean``, ``std``, ``ci_*`` and ``diff_*`` count the diverged seeds (at
+        ``diverged_value``); ``mean_finished`` is over the finished seeds alone."""
+        group, metric, diff, outcome = group_stats.group, stats.metric, stats.difference, stats.outcome
         return {
             "task": group.task,
             "variant": group.variant,
             "metric": metric.name,
-            "mean": mean,
-            "std": std,
-            "ci_low": interval[0] if interval else "",
-            "ci_high": interval[1] if interval else "",
-            "mean_finished": statistics.fmean(finished) if finished else "",
-            "seeds": len(values),  # in the statistics: finished and diverged
+            "mean": _blank(stats.mean),
+            "std": _blank(stats.std),
+            "ci_low": stats.interval[0] if stats.interval else "",
+            "ci_high": stats.interval[1] if stats.interval else "",
+            "mean_finished": _blank(stats.mean_finished),
+            "seeds": len(stats.values),  # in the statistics: finished and diverged
             "seeds_diverged": len(group.diverged),
             "seeds_failed": len(group.failed),
             "diverged_value": _blank(self.diverged_values[metric.name]) if group.diverged else "",
@@ -637,17 +686,17 @@ class TaskSection:
             "diff_ci_high": _blank(diff.ci_high) if diff else "",
             "diff_test": diff.test if diff else "",
             "diff_p_value": _blank(diff.p_value) if diff else "",
-            "diff_p_holm": _blank(self.adjusted_p(group, metric)),
-            "significant": self.significant(group, metric) if diff else "",
-            "direction": direction(diff.difference, metric) if diff else "",
+            "diff_p_holm": _blank(stats.p_holm),
+            "significant": stats.significant if diff else "",
+            "direction": stats.direction,
             "baseline": self.trivial_baselines.get(metric.name, ""),  # the task's trivial baseline
-            "steps": first.get("steps", ""),
-            "wall_time_s": statistics.fmean(group.values("wall_time_s")) if group.ok else "",
-            "parameters": first.get("parameters", ""),
-            "throughput": statistics.fmean(group.values("throughput")) if group.ok else "",
-            "throughput_unit": first.get("throughput_unit", ""),
-            **{figure: _blank(group.speed_mean(figure)) for figure in SPEED_FIGURES},
-            "target": "" if target is None else target,
+            "steps": _blank(group_stats.steps),
+            "wall_time_s": _blank(group_stats.wall_time_s),
+            "parameters": _blank(group_stats.parameters),
+            "throughput": _blank(group_stats.throughput),
+            "throughput_unit": _blank(group_stats.throughput_unit),
+            **{figure: _blank(group_stats.speed[figure]) for figure in SPEED_FIGURES},
+            "target": _blank(stats.target),
             "target_reached": outcome.fraction if outcome and outcome.seeds_with_history else "",
             "steps_to_target": _blank(outcome.mean_steps) if outcome else "",
             "seconds_to_target": _blank(outcome.mean_seconds) if outcome else "",

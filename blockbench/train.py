@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
 import sys
 import traceback
@@ -20,27 +18,10 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from .config import RunConfig, to_yaml
+from .layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, failure_record, write_atomic, write_json
 from .perf import final_figures
 from .provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
 from .tensorboard import log_cell_hparams
-
-RESULT_FILE = "result.json"
-CONFIG_FILE = "config.yaml"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves a truncated file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -201,14 +182,8 @@ def train(
     return result
 
 
-def failure_record(run: RunConfig, error: BaseException) -> dict[str, Any]:
-    """The result record of a cell that raised: the matrix goes on and reports it as failed."""
-    return {
-        "status": "failed",
-        "task": run.task.name,
-        "seed": run.seed,
-        "config_hash": run.config_hash(),
-        "code_fingerprint": code_fingerprint(),
-        "error": f"{type(error).__name__}: {error}",
-        "traceback": traceback.format_exc(),
-    }
+def error_record(run: RunConfig, error: BaseException) -> dict[str, Any]:
+    """The failure record of a run that raised ``error`` (call it while handling the error: it
+    records the traceback)."""
+    return failure_record(run.task.name, run.seed, run.config_hash(), code_fingerprint(), f"{type(error).__name__}: {error}",
+                          traceback.format_exc())

@@ -9,6 +9,8 @@ from .attention import MultiHeadAttention
 from .block import TransformerBlock, TransformerStack
 from .build import build_model, count_parameters
 from .config import ModelConfig
+from .decoding import beam_search, generate, greedy_decode
+from .introspection import add_auxiliary_losses, attended_fraction, expert_load, extrapolating_pos_encodings, moe_layers
 from .lm import DecoderLM
 from .registry import ALL_REGISTRIES
 from .translator import EncoderDecoder
@@ -23,6 +25,14 @@ __all__ = [
     "TransformerBlock",
     "TransformerStack",
     "VisionTransformer",
+    "add_auxiliary_losses",
+    "attended_fraction",
+    "beam_search",
     "build_model",
     "count_parameters",
+    "expert_load",
+    "extrapolating_pos_encodings",
+    "generate",
+    "greedy_decode",
+    "moe_layers",
 ]

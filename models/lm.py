@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .block import LayerCache, TransformerStack, init_weights
@@ -58,35 +57,5 @@ class DecoderLM(nn.Module):
         return linear_cross_entropy(self(idx, head=False), self.lm_head.weight, targets, reduction=reduction)
 
     def new_caches(self) -> list[LayerCache]:
+        """Empty KV caches for incremental ``forward`` (``models.decoding.generate``)."""
         return self.stack.new_caches()
-
-    @torch.no_grad()
-    def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-        use_cache: bool = True,
-    ) -> torch.Tensor:
-        """Append ``max_new_tokens`` tokens; ``temperature=0`` is greedy decoding. With ``use_cache``
-        each step feeds only the newest token through the model (same result, less work)."""
-        caches = None
-        for _ in range(max_new_tokens):
-            if caches is not None and (self.positions.extrapolates or caches[0].self_attn.length < self.cfg.max_seq_len):
-                logits = self(idx[:, -1:], caches=caches)[:, -1, :]
-            else:  # first step, or learned positions used up: restart on the last max_seq_len tokens
-                caches = self.new_caches() if use_cache else None
-                context = idx if self.positions.extrapolates else idx[:, -self.cfg.max_seq_len :]
-                logits = self(context, caches=caches)[:, -1, :]
-            if temperature == 0:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_token = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
-            idx = torch.cat([idx, next_token], dim=1)
-        return idx

@@ -26,9 +26,15 @@ from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 # torchdata calls a deprecated torch function on every new loader; nothing for users to act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
-from models import ModelConfig, build_model, count_parameters
-from models.attention import MultiHeadAttention
-from models.moe import MoEFeedForward
+from models import (
+    ModelConfig,
+    add_auxiliary_losses,
+    attended_fraction,
+    build_model,
+    count_parameters,
+    expert_load,
+    moe_layers,
+)
 
 
 class OptimizerConfig(BaseModel):
@@ -243,7 +249,7 @@ class TaskModule(L.LightningModule, ABC):
         self.optimizer_config = optimizer
         self.max_steps = max_steps
         self.model = build_model(model)
-        self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoEFeedForward)]  # not submodules
+        self.moe_layers = moe_layers(self.model)  # found once; a plain list, not submodules
         #: global step of the most recent validation run (the runner reads final metrics from it)
         self.last_validated_step = -1
 
@@ -259,20 +265,15 @@ class TaskModule(L.LightningModule, ABC):
         loss = self.training_loss(batch)
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # the mean over all processes
         if self.moe_layers:
-            cfg = self.model_config
-            aux = torch.stack([m.aux_loss for m in self.moe_layers]).mean()
-            z = torch.stack([m.z_loss for m in self.moe_layers]).mean()
-            loss = loss + cfg.moe_aux_loss_weight * aux + cfg.moe_z_loss_weight * z
-            self.log_dict({"moe/aux_loss": aux, "moe/z_loss": z})
+            loss, moe_losses = add_auxiliary_losses(loss, self.moe_layers, self.model_config)
+            self.log_dict(moe_losses)
             self._log_expert_load()  # Lightning writes it every trainer.log_every_n_steps
         return loss
 
     def _log_expert_load(self) -> None:
         """Per-layer, per-expert share of the routed tokens, and the assignments dropped over capacity."""
-        for i, layer in enumerate(self.moe_layers):
-            for j, share in enumerate(layer.tokens_per_expert.tolist()):
-                self.log(f"moe/layer{i}/expert{j}_token_share", share)
-            self.log(f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens))
+        for name, value in expert_load(self.moe_layers).items():
+            self.log(name, value)
 
     @abstractmethod
     def items_in_batch(self, batch: Any) -> int:
@@ -294,12 +295,8 @@ class TaskModule(L.LightningModule, ABC):
     def result_extras(self) -> dict[str, Any]:
         """Extra facts stored with the result: the share of attended (query, key) pairs under a
         sparse attention pattern; tasks add their own (e.g. the sacrebleu signature)."""
-        fractions = [
-            m.attended_fraction
-            for m in self.model.modules()
-            if isinstance(m, MultiHeadAttention) and m.attended_fraction is not None
-        ]
-        return {"attended_fraction": round(sum(fractions) / len(fractions), 4)} if fractions else {}
+        fraction = attended_fraction(self.model)
+        return {"attended_fraction": round(fraction, 4)} if fraction is not None else {}
 
     def _fused_optimizer(self, params: list[torch.nn.Parameter]) -> bool:
         """Whether AdamW can run as one fused kernel for all parameters (CPU and CUDA have one): not

@@ -15,8 +15,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig
-from models.registry import POSITIONAL
+from models import ModelConfig, extrapolating_pos_encodings
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
@@ -50,8 +49,8 @@ class LMTaskConfig(EmbeddedTaskConfig):
         return {"family": self.family, "vocab_size": len(agreement_vocab()), "max_seq_len": self.seq_len}
 
     def check_model(self, model: ModelConfig) -> None:
-        if self.eval_seq_len and self.eval_seq_len > self.seq_len and not POSITIONAL.get(model.pos_encoding).extrapolates:
-            usable = [e.name for e in POSITIONAL if e.target.extrapolates]
+        usable = extrapolating_pos_encodings()
+        if self.eval_seq_len and self.eval_seq_len > self.seq_len and model.pos_encoding not in usable:
             raise ValueError(
                 f"task.eval_seq_len={self.eval_seq_len} exceeds task.seq_len={self.seq_len}, but "
                 f"model.pos_encoding={model.pos_encoding} cannot extrapolate beyond its training length; "

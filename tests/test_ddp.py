@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from blockbench.config import ConfigError, TrainerConfig
 from blockbench.matrix import DISTRIBUTED_ENV
+from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
-TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
 TASKS = {
-    "lm": {"name": "lm", "seq_len": 32, "n_train_tokens": 20000, "n_val_tokens": 2000, "n_probes": 32},
+    "lm": {**TINY_LM_TASK, "n_train_tokens": 20000},
     "translation": {"name": "translation", "n_train": 2000, "n_val": 30},
     "vit": {"name": "vit", "n_train": 512, "n_val": 50},
 }
@@ -44,18 +43,10 @@ def train(tmp_path: Path, name: str, cfg: dict) -> dict:
     folder = tmp_path / name
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
-    done = subprocess.run(
-        [sys.executable, "-m", "blockbench", "train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run"],
-        cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env(),
-    )
+    done = blockbench("train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run", cwd=folder,
+                      env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "out" / "result.json").read_text())
-
-
-def scalars(run_dir: Path, tag: str) -> list[float]:
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
-    return [e.value for e in events.Scalars(tag)]
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -87,7 +78,7 @@ class FakeTrainer:
 def test_each_process_gets_a_disjoint_share_of_training_and_validation_data():
     from blockbench.config import build_run_config
 
-    run = build_run_config({}, {"task": TASKS["vit"], **{f"model.{k}": v for k, v in TINY_MODEL.items()}})
+    run = build_run_config({"model": TINY_MODEL}, {"task": TASKS["vit"]})
     _, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
     datamodule.setup()
     torch.manual_seed(0)
@@ -116,12 +107,8 @@ def test_global_batch_must_divide_over_processes_and_accumulation():
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
     base = config("lm", **DDP, max_steps=60, val_every_n_steps=20, checkpoint_every_n_steps=10)
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "base.yaml").write_text(yaml.safe_dump(base))
-    (folder / "m.yaml").write_text(yaml.safe_dump({"name": "m", "base": "base.yaml", "axes": {"seed": [0]}}))
-    command = [sys.executable, "-m", "blockbench", "matrix", "m.yaml"]
-    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    folder = write_matrix(tmp_path / "m", {"seed": [0]}, base).parent
+    process = subprocess.Popen([sys.executable, "-m", "blockbench", "matrix", "m.yaml"], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True, env=clean_env())
     checkpoint = folder / "results/m/cells/lm/default/seed0/checkpoints/last.ckpt"
     deadline = time.monotonic() + 180
@@ -131,7 +118,7 @@ def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)  # the matrix and both training processes
     process.wait()
 
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    done = blockbench("matrix", "m.yaml", cwd=folder, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((folder / "results/m/cells/lm/default/seed0/result.json").read_text())
     assert result["status"] == "ok" and result["steps"] == 60 and result["resumed_from_step"] >= 10
@@ -193,17 +180,14 @@ def test_a_loss_diverging_in_one_process_stops_every_process(tmp_path):
 def test_matrix_cells_as_submitit_jobs(tmp_path):
     """The cluster path (one submitit job per cell) run as local jobs: same results folder, summary and reuse."""
     pytest.importorskip("submitit")
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "base.yaml").write_text(yaml.safe_dump(config("lm", max_steps=4, val_every_n_steps=2)))
-    (folder / "m.yaml").write_text(yaml.safe_dump({"name": "m", "base": "base.yaml", "axes": {"seed": [0, 1]}}))
-    command = [sys.executable, "-m", "blockbench", "matrix", "m.yaml", "--launcher", "submitit-local"]
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    folder = write_matrix(tmp_path / "m", {"seed": [0, 1]}, config("lm", max_steps=4, val_every_n_steps=2)).parent
+    command = ("matrix", "m.yaml", "--launcher", "submitit-local")
+    done = blockbench(*command, cwd=folder, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("submitted as job") == 2
     for seed in (0, 1):
         result = json.loads((folder / f"results/m/cells/lm/default/seed{seed}/result.json").read_text())
         assert result["status"] == "ok" and result["steps"] == 4
     assert "| default |" in (folder / "results/m/summary.md").read_text()
-    again = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, env=clean_env())
+    again = blockbench(*command, cwd=folder, env=clean_env())
     assert again.stdout.count("done earlier") == 2 and "submitted" not in again.stdout

@@ -12,18 +12,17 @@ import torch.nn.functional as F
 
 from blockbench.config import build_run_config
 from blockbench.train import train
-from models import ModelConfig, build_model
+from conftest import TINY_LM_TASK, TINY_MODEL, tiny
+from models import build_model
 from models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends
 from models.loss import linear_cross_entropy
 from tasks.lm import next_token_loss
 from tasks.translation import teacher_forcing_loss
 
-TINY_MODEL = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64}
 TINY_TASKS = {
-    "lm": {"task.name": "lm", "task.seq_len": 32, "task.n_train_tokens": 8000, "task.n_val_tokens": 2000,
-           "task.n_probes": 32},
-    "translation": {"task.name": "translation", "task.n_train": 500, "task.n_val": 16},
-    "vit": {"task.name": "vit", "task.n_train": 256, "task.n_val": 32},
+    "lm": TINY_LM_TASK,
+    "translation": {"name": "translation", "n_train": 500, "n_val": 16},
+    "vit": {"name": "vit", "n_train": 256, "n_val": 32},
 }
 # a configured peak skips the peak FLOP/s probe (a 512^2 matmul, emulated and slow in bf16 on AVX2)
 TINY_TRAINER = {"trainer.max_steps": 4, "trainer.batch_size": 8, "trainer.val_every_n_steps": 4,
@@ -92,44 +91,41 @@ def test_linear_cross_entropy_without_gradients_and_with_nothing_to_count():
         linear_cross_entropy(hidden, weight, targets, reduction="none")
 
 
-def tiny_model(family: str, **fields) -> torch.nn.Module:
-    sizes = {"decoder_lm": {"vocab_size": 40, "max_seq_len": 16}, "encoder_decoder": {"vocab_size": 40, "max_seq_len": 16}}
-    cfg = ModelConfig(family=family, d_model=32, n_layers=2, n_heads=4, d_ff=64, **sizes[family], **fields)
+def seeded_tiny_model(family: str, **fields) -> torch.nn.Module:
+    """The tiny ``family`` model (vocabulary 40, 16 positions) of seed 0 in float64, in training mode."""
     torch.manual_seed(0)
-    return build_model(cfg).double()
+    return build_model(tiny(family, vocab_size=40, max_seq_len=16, **fields)).double()
+
+
+def assert_same_loss_and_gradients(model: torch.nn.Module, loss: torch.Tensor, expected: torch.Tensor) -> None:
+    """``loss`` equals ``expected``, and so does its gradient with respect to every parameter of ``model``."""
+    parameters = list(model.parameters())
+    torch.testing.assert_close(loss, expected)
+    for grad, expected_grad in zip(torch.autograd.grad(loss, parameters), torch.autograd.grad(expected, parameters)):
+        torch.testing.assert_close(grad, expected_grad)
 
 
 @pytest.mark.parametrize("fields", [{}, {"tie_embeddings": False, "norm": "rmsnorm", "pos_encoding": "rope"}])
 def test_lm_loss_equals_cross_entropy_of_its_logits(fields):
-    model = tiny_model("decoder_lm", **fields)
+    model = seeded_tiny_model("decoder_lm", **fields)
     rows = torch.randint(0, 40, (3, 13), generator=torch.Generator().manual_seed(0))
     expected = F.cross_entropy(model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
-    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
-    loss = next_token_loss(model, rows)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    torch.testing.assert_close(loss, expected)
-    for grad, expected_grad in zip(grads, expected_grads):
-        torch.testing.assert_close(grad, expected_grad)
+    assert_same_loss_and_gradients(model, next_token_loss(model, rows), expected)
 
 
 def test_translation_loss_equals_cross_entropy_of_its_logits():
-    model = tiny_model("encoder_decoder")
+    model = seeded_tiny_model("encoder_decoder")
     generator = torch.Generator().manual_seed(0)
     src, tgt = torch.randint(1, 40, (3, 9), generator=generator), torch.randint(1, 40, (3, 8), generator=generator)
     src[0, -3:] = 0  # padding
     tgt[1, -2:] = 0
     logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
     expected = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0, label_smoothing=0.1)
-    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
-    loss = teacher_forcing_loss(model, src, tgt, pad_id=0, label_smoothing=0.1)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    torch.testing.assert_close(loss, expected)
-    for grad, expected_grad in zip(grads, expected_grads):
-        torch.testing.assert_close(grad, expected_grad)
+    assert_same_loss_and_gradients(model, teacher_forcing_loss(model, src, tgt, pad_id=0, label_smoothing=0.1), expected)
 
 
 def test_tasks_train_with_the_fused_adamw_kernel():
-    run = build_run_config({}, {**TINY_TASKS["lm"], **TINY_MODEL})
+    run = build_run_config({"model": TINY_MODEL, "task": TINY_TASKS["lm"]})
     module, _ = run.task.build(run.resolved_model(), run.optimizer, max_steps=4, batch_size=8)
     optimizer = module.configure_optimizers()["optimizer"]
     assert optimizer.defaults["fused"] is True
@@ -138,8 +134,8 @@ def test_tasks_train_with_the_fused_adamw_kernel():
 #: bf16 keeps 8 significant bits (7 stored and the implicit one): its unit roundoff is 2^-8
 BF16_UNIT_ROUNDOFF = 2.0**-8
 #: the argmax metrics and the number of items each counts in TINY_TASKS
-COUNTED_METRICS = {"accuracy": TINY_TASKS["vit"]["task.n_val"], "agreement_acc": TINY_TASKS["lm"]["task.n_probes"],
-                   "exact_match": TINY_TASKS["translation"]["task.n_val"]}
+COUNTED_METRICS = {"accuracy": TINY_TASKS["vit"]["n_val"], "agreement_acc": TINY_TASKS["lm"]["n_probes"],
+                   "exact_match": TINY_TASKS["translation"]["n_val"]}
 
 
 class PrecisionSpy(L.Callback):
@@ -168,9 +164,9 @@ class PrecisionSpy(L.Callback):
 
 def train_tiny(tmp_path, task: str, precision: str) -> tuple[dict, PrecisionSpy]:
     """Four steps of ``task`` at ``precision`` (lr 1e-2, so that the four losses move apart)."""
-    overrides = {**TINY_TASKS[task], **TINY_MODEL, **TINY_TRAINER, "optimizer.lr": 1e-2, "trainer.precision": precision}
+    overrides = {**TINY_TRAINER, "optimizer.lr": 1e-2, "trainer.precision": precision}
     spy = PrecisionSpy()
-    result = train(build_run_config({}, overrides), tmp_path / precision, tb_dir=tmp_path / "tb", tb_name=task,
+    result = train(build_run_config({"model": TINY_MODEL, "task": TINY_TASKS[task]}, overrides), tmp_path / precision, tb_dir=tmp_path / "tb", tb_name=task,
                    tb_version=precision, extra_callbacks=[spy])
     assert result["status"] == "ok" and result["precision"] == precision
     return result, spy
@@ -209,8 +205,8 @@ def test_bf16_mixed_precision_trains_like_fp32_to_bf16_rounding(tmp_path, task):
 def test_compiled_model_trains_like_the_eager_one(tmp_path):
     """``model.compile: true`` runs the model through torch.compile on CPU: same parameter names
     (checkpoints stay interchangeable) and the same losses as eager, to float32 rounding."""
-    eager = tiny_model("decoder_lm").float()
-    compiled = tiny_model("decoder_lm", compile=True).float()
+    eager = seeded_tiny_model("decoder_lm").float()
+    compiled = seeded_tiny_model("decoder_lm", compile=True).float()
     assert list(compiled.state_dict()) == list(eager.state_dict())
     rows = torch.randint(0, 40, (4, 13), generator=torch.Generator().manual_seed(0))
     losses = []

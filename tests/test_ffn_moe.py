@@ -20,14 +20,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from models import build_model
+from conftest import DT
+from models import add_auxiliary_losses, build_model, expert_load, moe_layers
 from models.block import init_weights
 from models.mlp import FFNS, FeedForward, GEGLUFeedForward, SwiGLUFeedForward, build_ffn, gated_hidden_size
 from models.moe import MoEFeedForward, StackedLinear, stack_experts
 from models.placement import deepnorm_alpha_beta
 from models.registry import ACTIVATIONS, ALL_REGISTRIES
 
-DT = torch.float64
 TOL = dict(rtol=1e-10, atol=1e-12)
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 
@@ -665,3 +665,41 @@ def test_lm_padding_mask_reaches_moe_layers_with_and_without_cache():
     caches = lm.new_caches()
     steps = [lm(idx[:, t : t + 1], prompt_mask[:, : t + 1], caches)[:, 0] for t in range(8)]
     torch.testing.assert_close(torch.stack(steps, dim=1)[~prompt_mask], full[~prompt_mask], **TOL)
+
+
+# --------------------------------------------------------------------------- public helpers (models/introspection.py)
+
+
+def test_auxiliary_losses_and_expert_load_are_read_from_each_layers_last_forward():
+    """``moe_layers``, ``add_auxiliary_losses`` and ``expert_load`` against a hand computation from
+    the attributes each MoE layer sets in its forward (an LM with 2 MoE layers whose experts
+    overflow): the logged losses are the plain means over the layers, the total adds them to the
+    task loss with the config's weights in the order ``(loss + w_aux * aux) + w_z * z``, and the
+    load lists every layer's token shares, then its dropped assignments."""
+    model, layers = overflowing_moe_model("decoder_lm", n_layers=2)
+    assert moe_layers(model) == layers and len(layers) == 2
+    assert moe_layers(build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 32, "n_heads": 2})) == []
+    cfg = model.cfg.model_copy(update={"moe_aux_loss_weight": 0.5, "moe_z_loss_weight": 0.25})
+    idx = torch.randint(0, 40, (3, 9), generator=torch.Generator().manual_seed(1))
+    task_loss = model.loss(idx[:, :-1], idx[:, 1:])
+
+    total, logged = add_auxiliary_losses(task_loss, layers, cfg)
+    aux = [layer.aux_loss.item() for layer in layers]
+    z = [layer.z_loss.item() for layer in layers]
+    assert list(logged) == ["moe/aux_loss", "moe/z_loss"]
+    assert logged["moe/aux_loss"].item() == pytest.approx((aux[0] + aux[1]) / 2, rel=1e-12)
+    assert logged["moe/z_loss"].item() == pytest.approx((z[0] + z[1]) / 2, rel=1e-12)
+    assert total.item() == pytest.approx(task_loss.item() + 0.5 * (aux[0] + aux[1]) / 2 + 0.25 * (z[0] + z[1]) / 2, rel=1e-12)
+    assert torch.equal(total, task_loss + 0.5 * logged["moe/aux_loss"] + 0.25 * logged["moe/z_loss"])
+    total.backward()
+    assert all(layer.router.weight.grad is not None for layer in layers)
+    assert add_auxiliary_losses(task_loss, [], cfg) == (task_loss, {})
+
+    load = expert_load(layers)
+    per_layer = [*(f"expert{j}_token_share" for j in range(4)), "dropped_tokens"]
+    assert list(load) == [f"moe/layer{i}/{name}" for i in range(2) for name in per_layer]
+    for i, layer in enumerate(layers):
+        shares = [load[f"moe/layer{i}/expert{j}_token_share"] for j in range(4)]
+        assert shares == layer.tokens_per_expert.tolist() and sum(shares) == pytest.approx(1.0)
+        assert load[f"moe/layer{i}/dropped_tokens"] == float(layer.dropped_tokens)
+    assert sum(load[f"moe/layer{i}/dropped_tokens"] for i in range(2)) > 0  # capacity factor 1: tokens dropped

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import DT, TOL, randomize_, tiny, tiny_model
 from models import (
     DecoderLM,
     EncoderDecoder,
@@ -27,6 +28,7 @@ from models import (
     build_model,
     count_parameters,
 )
+from models.decoding import generate, greedy_decode
 from models.norm import LayerNorm, RMSNorm, build_norm
 from models.placement import PostNormResidual, PreNormResidual
 from models.position import (
@@ -37,37 +39,8 @@ from models.position import (
 )
 from models.registry import FAMILIES, NORMS, PLACEMENTS
 
-DT = torch.float64
-TOL = dict(rtol=1e-10, atol=1e-10)
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-
-
-def tiny(family: str, **overrides) -> dict:
-    """A tiny config mapping for ``family`` (d_model 32, 2 layers)."""
-    cfg = dict(family=family, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=24)
-    if family in ("decoder_lm", "encoder_decoder"):
-        cfg["vocab_size"] = 17
-    if family == "vit":
-        cfg.update(image_size=8, patch_size=4, in_channels=3, n_classes=5)
-    cfg.update(overrides)
-    return cfg
-
-
-def tiny_model(family: str, dtype=DT, **overrides) -> nn.Module:
-    return build_model(tiny(family, **overrides)).to(dtype).eval()
-
-
-def randomize_(module: nn.Module, std: float = 0.3) -> nn.Module:
-    """Overwrite every parameter (norm gains/biases included) with random values, so no
-    weight is a trivial 0 or 1 that could hide a mistake."""
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0.0, std)
-    return module
 
 
 def causal_block_mask(t: int) -> torch.Tensor:
@@ -619,12 +592,32 @@ def test_generate_greedy_and_top1_equal_manual_argmax(pos):
     prompt = torch.randint(0, 17, (3, 4))
     with torch.no_grad():
         want = _manual_greedy(model, prompt, 10)
-    greedy = model.generate(prompt, 10, temperature=0)
+    greedy = generate(model, prompt, 10, temperature=0)
     assert torch.equal(greedy, want)
     assert torch.equal(greedy[:, :4], prompt)
     gen = torch.Generator().manual_seed(0)
     for temperature in (1.0, 0.5, 3.0):
-        assert torch.equal(model.generate(prompt, 10, temperature=temperature, top_k=1, generator=gen), want)
+        assert torch.equal(generate(model, prompt, 10, temperature=temperature, top_k=1, generator=gen), want)
+
+
+@pytest.mark.parametrize("top_k", [None, 4])
+def test_generate_samples_as_a_full_forward_loop_with_the_same_draws(top_k):
+    """Prefill plus one cached token per step draws, from the same generator, the tokens that a
+    loop of full forward passes and ``multinomial`` over softmax(logits / temperature) draws."""
+    torch.manual_seed(23)
+    model = randomize_(tiny_model("decoder_lm"), std=0.2)
+    prompt = torch.randint(0, 17, (4, 3))
+    gen = torch.Generator().manual_seed(5)
+    want = prompt
+    with torch.no_grad():
+        for _ in range(10):
+            logits = model(want)[:, -1] / 0.7
+            if top_k is not None:
+                logits = logits.masked_fill(logits < logits.topk(top_k).values[:, -1:], float("-inf"))
+            want = torch.cat([want, torch.multinomial(logits.softmax(-1), 1, generator=gen)], 1)
+    got = generate(model, prompt, 10, temperature=0.7, top_k=top_k, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(got, want)
+    assert not torch.equal(got, generate(model, prompt, 10, temperature=0))  # the draws are not all the argmax
 
 
 def test_generate_top_k_samples_only_top_k():
@@ -633,7 +626,7 @@ def test_generate_top_k_samples_only_top_k():
     prompt = torch.randint(0, 17, (1, 5)).repeat(300, 1)
     with torch.no_grad():
         top3 = set(model(prompt[:1])[0, -1].topk(3).indices.tolist())
-    out = model.generate(prompt, 1, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(1))
+    out = generate(model, prompt, 1, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(1))
     sampled = set(out[:, -1].tolist())
     assert sampled <= top3 and len(sampled) > 1
 
@@ -642,7 +635,7 @@ def test_generate_crops_context_to_learned_positions():
     torch.manual_seed(20)
     model = randomize_(tiny_model("decoder_lm", max_seq_len=8), std=0.2)
     prompt = torch.randint(0, 17, (2, 6))
-    out = model.generate(prompt, 5, temperature=0)  # total 11 > max_seq_len: must not raise
+    out = generate(model, prompt, 5, temperature=0)  # total 11 > max_seq_len: must not raise
     with torch.no_grad():
         idx = prompt
         for _ in range(5):
@@ -691,12 +684,12 @@ def test_greedy_decode_equals_manual_loop():
     length = max(len(r) for r in rows)
     assert any(r[-1] == eos and len(r) < length for r in rows), rows  # the EOS fill is exercised
     want = torch.tensor([r + [eos] * (length - len(r)) for r in rows])
-    got = model.greedy_decode(src, bos_id=bos, eos_id=eos, max_len=max_len, src_padding_mask=mask)
+    got = greedy_decode(model, src, bos_id=bos, eos_id=eos, max_len=max_len, src_padding_mask=mask)
     assert torch.equal(got, want), (got, want)
 
     # once every row has emitted EOS the loop stops before max_len
     short = [i for i, r in enumerate(rows) if r[-1] == eos]
-    got = model.greedy_decode(src[short], bos_id=bos, eos_id=eos, max_len=max_len, src_padding_mask=mask[short])
+    got = greedy_decode(model, src[short], bos_id=bos, eos_id=eos, max_len=max_len, src_padding_mask=mask[short])
     assert got.shape[1] == max(len(rows[i]) for i in short) < max_len
     for j, i in enumerate(short):
         assert got[j, : len(rows[i])].tolist() == rows[i]

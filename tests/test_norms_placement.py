@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import DT, TOL, randomize_
 from models.block import TransformerBlock, TransformerStack
 from models.config import ModelConfig
 from models.norm import ScaleNorm, build_norm
@@ -23,18 +24,6 @@ from models.placement import (
     deepnorm_init_,
 )
 from models.registry import NORMS, PLACEMENTS
-
-DT = torch.float64
-TOL = dict(rtol=1e-10, atol=1e-10)
-
-
-
-
-def randomize_(module: nn.Module, std: float = 0.5) -> nn.Module:
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0.0, std)
-    return module
 
 
 def layer_norm(x: torch.Tensor, norm: nn.Module, eps: float) -> torch.Tensor:
@@ -92,7 +81,7 @@ def test_placements_registered_with_final_norm_flags():
 def test_sandwich_formula(norm):
     torch.manual_seed(1)
     d, eps = 8, 1e-5
-    res = randomize_(SandwichResidual(nn.Linear(d, d), norm, d, eps, True, 0.0)).to(DT)
+    res = randomize_(SandwichResidual(nn.Linear(d, d), norm, d, eps, True, 0.0), std=0.5).to(DT)
     assert res.norm is not res.post_norm
     x = torch.randn(3, 4, d, dtype=DT)
     f = res.sublayer
@@ -109,7 +98,7 @@ def test_sandwich_formula(norm):
 def test_deepnorm_formula_and_positional_signature():
     torch.manual_seed(2)
     d, eps, alpha = 8, 1e-5, 2.5
-    res = randomize_(DeepNormResidual(nn.Linear(d, d), "layernorm", d, eps, True, 0.0, residual_scale=alpha)).to(DT)
+    res = randomize_(DeepNormResidual(nn.Linear(d, d), "layernorm", d, eps, True, 0.0, residual_scale=alpha), std=0.5).to(DT)
     assert res.residual_scale == alpha
     x = torch.randn(3, 4, d, dtype=DT)
     with torch.no_grad():
@@ -124,7 +113,7 @@ def test_pre_and_post_store_and_ignore_residual_scale():
     d = 8
     x = torch.randn(2, 3, d, dtype=DT)
     for cls in (PreNormResidual, PostNormResidual, SandwichResidual):
-        one = randomize_(cls(nn.Linear(d, d), "layernorm", d, 1e-5, True, 0.0)).to(DT)
+        one = randomize_(cls(nn.Linear(d, d), "layernorm", d, 1e-5, True, 0.0), std=0.5).to(DT)
         scaled = cls(nn.Linear(d, d), "layernorm", d, 1e-5, True, 0.0, residual_scale=3.0).to(DT)
         scaled.load_state_dict(one.state_dict())
         assert scaled.residual_scale == 3.0

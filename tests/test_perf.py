@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from torch.utils.data import default_collate
 
@@ -40,8 +39,8 @@ from blockbench.perf import (
 from blockbench.provenance import cpu_model
 from blockbench.train import train
 from models.attention import MultiHeadAttention
+from conftest import TINY_LM, tensorboard_events, write_matrix
 from tasks.lm import AgreementDataModule
-from test_runner import TINY_LM, write_matrix
 
 
 # --- model FLOPs ----------------------------------------------------------------------------------
@@ -165,10 +164,9 @@ def test_configured_peak_is_used_as_given():
 
 
 @pytest.fixture
-def probes(tmp_path, monkeypatch) -> list[dict]:
+def probes(cache_dir, monkeypatch) -> list[dict]:
     """An empty blockbench cache, and a record of each probe: its dtype and the threads it ran on
     (a real probe, on small matrices to stay fast)."""
-    monkeypatch.setenv("BLOCKBENCH_CACHE", str(tmp_path / "cache"))
     calls: list[dict] = []
     real_probe = perf.measure_peak_flops
 
@@ -188,12 +186,12 @@ def start_monitor(precision: str = "32-true", peak_tflops: float | None = None) 
     return monitor
 
 
-def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes, tmp_path):
+def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes, cache_dir):
     first, second = start_monitor(), start_monitor()
     assert len(probes) == 1  # the second cell read the first one's probe
     assert first.peak == second.peak and first.peak.tflops > 0
     assert first.peak.probe["measured_now"] and not second.peak.probe["measured_now"]
-    [cached] = (tmp_path / "cache" / PEAK_CACHE_FOLDER).glob("*.json")
+    [cached] = (cache_dir / PEAK_CACHE_FOLDER).glob("*.json")
     record = json.loads(cached.read_text())
     # the file holds the figure, its spread, the machine it describes and the date
     assert record["tflops"] == first.peak.tflops and record["key"] == cached.stem == first.peak.probe["key"]
@@ -216,7 +214,7 @@ def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes,
     assert len(probes) == 2 and again.probe["measured_now"] and json.loads(cached.read_text())["tflops"] == again.tflops
 
 
-def test_the_cache_key_changes_with_dtype_and_thread_count(probes, tmp_path):
+def test_the_cache_key_changes_with_dtype_and_thread_count(probes, cache_dir):
     before = torch.get_num_threads()
     settings = [("32-true", 1), ("32-true", 2), ("bf16-mixed", 1), ("bf16-true", 1)]  # bf16-true: the same bf16 matmuls
     peaks = [peak_flops(None, torch.device("cpu"), precision, threads=threads) for precision, threads in settings]
@@ -225,7 +223,7 @@ def test_the_cache_key_changes_with_dtype_and_thread_count(probes, tmp_path):
                       {"dtype": torch.bfloat16, "threads": 1}]  # each measured on the threads it is for
     assert torch.get_num_threads() == before
     assert again == peaks and peaks[3] == peaks[2]
-    assert len({p.probe["key"] for p in peaks}) == 3 and len(list((tmp_path / "cache" / PEAK_CACHE_FOLDER).glob("*.json"))) == 3
+    assert len({p.probe["key"] for p in peaks}) == 3 and len(list((cache_dir / PEAK_CACHE_FOLDER).glob("*.json"))) == 3
     assert [p.probe["key"].split("-")[:3] for p in peaks[:3]] == [["cpu", "fp32", "1threads"], ["cpu", "fp32", "2threads"],
                                                                   ["cpu", "bf16", "1threads"]]
 
@@ -359,8 +357,7 @@ def test_counting_flops_does_not_change_training(normal_run, tmp_path, monkeypat
 
 def test_perf_scalars_in_tensorboard(normal_run):
     result, run_dir, _ = normal_run
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
+    events = tensorboard_events(run_dir)
     tags = set(events.Tags()["scalars"])
     per_step = {"perf/step_time_ms", "perf/tokens_per_sec", "perf/tokens_per_sec_per_process", "perf/data_wait_fraction",
                 "perf/tflops_per_sec", "perf/mfu", "perf/peak_memory_mb"}
@@ -387,8 +384,7 @@ def test_tensorboard_never_holds_an_mfu_above_one(tmp_path):
     perf_block = result["performance"]
     assert perf_block["mfu"] is None and perf_block["mfu_above_peak"] is True
     assert perf_block["mfu_raw"] == pytest.approx(perf_block["achieved_tflops"] / 1e-6, rel=1e-3)
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
+    events = tensorboard_events(run_dir)
     tags = set(events.Tags()["scalars"])
     assert len(events.Scalars("perf/tflops_per_sec")) == 8  # every step was logged, with its FLOP/s
     assert all(e.value > 1e-6 for e in events.Scalars("perf/tflops_per_sec"))  # each above the peak

@@ -4,6 +4,7 @@ with finished, diverged and failed cells, a baseline variant, targets and valida
 
 import csv
 import math
+import re
 import statistics
 
 import pytest
@@ -11,12 +12,10 @@ import yaml
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
+from blockbench.layout import write_json
 from blockbench.report import write_report
 from blockbench.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
-from blockbench.train import write_json
-
-T_975_DF2 = 4.302652729749464  # Student t quantile 0.975 at 2 degrees of freedom (tables: 4.303)
-T_975_DF4 = 2.776445105197793  # ... at 4 degrees of freedom (tables: 2.776)
+from conftest import T_975_DF2, T_975_DF4
 
 
 # statistics -------------------------------------------------------------------------------------
@@ -324,6 +323,98 @@ def test_single_seeds_have_no_intervals(summary):
     vit = _section(summary, "## vit:")
     assert "confidence interval of the mean" not in vit  # no variant has two seeds
     assert "| norm_placement=post | -0.100 (no interval: one seed) | +0.200 (no interval: one seed) |" in vit
+
+
+def _tables(section: str) -> dict[str, list[dict[str, str]]]:
+    """A task section's markdown tables by kind (``main``, ``interval``, ``difference``, ``target``), each
+    a list of rows as {column header: cell}; a table's kind is named by the paragraph above it."""
+    kinds = {"95% confidence interval": "interval", "Difference from": "difference", "Time to target": "target"}
+    tables: dict[str, list[dict[str, str]]] = {}
+    kind, header = "main", None
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            kind = next((k for start, k in kinds.items() if line.startswith(start)), kind)
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not line.startswith("|---"):
+            tables.setdefault(kind, []).append(dict(zip(header, cells)))
+    return tables
+
+
+def _shows(text: str, value: str) -> bool:
+    """Whether the markdown number ``text`` (``1,000``, ``+0.25``, ``11.0%``) is the CSV's ``value`` at
+    the precision shown: within half a unit of its last digit."""
+    percent = text.endswith("%")
+    text = text.rstrip("%").replace(",", "")
+    places = len(text.split(".")[1]) if "." in text else 0
+    shown = float(text) / 100 if percent else float(text)
+    return abs(shown - float(value)) <= 0.5 * 10**-places / (100 if percent else 1) * (1 + 1e-9)
+
+
+def test_the_markdown_and_the_csv_show_the_same_numbers_for_each_group(summary, rows):
+    """Every number of the markdown tables, for every group and metric, is the CSV's number rounded."""
+    checked = 0
+
+    def agree(text: str, row: dict[str, str], column: str) -> None:
+        nonlocal checked
+        assert _shows(text, row[column]), f"{row['task']}/{row['variant']}/{row['metric']}: {column} {text} vs {row[column]!r}"
+        checked += 1
+
+    for task in ("lm", "vit"):
+        tables = _tables(_section(summary, f"## {task}:"))
+        metrics = [m for (t, _, m) in rows if t == task]
+        for line in tables["main"]:
+            variant = line["variant"]
+            if variant == "*trivial baseline*":
+                continue
+            for column, cell in line.items():
+                metric = column.split(" ")[0]
+                row = rows.get((task, variant, metric))
+                if row is not None and (parts := re.fullmatch(r"(\S+) ± (\S+)(?: \(finished (\S+)\))?", cell)):
+                    agree(parts[1], row, "mean"), agree(parts[2], row, "std")
+                    if parts[3]:
+                        agree(parts[3], row, "mean_finished")
+            for metric in dict.fromkeys(metrics):
+                row = rows[task, variant, metric]
+                seeds = re.fullmatch(r"(\d+)(?: \((?:(\d+) diverged)?(?:; )?(?:(\d+) failed, not counted)?\))?", line["seeds"])
+                counts = (row["seeds"], row["seeds_diverged"], row["seeds_failed"])
+                assert (seeds[1], seeds[2] or "0", seeds[3] or "0") == counts, f"{task}/{variant}: seeds {line['seeds']} vs {counts}"
+                columns = {"steps": "steps", "wall time (s)": "wall_time_s", "parameters": "parameters",
+                           "step time (ms)": "step_time_ms", "MFU": "mfu", "data wait": "data_wait_fraction",
+                           "peak memory (MB)": "peak_memory_mb"}
+                columns |= {column: "throughput" for column in line if column.startswith("throughput (")}
+                for column, name in columns.items():
+                    if line.get(column) not in (None, "", "–"):
+                        agree(line[column], row, name)
+        for line in tables.get("interval", []):
+            for column, cell in line.items():
+                if parts := re.fullmatch(r"\[(\S+), (\S+)\]", cell):
+                    row = rows[task, line["variant"], column.split(" ")[0]]
+                    agree(parts[1], row, "ci_low"), agree(parts[2], row, "ci_high")
+        for line in tables.get("difference", []):
+            for column, cell in line.items():
+                parts = re.fullmatch(r"(\S+)(?: \[(\S+), (\S+)\])?(?: (✓) (\w+))?(?: \(no interval: .*\))?", cell)
+                if column == "variant" or not parts or parts[1] in ("diverged", "failed"):
+                    continue
+                row = rows[task, line["variant"], column.split(" ")[0]]
+                agree(parts[1], row, "diff_vs_baseline")
+                if parts[2]:
+                    agree(parts[2], row, "diff_ci_low"), agree(parts[3], row, "diff_ci_high")
+                mark = (parts[4] is not None, parts[5] or row["direction"])
+                assert mark == (row["significant"] == "True", row["direction"]), f"{task}/{line['variant']}/{column}: {cell}"
+        for line in tables.get("target", []):
+            for column, cell in line.items():
+                if parts := re.fullmatch(r"(\d+/\d+) seeds(?:: (\S+) steps(?:, (\S+) s)?)?", cell):
+                    row = rows[task, line["variant"], column.split(" ")[0]]
+                    assert parts[1] == row["target_reached"], f"{task}/{line['variant']}: reached {parts[1]} vs {row['target_reached']}"
+                    if parts[2]:
+                        agree(parts[2], row, "steps_to_target")
+                    if parts[3]:
+                        agree(parts[3], row, "seconds_to_target")
+    assert checked > 100  # the tables were read: every kind of number above is in the synthetic matrix
 
 
 def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):

@@ -16,35 +16,28 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pytest
-import yaml
 
-from blockbench.config import build_run_config
+from blockbench.config import build_run_config, deep_merge
 from blockbench.matrix import load_matrix, reuse_earlier
 from blockbench.train import train
+from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
-TINY_LM = {
-    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-    "task": {"name": "lm", "seq_len": 32, "n_train_tokens": 20000, "n_val_tokens": 2000, "n_probes": 32},
-    "trainer": {"max_steps": 150, "batch_size": 8, "val_every_n_steps": 30, "log_every_n_steps": 5,
-                "checkpoint_every_n_steps": 10, "num_threads": 1},
+#: the tiny LM cell trained long enough (150 steps, a checkpoint every 10) to be killed and resumed mid-cell
+LONG_LM = deep_merge(TINY_LM, {
+    "task": {"n_train_tokens": 20000},
+    "trainer": {"max_steps": 150, "val_every_n_steps": 30, "log_every_n_steps": 5, "checkpoint_every_n_steps": 10,
+                "num_threads": 1},
     "optimizer": {"warmup_steps": 5},
-}
+})
 
 
-def write_matrix(folder: Path, axes: dict, base: dict = TINY_LM, name: str = "m") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "base.yaml").write_text(yaml.safe_dump(base))
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "base": "base.yaml", "axes": axes}, sort_keys=False))
-    return path
-
-
-def matrix_command(path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "blockbench", "--results-dir", str(path.parent / "results"), "matrix", str(path), *extra]
+def matrix_args(path: Path, *extra: str) -> list[str]:
+    """The ``blockbench`` arguments that run the matrix file ``path`` into the results folder beside it."""
+    return ["--results-dir", str(path.parent / "results"), "matrix", str(path), *extra]
 
 
 def run_matrix(path: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(matrix_command(path, *extra), cwd=path.parent, capture_output=True, text=True, timeout=600)
+    return blockbench(*matrix_args(path, *extra), cwd=path.parent, timeout=600)
 
 
 def results(path: Path, name: str = "m") -> dict[str, dict]:
@@ -59,12 +52,12 @@ def curves(result: dict) -> list:
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_path):
     axes = {"model.norm_placement": ["pre", "post"]}
-    reference = write_matrix(tmp_path / "reference", axes)
+    reference = write_matrix(tmp_path / "reference", axes, base=LONG_LM)
     assert run_matrix(reference).returncode == 0
     expected = results(reference)
 
-    killed = write_matrix(tmp_path / "killed", axes)
-    process = subprocess.Popen(matrix_command(killed), cwd=killed.parent, stdout=subprocess.DEVNULL,
+    killed = write_matrix(tmp_path / "killed", axes, base=LONG_LM)
+    process = subprocess.Popen([sys.executable, "-m", "blockbench", *matrix_args(killed)], cwd=killed.parent, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     cells = killed.parent / "results/m/cells"
     first_checkpoint = cells / "lm/norm_placement=pre/seed0/checkpoints/last.ckpt"
@@ -99,7 +92,7 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
 
 
 def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path):
-    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 20}}
+    base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 20}}
     path = write_matrix(tmp_path, {"optimizer.lr": [1.0e-3, 1.0e30]}, base=base)
     done = run_matrix(path)
     assert done.returncode == 0, done.stderr[-2000:]  # divergence is a finding, not a failure
@@ -126,7 +119,7 @@ def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path)
 
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_a_changed_config_invalidates_the_old_result_and_force_reruns(tmp_path):
-    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 4, "val_every_n_steps": 2}}
+    base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 4, "val_every_n_steps": 2}}
     path = write_matrix(tmp_path, {"seed": [0]}, base=base)
     assert run_matrix(path).returncode == 0
     first = results(path)["lm/default/seed0"]
@@ -142,7 +135,7 @@ def test_a_changed_config_invalidates_the_old_result_and_force_reruns(tmp_path):
 
 
 def test_parallel_cells_and_provenance(tmp_path):
-    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3}}
+    base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3}}
     del base["trainer"]["num_threads"]
     path = write_matrix(tmp_path, {"seed": [0, 1]}, base=base)
     done = run_matrix(path, "--jobs", "2")
@@ -195,10 +188,7 @@ def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> dict
 
 
 def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("train/", "val/", "lr/")) -> dict[str, list]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
+    events = tensorboard_events(run_dir)
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
             for tag in events.Tags()["scalars"] if tag.startswith(prefixes)}
 
@@ -206,9 +196,9 @@ def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("train/", "va
 def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
     """Dropout draws from the restored generator; the checkpoint of a step that is also validated
     keeps that validation (history and TensorBoard), which the resumed run does not repeat."""
-    config = {**TINY_LM, "model": {**TINY_LM["model"], "dropout": 0.1},
-              "task": {**TINY_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
-              "trainer": {**TINY_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8}}
+    config = {**LONG_LM, "model": {**LONG_LM["model"], "dropout": 0.1},
+              "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+              "trainer": {**LONG_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8}}
     expected = train_cell(tmp_path, config, "uninterrupted")
     got = interrupt_then_resume(tmp_path, config, after_step=12)
     assert got["resumed_from_step"] == 8 and expected["resumed_from_step"] is None
@@ -226,13 +216,12 @@ def random_images(path: Path, n_train: int = 64, n_val: int = 32, size: int = 16
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_path, monkeypatch, num_workers):
+def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_path, cache_dir, num_workers):
     """Random crops, flips, RandAugment and MixUp/CutMix after the resume draw what an uninterrupted
     run draws: in the main process and in a DataLoader worker. 8 batches per epoch; the checkpoint
     due at step 8, the end of an epoch, is written at step 9."""
-    monkeypatch.setenv("BLOCKBENCH_CACHE", str(tmp_path / "cache"))
     config = {
-        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "patch_size": 4},
+        "model": {**TINY_MODEL, "patch_size": 4},
         "task": {"name": "image_classification", "data": {"source": "npz", "path": str(random_images(tmp_path / "images.npz"))},
                  "image_size": 16, "num_workers": num_workers,
                  "augment": {"random_crop_padding": 2, "horizontal_flip": True, "randaugment": True,
@@ -250,8 +239,8 @@ def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_
 
 
 def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, capfd, monkeypatch):
-    config = {**TINY_LM, "task": {**TINY_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
-              "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "checkpoint_every_n_steps": 2}}
+    config = {**LONG_LM, "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+              "trainer": {**LONG_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "checkpoint_every_n_steps": 2}}
     # unreadable (a full disk, a copy gone wrong): said on stderr and in result.json, then trained from step 0
     checkpoint = tmp_path / "garbage/checkpoints/last.ckpt"
     checkpoint.parent.mkdir(parents=True)
@@ -278,7 +267,7 @@ def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, 
 
 
 def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
-    path = write_matrix(tmp_path, {"seed": [0]})
+    path = write_matrix(tmp_path, {"seed": [0]}, base=LONG_LM)
     _, (cell,) = load_matrix(path)
     cell_dir = tmp_path / "cell"
     cell_dir.mkdir()
@@ -296,7 +285,7 @@ def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
 
 
 def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(tmp_path):
-    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 2, "val_every_n_steps": 2}}
+    base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 2, "val_every_n_steps": 2}}
     path = write_matrix(tmp_path, {"seed": [0]}, base=base)
     assert run_matrix(path).returncode == 0
     result_file = tmp_path / "results/m/cells/lm/default/seed0/result.json"

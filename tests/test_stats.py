@@ -17,8 +17,7 @@ from blockbench.stats import (
     t_confidence_interval,
     with_diverged,
 )
-
-T_975_DF2 = 4.302652729749464  # Student t quantile 0.975 at 2 degrees of freedom (tables: 4.303)
+from conftest import T_975_DF2
 
 
 def _logit(share: float) -> float:

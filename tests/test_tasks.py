@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from blockbench.config import build_run_config
 from blockbench.train import train
+from conftest import scalars
+from models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
 from models.moe import MoEFeedForward
-from test_ddp import scalars  # a TensorBoard run's values of one tag
+from models.registry import POSITIONAL
 
 TINY_VIT = {
     "task": "vit", "task.n_train": 16, "task.n_val": 8,
@@ -48,6 +50,61 @@ def test_moe_auxiliary_losses_join_the_training_loss():
     torch.testing.assert_close(loss, task_loss + 0.5 * aux + 0.25 * z)
     loss.backward()
     assert all(m.router.weight.grad is not None for m in layers)
+
+
+def test_moe_training_step_returns_and_logs_what_it_did_before_the_helpers_moved_to_models():
+    """The MoE training step through ``models.add_auxiliary_losses`` / ``expert_load`` keeps the
+    arithmetic and the logs of the code it replaced (issue 13): the returned loss is bit for bit
+    ``(task loss + 0.5 * mean aux) + 0.25 * mean z`` over the layers, and the step logs the task
+    loss, the two mean losses, then every layer's expert shares and dropped tokens, in this order."""
+    _, module, (images, labels) = build({**TINY_VIT, "model.n_experts": 4, "model.moe_top_k": 1,
+                                           "model.moe_aux_loss_weight": 0.5, "model.moe_z_loss_weight": 0.25})
+    logged = []
+    module.log = lambda name, value, **kwargs: logged.append((name, value))
+    module.log_dict = lambda values, **kwargs: logged.extend(values.items())
+    torch.manual_seed(0)
+    loss = module.training_step((images, labels), 0)
+
+    layers = module.moe_layers
+    task_loss = F.cross_entropy(module.model(images), labels)  # recomputes the same routing
+    aux = torch.stack([m.aux_loss for m in layers]).mean()
+    z = torch.stack([m.z_loss for m in layers]).mean()
+    assert torch.equal(loss, task_loss + 0.5 * aux + 0.25 * z)
+    expected = [("train/loss", task_loss), ("moe/aux_loss", aux), ("moe/z_loss", z)]
+    for i, layer in enumerate(layers):
+        expected += [(f"moe/layer{i}/expert{j}_token_share", share) for j, share in enumerate(layer.tokens_per_expert.tolist())]
+        expected.append((f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens)))
+    assert [name for name, _ in logged] == [name for name, _ in expected]
+    for (name, got), (_, want) in zip(logged, expected):
+        assert torch.equal(torch.as_tensor(got), torch.as_tensor(want)), name
+        assert type(got) is type(want), name  # tensors stay tensors, floats stay floats
+
+
+def test_attended_fraction_is_the_mean_over_the_sparse_attention_layers():
+    """``models.attended_fraction`` against a hand count: a causal LM with a local window of 2 attends
+    7 of the 16 (query, key) pairs of a 4-token row in every layer (the diagonal and the one before,
+    minus the first row's missing neighbour); the task's result keeps it rounded to 4 places.
+    Dense attention, or no forward yet: None, and no entry in the result."""
+    local = build_model({"family": "decoder_lm", "vocab_size": 20, "d_model": 32, "n_layers": 2, "n_heads": 2,
+                         "attention_pattern": "local", "attention_window": 2})
+    assert attended_fraction(local) is None
+    local(torch.randint(0, 20, (2, 4)))
+    per_layer = [m.attended_fraction for m in local.modules() if isinstance(m, MultiHeadAttention)]
+    assert per_layer == [7 / 16, 7 / 16]
+    assert attended_fraction(local) == 7 / 16
+
+    dense = build_model({"family": "decoder_lm", "vocab_size": 20, "d_model": 32, "n_layers": 1, "n_heads": 2})
+    dense(torch.randint(0, 20, (2, 4)))
+    assert attended_fraction(dense) is None
+    _, module, (images, _) = build({**TINY_VIT, "model.attention_pattern": "local", "model.attention_window": 3})
+    assert module.result_extras() == {}
+    module.model(images)
+    assert module.result_extras() == {"attended_fraction": round(attended_fraction(module.model), 4)}
+
+
+def test_extrapolating_pos_encodings_are_those_defined_beyond_the_training_length():
+    assert extrapolating_pos_encodings() == ["alibi", "nope", "relative", "rope", "sinusoidal"]
+    assert set(POSITIONAL.names()) - set(extrapolating_pos_encodings()) == {"learned", "sincos2d"}
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENSORS, EventAccumulator
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.custom_scalar import custom_scalars_plugin, layout_pb2
 from tensorboard.plugins.custom_scalar import metadata as custom_scalars_metadata
@@ -31,6 +30,7 @@ from blockbench.tensorboard import (
     write_custom_scalars_layout,
     write_hparams_experiment,
 )
+from conftest import tensorboard_events
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 
@@ -63,14 +63,8 @@ def run_cell(
     return logger
 
 
-def accumulator(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0, TENSORS: 0})
-    acc.Reload()
-    return acc
-
-
 def hparams_content(run_dir: Path) -> dict[str, bytes]:
-    return accumulator(run_dir).PluginTagToContent(metadata.PLUGIN_NAME)
+    return tensorboard_events(run_dir).PluginTagToContent(metadata.PLUGIN_NAME)
 
 
 class Dashboards:
@@ -146,7 +140,7 @@ def test_session_start_holds_the_hparams_with_their_types(tmp_path: Path) -> Non
 
 def test_final_metrics_are_own_scalars_and_val_curves_are_untouched(tmp_path: Path) -> None:
     logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
-    acc = accumulator(Path(logger.log_dir))
+    acc = tensorboard_events(Path(logger.log_dir))
     for name in ("val/perplexity", "val/loss"):
         curve = [(e.step, e.value) for e in acc.Scalars(name)]
         assert curve == [(step, pytest.approx(values[name])) for step, values in LM_CURVES.items()]
@@ -162,7 +156,7 @@ def test_diverged_cell_has_a_session_and_no_non_finite_metrics(tmp_path: Path, f
     assert start.hparams["status"].string_value == "diverged"
     end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
     assert end.status == api_pb2.STATUS_FAILURE
-    assert not [tag for tag in accumulator(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("final/")]
+    assert not [tag for tag in tensorboard_events(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("final/")]
 
 
 @pytest.mark.parametrize(
@@ -283,7 +277,7 @@ CHARTS = {"lm": ["val/perplexity", "val/loss"], "mt": ["val/bleu", "val/loss"]}
 
 def read_layout(tb_dir: Path) -> layout_pb2.Layout:
     """The layout stored in the layout run (its newest one)."""
-    events = accumulator(tb_dir / LAYOUT_RUN).Tensors(custom_scalars_metadata.CONFIG_SUMMARY_TAG)
+    events = tensorboard_events(tb_dir / LAYOUT_RUN).Tensors(custom_scalars_metadata.CONFIG_SUMMARY_TAG)
     return layout_pb2.Layout.FromString(events[-1].tensor_proto.string_val[0])
 
 

@@ -47,19 +47,6 @@ def shapes_class_names() -> list[str]:
     return list(CLASS_NAMES)
 
 
-def majority_class_accuracy(train_labels: np.ndarray, val_labels: np.ndarray) -> float:
-    """Validation accuracy of always predicting the class most frequent in the training labels
-    (the trivial baseline). The class comes from training, as a model's would: choosing it by the
-    validation labels would let the baseline peek at the answers. When several classes tie in
-    training (balanced data), it is the mean accuracy over them, i.e. picking one of them at random,
-    rather than a tie-break that favours whichever class comes first."""
-    train_labels, val_labels = np.asarray(train_labels), np.asarray(val_labels)
-    n_classes = int(max(train_labels.max(), val_labels.max())) + 1
-    train_counts = np.bincount(train_labels, minlength=n_classes)
-    majority = np.flatnonzero(train_counts == train_counts.max())
-    return float(np.bincount(val_labels, minlength=n_classes)[majority].mean() / val_labels.size)
-
-
 def generate_shapes(*, n_images: int, image_size: int = 32, seed: int = 0) -> ShapesDataset:
     """Render ``n_images`` labelled images; the same ``seed`` always gives the same dataset."""
     if image_size < 4 * STAMP_RADIUS:

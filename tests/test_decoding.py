@@ -1,18 +1,40 @@
-"""Behavioural tests for ``EncoderDecoder.beam_search``: greedy equivalence with one beam, the
-exact optimum with an exhaustive beam (checked by brute-force enumeration with teacher forcing),
-no worse than greedy on random models, and the output format of ``greedy_decode``."""
+"""Tests of ``models.decoding``: that the family files keep only the forward pass, and the
+translator's searches: ``beam_search``'s greedy equivalence with one beam, the exact optimum with
+an exhaustive beam (checked by brute-force enumeration with teacher forcing), no worse than greedy
+on random models, and the output format of ``greedy_decode``. The LM's ``generate`` is checked
+against a full-forward loop in ``test_models.py`` (section 9, decoding)."""
 
 from __future__ import annotations
 
+import ast
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from models import EncoderDecoder, build_model
+from models.decoding import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+@pytest.mark.parametrize("family_file", ["lm.py", "translator.py"])
+def test_family_files_leave_the_search_to_models_decoding(family_file):
+    """A family file holds the forward pass and its one incremental step; the loops over steps and
+    the choice of tokens (argmax, top-k, sampling, beam scores) live in ``models/decoding.py``."""
+    tree = ast.parse((MODELS / family_file).read_text())
+    loops = [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.For, ast.While))]
+    choices = [
+        f"{node.attr} (line {node.lineno})" for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in {"argmax", "topk", "multinomial", "log_softmax"}
+    ]
+    assert not loops and not choices, (
+        f"models/{family_file} decodes (loops at lines {loops}, token choices {choices}): "
+        "move the search into models/decoding.py and call the model's forward / decode from there"
+    )
 
 
 def random_translator(seed: int, vocab_size: int = 23, max_seq_len: int = 16) -> EncoderDecoder:
@@ -108,8 +130,8 @@ def test_one_beam_equals_greedy(length_penalty):
         model = random_translator(seed)
         src, mask = random_source(8, 7, 23)
         kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=10, src_padding_mask=mask)
-        greedy = model.greedy_decode(**kwargs, src=src)
-        beam = model.beam_search(src, beam_size=1, length_penalty=length_penalty, **kwargs)
+        greedy = greedy_decode(model, src, **kwargs)
+        beam = beam_search(model, src, beam_size=1, length_penalty=length_penalty, **kwargs)
         assert torch.equal(beam, greedy), (seed, beam, greedy)
         finished = (greedy == EOS).any(dim=1)
         finished_rows += int(finished.sum())
@@ -146,10 +168,10 @@ def test_hand_built_bigram_models(tables, beam_size, length_penalty, max_len, wa
     src = torch.tensor([[i, A, B, A] for i in range(len(tables))])
     mask = torch.arange(4)[None, :] >= torch.tensor([4, 3][: len(tables)])[:, None]  # row 1 padded
     kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=max_len, src_padding_mask=mask)
-    got = model.beam_search(src, beam_size=beam_size, length_penalty=length_penalty, **kwargs)
+    got = beam_search(model, src, beam_size=beam_size, length_penalty=length_penalty, **kwargs)
     assert got.tolist() == want
     if beam_size == 1:
-        assert torch.equal(got, model.greedy_decode(src, **kwargs))
+        assert torch.equal(got, greedy_decode(model, src, **kwargs))
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6, 2.0])
@@ -163,8 +185,8 @@ def test_exhaustive_beam_finds_brute_force_optimum(length_penalty, eos_possible)
     if not eos_possible:
         forbid_token(model, EOS)
     src, mask = random_source(2, 4, vocab)
-    beam = model.beam_search(
-        src, bos_id=BOS, eos_id=EOS, max_len=max_len, beam_size=vocab**max_len, length_penalty=length_penalty,
+    beam = beam_search(
+        model, src, bos_id=BOS, eos_id=EOS, max_len=max_len, beam_size=vocab**max_len, length_penalty=length_penalty,
         src_padding_mask=mask,
     )
     assert beam.shape[1] <= max_len
@@ -193,8 +215,8 @@ def test_beam_no_worse_than_greedy_on_random_models():
         model = random_translator(seed)
         src, mask = random_source(8, 7, 23)
         kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=8, src_padding_mask=mask)
-        greedy = model.greedy_decode(src, **kwargs)
-        beam = model.beam_search(src, beam_size=4, length_penalty=0.0, **kwargs)
+        greedy = greedy_decode(model, src, **kwargs)
+        beam = beam_search(model, src, beam_size=4, length_penalty=0.0, **kwargs)
         greedy_key = zip((greedy == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, greedy, 0.0))
         beam_key = zip((beam == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, beam, 0.0))
         for (greedy_finished, greedy_score), (beam_finished, beam_score) in zip(greedy_key, beam_key):
@@ -213,7 +235,7 @@ def test_output_format_and_rows_independent(beam_size):
         model = forbid_token(random_translator(seed), BOS)  # so a BOS in the output could only be a prefix
         src, mask = random_source(6, 7, 23)
         kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=max_len, beam_size=beam_size, length_penalty=0.6)
-        out = model.beam_search(src, src_padding_mask=mask, **kwargs)
+        out = beam_search(model, src, src_padding_mask=mask, **kwargs)
         assert out.dtype == torch.long and out.shape[0] == 6 and 1 <= out.shape[1] <= max_len
         assert not (out == BOS).any()
         assert torch.equal(out, eos_padded(out, out.shape[1]))  # nothing but EOS after the first EOS
@@ -221,6 +243,6 @@ def test_output_format_and_rows_independent(beam_size):
         assert int(lengths.max()) == out.shape[1]
         lengths_seen.update(lengths.tolist())
         for row in range(6):
-            alone = model.beam_search(src[row : row + 1, ~mask[row]], **kwargs)
+            alone = beam_search(model, src[row : row + 1, ~mask[row]], **kwargs)
             assert torch.equal(eos_padded(alone, out.shape[1])[0], out[row]), (seed, row)
     assert len(lengths_seen) > 1 and max_len in lengths_seen  # rows end at different steps, some never
