@@ -59,8 +59,13 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+#: folders of outputs: their uncommitted files (a matrix's fresh summary) leave the code clean
+OUTPUT_DIRS = ("results",)
+
+
 def git_state(repo: Path = REPO) -> dict[str, Any]:
-    """The commit of the code that ran and whether the working tree had uncommitted changes."""
+    """The commit of the code that ran and whether its tracked files had uncommitted changes,
+    outside ``OUTPUT_DIRS`` (a benchmark run after a matrix would otherwise count as dirty code)."""
 
     def git(*args: str) -> str | None:
         try:
@@ -72,7 +77,8 @@ def git_state(repo: Path = REPO) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}  # not a git checkout (e.g. installed from a wheel)
-    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    excluded = [f":(exclude){folder}" for folder in OUTPUT_DIRS]
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded))}
 
 
 @cache

@@ -308,3 +308,24 @@ def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(
     assert "000000000000 -> " in reused.stdout and "reusing it (--reuse-stale)" in reused.stdout
     assert "lm/default/seed0: training" not in reused.stdout
     assert json.loads(result_file.read_text())["code_fingerprint"] == "0" * 64  # kept as it was
+
+
+def test_uncommitted_results_leave_the_code_clean_and_edited_code_does_not(tmp_path):
+    """A benchmark run after a matrix (whose summary is now modified in results/) still records
+    the code as clean; an edited tracked source file anywhere else makes it dirty."""
+    from blockbench.provenance import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/summary.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "results/summary.md").write_text("new\n")
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path)["dirty"] is True
