@@ -1,9 +1,10 @@
-"""``blockbench``: train one config, run a matrix, rebuild a report, show the MFU peak, list the variants."""
+"""``blockbench``: train one config, run a matrix, rebuild a report, show the MFU peak, list the config keys."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -28,13 +29,15 @@ def _train(args: argparse.Namespace) -> int:
         hparams = json.loads(args.hparams) if args.hparams else {"task": run.task.display_name, "seed": run.seed}
         result = train(
             run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name,
-            tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams,
+            tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams, tb_scope=args.tb_scope,
+            tb_views=json.loads(Path(args.tb_views).read_text()) if args.tb_views else None,
+            progress_every=args.progress_every,
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         if rank_zero_only.rank == 0:
             write_json(out / RESULT_FILE, error_record(run, error))
         raise
-    if rank_zero_only.rank != 0:  # other DDP processes: rank 0 reports
+    if rank_zero_only.rank != 0 or args.quiet:  # other DDP processes: rank 0 reports; a matrix prints its own line
         return 0
     if result["status"] == "ok":
         print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
@@ -50,7 +53,7 @@ def _matrix(args: argparse.Namespace) -> int:
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
     return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs, launcher=args.launcher,
-                      cluster_options=options, reuse_stale=args.reuse_stale)
+                      cluster_options=options, reuse_stale=args.reuse_stale, dry_run=args.dry_run)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -78,19 +81,24 @@ def _peak(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from models import ALL_REGISTRIES
-    from tasks import TASK_CONFIGS, TASK_PRESETS
+    from .listing import config_keys, format_listing, select
 
-    for registry in ALL_REGISTRIES:
-        print(f"{registry.kind}:")
-        for entry in registry:
-            print(f"  {entry.name:<22} {entry.description}")
-    print("task:")
-    for name, cfg in TASK_CONFIGS.items():
-        print(f"  {name:<22} {cfg.description}")
-    print("task preset:")
-    for name, preset in TASK_PRESETS.items():
-        print(f"  {name:<22} {preset.task['name']}: {preset.description}")
+    keys = select(config_keys(), args.query)
+    if not keys:
+        print(f"blockbench list: no config key matches '{args.query}'; `blockbench list` shows them all",
+              file=sys.stderr)
+        return 1
+    try:
+        print(format_listing(keys), flush=True)
+    except BrokenPipeError:  # `blockbench list | head`: the reader is gone; say nothing more (Python docs' recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from .provenance import constraints_text, environment_report
+
+    print(constraints_text() if args.constraints else json.dumps(environment_report(), indent=2), end="" if args.constraints else "\n")
     return 0
 
 
@@ -106,7 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tb-dir", help="TensorBoard root (default: results/train/tb)")
     train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
     train.add_argument("--tb-version", help="TensorBoard run version (default: seed<seed>)")
+    train.add_argument("--tb-scope", help="name the TensorBoard tags after this scope, val/<scope>/loss (the matrix "
+                                          "runner passes the task, so that each chart holds one task's runs)")
+    train.add_argument("--tb-views", help="JSON file of the HParams columns and Custom Scalars charts to write into "
+                                          "the run (the matrix runner's tb/views.json)")
     train.add_argument("--hparams", help="JSON of the cell's varied keys, listed in TensorBoard's HParams dashboard")
+    train.add_argument("--progress-every", type=int, metavar="N",
+                       help="when stdout is not a terminal, print a progress line every N optimizer steps "
+                            "(default: 10 lines over trainer.max_steps)")
+    train.add_argument("--quiet", action="store_true", help="do not print the metrics at the end (the matrix runner "
+                                                            "prints its own line per cell)")
     train.set_defaults(func=_train)
 
     matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
@@ -116,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     rerun.add_argument("--reuse-stale", action="store_true",
                        help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
                             "models/ or tasks/) instead of retraining those cells")
+    matrix.add_argument("--dry-run", action="store_true",
+                        help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
+                             "estimate of the wall time, then exit without training or writing anything")
     matrix.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="run up to N cells at once (CPU threads split between them; one GPU each if there are GPUs)")
     matrix.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
@@ -140,7 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
     peak.add_argument("--remeasure", action="store_true", help="measure again and replace the cached peak")
     peak.set_defaults(func=_peak)
 
-    listing = commands.add_parser("list", help="print every registered variant and task")
+    env = commands.add_parser("env", help="print the package versions, hardware and code version results record "
+                                         "(paste it into bug reports)")
+    env.add_argument("--constraints", action="store_true",
+                     help="print a pip constraints file pinning every installed dependency instead "
+                          "(how constraints.txt is made)")
+    env.set_defaults(func=_env)
+
+    listing = commands.add_parser(
+        "list", help="print every config key (a run config's or a matrix axis's) with its default, type and meaning, "
+                     "and the names each variant key, task.name and task preset accept")
+    listing.add_argument("query", nargs="?",
+                         help="show only a section or key prefix (model, trainer, task.augment) or the keys whose "
+                              "key, meaning or names contain QUERY (moe, kv, attention)")
     listing.set_defaults(func=_list)
     return parser
 

@@ -36,6 +36,10 @@ class ConfigError(ValueError):
     """A config that cannot run; the message lists every problem with its key."""
 
 
+#: trainer fields whose string values Lightning's Trainer checks against its own lists (see lightning_choices)
+LIGHTNING_FIELDS = ("precision", "accelerator", "strategy")
+
+
 def lightning_choices(key: str) -> list[str]:
     """The values Lightning's Trainer accepts as strings for ``trainer.<key>``, from Lightning's own
     lists (precision types, accelerator and strategy registries), plus ``auto``."""
@@ -57,9 +61,9 @@ class TrainerConfig(BaseModel):
     batch_size: int = Field(
         32, gt=0, description="global batch: sequences (or images) per optimizer step, summed over all processes"
     )
-    val_every_n_steps: int = Field(100, gt=0)
-    log_every_n_steps: int = Field(10, gt=0)
-    grad_clip: float | None = Field(1.0, gt=0)
+    val_every_n_steps: int = Field(100, gt=0, description="validate (every validation metric) every this many steps")
+    log_every_n_steps: int = Field(10, gt=0, description="log the training loss, learning rate and speed this often")
+    grad_clip: float | None = Field(1.0, gt=0, description="clip the gradient norm to this (null: no clipping)")
     checkpoint_every_n_steps: int | None = Field(
         50, gt=0, description="save checkpoints/last.ckpt this often; an interrupted cell resumes from it (null: never)"
     )
@@ -78,7 +82,7 @@ class TrainerConfig(BaseModel):
         "probe in the run's compute dtype, measured once and cached (see `blockbench peak`)"
     )
 
-    @field_validator("precision", "accelerator", "strategy")
+    @field_validator(*LIGHTNING_FIELDS)
     @classmethod
     def _lightning_accepts(cls, value: str, info: ValidationInfo) -> str:
         """A value Lightning would reject when the Trainer is built stops the config now, with the choices."""
@@ -119,9 +123,13 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = 0
+    seed: int = Field(
+        0, description="training seed: initialisation, data order, dropout, augmentation (the data: task.data_seed)"
+    )
     model: ModelConfig = ModelConfig()
-    task: TaskSection = LMTaskConfig()
+    task: TaskSection = Field(
+        LMTaskConfig(), description="a task, or a preset of a real-data task (`task: vit` is short for task.name=vit)"
+    )
     optimizer: OptimizerConfig = OptimizerConfig()
     trainer: TrainerConfig = TrainerConfig()
 

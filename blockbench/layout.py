@@ -8,7 +8,8 @@ reads back, the path of a cell's folder, the failure record, and the atomic writ
         matrix_run.json               RUN_FILE: the command and wall time of the last run
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
         plots/<task>.png              PLOTS_DIR
-        tb/<task>/<variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (cell_folder)
+        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.tensorboard_run_names)
+        tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
         cells/<task>/<variant>/seed<k>/   cell_directory
             cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
@@ -37,6 +38,7 @@ SUMMARY_MD = "summary.md"
 SUMMARY_CSV = "summary.csv"
 PLOTS_DIR = "plots"
 TB_DIR = "tb"
+TB_VIEWS_FILE = "views.json"
 JOBS_DIR = "jobs"
 CELLS_DIR = "cells"
 CELL_FILE = "cell.json"
@@ -56,8 +58,9 @@ def folder_name(label: str) -> str:
 
 
 def cell_folder(task: str, variant: str, seed: int) -> Path:
-    """``<task>/<variant folder>/seed<k>``: a cell's folder under ``cells/`` and its TensorBoard run
-    under ``tb/``; the readable variant label is in its cell.json."""
+    """``<task>/<variant folder>/seed<k>``: a cell's folder under ``cells/``; the readable variant label
+    is in its cell.json. (Its TensorBoard run under ``tb/`` has a shorter name, see
+    ``blockbench.matrix.tensorboard_run_names``; older versions used this one.)"""
     return Path(task, folder_name(variant), f"seed{seed}")
 
 

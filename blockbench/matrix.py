@@ -19,9 +19,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from .layout import (
     RESULT_FILE,
     RUN_FILE,
     TB_DIR,
+    TB_VIEWS_FILE,
     TRAIN_LOG,
     cell_directory,
     cell_folder,
@@ -53,13 +55,26 @@ from .layout import (
     write_atomic,
     write_json,
 )
-from .perf import FINAL_FIGURES, throughput_tag
+from .plan import CellPlan, TimeEstimator, describe_total, plan_cells, time_training_step
+from .progress import format_duration
 from .provenance import code_fingerprint
 from .report import write_report
-from .tensorboard import write_custom_scalars_layout, write_hparams_experiment
+from .tensorboard import matrix_views, publish_views
 
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
 NON_VARIANT_AXES = ("task", "task.name", "seed")
+
+
+_OUTPUT_LOCK = threading.Lock()
+
+
+def say(line: str, *, stream=None) -> None:
+    """Print one whole line, flushed: cells finishing at once under ``--jobs`` (threads) never mix
+    their lines (``print`` writes the text and the newline separately)."""
+    stream = stream or sys.stdout
+    with _OUTPUT_LOCK:
+        stream.write(line + "\n")
+        stream.flush()
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,8 @@ class Cell:
     variant: str
     seed: int
     axes: dict[str, Any]
+    #: the cell's TensorBoard run, ``<task>/<short variant>/seed<k>`` (see :func:`tensorboard_run_names`)
+    tb_run: str = ""
 
     @property
     def key(self) -> str:
@@ -85,13 +102,49 @@ class Cell:
         """``cells/<task>/<variant folder>/seed<k>`` (see ``layout.cell_directory``)."""
         return cell_directory(matrix_dir, self.task, self.variant, self.seed)
 
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The cell's axes for TensorBoard's HParams table, a task axis shown by its label (``lm``)
+        rather than the mapping that configures it (``{name: lm, n_train_tokens: 100000}``)."""
+        return {key: self.task if key in ("task", "task.name") else value for key, value in self.axes.items()}
+
 
 def variant_label(axes: dict[str, Any]) -> str:
     """``{"model.norm_placement": "pre"}`` -> ``norm_placement=pre``; the last key part unless ambiguous."""
     keys = [k for k in axes if k not in NON_VARIANT_AXES]
+    return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys)) or "default"
+
+
+def axis_names(keys: list[str]) -> list[str]:
+    """The names of variant axes in labels: the last key part (``norm_placement``), unless two keys share it."""
     leaves = [k.rsplit(".", 1)[-1] for k in keys]
-    names = leaves if len(set(leaves)) == len(leaves) else keys
-    return ",".join(f"{name}={axes[key]}" for name, key in zip(names, keys)) or "default"
+    return leaves if len(set(leaves)) == len(leaves) else keys
+
+
+def tensorboard_run_names(cells: list[Cell]) -> list[str]:
+    """Each cell's TensorBoard run, ``<task>/<short variant>/seed<k>``: the variant's axis values alone
+    (``translation/post/seed0``), so that a run list which cuts long names still tells the variants
+    apart; the full keys are in the HParams table. A value that does not name itself (a number, a
+    bool, None, a mapping) keeps its key (``lm/n_kv_heads=4/seed0``), as does a value that another axis
+    takes too; a character that cannot be part of a folder name is percent-encoded as in the cell's
+    folder (``layout.folder_name``). Should the short names still collide, every run is named after
+    its cell folder (``layout.cell_folder``)."""
+    keys = [k for k in (cells[0].axes if cells else {}) if k not in NON_VARIANT_AXES]
+    values = {key: [cell.axes[key] for cell in cells] for key in keys}
+
+    def names_itself(key: str) -> bool:
+        taken_elsewhere = {str(v) for other in keys if other != key for v in values[other]}
+        return all(isinstance(v, str) and v not in taken_elsewhere for v in values[key])
+
+    bare = {key: names_itself(key) for key in keys}
+    names = []
+    for cell in cells:
+        parts = [str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
+                 for name, key in zip(axis_names(keys), keys)]
+        names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
+    if len(set(names)) < len(names):
+        names = [cell_folder(cell.task, cell.variant, cell.seed).as_posix() for cell in cells]
+    return names
 
 
 def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
@@ -121,7 +174,7 @@ def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
-    return matrix, cells
+    return matrix, [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells))]
 
 
 #: longest file name most file systems allow (ext4, XFS, APFS: 255 bytes)
@@ -153,44 +206,6 @@ def folder_problems(path: Path, cells: list[Cell]) -> list[str]:
 def axes_text(axes: dict[str, Any]) -> str:
     """``task=lm, seed=0``: a cell's axis values in messages."""
     return ", ".join(f"{k}={v}" for k, v in axes.items())
-
-
-#: statuses that are findings: a rerun of the same config would give the same record
-FINISHED = ("ok", "diverged")
-
-
-def earlier_result(cell: Cell, cell_dir: Path) -> dict[str, Any] | None:
-    """The finished result (ok or diverged) of exactly this resolved config, if the cell has one."""
-    result_path = cell_dir / RESULT_FILE
-    if not result_path.is_file():
-        return None
-    try:
-        result = json.loads(result_path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return result if result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash() else None
-
-
-def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False) -> tuple[bool, str | None]:
-    """Whether a matrix run reuses the cell's earlier result instead of training it, and what it says.
-
-    A result is reused when its config is unchanged and it was made by this code (its
-    ``code_fingerprint``, see :func:`blockbench.provenance.code_fingerprint`). A result of other code,
-    or of code too old to record a fingerprint, is stale: retrained, unless ``reuse_stale``.
-    """
-    result = earlier_result(cell, cell_dir)
-    if result is None:
-        return False, None
-    theirs = result.get("code_fingerprint")
-    if theirs == fingerprint:
-        return True, "done earlier, reusing its result"
-    change = f"code changed since its result (fingerprint {theirs[:12] if theirs else 'none'} -> {fingerprint[:12]})"
-    return (True, f"{change}, reusing it (--reuse-stale)") if reuse_stale else (False, f"{change}, retraining")
-
-
-def is_done(cell: Cell, cell_dir: Path, fingerprint: str) -> bool:
-    """A finished result of exactly this resolved config and code exists."""
-    return reuse_earlier(cell, cell_dir, fingerprint)[0]
 
 
 #: variables of a torch.distributed process group (set by Lightning's DDP launcher or torchrun)
@@ -275,14 +290,17 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
     })
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
-    tb_run = cell_folder(cell.task, cell.variant, cell.seed)
+    tb_name, tb_version = cell.tb_run.rsplit("/", 1)
     return [
         sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
         "--out", str(cell_dir),
         "--tb-dir", str(matrix_dir / TB_DIR),
-        "--tb-name", tb_run.parent.as_posix(),
-        "--tb-version", tb_run.name,
-        "--hparams", json.dumps(cell.axes),
+        "--tb-name", tb_name,
+        "--tb-version", tb_version,
+        "--tb-scope", cell.task,  # tags name the task: val/<task>/loss (see blockbench.tensorboard)
+        "--tb-views", str(matrix_dir / TB_DIR / TB_VIEWS_FILE),
+        "--hparams", json.dumps(cell.hparams),
+        "--quiet",  # the runner prints the outcome
     ]
 
 
@@ -345,7 +363,7 @@ def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Pa
         executor.update_parameters(**{k: v for k, v in parameters.items() if v is not None})
         command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
         job = executor.submit(submitit.helpers.CommandFunction(command, cwd=os.getcwd(), verbose=False))
-        print(f"[{n}/{n_cells}] {cell.key}: submitted as job {job.job_id}", flush=True)
+        say(f"[{n}/{n_cells}] {cell.key}: submitted as job {job.job_id}")
         jobs.append((n, cell, job))
     failed = []
     for n, cell, job in jobs:
@@ -357,7 +375,7 @@ def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Pa
         result = cell_result(cell, matrix_dir, exit_description)
         if result["status"] == "failed":
             failed.append(cell.key)
-        print(f"[{n}/{n_cells}] {cell.key}: {describe_outcome(result)}", flush=True)
+        say(f"[{n}/{n_cells}] {cell.key}: {describe_outcome(result)}")
     return failed
 
 
@@ -371,39 +389,39 @@ def describe_outcome(result: dict[str, Any]) -> str:
 
 
 def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1, launcher: str = "local",
-               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False) -> int:
+               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False, dry_run: bool = False) -> int:
     """Run every cell of the matrix at ``path``: here, ``jobs`` at a time, or as cluster jobs
     (``launcher``: "slurm", or "submitit-local" to try the job path on this machine). Cells with a
-    result of the same config and code are reused (see :func:`reuse_earlier`; all are retrained
-    with ``force``). Write the summary and return the exit code: 1 if a cell failed (a diverged
-    cell is a finding, not a failure)."""
+    result of the same config and code are reused (see :func:`blockbench.plan.reuse_earlier`; all
+    are retrained with ``force``). Write the summary and return the exit code: 1 if a cell failed (a
+    diverged cell is a finding, not a failure). ``dry_run``: print each cell's status and the time
+    estimate (:func:`print_plan`), write nothing and train nothing."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: run at least one cell at a time")
     path = Path(path)
     matrix, cells = load_matrix(path)  # raises before anything is written
     matrix_dir = results_root / matrix.name
+    fingerprint = code_fingerprint()
+    plans = plan_cells(cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
+    estimator = TimeEstimator()
+    estimator.add_results(cells, matrix_dir)
+    if dry_run:
+        return print_plan(matrix.name, matrix_dir, plans, estimator, jobs)
     matrix_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(matrix_dir / MATRIX_FILE, path.read_text())
     # TensorBoard: the HParams columns (every varied key, every task's metrics, the speed figures) and one
-    # chart per task and metric
-    tb_dir = matrix_dir / TB_DIR
-    metric_columns = {f"val/{m.name}": m.description for cell in cells for m in cell.run.task.metrics}
-    metric_columns |= {throughput_tag(unit): f"training throughput, {unit}/s, all processes"
-                       for unit in dict.fromkeys(cell.run.task.throughput_unit for cell in cells)}
-    write_hparams_experiment(tb_dir, [cell.axes for cell in cells], metric_columns | FINAL_FIGURES)
-    write_custom_scalars_layout(tb_dir, {cell.task: [f"val/{m.name}" for m in cell.run.task.metrics] for cell in cells})
-    print(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
+    # chart per task and metric, which every cell's run carries; runs of earlier cells get them if they changed
+    tasks = {cell.task: (cell.run.task.metrics, cell.run.task.throughput_unit) for cell in cells}
+    publish_views(matrix_dir / TB_DIR, matrix_views([cell.hparams for cell in cells], tasks), [cell.tb_run for cell in cells],
+                  renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells})
+    say(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else "")
+        + f"; {describe_total(plans, estimator, jobs)}")
     start = time.perf_counter()
-    todo = []
-    fingerprint = code_fingerprint()
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
-    for n, cell in enumerate(cells, 1):
-        reuse, message = (False, None) if force else reuse_earlier(cell, cell.directory(matrix_dir), fingerprint,
-                                                                   reuse_stale=reuse_stale)
-        if message:
-            print(f"[{n}/{len(cells)}] {cell.key}: {message}", flush=True)
-        if not reuse:
-            todo.append((n, cell))
+    for plan in plans:
+        if plan.detail and (not plan.trains or plan.status != "resumable"):  # resuming is said when the cell starts
+            say(f"[{plan.n}/{len(cells)}] {plan.cell.key}: {plan.detail}")
+    todo = [(plan.n, plan.cell) for plan in plans if plan.trains]
     if launcher != "local":
         cluster = {"slurm": "slurm", "submitit-local": "local"}[launcher]
         failed = run_cells_as_jobs(todo, len(cells), matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force)
@@ -414,19 +432,22 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     free_slots = queue.SimpleQueue()
     for slot in slots:
         free_slots.put(slot)
+    progress = MatrixProgress([plan for plan in plans if plan.trains], estimator, jobs)
 
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
         try:
             prefix = f"[{n}/{len(cells)}] {cell.key}"
-            print(f"{prefix}: training", flush=True)
+            plan = progress.start(n)
+            say(f"{prefix}: training" + (f" ({plan.detail})" if plan.status == "resumable" else ""))
             log_file = cell.directory(matrix_dir) / TRAIN_LOG if jobs > 1 else None
             if log_file:
                 log_file.parent.mkdir(parents=True, exist_ok=True)
             result = run_cell(cell, matrix_dir, path, slot=slot, log_file=log_file, fresh=force)
             if result["status"] == "failed":
                 failed.append(cell.key)
-            print(f"{prefix}: {describe_outcome(result)}", flush=True)
+            took = progress.finish(n, result)
+            say(f"{prefix}: {describe_outcome(result)} in {format_duration(took)}  |  {progress.describe()}")
         finally:
             free_slots.put(slot)
 
@@ -436,8 +457,8 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
             future.result()
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)  # running cells stop on the same Ctrl-C; queued ones never start
-        print("\ninterrupted: finished cells are kept, unfinished ones resume from their last checkpoint; "
-              "run the same command again to continue", file=sys.stderr)
+        say("\ninterrupted: finished cells are kept, unfinished ones resume from their last checkpoint; "
+              "run the same command again to continue", stream=sys.stderr)
         return 130
     pool.shutdown()
     command = f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else "") + stale_flag
@@ -447,9 +468,78 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
 def finish_matrix(matrix_dir: Path, name: str, command: str, start: float, trained: int, failed: list[str]) -> int:
     """Record the run, write the summary, and return the exit code (1 if a cell failed)."""
     elapsed = time.perf_counter() - start
-    print(f"matrix {name} finished in {elapsed:.0f} s", flush=True)
+    say(f"matrix {name} finished in {format_duration(elapsed)}")
     write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(elapsed, 1), "cells_trained": trained})
     print(write_report(matrix_dir))
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+class MatrixProgress:
+    """The matrix's progress line: cells done of those to train, the time since the run started and
+    an ETA for the rest, from the step times of the cells done so far (their whole process: start-up,
+    training, validation), the same task and variant first (see :class:`blockbench.plan.TimeEstimator`).
+    Thread-safe: under ``--jobs`` cells start and finish in worker threads."""
+
+    def __init__(self, plans: list[CellPlan], estimator: TimeEstimator, jobs: int):
+        self.plans = {plan.n: plan for plan in plans}
+        self.estimator = estimator
+        self.jobs = jobs
+        self.start_time = time.perf_counter()
+        self.started: dict[int, float] = {}
+        self.finished: set[int] = set()
+        self._lock = threading.Lock()
+
+    def start(self, n: int) -> CellPlan:
+        with self._lock:
+            self.started[n] = time.perf_counter()
+        return self.plans[n]
+
+    def finish(self, n: int, result: dict[str, Any]) -> float:
+        """Record cell ``n``'s end; return its seconds."""
+        with self._lock:
+            seconds = time.perf_counter() - self.started[n]
+            self.finished.add(n)
+            trained = (result.get("steps") or 0) - (result.get("resumed_from_step") or 0)
+            self.estimator.add(self.plans[n].cell, seconds, trained)
+        return seconds
+
+    def eta(self) -> float | None:
+        """Seconds until every cell is done: the estimates of the cells not finished (less the time
+        the running ones have had), shared by the ``jobs`` slots; None while nothing is known."""
+        now, left = time.perf_counter(), 0.0
+        with self._lock:
+            for n, plan in self.plans.items():
+                if n in self.finished:
+                    continue
+                estimate = self.estimator.seconds(plan)
+                if estimate is None:
+                    return None
+                left += max(0.0, estimate - (now - self.started[n])) if n in self.started else estimate
+        return left / min(self.jobs, max(1, len(self.plans) - len(self.finished)))
+
+    def describe(self) -> str:
+        """``3/12 trained, 5:40 elapsed, ETA 17:00``."""
+        eta = self.eta()
+        text = f"{len(self.finished)}/{len(self.plans)} trained, {format_duration(time.perf_counter() - self.start_time)} elapsed"
+        return text + (f", ETA {format_duration(eta)}" if eta is not None and len(self.finished) < len(self.plans) else "")
+
+
+def print_plan(name: str, matrix_dir: Path, plans: list[CellPlan], estimator: TimeEstimator, jobs: int) -> int:
+    """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, the total;
+    the cells to train without a measured step time are timed on one batch first. Writes nothing."""
+    say(f"matrix {name}: {len(plans)} cells -> {matrix_dir} (dry run: every cell validated, nothing trained)")
+    untimed = {(p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell) is None}
+    if untimed:
+        say(f"timing a training step of {len(untimed)} variant(s) with no earlier results here...")
+        for problem in estimator.time_steps(plans, time_training_step):
+            say(f"  {problem}")
+    width = max(len(f"[{plan.n}/{len(plans)}] {plan.cell.key}") for plan in plans)
+    for plan in plans:
+        seconds = estimator.seconds(plan)
+        time_text = "" if not plan.trains else ("~?" if seconds is None else f"~{format_duration(seconds)}")
+        detail = f"  ({plan.detail})" if plan.detail else ""
+        say(f"{f'[{plan.n}/{len(plans)}] {plan.cell.key}':<{width}}  {plan.status:<13} {time_text:>9}{detail}")
+    say(describe_total(plans, estimator, jobs))
+    return 0

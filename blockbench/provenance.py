@@ -21,8 +21,10 @@ PACKAGES = ("torch", "lightning", "torchmetrics", "torchdata", "numpy", "sacrebl
 REPO = Path(__file__).resolve().parents[1]
 #: packages whose source decides a result: the block library, the tasks and the runner
 FINGERPRINT_PACKAGES = ("models", "tasks", "blockbench")
-#: modules that only summarize finished results: editing them leaves every result current
-SUMMARY_ONLY = ("blockbench/report.py", "blockbench/stats.py", "blockbench/plots.py")
+#: modules that only summarize finished results or display progress and plans: editing them leaves
+#: every result current
+SUMMARY_ONLY = ("blockbench/report.py", "blockbench/stats.py", "blockbench/plots.py", "blockbench/progress.py",
+                "blockbench/plan.py", "blockbench/listing.py")
 
 
 def cpu_model() -> str:
@@ -42,7 +44,8 @@ def hardware() -> dict[str, Any]:
 def machine_description() -> str:
     """One line for the results' header: CPU model and core count, GPUs if any, torch and lightning."""
     hw = hardware()
-    parts = [f"{hw['cpu']}, {hw['cpu_count']} logical CPUs"]
+    # the vector extensions torch uses: bf16 matmuls are fast with AVX-512/AMX, emulated (slow) with AVX2 only
+    parts = [f"{hw['cpu']}, {hw['cpu_count']} logical CPUs ({torch.backends.cpu.get_cpu_capability()})"]
     if hw["gpus"]:
         parts.append(f"{hw['gpu_count']} x {hw['gpus'][0]}")
     parts.append(f"torch {torch.__version__}, lightning {package_versions()['lightning']}")
@@ -107,6 +110,62 @@ def peak_memory_mb() -> dict[str, float]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         peak["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     return peak
+
+
+#: the distribution this repo installs as, and the extras whose packages committed results used
+DISTRIBUTION = "blockbench-transformers"
+RESULT_EXTRAS = ("dev", "bench")
+
+
+def installed_requirements(distribution: str = DISTRIBUTION, extras: tuple[str, ...] = RESULT_EXTRAS) -> dict[str, str]:
+    """Every installed package ``distribution`` (with ``extras``) needs, directly or through another,
+    with its installed version: what ``pip install -c`` must pin to rebuild this environment.
+    Requirements whose markers exclude this platform (or name a package that is not installed) are
+    left out. (pip has no command for the closure of one package: ``pip freeze`` lists everything.)"""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pinned: dict[str, str] = {}
+    pending = [(distribution, set(extras))]
+    while pending:
+        name, wanted_extras = pending.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            environments = [{"extra": extra} for extra in wanted_extras] or [{"extra": ""}]
+            if requirement.marker and not any(requirement.marker.evaluate(env) for env in environments):
+                continue
+            key = canonicalize_name(requirement.name)
+            if key in pinned or key == canonicalize_name(distribution):
+                continue
+            try:
+                pinned[key] = metadata.version(requirement.name)
+            except metadata.PackageNotFoundError:
+                continue
+            pending.append((requirement.name, set(requirement.extras)))
+    return dict(sorted(pinned.items()))
+
+
+def constraints_text() -> str:
+    """A pip constraints file pinning :func:`installed_requirements`, headed by the machine and Python."""
+    header = [
+        "# The exact package versions behind the committed results; install with them to reproduce",
+        "# the numbers bit for bit (same versions and same CPU; see the README, \"Reproducing the numbers\"):",
+        "#   pip install -c constraints.txt -e \".[dev,bench]\"",
+        f"# Written by `blockbench env --constraints > constraints.txt` with Python {sys.version.split()[0]} on",
+        f"# {machine_description()}.",
+    ]
+    return "\n".join(header + [f"{name}=={version}" for name, version in installed_requirements().items()]) + "\n"
+
+
+def environment_report() -> dict[str, Any]:
+    """What ``blockbench env`` prints: versions, hardware, the CPU's vector extensions, the code's commit."""
+    return {"packages": package_versions(), "hardware": hardware(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "git": git_state(),
+            "code_fingerprint": code_fingerprint()}
 
 
 def provenance() -> dict[str, Any]:

@@ -231,8 +231,24 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group]) -> 
         lines.append(f"Command: `{run['command']}` (last run: {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained)  ")
     lines.append(f"Cells: {len(results)} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  ")
     lines += [f"Machine: {m}  " for m in machines]
+    lines += [f"Code: {c}  " for c in _code_versions(results)]
     lines.append("")
     return lines
+
+
+def _code_versions(results: list[dict[str, Any]]) -> list[str]:
+    """``commit 595b935 (clean tree)`` per distinct code version the cells ran with (with its count
+    if there are several): a summary says which code made its numbers, and whether it was committed."""
+    versions: dict[str, int] = {}
+    for r in results:
+        git = (r.get("provenance") or {}).get("git") or {}
+        if not git.get("commit"):
+            continue
+        text = f"commit {git['commit'][:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.get("dirty"), "")
+        versions[text] = versions.get(text, 0) + 1
+    if len(versions) <= 1:
+        return list(versions)
+    return [f"{text} ({n} cell{'s' if n != 1 else ''})" for text, n in versions.items()]
 
 
 def _row(cells: list[str]) -> str:

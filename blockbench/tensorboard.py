@@ -1,54 +1,89 @@
-"""TensorBoard views of a matrix: an HParams row per cell, custom-scalar charts per task.
+"""TensorBoard views of a matrix: one run per cell, task-scoped curves, an HParams row per cell and
+custom-scalar charts per task, all written by the cell's one writer.
 
 What ends up under a matrix's ``tb/`` directory:
 
-``tb/<task>/<variant>/seed<k>/``
-    One run per cell, written by Lightning's ``TensorBoardLogger``. At the end of the cell
+``tb/<task>/<short variant>/seed<k>/``
+    One run per cell (``lm/post/seed0``, see ``blockbench.matrix.tensorboard_run_names``), written by
+    :class:`CellLogger`, Lightning's ``TensorBoardLogger`` with one event file per run and no
+    ``hparams.yaml``. At the start the cell writes the matrix's views (:func:`log_views`): the
+    HParams experiment (which hparams and metrics are the table's columns) and the Custom Scalars
+    layout. Then its curves, with tags scoped by task (``val/lm/perplexity``, see below). At the end
     :func:`log_cell_hparams` adds the HParams session (the cell's hparams and its status) and its
-    final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...); the
-    runner passes the cell's speed figures the same way (``final/perf/mfu``..., see
-    ``blockbench.perf.final_figures``), a diverged cell's too.
-``tb/.hparams/``
-    The HParams experiment of the whole matrix (:func:`write_hparams_experiment`): which hparams
-    and metrics are the table's columns, and the values each hparam's filter offers.
-``tb/.layout/``
-    The Custom Scalars layout (:func:`write_custom_scalars_layout`): one chart per task and metric.
+    final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...), its
+    task's primary metric once more as ``final/primary_metric``, and the speed figures the runner
+    passes the same way (``final/perf/mfu``..., see ``blockbench.perf.final_figures``), a diverged
+    cell's too.
+``tb/views.json``
+    The views every cell's run carries (:func:`matrix_views`), written by the runner before the
+    first cell; no event file, so TensorBoard lists no run for it.
 
-Why ``final/<metric>`` rather than the ``val/<metric>`` curves: the HParams plugin shows, for each
-metric tag, the last scalar logged under that tag in the session's run. Writing the final values
-under their own tags keeps the ``val/*`` curves untouched (no duplicate or out-of-place point), makes
-the shown value exactly the cell's final metric, and lets a diverged cell show no value instead of
-whatever its curve last held.
+Why the views live in the cells' runs: TensorBoard lists every directory holding an event file as
+a run, in every run selector, so a ``.hparams`` or ``.layout`` run of their own shows up next to the
+cells. The HParams plugin takes the experiment from whichever run has one, and the Custom Scalars
+plugin merges the layouts of all runs (a category's charts once each), so every cell's run carries
+both, written before its first curve point.
+
+Why the tags name the task (``val/<task>/<metric>``, ``train/<task>/loss``, ``lr/<task>/decay``,
+``perf/<task>/mfu``): TensorBoard draws one chart per tag with every run that has it; charts cannot be
+limited to some runs. With plain ``val/loss`` every task's runs share one chart, in Time Series and
+in Custom Scalars alike, and a perplexity of 7 sits next to a ViT loss of 1.6. The task goes second,
+not first, because Time Series groups charts by the tag's first part: the ``val`` group then holds
+every task's validation charts, one task each, and a tag filter such as ``val/`` still finds them.
+Only the logger renames tags (:class:`CellLogger`), so ``trainer.callback_metrics`` keep Lightning's
+``val/<metric>`` names that the trainer and the callbacks read. A cell trained alone with
+``blockbench train`` (no ``--tb-scope``) keeps the plain tags. The ``final/*`` scalars are not scoped:
+the HParams table reads them in each session's own run, and a shared tag is a shared column.
+
+Why ``final/<metric>`` rather than the ``val/...`` curves: the HParams plugin shows, for each metric
+tag, the last scalar logged under that tag in the session's run. Writing the final values under their
+own tags keeps the curves untouched (no duplicate or out-of-place point), makes the shown value
+exactly the cell's final metric, gives every task the same ``final/val/loss`` and
+``final/primary_metric`` columns, and lets a diverged cell show no value instead of whatever its curve
+last held.
+
+The HParams table's defaults (tensorboard 2.21's frontend and ``backend_context.py``):
+
+* Only the first 5 metric columns of the experiment are ticked (``_computeMetrics``), and the
+  parallel-coordinates view draws only the rows that have a value in every ticked column. The experiment
+  therefore lists first the columns every cell fills: ``final/primary_metric`` (when the tasks'
+  primary metrics differ), the metrics every task has (``loss``; a one-task matrix: all of them),
+  the speed figures; then the metrics of some tasks only, and the throughputs (their units differ).
+  One experiment per task is not possible: the plugin shows one experiment per log dir.
+* Hparam columns are sorted with those marked ``differs`` first, by name, and the first 5 are shown:
+  an axis with more than one value is marked, ``status`` is not.
+* Every number is shown with 5 significant digits (a seed as ``0.0000``; TensorBoard has no integer
+  type), so hparams are written as their text (:func:`hparam_value`). Each column so has one type in
+  the experiment and in every session, which its filter needs, and offers its values as checkboxes.
 
 TensorBoard behaviour this module works with (tensorboard 2.21):
 
-* The HParams plugin uses one experiment, the first it finds in any run, so cells write none (as
-  Lightning's ``log_hyperparams`` would): the matrix writes one. Without it TensorBoard derives the
-  columns from the cells' sessions and lists every scalar tag of the runs (``train/loss``, ``lr-*``,
-  ``final/*`` and ``val/*``...) as a metric column.
 * TensorBoard keeps the *first* summary metadata it reads per (run, tag), and HParams data lives in
-  metadata. A running TensorBoard keeps the experiment it first read until restarted (rows and
-  metric values still appear live), and a cell run directory reused by a rerun keeps its first
-  session (hparams, status): delete a cell's run directory before training it again.
-* A running TensorBoard reads a run's event files in name order and stops reading the run for
-  good if the file it is on is deleted. So a superseded layout file is deleted only a minute after
-  (the newest layout wins meanwhile), and rewriting an unchanged experiment or layout leaves the
-  files alone.
-* Custom-scalar charts match tags with a regular expression in every run; runs are not part of the
-  match. A metric tag that several tasks share (``val/loss``) therefore shows the runs of all of
-  them; such charts say so in their title, and the dashboard's run filter (e.g. ``^lm/``) narrows
-  them down.
+  metadata, so a run's first experiment is the one shown; the Custom Scalars plugin reads a run's
+  last layout. When the matrix file changes (a seed, a variant or a task added), the runs of cells
+  trained before carry the old views: the runner rewrites such runs with the new ones before the
+  first cell starts (:func:`publish_views`). A running TensorBoard keeps what it read until
+  restarted (rows and metric values of new cells still appear live); restart it after changing the
+  matrix file. A cell run directory reused by a fresh run would keep its first session (hparams,
+  status): the trainer deletes it before training a cell again from step 0.
+* A running TensorBoard reads a run's event files in name order and stops reading the run for good
+  if the file it is on is deleted. Only such a rewrite deletes event files.
+* One writer per run: a finished cell's run is one event file. A cell resumed from a checkpoint
+  adds one file per resumption (Lightning's writer cannot append to the earlier file), which starts
+  by purging the points logged after that checkpoint (``purge_step``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -56,41 +91,98 @@ from lightning.pytorch.utilities import rank_zero_only
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.custom_scalar import metadata as layout_metadata
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 from tensorboard.plugins.hparams import summary_v2 as hp
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import custom_scalars
 
+from .layout import TB_VIEWS_FILE, write_json
+from .perf import FINAL_FIGURES, throughput_tag
+
+if TYPE_CHECKING:
+    from tasks.base import Metric
+
 #: prefix of the scalars holding a cell's final metrics (the HParams table's metric columns)
 FINAL_PREFIX = "final/"
-#: runs (directories under the TensorBoard log dir) holding the matrix's experiment and layout
-EXPERIMENT_RUN = ".hparams"
-LAYOUT_RUN = ".layout"
+#: the scalar holding a cell's primary metric (its task's first), a column every task fills
+PRIMARY_METRIC_TAG = "final/primary_metric"
 #: the hparam recording how a cell ended, and the values it takes
 STATUS_HPARAM = "status"
 STATUSES = ("ok", "diverged", "failed")
-#: how long a superseded layout file stays for TensorBoards still reading it (they reload every 5 s)
-SUPERSEDED_FILE_GRACE_S = 60.0
+#: runs that older versions wrote the experiment and the layout to; the runner deletes them
+LEGACY_VIEW_RUNS = (".hparams", ".layout")
+#: the tags of the views in a run: the HParams experiment, the Custom Scalars layout
+VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)
+#: the order of the speed figures among the HParams columns: those every cell has first
+SPEED_COLUMN_ORDER = ("perf/step_time_ms", "perf/peak_memory_mb", "perf/tflops_per_sec", "perf/mfu",
+                      "perf/data_wait_fraction")
 
-HParamValue = bool | int | float | str
+Views = dict[str, Any]
 
 
-def hparam_value(value: Any) -> HParamValue:
-    """``value`` as the HParams plugin accepts it: bools, finite numbers and strings stay as they
-    are; anything else (None, NaN, lists, dicts) becomes its string (``"None"``)."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, float)):
-        return value if math.isfinite(value) else str(value)
-    return str(value)
+def hparam_value(value: Any) -> str:
+    """``value`` as the HParams table shows it: its text (``0`` -> ``"0"``, ``0.001`` -> ``"0.001"``,
+    None -> ``"None"``). TensorBoard shows every number with 5 significant digits (a seed as
+    ``0.0000``), a matrix axis takes a few discrete values, which a text column offers as checkboxes,
+    and one type for every value keeps a column's type the same in the experiment and in each session
+    (a filter compares values of one type)."""
+    return str(value.item() if isinstance(value, np.generic) else value)
 
 
 def final_metric_tag(metric: str) -> str:
     """``val/perplexity`` -> ``final/val/perplexity``: the scalar the HParams table reads."""
     return FINAL_PREFIX + metric
+
+
+def scoped_tag(tag: str, scope: str) -> str:
+    """``val/loss`` -> ``val/<scope>/loss``: the task after the tag's first part (Time Series groups
+    charts by the first part); a tag without one gets it last (``epoch`` -> ``epoch/<scope>``)."""
+    group, slash, rest = tag.partition("/")
+    return f"{group}/{scope}/{rest}" if slash else f"{tag}/{scope}"
+
+
+class CellLogger(TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger`` with one writer per run and tags scoped by ``scope`` (the task).
+
+    Lightning closes the writer at the end of ``fit`` (``finalize``), and the next write (the final
+    ``validate``, :func:`log_cell_hparams`) opens a second event file; here ``finalize`` only
+    flushes and :meth:`close` ends the run. ``save`` writes no ``hparams.yaml``: a cell's settings are
+    its ``config.yaml``, its varied keys the HParams session.
+    """
+
+    def __init__(self, save_dir: str | Path, name: str, version: str, *, scope: str | None = None,
+                 purge_step: int | None = None):
+        super().__init__(save_dir=str(save_dir), name=name, version=version, default_hp_metric=False,
+                         purge_step=purge_step)
+        self.scope = scope
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if self.scope:
+            metrics = {scoped_tag(tag, self.scope): value for tag, value in metrics.items()}
+        super().log_metrics(metrics, step)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, metrics: Any = None, step: int | None = None) -> None:
+        """Nothing: Lightning's would start an HParams session here, and the first one read is the
+        one shown; :func:`log_cell_hparams` writes the cell's, with its status, at the end."""
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.flush()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
+
+    @rank_zero_only
+    def close(self) -> None:
+        """Flush and close the run's event file; call it once, after the last write."""
+        if self._experiment is not None:
+            self._experiment.close()
 
 
 @rank_zero_only
@@ -99,6 +191,7 @@ def log_cell_hparams(
     hparams: Mapping[str, Any],
     metrics: Mapping[str, float],
     *,
+    primary: str | None = None,
     status: str = "ok",
     step: int | None = None,
 ) -> None:
@@ -106,8 +199,9 @@ def log_cell_hparams(
 
     Writes the session start (``hparams`` converted with :func:`hparam_value`, plus ``status``),
     each finite metric as a scalar ``final/<metric>`` at ``step`` (the cell's final global step;
-    NaN and infinite values are left out, so the table shows no value), and the session end
-    (Success for ``status == "ok"``, Failure otherwise). Call it once per run, at the end.
+    NaN and infinite values are left out, so the table shows no value), ``metrics[primary]`` once
+    more as ``final/primary_metric``, and the session end (Success for ``status == "ok"``, Failure
+    otherwise). Call it once per run, at the end.
     """
     values = {name: hparam_value(value) for name, value in hparams.items()}
     values[STATUS_HPARAM] = status
@@ -115,9 +209,12 @@ def log_cell_hparams(
     writer: SummaryWriter = logger.experiment
     file_writer = writer._get_file_writer()  # raw summaries, as Lightning's log_hyperparams writes them
     file_writer.add_summary(hp.hparams_pb(values, trial_id=run_name), step)
-    for name, value in metrics.items():
+    finals = {final_metric_tag(name): value for name, value in metrics.items()}
+    if primary is not None and primary in metrics:
+        finals[PRIMARY_METRIC_TAG] = metrics[primary]
+    for tag, value in finals.items():
         if value is not None and math.isfinite(value):
-            writer.add_scalar(final_metric_tag(name), float(value), step)
+            writer.add_scalar(tag, float(value), step)
     end_info = plugin_data_pb2.SessionEndInfo(
         status=api_pb2.STATUS_SUCCESS if status == "ok" else api_pb2.STATUS_FAILURE, end_time_secs=time.time()
     )
@@ -128,64 +225,171 @@ def log_cell_hparams(
     writer.flush()
 
 
-def write_hparams_experiment(
-    tb_dir: Path, cell_hparams: Iterable[Mapping[str, Any]], metrics: Mapping[str, str]
-) -> None:
-    """Declare the HParams table's columns for the whole matrix, in ``tb_dir/.hparams``.
+# --- the views of a matrix: HParams experiment and Custom Scalars layout -------------------------
+
+
+def matrix_views(cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, tuple[Sequence[Metric], str]]) -> Views:
+    """The HParams experiment and the Custom Scalars layout of a matrix, as JSON-able data.
 
     ``cell_hparams``: the hparams every cell passes to :func:`log_cell_hparams`; each name becomes
-    a column whose filter offers the values it takes (``status`` is added). ``metrics``: metric
-    (as passed to :func:`log_cell_hparams`, e.g. ``val/perplexity``) -> description. Write it
-    before the first cell; a changed experiment replaces the old one (a running TensorBoard shows
-    it after a restart), an unchanged one is left as it is.
+    a column whose filter offers the values it takes (``status`` is added). ``tasks``: task label ->
+    (its metrics, primary first; its throughput unit), in the matrix's order. Metric columns come in
+    the order the module docstring explains; the layout has a category per task with a chart per
+    validation metric and one of the training loss, each holding that task's runs only.
     """
-    values_by_name: dict[str, list[HParamValue]] = {}
+    raw_by_name: dict[str, list[Any]] = {}
     for cell in cell_hparams:
         for name, value in cell.items():
-            values_by_name.setdefault(name, []).append(hparam_value(value))
-    values_by_name[STATUS_HPARAM] = list(STATUSES)
-    columns = [hp.HParam(name, _discrete_domain(values)) for name, values in values_by_name.items()]
-    metric_columns = [
-        hp.Metric(final_metric_tag(name), display_name=name, description=description)
-        for name, description in metrics.items()
-    ]
-    experiment = hp.hparams_config_pb(columns, metric_columns)  # no creation time: same columns, same bytes
-    _publish_summaries(Path(tb_dir) / EXPERIMENT_RUN, [experiment], keep_for_running_readers=False)
+            raw_by_name.setdefault(name, []).append(value)
+    columns = [_hparam_column(name, raw) for name, raw in raw_by_name.items()]
+    columns.append({"name": STATUS_HPARAM, "values": list(STATUSES), "differs": False})
 
-
-def write_custom_scalars_layout(tb_dir: Path, charts: Mapping[str, Sequence[str]]) -> None:
-    """Write the Custom Scalars layout in ``tb_dir/.layout``; the newest layout is the one shown.
-
-    ``charts``: category (the task, as in the run names) -> metric tags (``val/perplexity``...).
-    Each tag gets a chart holding that exact tag from every run, so one chart compares all
-    variants and seeds of a task. A tag listed under several categories matches the runs of all
-    of them, which the chart's title says. Call it at the start of a matrix, after every cell or
-    at the end: an unchanged layout is left as it is.
-    """
-    categories_by_tag: dict[str, list[str]] = {}
-    for category, tags in charts.items():
-        for tag in tags:
-            categories_by_tag.setdefault(tag, []).append(category)
-
-    def title(tag: str) -> str:
-        shared = categories_by_tag[tag]
-        return tag if len(shared) == 1 else f"{tag} (runs of {', '.join(shared)})"
-
-    layout = {
-        category: {title(tag): ["Multiline", [f"^{re.escape(tag)}$"]] for tag in tags}
-        for category, tags in charts.items()
-        if tags
+    metrics_by_task = {task: list(metrics) for task, (metrics, _) in tasks.items()}
+    metric_columns = _metric_columns(metrics_by_task, [unit for _, unit in tasks.values()])
+    charts = {task: [*(f"val/{metric.name}" for metric in metrics), "train/loss"] for task, metrics in metrics_by_task.items()}
+    return {
+        "experiment": {"hparams": columns, "metrics": metric_columns},
+        # category -> [chart title, its tag]: the metric's tag in the task's runs
+        "layout": {task: [[tag, scoped_tag(tag, task)] for tag in tags] for task, tags in charts.items()},
     }
-    _publish_summaries(Path(tb_dir) / LAYOUT_RUN, [custom_scalars(layout)], keep_for_running_readers=True)
 
 
-def _discrete_domain(values: list[HParamValue]) -> hp.Discrete:
-    """The distinct values as a TensorBoard domain; mixed types (``"None"`` and ``64``) become strings."""
-    if all(isinstance(v, bool) for v in values):
-        return hp.Discrete(sorted(set(values)), dtype=bool)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return hp.Discrete(sorted({float(v) for v in values}), dtype=float)
-    return hp.Discrete(sorted({str(v) for v in values}), dtype=str)
+def _hparam_column(name: str, raw: list[Any]) -> dict[str, Any]:
+    """An hparam column: its distinct values as :func:`hparam_value` writes them (numbers in numeric
+    order, then the rest in text order), and whether they differ."""
+    raw = [value.item() if isinstance(value, np.generic) else value for value in raw]
+    shown = [hparam_value(value) for value in raw]
+    numbers = {text: value for text, value in zip(shown, raw)
+               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    values = sorted(set(shown), key=lambda text: (0, numbers[text], "") if text in numbers else (1, 0, text))
+    return {"name": name, "values": values, "differs": len(values) > 1}
+
+
+def _metric_columns(metrics_by_task: Mapping[str, list[Metric]], units: Iterable[str]) -> list[dict[str, str]]:
+    """The HParams metric columns (tag, display name, description), those every cell fills first."""
+    by_name: dict[str, Metric] = {}
+    for metrics in metrics_by_task.values():
+        for metric in metrics:
+            by_name.setdefault(metric.name, metric)
+    in_every_task = [name for name in by_name
+                     if all(name in {metric.name for metric in metrics} for metrics in metrics_by_task.values())]
+    in_some_tasks = [name for name in by_name if name not in in_every_task]
+    speed = sorted(FINAL_FIGURES, key=lambda tag: SPEED_COLUMN_ORDER.index(tag) if tag in SPEED_COLUMN_ORDER else len(FINAL_FIGURES))
+    descriptions = {f"val/{name}": metric.description for name, metric in by_name.items()} | dict(FINAL_FIGURES)
+    tags = [*(f"val/{name}" for name in in_every_task), *speed, *(f"val/{name}" for name in in_some_tasks)]
+    for unit in dict.fromkeys(units):
+        tags.append(throughput_tag(unit))
+        descriptions[throughput_tag(unit)] = f"training throughput, {unit}/s, all processes"
+    columns = [{"tag": final_metric_tag(tag), "display_name": tag, "description": descriptions[tag]} for tag in tags]
+
+    primaries = {task: metrics[0] for task, metrics in metrics_by_task.items() if metrics}
+    if len({metric.name for metric in primaries.values()}) > 1:  # else the first column is already the primary metric
+        each = "; ".join(f"{task}: {metric.name} ({'higher' if metric.higher_is_better else 'lower'} is better)"
+                         for task, metric in primaries.items())
+        columns.insert(0, {"tag": PRIMARY_METRIC_TAG, "display_name": "primary metric",
+                           "description": f"the task's primary metric (the first of its summary); {each}"})
+    return columns
+
+
+def view_summaries(views: Views) -> list[Summary]:
+    """The experiment and the layout summaries of :func:`matrix_views`' ``views``."""
+    hparam_infos = []
+    for column in views["experiment"]["hparams"]:
+        info = api_pb2.HParamInfo(name=column["name"], differs=column["differs"])
+        hp.Discrete(column["values"], dtype=str).update_hparam_info(info)
+        hparam_infos.append(info)
+    metric_infos = [hp.Metric(m["tag"], display_name=m["display_name"], description=m["description"]).as_proto()
+                    for m in views["experiment"]["metrics"]]
+    # no creation time: the same views give the same bytes, so an unchanged matrix rewrites no run
+    experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos)
+    layout = {
+        category: {title: ["Multiline", [f"^{re.escape(tag)}$"]] for title, tag in charts}
+        for category, charts in views["layout"].items()
+        if charts
+    }
+    return [_hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
+            custom_scalars(layout)]
+
+
+@rank_zero_only
+def log_views(logger: TensorBoardLogger, views: Views) -> None:
+    """Write the matrix's views into the cell's run, at step 0, before its first curve point."""
+    writer: SummaryWriter = logger.experiment
+    for summary in view_summaries(views):
+        writer._get_file_writer().add_summary(summary, 0)
+    writer.flush()
+
+
+def publish_views(tb_dir: Path, views: Views, runs: Iterable[str], *, renamed: Mapping[str, str] | None = None) -> None:
+    """Before a matrix's first cell: write ``views`` to ``tb_dir/views.json`` for the cells to log,
+    delete the experiment and layout runs of older versions, move each run of ``renamed`` (its name
+    in older versions -> its name now) to its new name (or delete it if the new run exists), and
+    rewrite each existing run of ``runs`` whose first views differ (:func:`refresh_run_views`)."""
+    write_json(tb_dir / TB_VIEWS_FILE, views)
+    for legacy in LEGACY_VIEW_RUNS:
+        shutil.rmtree(tb_dir / legacy, ignore_errors=True)
+    for old, new in (renamed or {}).items():
+        old_dir, new_dir = tb_dir / old, tb_dir / new
+        if old_dir == new_dir or not old_dir.is_dir():
+            continue
+        if new_dir.exists():
+            shutil.rmtree(old_dir)
+        else:
+            new_dir.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old_dir, new_dir)
+        for parent in old_dir.relative_to(tb_dir).parents[:-1]:  # folders left empty
+            with contextlib.suppress(OSError):
+                (tb_dir / parent).rmdir()
+    summaries = view_summaries(views)
+    for run in runs:
+        refresh_run_views(tb_dir / run, summaries)
+
+
+def run_views(run_dir: Path) -> list[bytes | None]:
+    """The experiment and the layout a TensorBoard shows of the run (serialized summary values), None
+    where absent: the first experiment (metadata: the first read wins) and the last layout (the Custom
+    Scalars plugin reads a run's newest)."""
+    found: dict[str, list[bytes]] = {tag: [] for tag in VIEW_TAGS}
+    for path in _event_files(run_dir):
+        for record in RawEventFileLoader(str(path)).Load():
+            if not any(tag.encode() in record for tag in VIEW_TAGS):  # most records: no need to parse them
+                continue
+            for value in Event.FromString(record).summary.value:
+                if value.tag in found:
+                    found[value.tag].append(value.SerializeToString())
+    experiments, layouts = (found[tag] for tag in VIEW_TAGS)
+    return [experiments[0] if experiments else None, layouts[-1] if layouts else None]
+
+
+def refresh_run_views(run_dir: Path, summaries: Sequence[Summary]) -> bool:
+    """Make ``summaries`` (experiment, layout) the views of the run ``run_dir``: unless they are
+    already its first ones, write its events into one new event file that starts with them and
+    holds every other record in its order (a resumption's purge marker included), then delete the
+    old files. Returns whether it rewrote the run."""
+    files = _event_files(run_dir)
+    wanted = [value.SerializeToString() for summary in summaries for value in summary.value]
+    if not files or run_views(run_dir) == wanted:
+        return False
+    records = []
+    for path in files:
+        for record in RawEventFileLoader(str(path)).Load():
+            event = Event.FromString(record)
+            if event.HasField("file_version"):
+                continue
+            if any(value.tag in VIEW_TAGS for value in event.summary.value):
+                kept = [value for value in event.summary.value if value.tag not in VIEW_TAGS]
+                if not kept:
+                    continue
+                del event.summary.value[:]
+                event.summary.value.extend(kept)
+                record = event.SerializeToString()
+            records.append(record)
+    wall_time = time.time()
+    views = [Event(wall_time=wall_time, step=0, summary=summary).SerializeToString() for summary in summaries]
+    _write_event_file(run_dir, [*views, *records], after=files[-1])
+    for path in files:
+        path.unlink(missing_ok=True)
+    return True
 
 
 def _hparams_summary(tag: str, plugin_data: plugin_data_pb2.HParamsPluginData) -> Summary:
@@ -200,45 +404,16 @@ def _event_files(run_dir: Path) -> list[Path]:
     return sorted(path for path in run_dir.iterdir() if "tfevents" in path.name) if run_dir.is_dir() else []
 
 
-def _summaries_in(event_file: Path) -> list[bytes]:
-    summaries = (Event.FromString(record).summary for record in RawEventFileLoader(str(event_file)).Load())
-    return [summary.SerializeToString() for summary in summaries if summary.value]
-
-
-def _publish_summaries(run_dir: Path, summaries: Sequence[Summary], *, keep_for_running_readers: bool) -> None:
-    """Make ``summaries`` the content of the run ``run_dir``: unless its newest event file already
-    holds exactly them, write a new one that sorts after the others; then delete the older files.
-
-    ``keep_for_running_readers`` spares the files superseded less than a minute ago: a running
-    TensorBoard reads a run's files in name order and would stop reading the run if the file it
-    is on were deleted; within a reload (every 5 s by default) it moves on to the newest. Only
-    right for data whose newest value wins (the layout), not for the metadata-borne experiment.
-    """
-    files = _event_files(run_dir)
-    if not files or _summaries_in(files[-1]) != [summary.SerializeToString() for summary in summaries]:
-        files.append(_write_event_file(run_dir, summaries, after=files[-1] if files else None))
-    if keep_for_running_readers:
-        superseded_before = time.time() - SUPERSEDED_FILE_GRACE_S
-        stale = [path for path, successor in zip(files, files[1:]) if successor.stat().st_mtime < superseded_before]
-    else:
-        stale = files[:-1]
-    for path in stale:
-        path.unlink(missing_ok=True)
-
-
-def _write_event_file(run_dir: Path, summaries: Sequence[Summary], *, after: Path | None) -> Path:
-    """A new event file in ``run_dir`` holding ``summaries``, named to sort after ``after``; complete
-    before it gets its event-file name, so TensorBoard never reads half of it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    name = f"events.out.tfevents.{time.time_ns():020d}.{run_dir.name.lstrip('.')}"
-    if after is not None and name <= after.name:  # a clock gone backwards: still sort last
-        name = after.name + "1"
+def _write_event_file(run_dir: Path, records: Sequence[bytes], *, after: Path) -> Path:
+    """A new event file in ``run_dir`` holding ``records`` (serialized events), named to sort right
+    after ``after`` and before the files of later writers (a resumption's, named after its start
+    time); complete before it gets its event-file name, so TensorBoard never reads half of it."""
+    name = f"{after.name}.views"
     partial = run_dir / f".writing.{os.getpid()}"  # no "tfevents" in the name: TensorBoard ignores it
-    wall_time = time.time()
     with open(partial, "wb") as stream:
-        records = RecordWriter(stream)
-        records.write(Event(wall_time=wall_time, file_version="brain.Event:2").SerializeToString())
-        for summary in summaries:
-            records.write(Event(wall_time=wall_time, step=0, summary=summary).SerializeToString())
+        writer = RecordWriter(stream)
+        writer.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+        for record in records:
+            writer.write(record)
     os.replace(partial, run_dir / name)
     return run_dir / name

@@ -13,15 +13,15 @@ from typing import Any, Sequence
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from .config import RunConfig, to_yaml
 from .layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, failure_record, write_atomic, write_json
 from .perf import final_figures
+from .progress import StepProgress, quiet_lightning
 from .provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
-from .tensorboard import log_cell_hparams
+from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,16 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, 
 
 def train(
     run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None,
-    extra_callbacks: Sequence[L.Callback] = (),
+    tb_scope: str | None = None, tb_views: Views | None = None,
+    extra_callbacks: Sequence[L.Callback] = (), progress_every: int | None = None,
 ) -> dict[str, Any]:
     """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
-    ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``).
+    ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``val/<scope>/loss``), and
+    ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.tensorboard`);
+    ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``);
+    ``progress_every``: the steps between progress lines when stdout is not a terminal (see
+    :class:`blockbench.progress.StepProgress`).
 
     An interrupted run of the same config and code resumes from ``out_dir/checkpoints/last.ckpt``; a run
     whose loss diverges is stopped and recorded with status ``diverged``.
@@ -93,15 +98,19 @@ def train(
     history = ValidationHistory([m.name for m in task_cfg.metrics])
     guard = DivergenceGuard(cfg.divergence_threshold)
     # perf before history: its peak FLOP/s probe at the start of training is not training time
-    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash(), fingerprint)]
+    progress = StepProgress(f"val/{task_cfg.metrics[0].name}", every_n_steps=progress_every)
+    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash(), fingerprint),
+                 progress]
     callbacks += list(extra_callbacks)
     if cfg.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(checkpoints, cfg.checkpoint_every_n_steps))
     if not resume_from and is_rank_zero:  # a fresh run: TensorBoard would keep the hparams of an earlier run here
         shutil.rmtree(Path(tb_dir) / tb_name / tb_version, ignore_errors=True)
     # purge_step: TensorBoard drops the points a killed run logged after its last checkpoint
-    logger = TensorBoardLogger(save_dir=str(tb_dir), name=tb_name, version=tb_version, default_hp_metric=False,
-                               purge_step=resumed_step or None)
+    quiet_lightning()
+    logger = CellLogger(tb_dir, tb_name, tb_version, scope=tb_scope, purge_step=resumed_step or None)
+    if tb_views is not None:  # again after a resumption: the same views, and a run deleted meanwhile still gets them
+        log_views(logger, tb_views)
     trainer = L.Trainer(
         max_steps=cfg.max_steps,
         val_check_interval=cfg.val_every_n_steps,
@@ -124,7 +133,7 @@ def train(
         default_root_dir=str(out_dir),
     )
     per_device_batch = cfg.per_device_batch_size(trainer.world_size)
-    if trainer.is_global_zero:
+    if trainer.is_global_zero and (trainer.world_size > 1 or cfg.accumulate_grad_batches > 1):
         print(f"batch: global {cfg.batch_size} = {trainer.world_size} process(es) x {per_device_batch} per process "
               f"x {cfg.accumulate_grad_batches} accumulation step(s)", flush=True)
     L.seed_everything(run.seed, workers=True, verbose=False)
@@ -176,7 +185,9 @@ def train(
     if trainer.is_global_zero:
         final = {f"val/{name}": value for name, value in result.get("metrics", {}).items()}
         final |= final_figures(result, task_cfg.throughput_unit)
-        log_cell_hparams(logger, hparams or {}, final, status=result["status"], step=trainer.global_step)
+        log_cell_hparams(logger, hparams or {}, final, primary=f"val/{task_cfg.metrics[0].name}", status=result["status"],
+                         step=trainer.global_step)
+        logger.close()
         write_json(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result

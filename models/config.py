@@ -31,15 +31,17 @@ VARIANT_REGISTRIES: dict[str, Registry] = {
 
 
 class ModelConfig(BaseModel):
+    """The architecture: every knob of the model a task builds (family, sizes, variants by name, MoE)."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     family: str | None = Field(None, description="which model to build (decoder_lm, encoder_decoder, vit); set by the task")
     # widths and depths, shared by all families so tasks stay comparable
-    d_model: int = Field(128, gt=0)
+    d_model: int = Field(128, gt=0, description="width: the size of each token's (or patch's) vector between blocks")
     n_layers: int = Field(4, gt=0, description="blocks per stack (the translator has an encoder and a decoder stack)")
     n_encoder_layers: int | None = Field(None, gt=0, description="encoder depth of encoder_decoder; default n_layers")
     n_decoder_layers: int | None = Field(None, gt=0, description="decoder depth of encoder_decoder; default n_layers")
-    n_heads: int = Field(4, gt=0)
+    n_heads: int = Field(4, gt=0, description="attention (query) heads; must divide d_model")
     attention_score: str = Field("dot", description="attention score: dot (SDPA) or additive (Bahdanau)")
     attention_pattern: str = Field("dense", description="sparse self-attention pattern (Child et al. 2019)")
     attention_window: int = Field(16, gt=0, description="window of the local pattern")
@@ -49,13 +51,17 @@ class ModelConfig(BaseModel):
         None, gt=0, description="key/value heads: n_heads = MHA (default), 1 = MQA, in between = GQA"
     )
     d_ff: int | None = Field(None, gt=0, description="feed-forward hidden size; default 4 * d_model")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    bias: bool = True
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="dropout probability of embeddings, attention, FFN and residual branches; 0 = off"
+    )
+    bias: bool = Field(True, description="biases in the Linear layers and norms (false: none, as in PaLM and LLaMA)")
     # variants, selected by name (see `blockbench list`)
-    norm: str = "layernorm"
-    norm_eps: float = Field(1e-5, gt=0)
-    norm_placement: str = "pre"
-    activation: str = "gelu"
+    norm: str = Field("layernorm", description="normalization layer")
+    norm_eps: float = Field(1e-5, gt=0, description="epsilon the norm adds to the variance (or mean square) for stability")
+    norm_placement: str = Field("pre", description="where the norm sits around each residual branch")
+    activation: str = Field(
+        "gelu", description="activation of the mlp feed-forward (swiglu and geglu have their own gate)"
+    )
     ffn: str = Field("mlp", description="feed-forward kind (mlp, swiglu, geglu); also the kind of each MoE expert")
     # mixture of experts in place of the FFN (n_experts=0: dense FFN)
     n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0 = dense feed-forward")
@@ -68,17 +74,20 @@ class ModelConfig(BaseModel):
     moe_shared_experts: int = Field(0, ge=0, description="always-on dense experts (DeepSeekMoE)")
     moe_aux_loss_weight: float = Field(0.01, ge=0, description="weight of the Switch load-balancing loss")
     moe_z_loss_weight: float = Field(0.001, ge=0, description="weight of the router z-loss (ST-MoE)")
-    pos_encoding: str = "learned"
+    pos_encoding: str = Field("learned", description="how token (or patch) positions enter the model")
     rope_base: float = Field(10000.0, gt=1, description="RoPE frequency base")
     # token models
-    vocab_size: int | None = Field(None, gt=0)
-    max_seq_len: int = Field(256, gt=0)
-    tie_embeddings: bool = True
+    vocab_size: int | None = Field(None, gt=0, description="token vocabulary size; set by the task from its data")
+    max_seq_len: int = Field(
+        256, gt=0,
+        description="longest sequence (size of learned position tables); the token tasks set it to their sequence length",
+    )
+    tie_embeddings: bool = Field(True, description="the output projection shares the token embedding's weights")
     # vision
-    image_size: int | None = Field(None, gt=0)
-    patch_size: int = Field(4, gt=0)
-    in_channels: int = Field(3, gt=0)
-    n_classes: int | None = Field(None, gt=1)
+    image_size: int | None = Field(None, gt=0, description="image side in pixels (vit); set by the task")
+    patch_size: int = Field(4, gt=0, description="side of a ViT patch in pixels; must divide image_size")
+    in_channels: int = Field(3, gt=0, description="image channels (vit); set by the task")
+    n_classes: int | None = Field(None, gt=1, description="classes of the ViT head; set by the task from its data")
     # execution (same math, different speed)
     compile: bool = Field(
         False, description="compile the model with torch.compile (nn.Module.compile): faster steps after a compile warm-up"

@@ -42,11 +42,13 @@ class OptimizerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.98)
-    warmup_steps: int = Field(40, ge=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    lr: float = Field(1e-3, gt=0, description="peak learning rate, reached at the end of the warmup")
+    weight_decay: float = Field(
+        0.01, ge=0, description="AdamW weight decay of the matrices (not of norms, biases, position tables)"
+    )
+    betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW (beta1, beta2)")
+    warmup_steps: int = Field(40, ge=0, description="optimizer steps of linear warmup from 0 to lr")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="learning rate at the end of the cosine decay, over lr")
 
 
 def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:

@@ -39,8 +39,8 @@ class AugmentConfig(BaseModel):
     random_crop_padding: int = Field(4, ge=0, description="pad by this many pixels, then crop back at random; 0 = off")
     horizontal_flip: bool = Field(True, description="flip left-right with probability 0.5")
     randaugment: bool = Field(False, description="RandAugment (Cubuk et al. 2020) after crop and flip")
-    randaugment_num_ops: int = Field(2, ge=1)
-    randaugment_magnitude: int = Field(9, ge=0, le=30)
+    randaugment_num_ops: int = Field(2, ge=1, description="RandAugment: operations applied to each image")
+    randaugment_magnitude: int = Field(9, ge=0, le=30, description="RandAugment: strength of every operation (0 to 30)")
     mixup_alpha: float = Field(0.0, ge=0, description="MixUp Beta(alpha, alpha) per batch; 0 = off")
     cutmix_alpha: float = Field(0.0, ge=0, description="CutMix Beta(alpha, alpha) per batch; 0 = off (both on: one at random)")
 
@@ -57,7 +57,7 @@ class ImageTaskConfig(TaskConfig):
     data_decided_fields = ("n_classes",)
 
     name: Literal["image_classification"] = "image_classification"
-    data: ImageSource
+    data: ImageSource = Field(description="where the images come from: task.data.source picks the kind of source")
     image_size: int = Field(32, gt=0, description="images of another size are resized to image_size x image_size")
     channels: Literal[1, 3] = Field(3, description="3 = RGB, 1 = grayscale; images are converted when decoded")
     augment: AugmentConfig = AugmentConfig()

@@ -40,8 +40,8 @@ class LMTaskConfig(EmbeddedTaskConfig):
     eval_seq_len: int | None = Field(
         None, gt=1, description="validation context length; longer than seq_len tests length extrapolation"
     )
-    n_train_tokens: int = Field(400_000, gt=0)
-    n_val_tokens: int = Field(16_384, gt=0)
+    n_train_tokens: int = Field(400_000, gt=0, description="tokens of generated training text")
+    n_val_tokens: int = Field(16_384, gt=0, description="tokens of generated validation text (another seed)")
     n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
     max_depth: int = Field(2, ge=1, description="nesting depth of relative clauses / prepositional phrases")
 

@@ -101,7 +101,7 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
     max_len: int = Field(
         24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included"
     )
-    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    label_smoothing: float = Field(0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)")
 
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}

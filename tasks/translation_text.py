@@ -42,7 +42,7 @@ class TextTranslationTaskConfig(DecodingConfig):
     data: ParallelData
     tokenizer: TokenizerConfig = TokenizerConfig()
     max_len: int = Field(128, ge=3, description="tokens per sentence, BOS/EOS included; longer training pairs are dropped")
-    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    label_smoothing: float = Field(0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)")
     max_val_pairs: int | None = Field(None, gt=0, description="decode at most this many validation pairs (null: all)")
     beam_size: int = Field(4, ge=1, description="1: greedy decoding; more: beam search")
 

@@ -36,7 +36,7 @@ class VisionTaskConfig(EmbeddedTaskConfig):
     name: Literal["vit"] = "vit"
     n_train: int = Field(20_000, gt=0, description="training images")
     n_val: int = Field(2_000, gt=0, description="validation images (rendered from another seed)")
-    image_size: int = Field(32, gt=0)
+    image_size: int = Field(32, gt=0, description="side of the rendered images in pixels")
 
     def model_overrides(self) -> dict[str, Any]:
         return {

@@ -551,3 +551,17 @@ def test_an_mfu_above_100_percent_is_never_printed(tmp_path):
     assert "| 100 | 40.0% | 2.0% |" in summary.split("| norm_placement=post |")[1].split("\n")[0]
     assert "An MFU above 100% says the peak was measured too low" in summary
     assert rows["lm", PRE, "perplexity"]["mfu"] == "" and float(rows["lm", POST, "perplexity"]["mfu"]) == pytest.approx(0.4)
+
+
+def test_the_header_says_which_commit_made_the_numbers_and_whether_it_was_committed(tmp_path):
+    def cell(seed: int, commit: str | None, dirty: bool | None) -> dict:
+        result = _ok("vit", seed, {"accuracy": 0.5, "loss": 1.0}, None, {})
+        return result if commit is None else {**result, "provenance": {"git": {"commit": commit, "dirty": dirty}}}
+
+    clean = "595b935" + "0" * 33
+    _write_cells(tmp_path / "a", [("vit", PRE, s, cell(s, clean, False)) for s in range(2)])
+    assert "Code: commit 595b935 (clean tree)  \n" in write_report(tmp_path / "a")
+    _write_cells(tmp_path / "b", [("vit", PRE, 0, cell(0, clean, False)), ("vit", PRE, 1, cell(1, "f42b178" + "0" * 33, True)),
+                                  ("vit", PRE, 2, cell(2, None, None))])
+    summary = write_report(tmp_path / "b")
+    assert "Code: commit 595b935 (clean tree) (1 cell)  \nCode: commit f42b178 + uncommitted changes (1 cell)  \n" in summary

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import numpy as np
 import pytest
 
 from blockbench.config import build_run_config, deep_merge
-from blockbench.matrix import load_matrix, reuse_earlier
+from blockbench.matrix import load_matrix
+from blockbench.plan import reuse_earlier
 from blockbench.train import train
 from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
@@ -154,6 +156,18 @@ def test_parallel_cells_and_provenance(tmp_path):
         cell = json.loads((tmp_path / "results/m/cells" / key / "cell.json").read_text())
         assert cell["matrix_file"]["path"] == str(path) and len(cell["matrix_file"]["sha256"]) == 64
     assert "--jobs 2" in json.loads((tmp_path / "results/m/matrix_run.json").read_text())["command"]
+    # the runner's lines: whole lines (two cells finishing at once never share one), the progress of the
+    # matrix with an ETA while a cell is left, and nothing of Lightning's (the cells' own lines are in their logs)
+    lines = done.stdout.split("\nmatrix m finished in")[0].splitlines()
+    patterns = [r"matrix m: 2 cells -> .*, 2 at a time; 2 to train", r"MFU peak for ", r"\[\d/2\] lm/default/seed\d: training$",
+                r"\[\d/2\] lm/default/seed\d: ok, perplexity [\d.]+ in \d+:\d\d  \|  [12]/2 trained, \d+:\d\d elapsed"]
+    assert all(any(re.match(p, line) for p in patterns) for line in lines), done.stdout
+    finished = [line for line in lines if " trained, " in line]
+    assert len(finished) == 2 and "1/2 trained" in finished[0] and "2/2 trained" in finished[1]
+    assert ", ETA " in finished[0] and ", ETA " not in finished[1]
+    for key in got:
+        log = (tmp_path / "results/m/cells" / key / "train.log").read_text()
+        assert re.search(r"^step 6/6 \(100%\)  loss [\d.]+  val/perplexity [\d.]+", log, re.M) and "\r" not in log, log
 
 
 # --------------------------------------------------------------------------- exact resume, in process

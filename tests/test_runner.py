@@ -102,21 +102,21 @@ def test_tiny_matrix_end_to_end(tmp_path):
     assert process.returncode == 0, process.stderr[-3000:]
     matrix_dir = results / "m"
 
-    # one TensorBoard run per cell, named from the config, with the curves a user looks at
+    # one TensorBoard run per cell, named from the config, with the curves a user looks at (tags name the task)
     peaks = []
     for variant in ("norm_placement=pre", "norm_placement=post"):
-        run_dir = matrix_dir / "tb" / "lm" / variant / "seed0"
+        run_dir = matrix_dir / "tb" / "lm" / variant.split("=")[1] / "seed0"
         events = tensorboard_events(run_dir)
         tags = set(events.Tags()["scalars"])
-        assert {"train/loss", "val/perplexity", "val/agreement_acc", "lr/decay"} <= tags, tags
-        assert [e.step for e in events.Scalars("val/loss")] == [2, 4]
-        assert len(events.Scalars("train/loss")) == 4
+        assert {"train/lm/loss", "val/lm/perplexity", "val/lm/agreement_acc", "lr/lm/decay"} <= tags, tags
+        assert [e.step for e in events.Scalars("val/lm/loss")] == [2, 4]
+        assert len(events.Scalars("train/lm/loss")) == 4
         result = json.loads((matrix_dir / "cells" / "lm" / variant / "seed0" / "result.json").read_text())
         assert result["status"] == "ok" and result["steps"] == 4
         perf = result["performance"]
         peaks.append((perf["peak_tflops"], perf["peak_source"], perf["peak_probe"]["measured_now"]))
         # the final metric in the result is the last validation point in TensorBoard
-        assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/loss")[-1].value, rel=1e-6)
+        assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/lm/loss")[-1].value, rel=1e-6)
         # the HParams dashboard row of the cell: its varied key, its status and its final metrics
         assert events.Scalars("final/val/loss")[-1].value == pytest.approx(result["metrics"]["loss"], rel=1e-6)
         session = hparams_session(run_dir)
@@ -124,7 +124,7 @@ def test_tiny_matrix_end_to_end(tmp_path):
         assert session.hparams["status"].string_value == "ok"
     # one MFU denominator: the runner resolved the peak before the cells, which read it from the cache
     assert peaks[0] == peaks[1] and peaks[0][2] is False and "MFU peak for 32-true" in process.stdout
-    assert (matrix_dir / "tb" / ".hparams").is_dir() and (matrix_dir / "tb" / ".layout").is_dir()
+    assert (matrix_dir / "tb" / "views.json").is_file()  # the HParams columns and charts, carried by every run
     assert (matrix_dir / "plots" / "lm.png").is_file() and "](plots/lm.png)" in (matrix_dir / "summary.md").read_text()
 
     with open(matrix_dir / "summary.csv") as f:

@@ -1,18 +1,20 @@
-"""HParams and Custom Scalars data of a matrix, read back from the event files and through
-TensorBoard's own plugins (the HTTP API the dashboards call)."""
+"""What TensorBoard shows of a matrix: run names, charts, the HParams table and the files behind them,
+read back from the event files and through TensorBoard's own plugins (the HTTP API the dashboards
+call), on a tiny matrix run by the real runner and on runs written by the functions directly."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
-import time
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lightning.pytorch.loggers import TensorBoardLogger
-from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.backend.event_processing import data_provider, io_wrapper, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.custom_scalar import custom_scalars_plugin, layout_pb2
 from tensorboard.plugins.custom_scalar import metadata as custom_scalars_metadata
@@ -20,55 +22,35 @@ from tensorboard.plugins.hparams import api_pb2, hparams_plugin, metadata
 from tensorboard.plugins.scalar import scalars_plugin
 from werkzeug.test import Client
 
-from blockbench.perf import FINAL_FIGURES, throughput_tag
+from blockbench import cli
+from blockbench.layout import TB_VIEWS_FILE
+from blockbench.matrix import load_matrix, run_matrix
+from blockbench.perf import FINAL_FIGURES
 from blockbench.tensorboard import (
-    EXPERIMENT_RUN,
-    LAYOUT_RUN,
-    SUPERSEDED_FILE_GRACE_S,
+    PRIMARY_METRIC_TAG,
+    CellLogger,
     hparam_value,
     log_cell_hparams,
-    write_custom_scalars_layout,
-    write_hparams_experiment,
+    log_views,
+    matrix_views,
+    publish_views,
+    refresh_run_views,
+    run_views,
+    scoped_tag,
+    view_summaries,
 )
-from conftest import tensorboard_events
+from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
+from tasks.base import Metric
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
-
-
-def cell_logger(tb_dir: Path, task: str, variant: str, seed: int) -> TensorBoardLogger:
-    """The logger a matrix cell trains with."""
-    return TensorBoardLogger(save_dir=str(tb_dir), name=f"{task}/{variant}", version=f"seed{seed}", default_hp_metric=False)
-
-
-def run_cell(
-    tb_dir: Path,
-    task: str,
-    variant: str,
-    seed: int,
-    curves: dict[int, dict[str, float]],
-    final: dict[str, float] | None = None,
-    status: str = "ok",
-    **hparams: Any,
-) -> TensorBoardLogger:
-    """Log ``curves`` (step -> val metrics) as training would, finish the logger as Lightning does
-    after fit, then record the cell; ``final`` defaults to the last step's metrics."""
-    logger = cell_logger(tb_dir, task, variant, seed)
-    for step, values in curves.items():
-        logger.log_metrics(values, step=step)
-    logger.finalize("success")
-    last_step = max(curves)
-    hparams = {"task": task, "model.norm_placement": variant, "seed": seed, **hparams}
-    log_cell_hparams(logger, hparams, curves[last_step] if final is None else final, status=status, step=last_step)
-    logger.finalize("success")
-    return logger
-
-
-def hparams_content(run_dir: Path) -> dict[str, bytes]:
-    return tensorboard_events(run_dir).PluginTagToContent(metadata.PLUGIN_NAME)
+#: how many metric columns the HParams dashboard ticks by default (tensorboard 2.21's frontend,
+#: ``_computeMetrics``: ``displayed: i < 5``); its parallel-coordinates view draws only the rows
+#: with a value in every ticked column
+DEFAULT_METRIC_COLUMNS = 5
 
 
 class Dashboards:
-    """TensorBoard's backend for a log dir: the HParams and Custom Scalars plugins' HTTP routes."""
+    """TensorBoard's backend for a log dir: its runs, the HParams and Custom Scalars plugins' HTTP routes."""
 
     def __init__(self, tb_dir: Path):
         self.multiplexer = plugin_event_multiplexer.EventMultiplexer()
@@ -81,11 +63,11 @@ class Dashboards:
         plugins[scalars_plugin.ScalarsPlugin.plugin_name] = scalars_plugin.ScalarsPlugin(context)
         self.hparams = Client(_routes(hparams_plugin.HParamsPlugin(context)))
         self.custom_scalars = Client(_routes(custom_scalars_plugin.CustomScalarsPlugin(context)))
-        self.reload()
-
-    def reload(self) -> None:
         self.multiplexer.AddRunsFromDirectory(str(self.tb_dir))
         self.multiplexer.Reload()
+
+    def runs(self) -> set[str]:
+        return set(self.multiplexer.Runs())
 
     def experiment(self) -> dict[str, Any]:
         return self.hparams.post("/experiment", data=json.dumps({})).json
@@ -96,6 +78,11 @@ class Dashboards:
 
     def layout(self) -> dict[str, Any]:
         return self.custom_scalars.get("/layout").json
+
+    def chart_runs(self, regex: str) -> set[str]:
+        """The runs a custom-scalar chart of ``regex`` draws: those with a scalar tag it matches."""
+        return {run for run in self.runs()
+                if self.custom_scalars.get("/scalars", query_string={"run": run, "tag": regex}).json["tag_to_events"]}
 
 
 def _routes(plugin: base_plugin.TBPlugin):
@@ -111,41 +98,234 @@ def metric_values(group: dict[str, Any]) -> dict[str, float]:
     return {m["name"]["tag"]: m["value"] for m in group.get("metricValues", [])}
 
 
+# --- a tiny matrix (2 tasks x 2 variants x 1 seed) through the runner ------------------------------
+
+TINY_VIT_TASK = {"name": "vit", "n_train": 256, "n_val": 32}
+TINY_BASE = {"model": TINY_MODEL, "optimizer": {"warmup_steps": 1},
+             "trainer": {"max_steps": 4, "batch_size": 8, "val_every_n_steps": 2, "log_every_n_steps": 1,
+                         "num_threads": 1, "peak_tflops": 1.0, "checkpoint_every_n_steps": None}}
+TINY_RUNS = {"lm/pre/seed0", "lm/post/seed0", "vit/pre/seed0", "vit/post/seed0"}
+
+
+@contextlib.contextmanager
+def cells_in_this_process() -> Iterator[None]:
+    """The runner's ``blockbench train`` subprocesses run in this process instead (the same command
+    line through the same CLI; a process start-up costs more than a tiny cell)."""
+    real_run = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if list(command[:3]) != [sys.executable, "-m", "blockbench"]:
+            return real_run(command, *args, **kwargs)
+        return subprocess.CompletedProcess(command, cli.main(list(command[3:])))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess, "run", run)
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The results folder of a trained matrix: lm and vit x pre and post, seed 0."""
+    folder = tmp_path_factory.mktemp("tb_matrix")
+    path = write_matrix(folder, {"task": [TINY_LM_TASK, TINY_VIT_TASK], "model.norm_placement": ["pre", "post"], "seed": [0]},
+                        base=TINY_BASE)
+    with cells_in_this_process():
+        assert run_matrix(path, folder / "results") == 0
+    return folder / "results" / "m"
+
+
+def test_runs_have_short_distinct_names_and_the_views_are_no_runs(tiny_matrix: Path) -> None:
+    tb_dir = tiny_matrix / "tb"
+    listed = {Path(run).relative_to(tb_dir).as_posix() for run in io_wrapper.GetLogdirSubdirectories(str(tb_dir))}
+    assert listed == TINY_RUNS  # no .hparams, no .layout: every run is a cell
+    assert Dashboards(tb_dir).runs() == TINY_RUNS
+
+
+def test_each_run_is_one_event_file_and_nothing_else(tiny_matrix: Path) -> None:
+    for run in TINY_RUNS:
+        files = list((tiny_matrix / "tb" / run).iterdir())
+        assert len(files) == 1 and "tfevents" in files[0].name, files  # one writer, no hparams.yaml
+
+
+def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
+    dashboards = Dashboards(tiny_matrix / "tb")
+    task_of = {run: run.split("/")[0] for run in TINY_RUNS}
+    # Time Series: a chart per tag with every run that has it; the final/* scalars are HParams columns
+    runs_by_tag: dict[str, set[str]] = {}
+    for run, tags in dashboards.multiplexer.Runs().items():
+        for tag in tags["tensors"]:  # the scalars, as the data provider reads them
+            runs_by_tag.setdefault(tag, set()).add(run)
+    curves = {tag: runs for tag, runs in runs_by_tag.items() if tag.startswith(("train/", "val/", "lr/", "perf/"))}
+    assert {"train/lm/loss", "val/lm/loss", "val/lm/perplexity", "val/vit/loss", "val/vit/accuracy", "lr/vit/decay"} <= set(curves)
+    for tag, runs in curves.items():
+        assert len({task_of[run] for run in runs}) == 1, (tag, runs)
+
+    # Custom Scalars: a category per task, each chart drawing that task's runs, every variant of it
+    categories = dashboards.layout()["category"]
+    assert [category["title"] for category in categories] == ["lm", "vit"]
+    for category in categories:
+        titles = [chart["title"] for chart in category["chart"]]
+        assert titles == {"lm": ["val/perplexity", "val/agreement_acc", "val/loss", "train/loss"],
+                          "vit": ["val/accuracy", "val/loss", "train/loss"]}[category["title"]]
+        for chart in category["chart"]:
+            [regex] = chart["multiline"]["tag"]
+            assert dashboards.chart_runs(regex) == {run for run in TINY_RUNS if task_of[run] == category["title"]}, regex
+
+
+def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> None:
+    dashboards = Dashboards(tiny_matrix / "tb")
+    experiment = dashboards.experiment()
+    hparams = {info["name"]: info for info in experiment["hparamInfos"]}
+    assert hparams["seed"]["type"] == "DATA_TYPE_STRING" and hparams["seed"]["domainDiscrete"] == ["0"]
+    # the varied keys first (the dashboard shows the first 5), the one seed and the status after them
+    assert [info["name"] for info in experiment["hparamInfos"]] == ["model.norm_placement", "task", "seed", "status"]
+    columns = [info["name"]["tag"] for info in experiment["metricInfos"]]
+    assert columns[:2] == [PRIMARY_METRIC_TAG, "final/val/loss"]
+    assert {"final/val/perplexity", "final/val/agreement_acc", "final/val/accuracy"} <= set(columns)
+
+    groups = {group["name"]: group for group in dashboards.session_groups()}
+    assert set(groups) == TINY_RUNS
+    for run, group in groups.items():
+        assert group["hparams"]["seed"] == "0"  # shown as 0, not 0.0000
+        assert group["hparams"]["model.norm_placement"] == run.split("/")[1]
+        values = metric_values(group)
+        assert set(columns[:DEFAULT_METRIC_COLUMNS]) <= set(values), (run, values)  # no blank in the default view
+        result = json.loads((tiny_matrix / "cells" / run.split("/")[0] / f"norm_placement={run.split('/')[1]}" / "seed0"
+                             / "result.json").read_text())
+        assert values[PRIMARY_METRIC_TAG] == pytest.approx(result["metrics"][result["primary_metric"]], rel=1e-6)
+        assert values["final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
+    # sorting by the headline metric works across tasks
+    by_primary = dashboards.session_groups(colParams=[{"metric": {"tag": PRIMARY_METRIC_TAG}, "order": "ORDER_ASC"}])
+    assert len(by_primary) == len(TINY_RUNS)
+
+
+# --- run names, without training -------------------------------------------------------------------
+
+
+def run_names(tmp_path: Path, axes: dict[str, list[Any]], base: dict[str, Any] | None = None) -> list[str]:
+    return [cell.tb_run for cell in load_matrix(write_matrix(tmp_path, axes, base or {"model": TINY_MODEL}))[1]]
+
+
+def test_run_names_are_the_values_alone_when_those_name_themselves(tmp_path: Path) -> None:
+    names = run_names(tmp_path, {"task": ["lm", "translation"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]})
+    assert names[:3] == ["lm/pre/seed0", "lm/pre/seed1", "lm/post/seed0"] and len(set(names)) == 8
+    two_axes = run_names(tmp_path, {"model.norm": ["layernorm", "rmsnorm"], "model.ffn": ["mlp", "swiglu"]})
+    assert two_axes == ["lm/layernorm,mlp/seed0", "lm/layernorm,swiglu/seed0", "lm/rmsnorm,mlp/seed0",
+                        "lm/rmsnorm,swiglu/seed0"]
+    assert run_names(tmp_path, {"seed": [0, 1]}) == ["lm/default/seed0", "lm/default/seed1"]
+
+
+def test_run_names_keep_the_key_of_values_that_do_not_name_themselves(tmp_path: Path) -> None:
+    assert run_names(tmp_path, {"model.n_kv_heads": [2, 1], "model.norm": ["rmsnorm"]}) == [
+        "lm/n_kv_heads=2,rmsnorm/seed0", "lm/n_kv_heads=1,rmsnorm/seed0"]
+    assert run_names(tmp_path, {"model.n_kv_heads": [None, 1]}) == ["lm/n_kv_heads=None/seed0", "lm/n_kv_heads=1/seed0"]
+    # a value two axes take: which axis says "pre"?
+    base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
+    both = run_names(tmp_path, {"task.data.hf_path": ["wikitext", "body"], "task.data.text_field": ["body", "text"],
+                                "model.norm_placement": ["pre"]}, base)
+    assert both == ["lm_text/hf_path=wikitext,text_field=body,pre/seed0", "lm_text/hf_path=wikitext,text_field=text,pre/seed0",
+                    "lm_text/hf_path=body,text_field=body,pre/seed0", "lm_text/hf_path=body,text_field=text,pre/seed0"]
+
+
+def test_run_names_encode_unsafe_characters_like_the_cell_folders(tmp_path: Path) -> None:
+    base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
+    assert run_names(tmp_path, {"task.data.hf_path": ["Salesforce/wikitext", "roneneldan/TinyStories"]}, base) == [
+        "lm_text/Salesforce%2Fwikitext/seed0", "lm_text/roneneldan%2FTinyStories/seed0"]
+
+
+def test_run_names_fall_back_to_the_cell_folders_when_short_ones_collide(tmp_path: Path) -> None:
+    # "a,b" + "c" and "a" + "b,c" would both be "a,b,c"
+    base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
+    names = run_names(tmp_path, {"task.data.hf_path": ["a,b", "a"], "task.data.text_field": ["c", "b,c"]}, base)
+    assert names == [f"lm_text/{folder}/seed0" for folder in ("hf_path=a,b,text_field=c", "hf_path=a,b,text_field=b,c",
+                                                                "hf_path=a,text_field=c", "hf_path=a,text_field=b,c")]
+
+
+# --- one cell's run: tags, one event file, the HParams session -------------------------------------
+
+
+LM_METRICS = [Metric(name="perplexity", higher_is_better=False, description="validation perplexity"),
+              Metric(name="loss", higher_is_better=False, description="cross-entropy")]
+MT_METRICS = [Metric(name="bleu", higher_is_better=True, description="corpus BLEU"),
+              Metric(name="loss", higher_is_better=False, description="cross-entropy")]
 LM_CURVES = {10: {"val/perplexity": 9.0, "val/loss": 2.2}, 20: {"val/perplexity": 8.0, "val/loss": 2.1},
              30: {"val/perplexity": 7.0, "val/loss": 1.9}}
 
 
-# --- log_cell_hparams: what the cell's run holds ---------------------------------------------------
+def views_of(tasks: dict[str, list[Metric]], cell_hparams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    cell_hparams = cell_hparams or [{"task": t, "model.norm_placement": v, "seed": 0} for t in tasks for v in ("pre", "post")]
+    return matrix_views(cell_hparams, {task: (metrics, "tokens") for task, metrics in tasks.items()})
 
 
-def test_session_start_holds_the_hparams_with_their_types(tmp_path: Path) -> None:
+MATRIX_VIEWS = views_of({"lm": LM_METRICS, "mt": MT_METRICS})
+
+
+def run_cell(tb_dir: Path, task: str, variant: str, seed: int, curves: dict[int, dict[str, float]],
+             final: dict[str, float] | None = None, status: str = "ok", views: dict[str, Any] | None = MATRIX_VIEWS,
+             **hparams: Any) -> CellLogger:
+    """Log ``curves`` (step -> val metrics) as a matrix cell does, finish the logger as Lightning does
+    after fit, log once more (the final validation), then record the cell; ``final`` defaults to the
+    last step's metrics."""
+    logger = CellLogger(tb_dir, f"{task}/{variant}", f"seed{seed}", scope=task)
+    if views is not None:
+        log_views(logger, views)
+    for step, values in curves.items():
+        logger.log_metrics(values, step=step)
+        logger.save()
+    logger.finalize("success")
+    last_step = max(curves)
+    logger.log_metrics(curves[last_step], step=last_step)
+    hparams = {"task": task, "model.norm_placement": variant, "seed": seed, **hparams}
+    primary = "val/perplexity" if task == "lm" else "val/bleu"
+    log_cell_hparams(logger, hparams, curves[last_step] if final is None else final, primary=primary, status=status,
+                     step=last_step)
+    logger.close()
+    return logger
+
+
+def hparams_content(run_dir: Path) -> dict[str, bytes]:
+    return tensorboard_events(run_dir).PluginTagToContent(metadata.PLUGIN_NAME)
+
+
+def test_a_cell_writes_one_event_file_and_no_hparams_yaml(tmp_path: Path) -> None:
+    logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
+    files = list(Path(logger.log_dir).iterdir())
+    assert len(files) == 1 and "tfevents" in files[0].name, files
+
+
+def test_tags_are_scoped_by_task_second(tmp_path: Path) -> None:
+    assert scoped_tag("val/loss", "lm") == "val/lm/loss"
+    assert scoped_tag("perf/tokens_per_sec", "vit") == "perf/vit/tokens_per_sec"
+    assert scoped_tag("epoch", "lm") == "epoch/lm"
+    logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
+    acc = tensorboard_events(Path(logger.log_dir))
+    assert {"val/lm/perplexity", "val/lm/loss", "final/val/loss", PRIMARY_METRIC_TAG} <= set(acc.Tags()["scalars"])
+    assert not {"val/loss", "val/perplexity"} & set(acc.Tags()["scalars"])
+
+
+def test_session_start_holds_the_hparams_as_text(tmp_path: Path) -> None:
     logger = run_cell(tmp_path, "lm", "post", 1, LM_CURVES, **{"model.dropout": 0.1, "model.tied": True, "model.window": None})
     content = hparams_content(Path(logger.log_dir))
     start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
-    values = {name: value.WhichOneof("kind") for name, value in start.hparams.items()}
-    assert values == {"task": "string_value", "model.norm_placement": "string_value", "seed": "number_value",
-                      "model.dropout": "number_value", "model.tied": "bool_value", "model.window": "string_value",
-                      "status": "string_value"}
-    assert start.hparams["task"].string_value == "lm"
-    assert start.hparams["seed"].number_value == 1.0
-    assert start.hparams["model.dropout"].number_value == pytest.approx(0.1)
-    assert start.hparams["model.tied"].bool_value is True
-    assert start.hparams["model.window"].string_value == "None"
-    assert start.hparams["status"].string_value == "ok"
+    values = {name: (value.WhichOneof("kind"), value.string_value) for name, value in start.hparams.items()}
+    assert values == {"task": ("string_value", "lm"), "model.norm_placement": ("string_value", "post"),
+                      "seed": ("string_value", "1"), "model.dropout": ("string_value", "0.1"),
+                      "model.tied": ("string_value", "True"), "model.window": ("string_value", "None"),
+                      "status": ("string_value", "ok")}
     assert start.group_name == "lm/post/seed1"  # one row per cell, named after its run
     end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
     assert end.status == api_pb2.STATUS_SUCCESS
-    assert metadata.EXPERIMENT_TAG not in content  # the matrix declares the one experiment
 
 
-def test_final_metrics_are_own_scalars_and_val_curves_are_untouched(tmp_path: Path) -> None:
+def test_final_metrics_are_own_scalars_and_curves_are_untouched(tmp_path: Path) -> None:
     logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
     acc = tensorboard_events(Path(logger.log_dir))
     for name in ("val/perplexity", "val/loss"):
-        curve = [(e.step, e.value) for e in acc.Scalars(name)]
-        assert curve == [(step, pytest.approx(values[name])) for step, values in LM_CURVES.items()]
-        final = [(e.step, e.value) for e in acc.Scalars(f"final/{name}")]
-        assert final == [(30, pytest.approx(LM_CURVES[30][name]))]
+        curve = [(e.step, e.value) for e in acc.Scalars(scoped_tag(name, "lm"))]
+        assert curve == [(step, pytest.approx(values[name])) for step, values in LM_CURVES.items()] + [
+            (30, pytest.approx(LM_CURVES[30][name]))]  # the final validation's point, logged after fit
+        assert [(e.step, e.value) for e in acc.Scalars(f"final/{name}")] == [(30, pytest.approx(LM_CURVES[30][name]))]
+    assert [(e.step, e.value) for e in acc.Scalars(PRIMARY_METRIC_TAG)] == [(30, 7.0)]
 
 
 @pytest.mark.parametrize("final", [{}, {"val/perplexity": math.nan, "val/loss": math.inf}])
@@ -159,51 +339,47 @@ def test_diverged_cell_has_a_session_and_no_non_finite_metrics(tmp_path: Path, f
     assert not [tag for tag in tensorboard_events(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("final/")]
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [("pre", "pre"), (3, 3), (0.5, 0.5), (True, True), (None, "None"), (math.nan, "nan"), ([1, 2], "[1, 2]")],
-)
-def test_hparam_values_are_bool_number_or_string(value: Any, expected: Any) -> None:
+@pytest.mark.parametrize(("value", "expected"), [("pre", "pre"), (3, "3"), (0.001, "0.001"), (True, "True"),
+                                                 (None, "None"), (math.nan, "nan"), ([1, 2], "[1, 2]")])
+def test_hparam_values_are_their_text(value: Any, expected: str) -> None:
     assert hparam_value(value) == expected
-    assert type(hparam_value(value)) is type(expected)
 
 
-# --- what the HParams dashboard shows --------------------------------------------------------------
+# --- the views: HParams columns and charts ---------------------------------------------------------
 
 
-def run_matrix(tb_dir: Path) -> None:
+def write_matrix_runs(tb_dir: Path, views: dict[str, Any] | None = MATRIX_VIEWS) -> None:
     """Two tasks sharing val/loss; one diverged cell."""
-    run_cell(tb_dir, "lm", "pre", 0, LM_CURVES)
+    run_cell(tb_dir, "lm", "pre", 0, LM_CURVES, views=views)
     run_cell(tb_dir, "lm", "post", 0, {10: {"val/perplexity": 50.0, "val/loss": 4.0}}, status="diverged",
-             final={"val/perplexity": math.nan, "val/loss": math.nan})
-    run_cell(tb_dir, "mt", "pre", 0, {10: {"val/bleu": 3.0, "val/loss": 2.0}, 20: {"val/bleu": 12.5, "val/loss": 1.5}})
-
-
-MATRIX_HPARAMS = [{"task": t, "model.norm_placement": v, "seed": 0} for t in ("lm", "mt") for v in ("pre", "post")]
-MATRIX_METRICS = {"val/perplexity": "validation perplexity", "val/bleu": "corpus BLEU", "val/loss": "cross-entropy"}
+             final={"val/perplexity": math.nan, "val/loss": math.nan}, views=views)
+    run_cell(tb_dir, "mt", "pre", 0, {10: {"val/bleu": 3.0, "val/loss": 2.0}, 20: {"val/bleu": 12.5, "val/loss": 1.5}},
+             views=views)
 
 
 def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Path) -> None:
-    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, MATRIX_METRICS)
-    run_matrix(tmp_path)
+    write_matrix_runs(tmp_path)
     dashboards = Dashboards(tmp_path)
+    assert dashboards.runs() == {"lm/pre/seed0", "lm/post/seed0", "mt/pre/seed0"}
 
     experiment = dashboards.experiment()
     hparams = {info["name"]: info for info in experiment["hparamInfos"]}
     assert set(hparams) == {"task", "model.norm_placement", "seed", "status"}
     assert hparams["task"]["type"] == "DATA_TYPE_STRING" and hparams["task"]["domainDiscrete"] == ["lm", "mt"]
-    assert hparams["seed"]["type"] == "DATA_TYPE_FLOAT64" and hparams["seed"]["domainDiscrete"] == [0.0]
-    assert set(hparams["status"]["domainDiscrete"]) >= {"ok", "diverged"}
+    assert hparams["seed"]["type"] == "DATA_TYPE_STRING" and hparams["seed"]["domainDiscrete"] == ["0"]
+    assert hparams["model.norm_placement"]["differs"] and not hparams["seed"].get("differs")
     metrics = {info["name"]["tag"]: info for info in experiment["metricInfos"]}
-    assert set(metrics) == {"final/val/perplexity", "final/val/bleu", "final/val/loss"}
+    assert list(metrics)[:2] == [PRIMARY_METRIC_TAG, "final/val/loss"]
     assert metrics["final/val/bleu"]["displayName"] == "val/bleu"
     assert metrics["final/val/bleu"]["description"] == "corpus BLEU"
+    assert "lm: perplexity (lower is better); mt: bleu (higher is better)" in metrics[PRIMARY_METRIC_TAG]["description"]
 
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert set(groups) == {"lm/pre/seed0", "lm/post/seed0", "mt/pre/seed0"}
-    assert groups["lm/pre/seed0"]["hparams"] == {"task": "lm", "model.norm_placement": "pre", "seed": 0.0, "status": "ok"}
-    assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9)}
-    assert metric_values(groups["mt/pre/seed0"]) == {"final/val/bleu": 12.5, "final/val/loss": 1.5}
+    assert groups["lm/pre/seed0"]["hparams"] == {"task": "lm", "model.norm_placement": "pre", "seed": "0", "status": "ok"}
+    assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9),
+                                                     PRIMARY_METRIC_TAG: 7.0}
+    assert metric_values(groups["mt/pre/seed0"]) == {"final/val/bleu": 12.5, "final/val/loss": 1.5, PRIMARY_METRIC_TAG: 12.5}
     assert groups["lm/post/seed0"]["hparams"]["status"] == "diverged"
     assert groups["lm/post/seed0"]["sessions"][0]["status"] == "STATUS_FAILURE"
     assert metric_values(groups["lm/post/seed0"]) == {}
@@ -211,15 +387,28 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
     # filter on an hparam, sort by a metric: what the dashboard's controls send
     diverged = dashboards.session_groups(colParams=[{"hparam": "status", "filterDiscrete": ["diverged"]}])
     assert [group["name"] for group in diverged] == ["lm/post/seed0"]
+    seed0 = dashboards.session_groups(colParams=[{"hparam": "seed", "filterDiscrete": ["0"]}])
+    assert len(seed0) == 3
     by_loss = dashboards.session_groups(colParams=[{"metric": {"tag": "final/val/loss"}, "order": "ORDER_ASC"}])
     assert [group["name"] for group in by_loss][:2] == ["mt/pre/seed0", "lm/pre/seed0"]
+
+
+def test_metric_columns_every_cell_fills_come_first() -> None:
+    def columns(views: dict[str, Any]) -> list[str]:
+        return [metric["tag"] for metric in views["experiment"]["metrics"]]
+
+    speed = ["final/perf/step_time_ms", "final/perf/peak_memory_mb", "final/perf/tflops_per_sec", "final/perf/mfu",
+             "final/perf/data_wait_fraction"]
+    assert set(speed) == {f"final/{tag}" for tag in FINAL_FIGURES}
+    assert columns(MATRIX_VIEWS) == [PRIMARY_METRIC_TAG, "final/val/loss", *speed, "final/val/perplexity", "final/val/bleu",
+                                     "final/perf/tokens_per_sec"]
+    # one task: its metrics in its order (the primary first), no separate headline column
+    assert columns(views_of({"lm": LM_METRICS})) == ["final/val/perplexity", "final/val/loss", *speed, "final/perf/tokens_per_sec"]
 
 
 def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -> None:
     """The runner passes a cell's final speed figures with its final metrics; a diverged cell has
     speed figures but no metrics."""
-    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, {**MATRIX_METRICS, **FINAL_FIGURES,
-                                                        throughput_tag("tokens"): "tokens/s, all processes"})
     speed = {"perf/step_time_ms": 8.5, "perf/mfu": 0.25, "perf/tokens_per_sec": 12000.0}
     run_cell(tmp_path, "lm", "pre", 0, LM_CURVES, final={**LM_CURVES[30], **speed})
     run_cell(tmp_path, "lm", "post", 0, {10: {"val/perplexity": 50.0}}, status="diverged",
@@ -231,113 +420,121 @@ def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -
     assert columns["final/perf/mfu"]["displayName"] == "perf/mfu"
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9),
-                                                     "final/perf/step_time_ms": 8.5, "final/perf/mfu": 0.25,
-                                                     "final/perf/tokens_per_sec": 12000.0}
+                                                     PRIMARY_METRIC_TAG: 7.0, "final/perf/step_time_ms": 8.5,
+                                                     "final/perf/mfu": 0.25, "final/perf/tokens_per_sec": 12000.0}
     assert metric_values(groups["lm/post/seed0"]) == {"final/perf/step_time_ms": 9.0, "final/perf/mfu": 0.125}
-    by_mfu = dashboards.session_groups(colParams=[{"metric": {"tag": "final/perf/mfu"}, "order": "ORDER_DESC"}])
-    assert [group["name"] for group in by_mfu] == ["lm/pre/seed0", "lm/post/seed0"]
 
 
-def test_hparams_dashboard_lists_cells_without_a_matrix_experiment(tmp_path: Path) -> None:
-    """A cell trained alone (no experiment written): TensorBoard derives the columns from the runs."""
-    run_matrix(tmp_path)
+def test_hparams_dashboard_lists_cells_without_views(tmp_path: Path) -> None:
+    """Cells trained alone (no views): TensorBoard derives the columns from the runs."""
+    write_matrix_runs(tmp_path, views=None)
     dashboards = Dashboards(tmp_path)
     experiment = dashboards.experiment()
     assert {info["name"] for info in experiment["hparamInfos"]} == {"task", "model.norm_placement", "seed", "status"}
     assert "final/val/perplexity" in {info["name"]["tag"] for info in experiment["metricInfos"]}
     groups = {group["name"]: group for group in dashboards.session_groups()}
-    assert set(groups) == {"lm/pre/seed0", "lm/post/seed0", "mt/pre/seed0"}
     assert metric_values(groups["lm/pre/seed0"])["final/val/perplexity"] == 7.0
+    assert dashboards.layout() == {}
 
 
-def test_experiment_is_replaced_not_added_to(tmp_path: Path) -> None:
-    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, {"val/perplexity": "validation perplexity"})
-    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, MATRIX_METRICS)
-    files = sorted((tmp_path / EXPERIMENT_RUN).iterdir())
-    assert len(files) == 1
-    write_hparams_experiment(tmp_path, MATRIX_HPARAMS, MATRIX_METRICS)  # unchanged: left alone
-    assert sorted((tmp_path / EXPERIMENT_RUN).iterdir()) == files
-    experiment = Dashboards(tmp_path).experiment()
-    assert {info["name"]["tag"] for info in experiment["metricInfos"]} == {f"final/{m}" for m in MATRIX_METRICS}
+def test_hparams_with_mixed_types_are_one_text_column() -> None:
+    views = matrix_views([{"model.window": None}, {"model.window": 64}, {"model.window": 8}, {"model.tied": True},
+                          {"model.tied": False}], {})
+    columns = {column["name"]: column["values"] for column in views["experiment"]["hparams"]}
+    assert columns["model.window"] == ["8", "64", "None"]  # numbers in numeric order, then the rest
+    assert columns["model.tied"] == ["False", "True"]
 
 
-def test_hparams_with_mixed_types_get_a_string_domain(tmp_path: Path) -> None:
-    cells = [{"model.window": None}, {"model.window": 64}, {"model.tied": True}, {"model.tied": False}]
-    write_hparams_experiment(tmp_path, cells, {})
-    hparams = {info["name"]: info for info in Dashboards(tmp_path).experiment()["hparamInfos"]}
-    assert hparams["model.window"]["type"] == "DATA_TYPE_STRING"
-    assert hparams["model.window"]["domainDiscrete"] == ["64", "None"]
-    assert hparams["model.tied"]["type"] == "DATA_TYPE_BOOL"
-
-
-# --- Custom Scalars layout -------------------------------------------------------------------------
-
-CHARTS = {"lm": ["val/perplexity", "val/loss"], "mt": ["val/bleu", "val/loss"]}
-
-
-def read_layout(tb_dir: Path) -> layout_pb2.Layout:
-    """The layout stored in the layout run (its newest one)."""
-    events = tensorboard_events(tb_dir / LAYOUT_RUN).Tensors(custom_scalars_metadata.CONFIG_SUMMARY_TAG)
-    return layout_pb2.Layout.FromString(events[-1].tensor_proto.string_val[0])
-
-
-def test_layout_has_a_category_per_task_and_a_chart_per_metric(tmp_path: Path) -> None:
-    write_custom_scalars_layout(tmp_path, CHARTS)
-    layout = read_layout(tmp_path)
+def test_layout_has_a_category_per_task_with_task_scoped_charts() -> None:
+    [_, layout_summary] = view_summaries(MATRIX_VIEWS)
+    layout = layout_pb2.Layout.FromString(layout_summary.value[0].tensor.string_val[0])
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
     assert charts == {
-        "lm": {"val/perplexity": ["^val/perplexity$"], "val/loss (runs of lm, mt)": ["^val/loss$"]},
-        "mt": {"val/bleu": ["^val/bleu$"], "val/loss (runs of lm, mt)": ["^val/loss$"]},
+        "lm": {"val/perplexity": ["^val/lm/perplexity$"], "val/loss": ["^val/lm/loss$"], "train/loss": ["^train/lm/loss$"]},
+        "mt": {"val/bleu": ["^val/mt/bleu$"], "val/loss": ["^val/mt/loss$"], "train/loss": ["^train/mt/loss$"]},
     }
+    assert custom_scalars_metadata.CONFIG_SUMMARY_TAG == layout_summary.value[0].tag
 
 
-def test_layout_charts_gather_the_metric_of_every_variant(tmp_path: Path) -> None:
-    run_matrix(tmp_path)
-    write_custom_scalars_layout(tmp_path, CHARTS)
-    dashboards = Dashboards(tmp_path)
-    assert [c["title"] for c in dashboards.layout()["category"]] == ["lm", "mt"]
-    runs_with_perplexity = [
-        run for run in dashboards.multiplexer.Runs()
-        if dashboards.custom_scalars.get("/scalars", query_string={"run": run, "tag": "^val/perplexity$"}).json["tag_to_events"]
-    ]
-    assert sorted(runs_with_perplexity) == ["lm/post/seed0", "lm/pre/seed0"]  # not final/val/perplexity's single points
+# --- views of runs trained before the matrix file changed ------------------------------------------
 
 
-def layout_files(tb_dir: Path) -> list[Path]:
-    return sorted((tb_dir / LAYOUT_RUN).iterdir())
+def test_runs_of_earlier_cells_get_the_new_views_in_one_file(tmp_path: Path) -> None:
+    old_views = views_of({"lm": LM_METRICS})
+    run_cell(tmp_path, "lm", "pre", 0, LM_CURVES, views=old_views)
+    run_dir = tmp_path / "lm" / "pre" / "seed0"
+    before = tensorboard_events(run_dir)
+    new_views = MATRIX_VIEWS  # a task added to the matrix file
+    summaries = view_summaries(new_views)
+    assert refresh_run_views(run_dir, summaries)
+    [event_file] = run_dir.iterdir()
+    assert run_views(run_dir) == [value.SerializeToString() for summary in summaries for value in summary.value]
+    after = tensorboard_events(run_dir)
+    assert after.Tags()["scalars"] == before.Tags()["scalars"]
+    for tag in before.Tags()["scalars"]:
+        assert [(e.step, e.value) for e in after.Scalars(tag)] == [(e.step, e.value) for e in before.Scalars(tag)]
+    assert not refresh_run_views(run_dir, summaries)  # unchanged: left as it is
+    assert list(run_dir.iterdir()) == [event_file]
+    assert [c["title"] for c in Dashboards(tmp_path).layout()["category"]] == ["lm", "mt"]
+    columns = [info["name"]["tag"] for info in Dashboards(tmp_path).experiment()["metricInfos"]]
+    assert columns[0] == PRIMARY_METRIC_TAG
 
 
-def test_unchanged_layout_is_left_alone(tmp_path: Path) -> None:
-    write_custom_scalars_layout(tmp_path, CHARTS)
-    files = layout_files(tmp_path)
-    write_custom_scalars_layout(tmp_path, CHARTS)
-    assert layout_files(tmp_path) == files and len(files) == 1
+def test_refreshing_a_resumed_run_keeps_its_purge(tmp_path: Path) -> None:
+    """A run killed after step 30 and resumed from a checkpoint of step 20 (two files, the second
+    purging the steps from 20 on) reads the same after its views are rewritten."""
+    first = CellLogger(tmp_path, "lm/pre", "seed0", scope="lm")
+    log_views(first, views_of({"lm": LM_METRICS}))
+    for step, values in LM_CURVES.items():
+        first.log_metrics(values, step=step)
+    first.close()
+    resumed = CellLogger(tmp_path, "lm/pre", "seed0", scope="lm", purge_step=20)
+    resumed.log_metrics({"val/loss": 1.5}, step=20)
+    resumed.close()
+    run_dir = tmp_path / "lm" / "pre" / "seed0"
+    assert len(list(run_dir.iterdir())) == 2
+    expected = [(10, 2.2), (20, 1.5)]
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
+    assert refresh_run_views(run_dir, view_summaries(MATRIX_VIEWS))
+    assert len(list(run_dir.iterdir())) == 1
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
 
 
-def test_newest_layout_wins_also_for_a_running_tensorboard(tmp_path: Path) -> None:
-    write_custom_scalars_layout(tmp_path, {"lm": ["val/perplexity"]})
-    running = Dashboards(tmp_path)  # a TensorBoard started before the rewrites
-    for _ in range(3):
-        write_custom_scalars_layout(tmp_path, CHARTS)
-        write_custom_scalars_layout(tmp_path, {**CHARTS, "img": ["val/accuracy"]})
-    assert [c.title for c in read_layout(tmp_path).category] == ["lm", "mt", "img"]
-    running.reload()
-    assert [c["title"] for c in running.layout()["category"]] == ["lm", "mt", "img"]
-    assert [c["title"] for c in Dashboards(tmp_path).layout()["category"]] == ["lm", "mt", "img"]
+def test_publishing_views_removes_the_runs_older_versions_wrote(tmp_path: Path) -> None:
+    """Older versions wrote the experiment and the layout to runs of their own, and named cell runs
+    after their folders: the runner deletes the former and moves the latter to the short names."""
+    tb_dir = tmp_path / "tb"
+    for legacy in (".hparams", ".layout"):
+        (tb_dir / legacy).mkdir(parents=True)
+        (tb_dir / legacy / "events.out.tfevents.1.x").write_bytes(b"")
+    run_cell(tb_dir, "lm", "norm_placement=pre", 0, LM_CURVES, views=None)
+    run_cell(tb_dir, "lm", "norm_placement=post", 0, LM_CURVES, views=None)
+    run_cell(tb_dir, "lm", "post", 0, LM_CURVES, views=None)  # retrained since: the old run is obsolete
+    runs = {"lm/norm_placement=pre/seed0": "lm/pre/seed0", "lm/norm_placement=post/seed0": "lm/post/seed0"}
+    publish_views(tb_dir, MATRIX_VIEWS, runs.values(), renamed=runs)
+    assert {Path(run).relative_to(tb_dir).as_posix() for run in io_wrapper.GetLogdirSubdirectories(str(tb_dir))} == {
+        "lm/pre/seed0", "lm/post/seed0"}
+    assert sorted(path.name for path in (tb_dir / "lm").iterdir()) == ["post", "pre"]  # no empty folders left
+    assert json.loads((tb_dir / TB_VIEWS_FILE).read_text()) == MATRIX_VIEWS
+    for run in runs.values():
+        assert run_views(tb_dir / run) == [value.SerializeToString() for summary in view_summaries(MATRIX_VIEWS)
+                                           for value in summary.value]
 
 
-def test_layout_files_superseded_long_ago_are_deleted(tmp_path: Path) -> None:
-    for charts in ({"lm": ["val/perplexity"]}, CHARTS):
-        write_custom_scalars_layout(tmp_path, charts)
-    long_ago = time.time() - 2 * SUPERSEDED_FILE_GRACE_S
-    for path in layout_files(tmp_path):
-        os.utime(path, (long_ago, long_ago))
-    write_custom_scalars_layout(tmp_path, {"img": ["val/accuracy"]})
-    files = layout_files(tmp_path)
-    assert len(files) == 2  # the previous one, superseded just now, stays for running TensorBoards
-    write_custom_scalars_layout(tmp_path, {"img": ["val/accuracy"]})  # unchanged, but still tidies up
-    assert layout_files(tmp_path) == files
-    os.utime(files[-1], (long_ago, long_ago))
-    write_custom_scalars_layout(tmp_path, {"img": ["val/accuracy"]})
-    assert layout_files(tmp_path) == files[-1:]
-    assert [c.title for c in read_layout(tmp_path).category] == ["img"]
+def test_views_file_round_trips_to_the_same_summaries(tmp_path: Path) -> None:
+    """The runner writes the views as JSON, each cell reads them back: the same bytes, so that an
+    unchanged matrix rewrites no run."""
+    publish_views(tmp_path, MATRIX_VIEWS, [])
+    again = json.loads((tmp_path / TB_VIEWS_FILE).read_text())
+    assert [s.SerializeToString() for s in view_summaries(again)] == [s.SerializeToString() for s in view_summaries(MATRIX_VIEWS)]
+
+
+def test_a_task_axis_given_as_a_mapping_shows_as_its_label_in_the_hparams_table(tmp_path):
+    """The smoke matrix configures each task inline (``task: [{name: lm, n_train_tokens: ...}]``)."""
+    from conftest import TINY_LM_TASK, write_matrix
+
+    from blockbench.matrix import load_matrix
+
+    path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "small_lm"}], "seed": [0]})
+    [cell] = load_matrix(path)[1]
+    assert cell.hparams == {"task": "small_lm", "seed": 0} and isinstance(cell.axes["task"], dict)

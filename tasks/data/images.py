@@ -55,10 +55,10 @@ class NpzSource(_Source):
 
     source: Literal["npz"] = "npz"
     path: str = Field(description="the .npz file")
-    train_images_key: str = "x_train"
-    train_labels_key: str = "y_train"
-    val_images_key: str = "x_test"
-    val_labels_key: str = "y_test"
+    train_images_key: str = Field("x_train", description="array of the training images")
+    train_labels_key: str = Field("y_train", description="array of the training labels")
+    val_images_key: str = Field("x_test", description="array of the validation images")
+    val_labels_key: str = Field("y_test", description="array of the validation labels")
     class_names_key: str | None = Field(
         "class_names", description="array of class names; when the file has none, classes are named by their ids"
     )
@@ -79,17 +79,17 @@ class HFSource(_Source):
     source: Literal["hf"] = "hf"
     hf_path: str = Field(description="hub dataset id, e.g. uoft-cs/cifar10")
     hf_name: str | None = Field(None, description="dataset configuration name, if it has several")
-    image_field: str = "img"
-    label_field: str = "label"
-    train_split: str = "train"
-    val_split: str = "test"
+    image_field: str = Field("img", description="record field holding the image")
+    label_field: str = Field("label", description="record field holding the integer class label")
+    train_split: str = Field("train", description="hub split with the training images")
+    val_split: str = Field("test", description="hub split with the validation images")
 
 
 class TorchvisionSource(_Source):
     """CIFAR-10/100 through ``torchvision.datasets`` from a local root."""
 
     source: Literal["torchvision"] = "torchvision"
-    dataset: Literal["CIFAR10", "CIFAR100"]
+    dataset: Literal["CIFAR10", "CIFAR100"] = Field(description="which torchvision dataset")
     root: str = Field(description="folder that contains the extracted cifar-10-batches-py / cifar-100-python")
     download: bool = Field(False, description="download into root when the files are missing")
 

@@ -40,11 +40,11 @@ class TextData(BaseModel):
     hf_name: str | None = Field(None, description="its configuration, e.g. wikitext-103-raw-v1")
     files: dict[str, str] | None = Field(None, description="split -> local .txt/.jsonl/.parquet file (.gz allowed for txt/jsonl)")
     text_field: str = Field("text", description="record field (jsonl, parquet, hub) holding the text")
-    train_split: str = "train"
+    train_split: str = Field("train", description="training split: a hub split or a key of files")
     val_split: str | None = Field(
         "validation", description="held-out split; null: hold out the last val_fraction of the training tokens"
     )
-    val_fraction: float = Field(0.1, gt=0, lt=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="share of the training tokens held out when val_split is null")
     end_of_document: bool = Field(
         True, description="append the end-of-text token after each record (off for line-per-record corpora such as WikiText)"
     )
@@ -103,8 +103,8 @@ class ParallelData(BaseModel):
     )
     source_lang: str = Field("de", description="source field (jsonl, hub translation records)")
     target_lang: str = Field("en", description="target field")
-    train_split: str = "train"
-    val_split: str = "validation"
+    train_split: str = Field("train", description="training split: a hub split or a key of files")
+    val_split: str = Field("validation", description="validation split: a hub split or a key of files")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ParallelData":

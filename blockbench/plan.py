@@ -1,0 +1,236 @@
+"""What a matrix run will do before it does it: each cell's status (done, stale, resumable, to run)
+and an estimate of the wall time; ``blockbench matrix --dry-run`` prints it, the runner starts from
+it and updates the ETA as cells finish.
+
+Where the time estimate of a cell comes from, best first:
+
+1. ``measured``: cells of the same task and variant (else the same task) that ran on this machine:
+   in this run (the whole process, start-up and validation included), else earlier results in the
+   matrix folder (their ``wall_time_s``: training and validation, not the process start-up);
+2. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
+   here (``--dry-run`` only): training steps alone, validation and start-up come on top;
+3. unknown: no estimate (a cell whose data or model cannot be built here).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .layout import CHECKPOINT_DIR, RESULT_FILE
+from .progress import format_duration
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+    from .matrix import Cell
+
+#: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
+DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "failed before", "to run"
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """A cell's status before the run, why, and the step its training resumes from."""
+
+    n: int  # 1-based position in the matrix
+    cell: Cell
+    status: str
+    detail: str = ""
+    trains: bool = True
+    resume_step: int = 0
+
+    @property
+    def steps_to_train(self) -> int:
+        return self.cell.run.trainer.max_steps - self.resume_step if self.trains else 0
+
+
+def plan_cells(cells: list[Cell], matrix_dir: Path, fingerprint: str, *, force: bool = False,
+               reuse_stale: bool = False) -> list[CellPlan]:
+    """Each cell's status (see :func:`plan_cell`), in matrix order."""
+    return [plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
+            for n, cell in enumerate(cells, 1)]
+
+
+def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: bool = False,
+              reuse_stale: bool = False) -> CellPlan:
+    """Whether ``cell`` is reused (done; stale with ``reuse_stale``, see :func:`reuse_earlier`),
+    retrained (stale, failed before), resumed from a checkpoint of the same config and code, or
+    trained from step 0. Reads only: the cell's training process clears what it cannot resume."""
+    cell_dir = cell.directory(matrix_dir)
+    if force:
+        return CellPlan(n, cell, TO_RUN, "--force: from step 0")
+    reuse, message = reuse_earlier(cell, cell_dir, fingerprint, reuse_stale=reuse_stale)
+    stale = message is not None and not message.startswith(REUSED)
+    if reuse:
+        return CellPlan(n, cell, STALE if stale else DONE, message or "", trains=False)
+    status, detail = (STALE, message or "") if stale else (TO_RUN, "")
+    earlier = earlier_record(cell_dir)
+    if status == TO_RUN and earlier and earlier.get("status") == "failed" and earlier.get("config_hash") == cell.run.config_hash():
+        status, detail = FAILED_BEFORE, f"failed before ({str(earlier.get('error'))[:80]}), retrying"
+    if (cell_dir / CHECKPOINT_DIR).is_dir():
+        from .train import resumable_checkpoint  # imports Lightning: only where there is a checkpoint
+
+        resume = resumable_checkpoint(cell_dir / CHECKPOINT_DIR, cell.run.config_hash(), fingerprint, delete_stale=False)
+        if resume.checkpoint is not None:
+            return CellPlan(n, cell, RESUMABLE, f"resumes from step {resume.step}", resume_step=resume.step)
+        detail = "; ".join(filter(None, [detail, resume.error or resume.note]))
+    return CellPlan(n, cell, status, detail)
+
+
+#: statuses that are findings: a rerun of the same config would give the same record
+FINISHED = ("ok", "diverged")
+#: what :func:`reuse_earlier` says of a result of this very code
+REUSED = "done earlier"
+
+
+def earlier_record(cell_dir: Path) -> dict[str, Any] | None:
+    """The record in the cell folder's result.json (of any status and config), if it can be read."""
+    try:
+        return json.loads((cell_dir / RESULT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def earlier_result(cell: Cell, cell_dir: Path) -> dict[str, Any] | None:
+    """The finished result (ok or diverged) of exactly this resolved config, if the cell has one."""
+    result = earlier_record(cell_dir)
+    return result if result and result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash() else None
+
+
+def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False) -> tuple[bool, str | None]:
+    """Whether a matrix run reuses the cell's earlier result instead of training it, and what it says.
+
+    A result is reused when its config is unchanged and it was made by this code (its
+    ``code_fingerprint``, see :func:`blockbench.provenance.code_fingerprint`). A result of other code,
+    or of code too old to record a fingerprint, is stale: retrained, unless ``reuse_stale``.
+    """
+    result = earlier_result(cell, cell_dir)
+    if result is None:
+        return False, None
+    theirs = result.get("code_fingerprint")
+    if theirs == fingerprint:
+        return True, f"{REUSED}, reusing its result"
+    change = f"code changed since its result (fingerprint {theirs[:12] if theirs else 'none'} -> {fingerprint[:12]})"
+    return (True, f"{change}, reusing it (--reuse-stale)") if reuse_stale else (False, f"{change}, retraining")
+
+
+# --- time ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TimeEstimator:
+    """Seconds per optimizer step of each (task, variant), from cells that ran (see the module
+    docstring); a cell's estimate is its steps to train times the best-matching figure."""
+
+    measured: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    timed: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def add(self, cell: Cell, seconds: float, steps: int) -> None:
+        """A cell of this run took ``seconds`` for ``steps`` optimizer steps."""
+        if steps > 0 and seconds > 0:
+            self.measured.setdefault((cell.task, cell.variant), []).append(seconds / steps)
+
+    def add_results(self, cells: Iterable[Cell], matrix_dir: Path) -> None:
+        """Earlier results in the matrix folder, whatever code made them: step times change little."""
+        for cell in cells:
+            record = earlier_timing(cell.directory(matrix_dir))
+            if record:
+                self.add(cell, *record)
+
+    def per_step(self, cell: Cell) -> tuple[float, str] | None:
+        """(seconds per step, source) for ``cell``, or None."""
+        same_variant = self.measured.get((cell.task, cell.variant))
+        if same_variant:
+            return statistics.median(same_variant), "measured"
+        same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
+        if same_task:
+            return statistics.median(same_task), "measured"
+        if (cell.task, cell.variant) in self.timed:
+            return self.timed[(cell.task, cell.variant)], "timed"
+        return None
+
+    def seconds(self, plan: CellPlan) -> float | None:
+        if not plan.trains:
+            return 0.0
+        per_step = self.per_step(plan.cell)
+        return per_step[0] * plan.steps_to_train if per_step else None
+
+    def time_steps(self, plans: Iterable[CellPlan], timer: Callable[[RunConfig], float]) -> list[str]:
+        """Time each (task, variant) to train that has no measured figure with ``timer``; return the
+        problems of those that could not be timed."""
+        problems = []
+        for plan in plans:
+            key = (plan.cell.task, plan.cell.variant)
+            if plan.trains and self.per_step(plan.cell) is None and key not in self.timed:
+                try:
+                    self.timed[key] = timer(plan.cell.run)
+                except Exception as error:  # e.g. a data set that is not on this machine
+                    self.timed[key] = None  # type: ignore[assignment]  # tried once
+                    problems.append(f"{plan.cell.task}/{plan.cell.variant}: not timed ({type(error).__name__}: {error})")
+        self.timed = {key: value for key, value in self.timed.items() if value is not None}
+        return problems
+
+
+def earlier_timing(cell_dir: Path) -> tuple[float, int] | None:
+    """(wall_time_s, steps) of a finished earlier result in ``cell_dir``, if there is one."""
+    result = earlier_record(cell_dir)
+    if not result or result.get("status") not in FINISHED or not result.get("wall_time_s") or not result.get("steps"):
+        return None
+    return float(result["wall_time_s"]), int(result["steps"])
+
+
+def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
+    """Seconds of one optimizer step of ``run``'s model on one of its training batches: the fastest of
+    ``repeats`` forward and backward passes after a warm-up (the least disturbed by other processes), times the accumulation steps (the
+    optimizer update itself is a small share and left out). Builds the task's data as a cell does."""
+    import torch
+
+    trainer = run.trainer
+    previous_threads = torch.get_num_threads()
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    try:
+        module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=trainer.max_steps,
+                                            batch_size=trainer.per_device_batch_size(1))
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        batch = next(iter(datamodule.train_dataloader()))
+        module.train()
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            module.training_loss(batch).backward()
+            times.append(time.perf_counter() - start)
+            module.zero_grad(set_to_none=True)
+        return min(times[1:]) * trainer.accumulate_grad_batches
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 1) -> str:
+    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure comes from."""
+    training = [plan for plan in plans if plan.trains]
+    counts = f"{len(training)} to train"
+    resuming = sum(plan.status == RESUMABLE for plan in training)
+    counts += f" ({resuming} resume)" if resuming else ""
+    reused = len(plans) - len(training)
+    counts += f", {reused} reused" if reused else ""
+    if not training:
+        return counts
+    estimates = [estimator.seconds(plan) for plan in training]
+    known = [seconds for seconds in estimates if seconds is not None]
+    if not known:
+        return f"{counts}; no time estimate (nothing measured or timed here yet)"
+    sources = {estimator.per_step(plan.cell)[1] for plan in training if estimator.per_step(plan.cell)}
+    how = {"measured": "step times of cells that ran here", "timed": "timed training steps, validation and start-up not included"}
+    total = sum(known) / jobs
+    text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
+    text += f" (from {'; '.join(how[source] for source in sorted(sources))})"
+    if len(known) < len(estimates):
+        text += f"; {len(estimates) - len(known)} cell(s) without an estimate"
+    return text

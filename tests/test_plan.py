@@ -1,0 +1,99 @@
+"""``blockbench matrix --dry-run``: every cell validated, its status read from what is on disk
+(done, stale, resumable from step k, failed before, to run), a wall-time estimate from the step
+times measured here, and nothing written or trained."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from conftest import TINY_LM, write_matrix
+
+from blockbench.cli import main
+from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
+from blockbench.matrix import load_matrix
+from blockbench.plan import TimeEstimator, plan_cells
+from blockbench.provenance import code_fingerprint
+
+
+def _files(folder: Path) -> dict[str, float]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys):
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    cell = {c.key: c for c in cells}
+    fingerprint = code_fingerprint()
+
+    def record(key: str, **fields) -> None:
+        c = cell[key]
+        write_json(c.directory(matrix_dir) / RESULT_FILE, {"status": "ok", "task": "lm", "seed": c.seed,
+                                                           "config_hash": c.run.config_hash(), **fields})
+
+    # pre: seed 0 done by this code in 10 s, seed 1 by other code in 14 s (both 4 steps: 2.5 and 3.5 s a step),
+    # seed 2 interrupted at step 2; post: seed 0 failed, seeds 1 and 2 never started
+    record("lm/norm_placement=pre/seed0", code_fingerprint=fingerprint, wall_time_s=10.0, steps=4)
+    record("lm/norm_placement=pre/seed1", code_fingerprint="0" * 64, wall_time_s=14.0, steps=4)
+    checkpoint = cell["lm/norm_placement=pre/seed2"].directory(matrix_dir) / CHECKPOINT_DIR / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"global_step": 2, "callbacks": {"ResumeState": {
+        "config_hash": cell["lm/norm_placement=pre/seed2"].run.config_hash(), "code_fingerprint": fingerprint}}}, checkpoint)
+    record("lm/norm_placement=post/seed0", status="failed", code_fingerprint=fingerprint, error="RuntimeError: boom")
+    before = _files(tmp_path)
+
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert _files(tmp_path) == before  # nothing written, the checkpoint kept
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in
+            re.finditer(r"^\[\d/6\] (\S+)\s+(done|stale|resumable|failed before|to run)\s+(~[\d:?]+)?", out, re.M)}
+    # the estimate of each cell to train: its steps times the median step time of its variant (2.5 and
+    # 3.5 -> 3.0 s), else of its task (the post cells: the same 3.0 s)
+    assert rows == {
+        "lm/norm_placement=pre/seed0": ("done", None),
+        "lm/norm_placement=pre/seed1": ("stale", "~0:12"),
+        "lm/norm_placement=pre/seed2": ("resumable", "~0:06"),
+        "lm/norm_placement=post/seed0": ("failed before", "~0:12"),
+        "lm/norm_placement=post/seed1": ("to run", "~0:12"),
+        "lm/norm_placement=post/seed2": ("to run", "~0:12"),
+    }, out
+    assert "resumes from step 2" in out and "code changed since its result" in out and "RuntimeError: boom" in out
+    assert "5 to train (1 resume), 1 reused: about 0:54 on this machine" in out
+    assert "timing a training step" not in out  # every cell had a measured figure
+
+    # with two jobs the same cells share two slots
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
+    assert "about 0:27 on this machine with --jobs 2" in capsys.readouterr().out
+
+
+def test_dry_run_of_a_new_matrix_times_a_training_step_of_each_variant(tmp_path, capsys):
+    base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]}, base=base)
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "timing a training step of 2 variant(s)" in out
+    assert len(re.findall(r"^\[\d/2\] lm/norm_placement=\w+/seed0\s+to run\s+~0:0\d", out, re.M)) == 2, out
+    assert "2 to train: about 0:0" in out and "timed training steps, validation and start-up not included" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
+    """The plan is the runner's rule: a stale result is reused only with --reuse-stale."""
+    path = write_matrix(tmp_path, {"seed": [0]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    write_json(cells[0].directory(matrix_dir) / RESULT_FILE, {"status": "ok", "config_hash": cells[0].run.config_hash(),
+                                                               "code_fingerprint": "0" * 64, "wall_time_s": 1.0, "steps": 4})
+    [strict] = plan_cells(cells, matrix_dir, code_fingerprint())
+    [lenient] = plan_cells(cells, matrix_dir, code_fingerprint(), reuse_stale=True)
+    [forced] = plan_cells(cells, matrix_dir, code_fingerprint(), force=True)
+    assert (strict.status, strict.trains) == ("stale", True)
+    assert (lenient.status, lenient.trains) == ("stale", False)
+    assert (forced.status, forced.trains) == ("to run", True)
+    estimator = TimeEstimator()
+    estimator.add_results(cells, matrix_dir)
+    assert estimator.seconds(strict) == 1.0 and estimator.seconds(lenient) == 0.0
+    assert json.loads((cells[0].directory(matrix_dir) / RESULT_FILE).read_text())["code_fingerprint"] == "0" * 64

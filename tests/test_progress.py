@@ -1,0 +1,85 @@
+"""What a training cell prints: optimizer steps toward max_steps, the loss and the headline
+metric, as a redrawn bar on a terminal and as plain lines elsewhere; none of Lightning's notices."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import yaml
+from conftest import TINY_LM, blockbench
+
+from blockbench.progress import format_duration
+
+#: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
+#: Lightning's own bar (it counts the epoch's batches), not for this one
+CELL = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "num_threads": 1}}
+
+#: what Lightning prints by default and a blockbench cell must not
+NOISE = ("GPU available", "TPU available", "litlogger", "litmodels", "Epoch 0", "LeafSpec", "max_steps=6` reached")
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "cell.yaml"
+    path.write_text(yaml.safe_dump(CELL))
+    return path
+
+
+def test_output_that_is_not_a_terminal_gets_one_plain_line_every_n_steps_and_no_lightning_notices(tmp_path):
+    done = blockbench("train", str(_config(tmp_path)), "--out", str(tmp_path / "cell"), "--tb-dir", str(tmp_path / "tb"),
+                      "--progress-every", "2", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    steps = [int(m.group(1)) for m in (re.match(r"step (\d+)/6 \(\d+%\)  loss \d", line) for line in lines) if m]
+    assert steps == [2, 4, 6], done.stdout  # every 2 steps; the last one after its validation
+    assert all(re.match(r"step \d+/6 ", line) for line in lines), f"unexpected output:\n{done.stdout}"
+    assert "\r" not in done.stdout
+    # the last line carries the final validation's value (the one result.json records)
+    final = yaml.safe_load((tmp_path / "cell" / "result.json").read_text())["metrics"]["perplexity"]
+    assert f"val/perplexity {final:.4g}" in lines[-1]
+    assert "val/perplexity" not in lines[0]  # nothing validated before step 3
+    for noise in NOISE:
+        assert noise not in done.stdout + done.stderr, f"{noise!r} in the output:\n{done.stdout}\n{done.stderr}"
+
+
+def test_a_terminal_gets_a_bar_counted_in_optimizer_steps_with_loss_and_headline_metric(tmp_path):
+    """Run in a pseudo-terminal of 120 columns, as a user's shell would."""
+    config = _config(tmp_path)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", "train", str(config), "--out", str(tmp_path / "cell"),
+         "--tb-dir", str(tmp_path / "tb"), "--quiet"],
+        cwd=tmp_path, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert process.wait(timeout=300) == 0
+    os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    frames = [frame for frame in re.split(r"[\r\n]+", screen) if frame.strip()]
+    assert any(re.search(r"\b6/6 \[", frame) for frame in frames), screen  # steps toward max_steps, not epoch batches
+    assert all("/6 [" in frame for frame in frames), f"unexpected output:\n{screen}"
+    final = yaml.safe_load((tmp_path / "cell" / "result.json").read_text())["metrics"]["perplexity"]
+    assert re.search(rf"6/6 .*loss \d.*val/perplexity {re.escape(f'{final:.4g}')}", frames[-1]), frames[-1]
+    assert "\r" in screen  # redrawn in place
+    for noise in NOISE:
+        assert noise not in screen
+
+
+def test_durations_read_like_a_clock():
+    assert [format_duration(s) for s in (0, 59.6, 75, 3600, 3725)] == ["0:00", "1:00", "1:15", "1:00:00", "1:02:05"]
