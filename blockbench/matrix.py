@@ -530,7 +530,7 @@ def print_plan(name: str, matrix_dir: Path, plans: list[CellPlan], estimator: Ti
     """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, the total;
     the cells to train without a measured step time are timed on one batch first. Writes nothing."""
     say(f"matrix {name}: {len(plans)} cells -> {matrix_dir} (dry run: every cell validated, nothing trained)")
-    untimed = {(p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell) is None}
+    untimed = {(p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell, guess=False) is None}
     if untimed:
         say(f"timing a training step of {len(untimed)} variant(s) with no earlier results here...")
         for problem in estimator.time_steps(plans, time_training_step):

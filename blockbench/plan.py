@@ -9,7 +9,9 @@ Where the time estimate of a cell comes from, best first:
    matrix folder (their ``wall_time_s``: training and validation, not the process start-up);
 2. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
    here (``--dry-run`` only): training steps alone, validation and start-up come on top;
-3. unknown: no estimate (a cell whose data or model cannot be built here).
+3. ``other tasks``: the step time of the cells of other tasks, a rough guess that lets the runner
+   give an ETA from the first finished cell on;
+4. unknown: no estimate (a cell whose data or model cannot be built here).
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ class TimeEstimator:
             if record:
                 self.add(cell, *record)
 
-    def per_step(self, cell: Cell) -> tuple[float, str] | None:
-        """(seconds per step, source) for ``cell``, or None."""
+    def per_step(self, cell: Cell, *, guess: bool = True) -> tuple[float, str] | None:
+        """(seconds per step, source) for ``cell``, or None; ``guess``: fall back on other tasks' pace."""
         same_variant = self.measured.get((cell.task, cell.variant))
         if same_variant:
             return statistics.median(same_variant), "measured"
@@ -152,6 +154,8 @@ class TimeEstimator:
             return statistics.median(same_task), "measured"
         if (cell.task, cell.variant) in self.timed:
             return self.timed[(cell.task, cell.variant)], "timed"
+        if guess and self.measured:  # a task none of whose cells ran yet: the others' pace, a rough guess
+            return statistics.median(s for values in self.measured.values() for s in values), "other tasks"
         return None
 
     def seconds(self, plan: CellPlan) -> float | None:
@@ -166,7 +170,7 @@ class TimeEstimator:
         problems = []
         for plan in plans:
             key = (plan.cell.task, plan.cell.variant)
-            if plan.trains and self.per_step(plan.cell) is None and key not in self.timed:
+            if plan.trains and self.per_step(plan.cell, guess=False) is None and key not in self.timed:
                 try:
                     self.timed[key] = timer(plan.cell.run)
                 except Exception as error:  # e.g. a data set that is not on this machine
@@ -227,7 +231,8 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     if not known:
         return f"{counts}; no time estimate (nothing measured or timed here yet)"
     sources = {estimator.per_step(plan.cell)[1] for plan in training if estimator.per_step(plan.cell)}
-    how = {"measured": "step times of cells that ran here", "timed": "timed training steps, validation and start-up not included"}
+    how = {"measured": "step times of cells that ran here", "timed": "timed training steps, validation and start-up not included",
+           "other tasks": "other tasks' step times for tasks none of whose cells ran yet"}
     total = sum(known) / jobs
     text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
     text += f" (from {'; '.join(how[source] for source in sorted(sources))})"

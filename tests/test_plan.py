@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import TINY_LM, write_matrix
 
@@ -97,3 +98,25 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
     estimator.add_results(cells, matrix_dir)
     assert estimator.seconds(strict) == 1.0 and estimator.seconds(lenient) == 0.0
     assert json.loads((cells[0].directory(matrix_dir) / RESULT_FILE).read_text())["code_fingerprint"] == "0" * 64
+
+
+def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
+    """After the first cell the runner has an ETA for the whole matrix: a task that has not run yet
+    is guessed at the pace of those that have (the smoke matrix printed no ETA until its last task)."""
+    from conftest import TINY_LM_TASK
+
+    from blockbench.matrix import MatrixProgress
+
+    path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]})
+    _, cells = load_matrix(path)
+    plans = plan_cells(cells, tmp_path / "results" / "m", code_fingerprint())
+    progress = MatrixProgress(plans, TimeEstimator(), jobs=1)
+    assert progress.eta() is None  # nothing measured
+    first = plans[0]
+    progress.start(first.n)
+    progress.started[first.n] -= 8.0  # it took 8 s for its 4 steps: 2 s a step
+    progress.finish(first.n, {"steps": 4})
+    seconds, source = progress.estimator.per_step(cells[2])  # task b, not run yet
+    assert source == "other tasks" and seconds == pytest.approx(2.0, rel=1e-3)
+    assert progress.eta() == pytest.approx(3 * 8.0, rel=0.01)  # three cells of 4 steps left
+    assert "1/4 trained" in progress.describe() and ", ETA 0:24" in progress.describe()
