@@ -312,12 +312,12 @@ class StepCheckpoint(L.Callback):
         if validation_follows(trainer):
             self._after_validation = True
         else:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # all of it (optimizer, callbacks), said explicitly
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._after_validation and not trainer.sanity_checking:
             self._after_validation = False
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)
 
 
 def validation_follows(trainer: L.Trainer) -> bool:

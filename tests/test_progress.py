@@ -20,10 +20,12 @@ from blockbench.progress import format_duration
 
 #: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
 #: Lightning's own bar (it counts the epoch's batches), not for this one
-CELL = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "num_threads": 1}}
+CELL = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "num_threads": 1,
+                                "checkpoint_every_n_steps": 2}}
 
 #: what Lightning prints by default and a blockbench cell must not
-NOISE = ("GPU available", "TPU available", "litlogger", "litmodels", "Epoch 0", "LeafSpec", "max_steps=6` reached")
+NOISE = ("GPU available", "TPU available", "litlogger", "litmodels", "Epoch 0", "LeafSpec", "max_steps=6` reached",
+         "weights_only")  # the last: Lightning's notice at each checkpoint
 
 
 def _config(tmp_path: Path) -> Path:
