@@ -1,12 +1,20 @@
 """The models the benchmark scripts compare: blockbench's and the implementations people already use.
 
-Every builder takes ``(torch, generator, dims)`` and returns a ``Run``: the model (drawn from the
-global RNG, so seed it first), a random batch drawn from ``generator`` (the same batch for every
-implementation of a family at the same ``dims``), and the loss the implementation is trained with:
+Every builder takes ``(torch, generator, dims)`` (nanoGPT's also the path of its source) and
+returns a ``Run``: the model (drawn from the global RNG, so seed it first), a random batch drawn
+from ``generator`` (the same batch for every implementation of a family at the same ``dims``),
+and the loss the implementation is trained with:
 ours through the loss functions blockbench's tasks call in training, the references as their users
-do (``F.cross_entropy`` on the logits). ``torch`` is passed in so that a script can import it
-only in the process that needs it. Our models are built through ``models.build_model``, so
-every change to the library shows up here.
+do (``F.cross_entropy`` on the logits, inside nanoGPT's forward, or through litgpt's
+``chunked_cross_entropy``). ``torch`` is passed in so that a script can import it only in the
+process that needs it. Our models are built through ``models.build_model``, so every change to
+the library shows up here.
+
+Two references are not in the ``bench`` extra, and a run without them says so and goes on:
+nanoGPT is a repository, not a package, so its ``model.py`` is imported from the user's clone
+(``load_nanogpt``; its code is never copied here); no litgpt release installs beside
+``constraints.txt``'s pins (0.5.10+ needs ``huggingface-hub<1.4``, transformers 5 ``>=1.31``;
+0.5.8-0.5.9 need numpy<2), so it runs where the user has installed it.
 
 Used by ``throughput.py`` (speed) and ``init_parity.py`` (fitting a fixed batch from each
 implementation's own initialisation).
@@ -14,10 +22,15 @@ implementation's own initialisation).
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import math
+import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,9 @@ class Run:
     loss: Callable[[Any, tuple], Any]
     items: int  # tokens or images per step
     note: str
+    #: parameters minus blockbench's at the same dims, and why, where the reference cannot match them
+    param_difference: int = 0
+    param_difference_why: str = ""
 
 
 Builder = Callable[[Any, Any, Dims], Run]
@@ -166,6 +182,122 @@ def hf_llama(torch, generator, dims: Dims) -> Run:
                "transformers LlamaForCausalLM, sdpa attention, rope_theta 1e4, untied")
 
 
+NANOGPT_HINT = ("pass --nanogpt PATH (nanoGPT's model.py, or the folder of a clone of "
+                "https://github.com/karpathy/nanoGPT; it is a repository, not a pip package)")
+
+
+def load_nanogpt(path: str | Path) -> ModuleType:
+    """nanoGPT's ``model.py`` imported from the user's copy: the file, or the folder that holds it.
+
+    Imported from where the user keeps it rather than copied into blockbench, so what is timed is
+    the code they run (and its license stays with it). Loading the same file twice returns the
+    module already loaded."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / "model.py"
+    if not file.is_file():
+        raise FileNotFoundError(f"no nanoGPT model.py at {path}: {NANOGPT_HINT}")
+    file = file.resolve()
+    name = "nanogpt_model_" + hashlib.sha256(str(file).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # @dataclass (its GPTConfig) looks its module up while the file runs
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    missing = [attr for attr in ("GPT", "GPTConfig") if not hasattr(module, attr)]
+    if missing:
+        del sys.modules[name]
+        raise ImportError(f"{file} defines no {' or '.join(missing)}: it is not nanoGPT's model.py; {NANOGPT_HINT}")
+    return module
+
+
+def file_digest(path: str | Path) -> str:
+    """The first 12 hex digits of a file's SHA-256: which version of a user's file was timed."""
+    file = Path(path).expanduser()
+    return hashlib.sha256((file / "model.py" if file.is_dir() else file).read_bytes()).hexdigest()[:12]
+
+
+def nanogpt(torch, generator, dims: Dims, source: str | Path) -> Run:
+    """nanoGPT's GPT at the GPT shape: its ``GPTConfig`` takes the same vocabulary, width, depth,
+    heads and context, ``bias=True`` (LayerNorm and Linear biases, as GPT-2) and ``dropout=0``;
+    its MLP is 4 x n_embd wide with exact GELU, its positions learned and its embeddings tied,
+    as blockbench's GPT shape. The loss is what nanoGPT's ``train.py`` calls: ``model(X, Y)``,
+    F.cross_entropy on the logits inside its forward."""
+    module = load_nanogpt(source)
+    if dims.d_ff != 4 * dims.d_model:
+        raise ValueError(f"nanoGPT's MLP is 4 x n_embd = {4 * dims.d_model} wide, not d_ff {dims.d_ff}: "
+                         "it cannot build this shape")
+    config = module.GPTConfig(block_size=dims.seq_len, vocab_size=dims.vocab, n_layer=dims.n_layers,
+                              n_head=dims.n_heads, n_embd=dims.d_model, dropout=0.0, bias=True)
+    model = module.GPT(config)
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    inputs, targets = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # X and Y as its get_batch makes them
+    return Run(model, (inputs, targets), lambda m, b: m(*b)[1], dims.batch * dims.seq_len,
+               f"nanoGPT model.py ({Path(source).expanduser()}, sha256 {file_digest(source)}): GPTConfig(bias=True, "
+               "dropout=0.0), SDPA attention, exact GELU, learned positions, tied; loss: model(X, Y) as its train.py")
+
+
+LITGPT_HINT = ("pip install litgpt (not beside constraints.txt's pins: litgpt 0.5.10+ needs huggingface-hub<1.4, "
+               "transformers 5 >=1.31; 0.5.8-0.5.9 need numpy<2)")
+
+
+def _litgpt(dims: Dims, tie: bool, **fields) -> Any:
+    """litgpt's ``GPT`` at ``dims``, with the sequential residual of GPT-2 and Llama (litgpt's
+    default is GPT-NeoX's parallel one) and an unpadded vocabulary (``padded_vocab_size``)."""
+    from litgpt import GPT, Config
+
+    config = Config(name=f"blockbench_{dims.d_model}x{dims.n_layers}", block_size=dims.seq_len, vocab_size=dims.vocab,
+                    padded_vocab_size=dims.vocab, n_layer=dims.n_layers, n_embd=dims.d_model, n_head=dims.n_heads,
+                    parallel_residual=False, **fields)
+    model = GPT(config)
+    if tie:  # what litgpt's pretrain.py does with --train.tie_embeddings true
+        model.transformer.wte.weight = model.lm_head.weight
+    return model
+
+
+def _litgpt_loss(model, batch):
+    from litgpt.utils import chunked_cross_entropy
+
+    rows = batch[0]
+    return chunked_cross_entropy(model(rows[:, :-1]), rows[:, 1:])  # as litgpt's pretrain.py
+
+
+def litgpt_gpt(torch, generator, dims: Dims) -> Run:
+    """litgpt's GPT as close to the GPT shape as its Config allows: LayerNorm (eps 1e-5) with biases,
+    GptNeoxMLP of width d_ff with exact GELU, the sequential residual, tied embeddings. litgpt has
+    no learned position table: its positions are always rotary, here on a quarter of each head's
+    dimensions (``rotary_percentage`` 0.25, its default and GPT-NeoX's)."""
+    model = _litgpt(dims, tie=True, norm_class_name="LayerNorm", norm_eps=1e-5, bias=True,
+                    mlp_class_name="GptNeoxMLP", intermediate_size=dims.d_ff, gelu_approximate="none",
+                    rotary_percentage=0.25)
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), _litgpt_loss, dims.batch * dims.seq_len,
+               "litgpt GPT (LayerNorm, GptNeoxMLP exact GELU, biases, sequential residual, tied as pretrain.py's "
+               "tie_embeddings); differs: RoPE on 25% of each head (rotary_percentage 0.25) instead of learned "
+               "positions; loss: litgpt.utils.chunked_cross_entropy (F.cross_entropy over 128-token chunks, as pretrain.py)",
+               -dims.seq_len * dims.d_model, "no learned position table: litgpt's positions are rotary")
+
+
+def litgpt_llama(torch, generator, dims: Dims) -> Run:
+    """litgpt's GPT with the Llama shape: RMSNorm (eps 1e-6), LLaMAMLP (SwiGLU) of blockbench's gated
+    width, RoPE on the whole head (base 1e4), grouped-query attention, no biases, untied."""
+    model = _litgpt(dims, tie=False, norm_class_name="RMSNorm", norm_eps=1e-6, bias=False,
+                    mlp_class_name="LLaMAMLP", intermediate_size=_gated(dims), n_query_groups=dims.n_kv_heads,
+                    rotary_percentage=1.0, rope_base=10000)
+    rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
+    return Run(model, (rows,), _litgpt_loss, dims.batch * dims.seq_len,
+               f"litgpt GPT (RMSNorm, LLaMAMLP hidden {_gated(dims)}, RoPE base 1e4, n_query_groups {dims.n_kv_heads} "
+               "(keys and values repeated per query head), no bias, untied); loss: litgpt.utils.chunked_cross_entropy")
+
+
+_CLS_POSITION = "a position embedding for the CLS token, which blockbench's ViT does not give it"
+
+
 def timm_vit(torch, generator, dims: Dims) -> Run:
     import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
@@ -175,7 +307,7 @@ def timm_vit(torch, generator, dims: Dims) -> Run:
                               num_classes=dims.n_classes, qkv_bias=True, global_pool="token")
     return Run(model, _image_batch(torch, generator, dims), lambda m, b: F.cross_entropy(m(b[0]), b[1]), dims.batch,
                "timm VisionTransformer (class token, fused SDPA attention, qkv bias; default weight_init, "
-               "init_weights_vit_timm)")
+               "init_weights_vit_timm)", dims.d_model, _CLS_POSITION)
 
 
 def hf_vit(torch, generator, dims: Dims) -> Run:
@@ -189,7 +321,8 @@ def hf_vit(torch, generator, dims: Dims) -> Run:
     model = ViTForImageClassification._from_config(config, attn_implementation="sdpa")
     return Run(model, _image_batch(torch, generator, dims),
                lambda m, b: F.cross_entropy(m(pixel_values=b[0]).logits, b[1]), dims.batch,
-               "transformers ViTForImageClassification (CLS token, sdpa attention, LayerNorm eps 1e-12)")
+               "transformers ViTForImageClassification (CLS token, sdpa attention, LayerNorm eps 1e-12)", dims.d_model,
+               _CLS_POSITION)
 
 
 class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
@@ -253,9 +386,11 @@ def torch_transformer(torch, generator, dims: Dims, embedding_rms: float | None 
     placement = "pre-LN" if dims.norm_placement == "pre" else "post-LN"
     embedding = ("embedding N(0, 1/d) x sqrt(d), unit-amplitude sinusoidal positions" if embedding_rms is None else
                  f"embedding N(0, {embedding_rms:g}) and sinusoidal positions of RMS {embedding_rms:g}")
+    post = dims.norm_placement == "post"  # a pre-LN stack of blockbench's ends in a LayerNorm too
     return Run(model, _seq2seq_batch(torch, generator, dims), loss, dims.batch * dims.seq_len,
                f"torch.nn.Transformer ({placement}, {dims.activation}; adds a final LayerNorm to each stack) + shared "
-               f"{embedding}, tied output; padding masks and causal mask as a user passes them")
+               f"{embedding}, tied output; padding masks and causal mask as a user passes them",
+               2 * 2 * dims.d_model if post else 0, "a final LayerNorm (weight and bias) on each post-LN stack" if post else "")
 
 
 @dataclass(frozen=True)
@@ -264,13 +399,37 @@ class Implementation:
     build: Builder
     ours: bool
     package: str | None  # the pip package it needs beyond blockbench's own
+    #: a file the user points to instead of a package ("nanogpt": --nanogpt PATH); the builder takes its path last
+    source: str | None = None
+    #: how to get a reference that the bench extra does not install; a run without it skips it with this line
+    hint: str | None = None
+
+    def make(self, torch, generator, dims: Dims, sources: Mapping[str, str | Path | None] | None = None) -> Run:
+        """The run of this implementation at ``dims``; ``sources`` maps a ``source`` to the user's path."""
+        if self.source is None:
+            return self.build(torch, generator, dims)
+        path = (sources or {}).get(self.source)
+        if not path:
+            raise ValueError(f"{self.source} needs the path of its source: {self.hint}")
+        return self.build(torch, generator, dims, path)
+
+    def unavailable(self, sources: Mapping[str, str | Path | None] | None = None) -> str | None:
+        """Why a reference outside the bench extra cannot run here (None: it can)."""
+        if self.source is not None and not (sources or {}).get(self.source):
+            return f"not run: {self.hint}"
+        if self.hint and self.package and not importable(self.package):
+            return f"not run ({self.package} is not installed): {self.hint}"
+        return None
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
     "blockbench": Implementation("lm_gpt", ours_lm_gpt, True, None),
     "hf_gpt2": Implementation("lm_gpt", hf_gpt2, False, "transformers"),
+    "nanogpt": Implementation("lm_gpt", nanogpt, False, None, source="nanogpt", hint=NANOGPT_HINT),
+    "litgpt_gpt": Implementation("lm_gpt", litgpt_gpt, False, "litgpt", hint=LITGPT_HINT),
     "blockbench_llama": Implementation("lm_llama", ours_lm_llama, True, None),
     "hf_llama": Implementation("lm_llama", hf_llama, False, "transformers"),
+    "litgpt_llama": Implementation("lm_llama", litgpt_llama, False, "litgpt", hint=LITGPT_HINT),
     "blockbench_vit": Implementation("vit", ours_vit, True, None),
     "timm_vit": Implementation("vit", timm_vit, False, "timm"),
     "hf_vit": Implementation("vit", hf_vit, False, "transformers"),
@@ -285,7 +444,7 @@ def package_versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     found = []
-    for package in ("transformers", "timm", "lightning"):
+    for package in ("transformers", "timm", "litgpt", "lightning"):
         try:
             found.append(f"{package} {version(package)}")
         except PackageNotFoundError:
@@ -300,5 +459,6 @@ def importable(module: str) -> bool:
 
 
 def missing_packages(implementations: list[Implementation]) -> list[str]:
-    """The pip packages that ``implementations`` need and that are not installed."""
-    return sorted({i.package for i in implementations if i.package and not importable(i.package)})
+    """The pip packages of the bench extra that ``implementations`` need and that are not installed
+    (a reference outside it, with a ``hint``, is skipped instead: ``Implementation.unavailable``)."""
+    return sorted({i.package for i in implementations if i.package and not i.hint and not importable(i.package)})

@@ -1,8 +1,11 @@
 """Training-step throughput of blockbench's models against the implementations people already use.
 
     pip install -e ".[bench]"
-    python benchmarks/throughput.py                      # all shapes, fp32 and bf16, writes results/throughput.md
+    python benchmarks/throughput.py --nanogpt ~/nanoGPT  # all shapes, fp32 and bf16, writes results/throughput.md
     python benchmarks/throughput.py --shapes lm_gpt --dtypes fp32 --rounds 1 --out -   # a quick look
+
+nanoGPT is timed from the user's clone (``--nanogpt``: its model.py or its folder) and litgpt when it
+is installed; without them the report says they were not run and how to run them.
 
 One training step is ``zero_grad -> forward -> loss -> backward -> AdamW step`` on a fixed random
 batch, with the same optimizer (``torch.optim.AdamW``, fused where the device supports it, as
@@ -11,7 +14,12 @@ is trained: ours through the loss functions blockbench's tasks call in training,
 their users do (``F.cross_entropy`` on the logits). Every (implementation, dtype) is timed in a
 separate process; rounds run interleaved over all of them (order reversed every other round), so a
 slow phase of a shared machine hits every implementation alike. The step time is the median over
-the timed steps of all rounds, after warm-up steps.
+the timed steps of all rounds, after warm-up steps. The ratio of our throughput to a reference's
+comes with a 95% interval over rounds (``ratio_interval``); a ratio whose interval includes 1 is a tie.
+
+bf16 runs only where the device has bf16 matmuls of its own: on a CPU without AVX512-BF16 or AMX
+(``bf16_skip_note``) they are emulated, many times slower than fp32, and the run skips bf16 with a
+one-line note (``--emulated-bf16`` runs it anyway).
 
 Model FLOPs per step are counted once per run with ``torch.utils.flop_counter.FlopCounterMode``
 (see ``blockbench.perf``); MFU divides the achieved FLOP/s by the device's peak: ``--peak-tflops``,
@@ -23,13 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from implementations import IMPLEMENTATIONS as ALL_IMPLEMENTATIONS  # noqa: E402  (benchmarks/, the script's folder)
-from implementations import Dims, missing_packages, package_versions  # noqa: E402
+from implementations import Dims, load_nanogpt, missing_packages, package_versions  # noqa: E402
+
+from blockbench.stats import t_confidence_interval  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------- shapes
@@ -69,8 +81,8 @@ SHAPES = {
 }
 
 #: the implementations timed (benchmarks/implementations.py builds them); each belongs to the shape of its family
-TIMED = ("blockbench", "hf_gpt2", "blockbench_llama", "hf_llama", "blockbench_vit", "timm_vit", "blockbench_seq2seq",
-         "torch_transformer")
+TIMED = ("blockbench", "hf_gpt2", "nanogpt", "litgpt_gpt", "blockbench_llama", "hf_llama", "litgpt_llama",
+         "blockbench_vit", "timm_vit", "blockbench_seq2seq", "torch_transformer")
 IMPLEMENTATIONS = {name: ALL_IMPLEMENTATIONS[name] for name in TIMED}
 
 
@@ -80,6 +92,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from blockbench.perf import count_training_flops, measure_peak_flops
+    from blockbench.provenance import cpu_model
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -88,7 +101,7 @@ def worker(args: argparse.Namespace) -> None:
     generator = torch.Generator().manual_seed(0)
     impl = IMPLEMENTATIONS[args.impl]
     shape = impl.family
-    run = impl.build(torch, generator, SHAPES[shape].dims)
+    run = impl.make(torch, generator, SHAPES[shape].dims, {"nanogpt": args.nanogpt})
     model = run.model.to(device).train()
     batch = tuple(t.to(device) for t in run.batch)
     fused = device.type in ("cpu", "cuda")
@@ -125,7 +138,8 @@ def worker(args: argparse.Namespace) -> None:
     record = {
         "impl": args.impl, "shape": shape, "dtype": args.dtype, "device": str(device), "step_s": times,
         "flops_per_step": flops, "peak_flops": peak, "parameters": sum(params.values()), "items": run.items,
-        "note": run.note,
+        "note": run.note, "param_difference": run.param_difference, "param_difference_why": run.param_difference_why,
+        "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     print("RESULT " + json.dumps(record), flush=True)
 
@@ -137,6 +151,8 @@ def run_worker(impl: str, dtype: str, args: argparse.Namespace) -> dict[str, Any
                "--max-steps", str(args.max_steps), "--min-seconds", str(args.min_seconds)]
     if args.peak_tflops:
         command += ["--peak-tflops", str(args.peak_tflops)]
+    if args.nanogpt:
+        command += ["--nanogpt", str(args.nanogpt)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
@@ -147,57 +163,219 @@ def run_worker(impl: str, dtype: str, args: argparse.Namespace) -> dict[str, Any
 
 
 def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pool the rounds of one (implementation, dtype)."""
+    """Pool the rounds of one (implementation, dtype); ``rounds`` says which round each median is of."""
     times = [t for r in records for t in r["step_s"]]
     first = records[0]
     median = statistics.median(times)
     return {
-        **{k: first[k] for k in ("impl", "shape", "dtype", "device", "flops_per_step", "parameters", "items", "note")},
+        **{k: first[k] for k in ("impl", "shape", "dtype", "device", "flops_per_step", "parameters", "items", "note",
+                                 "param_difference", "param_difference_why", "cpu", "cpu_capability")},
         "steps": len(times),
         "step_ms_median": median * 1e3,
         "step_ms_min": min(times) * 1e3,
         "step_ms_max": max(times) * 1e3,
         "round_medians_ms": [statistics.median(r["step_s"]) * 1e3 for r in records],
+        "rounds": [r["round"] for r in records],
         "throughput": first["items"] / median,
         "achieved_tflops": first["flops_per_step"] / median / 1e12,
         "peak_tflops": max(r["peak_flops"] for r in records) / 1e12,
     }
 
 
-def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, command: str) -> str:
+# ------------------------------------------------------------------------------ machine, bf16
+#: ``torch.backends.cpu.get_cpu_capability()`` values (its docstring lists them all) of x86 CPUs without
+#: AVX-512, which have no bf16 dot-product instructions: torch emulates their bf16 matmuls
+NO_NATIVE_BF16 = ("NO AVX", "AVX2")
+#: a bf16 matmul this many times slower than an fp32 one is emulated: native bf16 is at least as fast
+#: as fp32, AVX2's emulation measured 12-19x slower at 128² and 256²
+EMULATED_BF16_SLOWDOWN = 2.0
+
+
+def native_bf16_instructions() -> bool | None:
+    """Whether this x86 CPU has AVX512-BF16 or AMX, as torch reads them from cpuinfo; None where
+    nothing says: another architecture, or a torch without these (private) ``torch.cpu`` checks.
+
+    Needed because ``get_cpu_capability()`` says "AVX512" for every CPU with AVX512VL, BW and DQ
+    and FMA3, with or without BF16 (ATen's ``compute_cpu_capability`` picks its kernels by those)."""
     import torch
 
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if any(check is None for check in checks):
+        return None
+    return any(check() for check in checks)
+
+
+def bf16_matmul_slowdown(size: int = 256, calls: int = 5) -> float:
+    """Time of a bf16 matmul over an fp32 one of the same size, each the fastest of ``calls`` (other
+    processes only ever slow a call down): about 0.1 s on a CPU that emulates bf16."""
+    import torch
+
+    def fastest(dtype) -> float:
+        a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+        a @ b  # first call: allocation, kernel selection
+        best = math.inf
+        for _ in range(calls):
+            started = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    return fastest(torch.bfloat16) / fastest(torch.float32)
+
+
+def bf16_skip_note(capability: str, native: bool | None, slowdown: Callable[[], float]) -> str | None:
+    """The one line saying why this CPU skips bf16, or None to run it.
+
+    ``capability`` is ``torch.backends.cpu.get_cpu_capability()``: "AVX2" or "NO AVX" means no
+    AVX-512 and so no bf16 instructions. "AVX512" does not tell AVX512-BF16 apart from plain AVX-512,
+    so ``native`` (``native_bf16_instructions``) decides; where it is None (other architectures:
+    "DEFAULT", "SVE256", "VSX", "Z VECTOR"), ``slowdown`` times a bf16 matmul against fp32."""
+    anyway = "(--emulated-bf16 runs it anyway)"
+    if capability in NO_NATIVE_BF16:
+        return (f"bf16 skipped: this CPU ({capability}) has no native bf16 (AVX512-BF16 or AMX); its bf16 matmuls are "
+                f"emulated, many times slower than fp32 {anyway}")
+    if native is not None:
+        return None if native else (f"bf16 skipped: this CPU ({capability}) has neither AVX512-BF16 nor AMX; its bf16 "
+                                    f"matmuls are emulated {anyway}")
+    factor = slowdown()
+    if factor > EMULATED_BF16_SLOWDOWN:
+        return (f"bf16 skipped: a bf16 matmul took {factor:.1f}x as long as fp32 on this CPU ({capability}), so its bf16 "
+                f"is emulated {anyway}")
+    return None
+
+
+def machine_facts(device: str, threads: int) -> dict[str, Any]:
+    """What the report's header and the JSON record about the machine: CPU model, the vector
+    extension torch's kernels use and native bf16, versions."""
+    import torch
+
+    from blockbench.provenance import cpu_model
+
+    return {"device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": native_bf16_instructions(), "logical_cpus": os.cpu_count(), "torch_threads": threads,
+            "torch": torch.__version__, "python": platform.python_version(), "packages": package_versions()}
+
+
+# ------------------------------------------------------------------------------------ ratios
+@dataclass(frozen=True)
+class Ratio:
+    """Our throughput over a reference's: the geometric mean over rounds of each round's ratio,
+    with its interval (None when a single round timed both)."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    rounds: int
+
+    @property
+    def verdict(self) -> str:
+        """"faster" or "slower" only when the interval excludes 1; otherwise a tie."""
+        if self.low is None or self.high is None:
+            return f"no interval ({self.rounds} round)"
+        if self.low > 1:
+            return "faster"
+        if self.high < 1:
+            return "slower"
+        return "tie"
+
+
+#: why the interval is computed as it is, for the report
+RATIO_METHOD = ("each round times every implementation back to back, so a slow phase of the machine slows both "
+                "medians of a round alike and their ratio cancels it; ratios multiply, so the 95% interval is a "
+                "t interval over rounds on the log of the round ratios (symmetric for ours/theirs and theirs/ours)")
+
+
+def ratio_interval(ours_ms: Mapping[int, float], theirs_ms: Mapping[int, float], level: float = 0.95) -> Ratio:
+    """Our throughput over a reference's from each round's median step times (round -> ms): per
+    round ``theirs / ours``, then the mean and t interval of its log over the rounds both ran in."""
+    paired = sorted(set(ours_ms) & set(theirs_ms))
+    if not paired:
+        raise ValueError("no round timed both implementations: no ratio")
+    logs = [math.log(theirs_ms[r] / ours_ms[r]) for r in paired]
+    interval = t_confidence_interval(logs, level)
+    low, high = (math.exp(interval[0]), math.exp(interval[1])) if interval else (None, None)
+    return Ratio(math.exp(statistics.fmean(logs)), low, high, len(paired))
+
+
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our ratio to every reference of each shape and dtype, the fastest reference (lowest median
+    step time) first; a reference that shared no round with ours has no ratio."""
+    rows = []
+    for shape in SHAPES:
+        for dtype in ("fp32", "bf16"):
+            cell = [r for r in results if r["shape"] == shape and r["dtype"] == dtype]
+            ours = [r for r in cell if IMPLEMENTATIONS[r["impl"]].ours]
+            theirs = sorted((r for r in cell if not IMPLEMENTATIONS[r["impl"]].ours), key=lambda r: r["step_ms_median"])
+            if not ours:
+                continue
+            per_round = dict(zip(ours[0]["rounds"], ours[0]["round_medians_ms"]))
+            for rank, reference in enumerate(theirs):
+                try:
+                    ratio = ratio_interval(per_round, dict(zip(reference["rounds"], reference["round_medians_ms"])))
+                except ValueError:
+                    continue
+                rows.append({"shape": shape, "dtype": dtype, "ours": ours[0]["impl"], "reference": reference["impl"],
+                             "fastest": rank == 0, "ours_ms": ours[0]["step_ms_median"],
+                             "reference_ms": reference["step_ms_median"], **asdict(ratio), "verdict": ratio.verdict})
+    return rows
+
+
+def _interval(row: dict[str, Any]) -> str:
+    return "–" if row["low"] is None else f"{row['low']:.2f}–{row['high']:.2f}"
+
+
+def _params_vs_ours(reference: dict[str, Any], ours: dict[str, Any]) -> str:
+    """The reference's parameters minus ours, and whether its builder expected that difference."""
+    difference = reference["parameters"] - ours["parameters"]
+    if difference == reference["param_difference"] == 0:
+        return "same"
+    if difference == reference["param_difference"]:
+        return f"{difference:+,} ({reference['param_difference_why']})"
+    return f"**{difference:+,}, expected {reference['param_difference']:+,}**: the shapes do not match"
+
+
+# ------------------------------------------------------------------------------------ report
+def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, command: str,
+           machine: dict[str, Any], not_run: list[str]) -> str:
     lines = ["# Training-step throughput: blockbench vs the implementations people use", "",
              f"Produced by `{command}` on {time.strftime('%Y-%m-%d')}.", ""]
-    device = results[0]["device"] if results else args.device
-    cpu = platform.processor() or platform.machine()
-    lines += [f"- Device: {device} ({cpu}, {os.cpu_count()} logical CPUs, torch threads {args.threads})"
-              if device == "cpu" else f"- Device: {device} ({torch.cuda.get_device_name(0)})",
-              f"- torch {torch.__version__}, Python {platform.python_version()}; " + package_versions(),
-              f"- {args.rounds} interleaved rounds; per run {args.warmup} warm-up steps, then timed steps until "
+    native = {True: "yes", False: "no", None: "unknown"}[machine["native_bf16"]]
+    lines += [f"- Device: {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else "") +
+              f"; CPU {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
+              f"`torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, AVX512-BF16/AMX: {native}; "
+              f"torch threads {machine['torch_threads']}",
+              f"- torch {machine['torch']}, Python {machine['python']}; {machine['packages']}",
+              f"- {args.rounds} interleaved round{'s' if args.rounds != 1 else ''}; per run {args.warmup} warm-up steps, then timed steps until "
               f">= {args.min_steps} steps and >= {args.min_seconds} s (at most {args.max_steps}).",
               "- Step = zero_grad + forward + loss + backward + AdamW (fused) step; bf16 = `torch.autocast` "
-              "(parameters, gradients and optimizer state stay fp32).", ""]
-    lines += ["## Ours / fastest reference", "",
-              "| shape | dtype | blockbench step ms | fastest reference | its step ms | ratio ours/theirs (throughput) |",
-              "|---|---|---|---|---|---|"]
+              "(parameters, gradients and optimizer state stay fp32).",
+              f"- Ratio = our throughput / the reference's, with a 95% interval over rounds: {RATIO_METHOD}. "
+              "A ratio whose interval includes 1.0 is a tie."]
+    lines += [f"- {note}" for note in not_run]
+    rows = ratios(results)
+    lines += ["", "## Ours / fastest reference", "",
+              "| shape | dtype | blockbench step ms | fastest reference | its step ms | ratio ours/theirs (throughput) | "
+              "95% interval | verdict |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['dtype']} | {r['ours_ms']:.0f} | {r['reference']} | {r['reference_ms']:.0f} | "
+              f"**{r['ratio']:.2f}** | {_interval(r)} | {r['verdict']} |" for r in rows if r["fastest"]]
+    if any(r["low"] is None for r in rows):
+        lines += ["", "A single round timed these: no interval, so no verdict (run `--rounds 3` or more)."]
     by_key = {(r["impl"], r["dtype"]): r for r in results}
-    for shape in SHAPES:
-        for dtype in args.dtypes:
-            ours = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and IMPLEMENTATIONS[r["impl"]].ours]
-            theirs = [r for r in results if r["shape"] == shape and r["dtype"] == dtype and not IMPLEMENTATIONS[r["impl"]].ours]
-            if not ours or not theirs:
-                continue
-            best = min(theirs, key=lambda r: r["step_ms_median"])
-            ratio = best["step_ms_median"] / ours[0]["step_ms_median"]
-            lines.append(f"| {shape} | {dtype} | {ours[0]['step_ms_median']:.0f} | {best['impl']} | "
-                         f"{best['step_ms_median']:.0f} | **{ratio:.2f}** |")
+    lines += ["", "## Ours / every reference", "",
+              "| shape | dtype | reference | its step ms | ratio ours/theirs | 95% interval | verdict | "
+              "parameters - blockbench's |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['dtype']} | {r['reference']} | {r['reference_ms']:.0f} | {r['ratio']:.2f} | "
+              f"{_interval(r)} | {r['verdict']} | "
+              f"{_params_vs_ours(by_key[(r['reference'], r['dtype'])], by_key[(r['ours'], r['dtype'])])} |" for r in rows]
     spreads = sorted((max(r["round_medians_ms"]) - min(r["round_medians_ms"])) / r["step_ms_median"]
                      for r in results if len(r["round_medians_ms"]) > 1)
     if spreads:
         lines += ["", f"Noise: the spread of a run's round medians, (max - min) / median, is "
-                      f"{statistics.median(spreads):.0%} for the typical run and up to {spreads[-1]:.0%}. A ratio "
-                      "closer to 1 than that is a tie on this machine, not a measured difference."]
+                      f"{statistics.median(spreads):.0%} for the typical run and up to {spreads[-1]:.0%}; the "
+                      "intervals above, over the rounds' paired ratios, decide what is a tie."]
     lines += ["", "## Every run", "",
               "| implementation | shape | dtype | params | step ms median (min–max) | round medians ms | throughput | "
               "GFLOP/step | achieved TFLOP/s | peak TFLOP/s | MFU | steps |",
@@ -213,38 +391,73 @@ def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Na
         lines += ["", "## Failed runs", ""] + [f"- {f}" for f in failures]
     lines += ["", "## Shapes and implementations", ""]
     lines += [f"- **{s.name}**: {s.description}" for s in SHAPES.values()]
-    lines += [""] + [f"- **{r['impl']}** ({r['shape']}): {r['note']}" for r in results if r["dtype"] == args.dtypes[0]]
+    notes = {r["impl"]: r for r in results}  # one note per implementation
+    lines += [""] + [f"- **{r['impl']}** ({r['shape']}): {r['note']}" for r in notes.values()]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--impls", nargs="+", default=None, choices=list(IMPLEMENTATIONS),
                         help="default: every implementation of the chosen shapes")
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    parser.add_argument("--rounds", type=int, default=3)
+    # 5: the t quantile of a 95% interval is 4.30 with 3 rounds and 2.78 with 5, an interval 1.5x
+    # narrower for 5/3 of the time; 1 round gives no interval at all
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 2 for an interval of each ratio)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--min-steps", type=int, default=8)
     parser.add_argument("--max-steps", type=int, default=40)
     parser.add_argument("--min-seconds", type=float, default=8.0)
-    parser.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
+    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="device peak for MFU (default: measured by a matmul probe in each run's dtype)")
+    parser.add_argument("--nanogpt", default=None, metavar="PATH",
+                        help="nanoGPT's model.py, or the folder of a clone of it: times nanoGPT on the GPT shape")
+    parser.add_argument("--emulated-bf16", action="store_true",
+                        help="run bf16 on a CPU without native bf16 too (emulated: many times slower than fp32)")
     parser.add_argument("--out", default="results/throughput.md", help="markdown report ('-': print only)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    args.device = args.device or ("cuda" if _cuda_available() else "cpu")
     if args.worker:
         return worker(args)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     impls = [i for i in (args.impls or IMPLEMENTATIONS) if IMPLEMENTATIONS[i].family in args.shapes]
     missing = missing_packages([IMPLEMENTATIONS[i] for i in impls])
     if missing:
         sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
-    runs = [(impl, dtype) for impl in impls for dtype in args.dtypes]
+    if args.nanogpt:
+        try:  # a wrong path fails here, not after minutes of the other runs
+            load_nanogpt(args.nanogpt)
+        except (OSError, ImportError) as error:
+            sys.exit(str(error))
+    not_run = []
+    for impl in list(impls):
+        why = IMPLEMENTATIONS[impl].unavailable({"nanogpt": args.nanogpt})
+        if why:
+            impls.remove(impl)
+            not_run.append(f"{impl} {why}")
+    machine = machine_facts(args.device, args.threads)
+    dtypes = list(args.dtypes)
+    if "bf16" in dtypes and args.device == "cpu" and not args.emulated_bf16:
+        note = bf16_skip_note(machine["cpu_capability"], machine["native_bf16"], bf16_matmul_slowdown)
+        if note:
+            dtypes.remove("bf16")
+            not_run.append(note)
+    for note in not_run:
+        print(note)
+    runs = [(impl, dtype) for impl in impls for dtype in dtypes]
     records: dict[tuple[str, str], list[dict[str, Any]]] = {run: [] for run in runs}
     failures: list[str] = []
     for round_index in range(args.rounds):
@@ -256,17 +469,19 @@ def main(argv: list[str] | None = None) -> None:
                 print("FAILED")
                 failures.append(outcome)
                 continue
-            records[(impl, dtype)].append(outcome)
+            records[(impl, dtype)].append({**outcome, "round": round_index})
             print(f"{statistics.median(outcome['step_s']) * 1e3:.0f} ms/step")
     results = [merge(rs) for rs in records.values() if rs]
     command = "python benchmarks/throughput.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(results, failures, args, command.strip())
+    text = report(results, failures, args, command.strip(), machine, not_run)
     print(text)
     if args.out != "-":
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+        summary = {"machine": machine, "not_run": not_run, "failures": failures, "ratios": ratios(results),
+                   "runs": results}
+        out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
         print(f"wrote {out} and {out.with_suffix('.json')}")
 
 

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from tasks.base import capture_rng, restore_rng
 
 from .perf import (
+    TRAIN_FETCH_ACTION,
     DataWaitProfiler,
     PeakFlops,
     StepTiming,
@@ -22,6 +23,7 @@ from .perf import (
     step_statistics,
     synchronize,
 )
+from .walltime import WallClock
 
 
 class PerformanceMonitor(L.Callback):
@@ -43,14 +45,19 @@ class PerformanceMonitor(L.Callback):
     ``perf/peak_memory_mb`` so far, and
     ``perf/<unit>_per_sec`` (all processes) and ``..._per_process``, the mean over the timed steps
     so far; ``perf/flops_per_step`` once.
+
+    With a ``clock``, each step's time also counts as its ``train_steps`` part and :attr:`data_wait`
+    is a :class:`WallTimeProfiler` that tells it the other parts (``result.json`` ``wall_time_breakdown``).
     """
 
-    def __init__(self, unit: str, *, peak_tflops: float | None = None, warmup_steps: int = 3, count_flops: bool = True):
+    def __init__(self, unit: str, *, peak_tflops: float | None = None, warmup_steps: int = 3, count_flops: bool = True,
+                 clock: WallClock | None = None):
         self.unit = unit.replace(" ", "_")
         self.configured_peak_tflops = peak_tflops
         self.warmup_steps = warmup_steps
         self.count_flops = count_flops
-        self.data_wait = DataWaitProfiler()
+        self.clock = clock
+        self.data_wait = DataWaitProfiler() if clock is None else WallTimeProfiler(clock)
         self.peak: PeakFlops | None = None
         self.flops_per_batch: int | None = None
         self.accumulate_grad_batches = 1
@@ -80,12 +87,17 @@ class PerformanceMonitor(L.Callback):
             self.flops_per_batch = self._count_flops(trainer, pl_module, batch)
         synchronize(pl_module.device)
         self._batch_start = time.perf_counter()
+        if self.clock is not None:
+            self.clock.enter("train_steps", at=self._batch_start)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         synchronize(pl_module.device)
-        self._step.seconds += time.perf_counter() - self._batch_start
+        end = time.perf_counter()
+        self._step.seconds += end - self._batch_start
+        if self.clock is not None:
+            self.clock.exit("train_steps", at=end)
         self._step.items += pl_module.items_in_batch(batch)
         if trainer.global_step == self._last_global_step:
             return  # a micro-batch in the middle of a gradient accumulation window
@@ -161,6 +173,71 @@ class PerformanceMonitor(L.Callback):
         if len(self.steps) == 1 and self.flops_per_step is not None and trainer.is_global_zero:
             for logger in trainer.loggers:  # once, whatever log_every_n_steps is
                 logger.log_metrics({"perf/flops_per_step": float(self.flops_per_step)}, step=trainer.global_step)
+
+
+class WallTimeProfiler(DataWaitProfiler):
+    """The data-wait profiler (``Trainer(profiler=...)``) that also tells a :class:`WallClock` which
+    part of the run Lightning is in, from the actions it profiles (as its SimpleProfiler times them):
+
+    - ``data``: the data module's hooks (``[LightningDataModule]<class>.prepare_data``, ``setup``,
+      ``train_dataloader``, ``val_dataloader``, ``teardown``): generating data, reading caches;
+    - ``data_wait``: the training loop's waits for the next batch (:data:`TRAIN_FETCH_ACTION`);
+    - ``validation``: a whole validation run, from the first ``on_validation_start`` hook to the
+      strategy's ``on_validation_end`` (its last hook), every callback's hooks and the metrics'
+      logging included; the validation data loader is made before it (``data``). Should Lightning
+      skip that last hook, the run ends at the latest with the next training batch's fetch or the stage;
+    - ``checkpoints``: ``trainer.save_checkpoint`` (``save_checkpoint``), callbacks' state included,
+      also when saved inside a validation (the clock counts the innermost part).
+
+    The training steps come from :class:`PerformanceMonitor`. Reading the clock draws no random
+    number and changes no order: the run's numbers stay as they are.
+    """
+
+    DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "test_dataloader", "teardown")
+    CHECKPOINT_ACTION = "save_checkpoint"
+    #: the last hook of a validation run (lightning's _EvaluationLoop._on_evaluation_end)
+    VALIDATION_END = ".on_validation_end"
+
+    def __init__(self, clock: WallClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self._validating = False
+
+    def start(self, action_name: str) -> None:
+        super().start(action_name)
+        if action_name == TRAIN_FETCH_ACTION:
+            self._end_validation()
+            self.clock.enter("data_wait")
+        elif action_name.endswith(".on_validation_start") and not self._validating:
+            self._validating = True
+            self.clock.enter("validation")
+        elif action_name == self.CHECKPOINT_ACTION:
+            self.clock.enter("checkpoints")
+        elif self._is_data_hook(action_name):
+            self.clock.enter("data")
+
+    def stop(self, action_name: str) -> None:
+        super().stop(action_name)
+        if action_name == TRAIN_FETCH_ACTION:
+            self.clock.exit("data_wait")
+        elif action_name.startswith("[Strategy]") and action_name.endswith(self.VALIDATION_END):
+            self._end_validation()
+        elif action_name == self.CHECKPOINT_ACTION:
+            self.clock.exit("checkpoints")
+        elif self._is_data_hook(action_name):
+            self.clock.exit("data")
+
+    def teardown(self, stage: str | None) -> None:
+        self._end_validation()
+        super().teardown(stage)
+
+    def _end_validation(self) -> None:
+        if self._validating:
+            self._validating = False
+            self.clock.exit("validation")
+
+    def _is_data_hook(self, action_name: str) -> bool:
+        return action_name.startswith("[LightningDataModule]") and action_name.rsplit(".", 1)[-1] in self.DATA_HOOKS
 
 
 class ValidationHistory(L.Callback):

@@ -31,7 +31,7 @@ def _train(args: argparse.Namespace) -> int:
             run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name,
             tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams, tb_scope=args.tb_scope,
             tb_views=json.loads(Path(args.tb_views).read_text()) if args.tb_views else None,
-            progress_every=args.progress_every,
+            progress_every=args.progress_every, from_process_start=True,  # this process is the run's: its start-up counts
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         if rank_zero_only.rank == 0:
@@ -53,7 +53,7 @@ def _matrix(args: argparse.Namespace) -> int:
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
     return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs, launcher=args.launcher,
-                      cluster_options=options, reuse_stale=args.reuse_stale, dry_run=args.dry_run)
+                      cluster_options=options, reuse_stale=args.reuse_stale, dry_run=args.dry_run, from_process_start=True)
 
 
 def _report(args: argparse.Namespace) -> int:

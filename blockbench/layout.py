@@ -5,7 +5,7 @@ reads back, the path of a cell's folder, the failure record, and the atomic writ
 
     results/<matrix>/
         matrix.yaml                   MATRIX_FILE: the runner's copy of the matrix file (the report reads its settings)
-        matrix_run.json               RUN_FILE: the command and wall time of the last run
+        matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
         plots/<task>.png              PLOTS_DIR
         tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.tensorboard_run_names)

@@ -60,6 +60,7 @@ from .progress import format_duration
 from .provenance import code_fingerprint
 from .report import write_report
 from .tensorboard import matrix_views, publish_views
+from .walltime import MATRIX_PARTS, WallClock
 
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
 NON_VARIANT_AXES = ("task", "task.name", "seed")
@@ -389,13 +390,21 @@ def describe_outcome(result: dict[str, Any]) -> str:
 
 
 def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int = 1, launcher: str = "local",
-               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False, dry_run: bool = False) -> int:
+               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False, dry_run: bool = False,
+               from_process_start: bool = False) -> int:
     """Run every cell of the matrix at ``path``: here, ``jobs`` at a time, or as cluster jobs
     (``launcher``: "slurm", or "submitit-local" to try the job path on this machine). Cells with a
     result of the same config and code are reused (see :func:`blockbench.plan.reuse_earlier`; all
     are retrained with ``force``). Write the summary and return the exit code: 1 if a cell failed (a
     diverged cell is a finding, not a failure). ``dry_run``: print each cell's status and the time
-    estimate (:func:`print_plan`), write nothing and train nothing."""
+    estimate (:func:`print_plan`), write nothing and train nothing. ``from_process_start``: this process
+    is the matrix's own (``blockbench matrix``), so its wall time counts from the process start.
+
+    ``matrix_run.json`` records where the wall time went: the matrix's own parts (:data:`MATRIX_PARTS`:
+    planning, TensorBoard views, the peak FLOP/s probe, the cells, the report) and each trained cell's
+    seconds as seen from here (see :func:`finish_matrix`)."""
+    clock = WallClock(from_process_start=from_process_start)
+    clock.enter("planning")
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: run at least one cell at a time")
     path = Path(path)
@@ -407,16 +416,17 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     estimator.add_results(cells, matrix_dir)
     if dry_run:
         return print_plan(matrix.name, matrix_dir, plans, estimator, jobs)
+    clock.exit("planning")
     matrix_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(matrix_dir / MATRIX_FILE, path.read_text())
     # TensorBoard: the HParams columns (every varied key, every task's metrics, the speed figures) and one
     # chart per task and metric, which every cell's run carries; runs of earlier cells get them if they changed
     tasks = {cell.task: (cell.run.task.metrics, cell.run.task.throughput_unit) for cell in cells}
-    publish_views(matrix_dir / TB_DIR, matrix_views([cell.hparams for cell in cells], tasks), [cell.tb_run for cell in cells],
-                  renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells})
+    with clock.part("tensorboard_views"):
+        publish_views(matrix_dir / TB_DIR, matrix_views([cell.hparams for cell in cells], tasks), [cell.tb_run for cell in cells],
+                      renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells})
     say(f"matrix {matrix.name}: {len(cells)} cells -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else "")
         + f"; {describe_total(plans, estimator, jobs)}")
-    start = time.perf_counter()
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     for plan in plans:
         if plan.detail and (not plan.trains or plan.status != "resumable"):  # resuming is said when the cell starts
@@ -424,15 +434,19 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     todo = [(plan.n, plan.cell) for plan in plans if plan.trains]
     if launcher != "local":
         cluster = {"slurm": "slurm", "submitit-local": "local"}[launcher]
-        failed = run_cells_as_jobs(todo, len(cells), matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force)
-        return finish_matrix(matrix_dir, matrix.name, f"blockbench matrix {path} --launcher {launcher}" + stale_flag, start, len(todo), failed)
+        with clock.part("cells"):
+            failed = run_cells_as_jobs(todo, len(cells), matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force)
+        return finish_matrix(matrix_dir, matrix.name, f"blockbench matrix {path} --launcher {launcher}" + stale_flag, clock,
+                             len(todo), failed)
     failed: list[str] = []
     slots = job_slots(jobs)
-    resolve_peaks([cell for _, cell in todo], slots[0].threads)  # before any cell starts: one MFU denominator
+    with clock.part("peak_probe"):
+        resolve_peaks([cell for _, cell in todo], slots[0].threads)  # before any cell starts: one MFU denominator
     free_slots = queue.SimpleQueue()
     for slot in slots:
         free_slots.put(slot)
     progress = MatrixProgress([plan for plan in plans if plan.trains], estimator, jobs)
+    cell_times: list[dict[str, Any]] = []  # each trained cell's seconds as seen from here, in the order they ended
 
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
@@ -446,12 +460,14 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
             result = run_cell(cell, matrix_dir, path, slot=slot, log_file=log_file, fresh=force)
             if result["status"] == "failed":
                 failed.append(cell.key)
-            took = progress.finish(n, result)
+            took = progress.finish(n, result)  # its process, spawn to exit, and the few file writes around it
+            cell_times.append({"key": cell.key, "seconds": round(took, 2)})
             say(f"{prefix}: {describe_outcome(result)} in {format_duration(took)}  |  {progress.describe()}")
         finally:
             free_slots.put(slot)
 
     pool = ThreadPoolExecutor(max_workers=jobs)
+    clock.enter("cells")
     try:
         for future in [pool.submit(run, n, cell) for n, cell in todo]:
             future.result()
@@ -461,16 +477,36 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
               "run the same command again to continue", stream=sys.stderr)
         return 130
     pool.shutdown()
+    clock.exit("cells")
     command = f"blockbench matrix {path}" + (f" --jobs {jobs}" if jobs > 1 else "") + stale_flag
-    return finish_matrix(matrix_dir, matrix.name, command, start, len(todo), failed)
+    return finish_matrix(matrix_dir, matrix.name, command, clock, len(todo), failed, cell_times=cell_times, jobs=jobs)
 
 
-def finish_matrix(matrix_dir: Path, name: str, command: str, start: float, trained: int, failed: list[str]) -> int:
-    """Record the run, write the summary, and return the exit code (1 if a cell failed)."""
-    elapsed = time.perf_counter() - start
-    say(f"matrix {name} finished in {format_duration(elapsed)}")
-    write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(elapsed, 1), "cells_trained": trained})
-    print(write_report(matrix_dir))
+def finish_matrix(matrix_dir: Path, name: str, command: str, clock: WallClock, trained: int, failed: list[str], *,
+                  cell_times: list[dict[str, Any]] | None = None, jobs: int = 1) -> int:
+    """Record the run in ``matrix_run.json``, write the summary, and return the exit code (1 if a cell failed).
+
+    The record holds the run's wall time (``wall_time_s``) and where it went (``wall_time_breakdown``:
+    :data:`MATRIX_PARTS`, ``startup`` before :func:`run_matrix` and ``other`` the rest), the cells trained
+    at once (``jobs``) and, for local cells, each one's seconds from here (``cells``: key, seconds),
+    which the summary compares with the training steps the cells recorded. It is written before the
+    report (a report that fails leaves the run recorded) and again once the report is rendered, with
+    its time, before the report reads it for the summary's header."""
+    say(f"matrix {name} finished in {format_duration(clock.elapsed())}")
+
+    def record_run() -> None:
+        breakdown = clock.breakdown(MATRIX_PARTS)
+        write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(breakdown["total"], 1),
+                                           "cells_trained": trained, "jobs": jobs, "wall_time_breakdown": breakdown,
+                                           "cells": cell_times})
+
+    def report_rendered() -> None:
+        clock.exit("report")
+        record_run()
+
+    record_run()
+    clock.enter("report")
+    print(write_report(matrix_dir, before_header=report_rendered))
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

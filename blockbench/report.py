@@ -28,6 +28,7 @@ import math
 import statistics
 import urllib.parse
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from .stats import (
     time_to_target,
     with_diverged,
 )
+from .walltime import CELL_PARTS, MATRIX_PARTS
 
 __all__ = ["Group", "load_groups", "mean_std", "write_report"]
 
@@ -175,8 +177,12 @@ def load_groups(matrix_dir: Path) -> list[Group]:
     return sorted(groups.values(), key=lambda g: g.index)
 
 
-def write_report(matrix_dir: Path) -> str:
-    """Write ``summary.md``, ``summary.csv`` and the plots for ``matrix_dir``; return the markdown."""
+def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None = None) -> str:
+    """Write ``summary.md``, ``summary.csv`` and the plots for ``matrix_dir``; return the markdown.
+
+    ``before_header`` is called once the task sections and plots are done, before ``matrix_run.json``
+    is read for the header and the wall-time section: the matrix runner records the report's own time
+    there, so that the summary it writes shows it, as does every later ``blockbench report``."""
     matrix_dir = Path(matrix_dir)
     settings = MatrixSettings.load(matrix_dir)
     groups = load_groups(matrix_dir)
@@ -185,7 +191,7 @@ def write_report(matrix_dir: Path) -> str:
         by_task[group.task].append(group)
     baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
 
-    lines = _header(matrix_dir, settings, groups)
+    lines: list[str] = []
     sections = [TaskSection(matrix_dir, task, task_groups, baseline_variant, settings)
                 for task, task_groups in by_task.items()]
     # one family: every comparison of the matrix (task x variant x metric) that has a p-value
@@ -212,28 +218,130 @@ def write_report(matrix_dir: Path) -> str:
         lines += [f"- `{g.task}/{g.variant}/seed{r.get('seed', '?')}`: {r.get('error', 'no error recorded')}" for g, r in failures]
         lines.append("")
 
-    markdown = "\n".join(lines)
+    if before_header is not None:
+        before_header()
+    run_file = matrix_dir / RUN_FILE  # written by the runner: the command, its wall time and where it went
+    run = json.loads(run_file.read_text()) if run_file.is_file() else None
+    lines += _wall_time_section(run, groups)
+    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + lines)
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
     return markdown
 
 
-def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group]) -> list[str]:
+def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run: dict[str, Any] | None) -> list[str]:
     results = [r for g in groups for r in g.results]
     counts = {status: sum(len(getattr(g, status)) for g in groups) for status in ("ok", "diverged", "failed")}
     machines = sorted({r["machine"] for r in results if "machine" in r})
     lines = [f"# {matrix_dir.name}", ""]
     if settings.description:
         lines += [settings.description, ""]
-    run_file = matrix_dir / RUN_FILE  # written by the runner: the command and its wall time
-    if run_file.is_file():
-        run = json.loads(run_file.read_text())
-        lines.append(f"Command: `{run['command']}` (last run: {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained)  ")
+    if run is not None:
+        share = _training_share(run, groups)
+        share_text = "" if share is None else f"; training steps {share[0]:.0%} of the wall time" + (
+            f" of {share[2]} parallel slots" if share[2] > 1 else "")
+        lines.append(f"Command: `{run['command']}` (last run: {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells "
+                     f"trained{share_text})  ")
     lines.append(f"Cells: {len(results)} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  ")
     lines += [f"Machine: {m}  " for m in machines]
     lines += [f"Code: {c}  " for c in _code_versions(results)]
     lines.append("")
     return lines
+
+
+#: the parts of a cell's wall time (``result.json`` ``wall_time_breakdown``) and their columns in the summary
+CELL_TIME_COLUMNS = {part: part.replace("_", " ") for part in ("startup", *CELL_PARTS, "other", "total")}
+#: the matrix's own parts (``matrix_run.json`` ``wall_time_breakdown``, all but its cells) as the summary names them
+MATRIX_TIME_NAMES = {part: {"tensorboard_views": "TensorBoard views", "peak_probe": "peak FLOP/s probe",
+                            "report": "this report"}.get(part, part.replace("_", " "))
+                     for part in ("startup", *MATRIX_PARTS, "other") if part != "cells"}
+
+
+def _cell_key(group: Group, result: dict[str, Any]) -> str:
+    """``task/variant/seed<k>``: a result's cell as the runner names it (``matrix_run.json`` ``cells``)."""
+    return f"{group.task}/{group.variant}/seed{result.get('seed', '?')}"
+
+
+def _last_run_cells(run: dict[str, Any], groups: list[Group]) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+    """Each cell the last run trained, as the runner timed it (key, seconds), with the breakdown its
+    result recorded (empty if none: a failed cell); None when the run did not time its cells (an
+    older run, or cells run as cluster jobs)."""
+    if not run.get("cells") or not run.get("wall_time_breakdown"):
+        return None
+    results = {_cell_key(g, r): r for g in groups for r in g.results}
+    return [(cell, (results.get(cell["key"]) or {}).get("wall_time_breakdown") or {}) for cell in run["cells"]]
+
+
+def _training_share(run: dict[str, Any], groups: list[Group]) -> tuple[float, float, int] | None:
+    """The last run's training steps as a share of its wall time, their seconds, and the slots the
+    wall time was shared by: with N cells at a time (``--jobs N``) the share is of N x the wall time,
+    the time the slots could have trained."""
+    cells, total = _last_run_cells(run, groups), (run.get("wall_time_breakdown") or {}).get("total")
+    if cells is None or not total:
+        return None
+    steps = sum(breakdown.get("train_steps") or 0.0 for _, breakdown in cells)
+    slots = max(1, min(int(run.get("jobs") or 1), len(cells)))
+    return steps / (slots * total), steps, slots
+
+
+def _wall_time_section(run: dict[str, Any] | None, groups: list[Group]) -> list[str]:
+    """``Where the time went``: per task, the mean seconds of each part of its cells' wall time, and
+    the last run's cells and the matrix's own parts (nothing for results recorded before the breakdown)."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for group in groups:
+        for result in group.results:
+            if result.get("wall_time_breakdown"):
+                by_task.setdefault(group.task, []).append(result["wall_time_breakdown"])
+    if not by_task:
+        return []
+    records = [record for task_records in by_task.values() for record in task_records]
+    resumed = sum(1 for record in records if record.get("resumed"))
+    no_startup = sum(1 for record in records if record.get("startup") is None)
+    lines = [
+        "## Where the time went", "",
+        "Seconds per cell, mean over each task's cells: startup from the process start to training (interpreter, imports, "
+        "config), build the model and data module (with the real-data tasks' data: they size the model by it), data "
+        "their generation or reading (`prepare_data`, `setup`, data loaders), data wait the training loop's waits for "
+        "batches, train steps the optimizer steps (forward, backward, optimizer), validation every validation run, "
+        "checkpoints their saves, other the rest (Lightning's set-up and teardown, logging, the FLOP count, a peak FLOP/s "
+        "probe the cell ran itself, loading a checkpoint to resume, the result); "
+        "total from the process start to the result."
+        + (f" {resumed} resumed cell(s) count their last process only." if resumed else "")
+        + (f" {no_startup} cell(s) have no start-up time (not run as a process of their own, or not on Linux): their "
+           "total starts at training." if no_startup else ""),
+        "",
+    ]
+    lines += _table_head(["task", "cells", *CELL_TIME_COLUMNS.values()])
+    for task, task_records in by_task.items():
+        means = []
+        for part in CELL_TIME_COLUMNS:
+            values = [record[part] for record in task_records if record.get(part) is not None]
+            means.append(f"{statistics.fmean(values):,.1f}" if values else "–")
+        lines.append(_row([task, str(len(task_records)), *means]))
+    lines.append("")
+    return lines + _last_run_lines(run, groups)
+
+
+def _last_run_lines(run: dict[str, Any] | None, groups: list[Group]) -> list[str]:
+    """The last run's wall time: its cells' processes as the runner saw them (with the time after they
+    wrote their results, which their breakdown cannot hold), their training steps, and the matrix's own parts."""
+    breakdown = (run or {}).get("wall_time_breakdown")
+    if not breakdown:
+        return []
+    own = ", ".join(f"{name} {breakdown[part]:,.1f} s" for part, name in MATRIX_TIME_NAMES.items()
+                    if breakdown.get(part) is not None)
+    text = f"The last run took {breakdown['total']:,.1f} s"
+    cells, share = _last_run_cells(run, groups), _training_share(run, groups)
+    if cells and share is not None:
+        fraction, steps, slots = share
+        seconds = sum(cell["seconds"] for cell, _ in cells)
+        # a breakdown from the process start (all but off Linux) ends where the process wrote its result
+        after = sum(cell["seconds"] - recorded["total"] for cell, recorded in cells if recorded.get("startup") is not None)
+        at_once = f", {slots} at a time" if slots > 1 else ""
+        text += (f": {len(cells)} cells{at_once}, whose processes took {seconds:,.1f} s from start to exit ({after:,.1f} s "
+                 f"of it after they wrote their results: shutting down), {steps:,.1f} s of it training steps "
+                 f"({fraction:.0%} of the wall time{' of the slots' if slots > 1 else ''}; outside them {1 - fraction:.0%})")
+    return [text + f"; the matrix's own parts: {own}.", ""]
 
 
 def _code_versions(results: list[dict[str, Any]]) -> list[str]:

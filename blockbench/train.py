@@ -22,6 +22,7 @@ from .perf import final_figures
 from .progress import StepProgress, quiet_lightning
 from .provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
 from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
+from .walltime import CELL_PARTS, WallClock
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, 
 def train(
     run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None,
     tb_scope: str | None = None, tb_views: Views | None = None,
-    extra_callbacks: Sequence[L.Callback] = (), progress_every: int | None = None,
+    extra_callbacks: Sequence[L.Callback] = (), progress_every: int | None = None, from_process_start: bool = False,
 ) -> dict[str, Any]:
     """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
@@ -74,11 +75,14 @@ def train(
     ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.tensorboard`);
     ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``);
     ``progress_every``: the steps between progress lines when stdout is not a terminal (see
-    :class:`blockbench.progress.StepProgress`).
+    :class:`blockbench.progress.StepProgress`); ``from_process_start``: this process is the run's own
+    (``blockbench train``), so its ``wall_time_breakdown`` counts from the process start (see
+    :class:`blockbench.walltime.WallClock`).
 
     An interrupted run of the same config and code resumes from ``out_dir/checkpoints/last.ckpt``; a run
     whose loss diverges is stopped and recorded with status ``diverged``.
     """
+    clock = WallClock(from_process_start=from_process_start)  # first: what came before is the start-up
     task_cfg, cfg = run.task, run.trainer
     is_rank_zero = rank_zero_only.rank == 0  # known before the Trainer: launched processes carry their rank
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -94,7 +98,7 @@ def train(
     resume_from, resumed_step = resume.checkpoint, resume.step
     if is_rank_zero and (resume.error or resume.note):
         print(f"blockbench: {resume.error or resume.note}", file=sys.stderr, flush=True)
-    perf = PerformanceMonitor(task_cfg.throughput_unit, peak_tflops=cfg.peak_tflops)
+    perf = PerformanceMonitor(task_cfg.throughput_unit, peak_tflops=cfg.peak_tflops, clock=clock)
     history = ValidationHistory([m.name for m in task_cfg.metrics])
     guard = DivergenceGuard(cfg.divergence_threshold)
     # perf before history: its peak FLOP/s probe at the start of training is not training time
@@ -127,7 +131,7 @@ def train(
         use_distributed_sampler=False,  # the datamodules shard training and validation data themselves
         logger=logger,
         callbacks=callbacks,
-        profiler=perf.data_wait,  # times the loop's waits for training batches
+        profiler=perf.data_wait,  # times the loop's waits for training batches, and the parts of the wall time
         enable_checkpointing=False,  # no ModelCheckpoint: StepCheckpoint writes the checkpoints
         enable_model_summary=False,
         default_root_dir=str(out_dir),
@@ -137,7 +141,9 @@ def train(
         print(f"batch: global {cfg.batch_size} = {trainer.world_size} process(es) x {per_device_batch} per process "
               f"x {cfg.accumulate_grad_batches} accumulation step(s)", flush=True)
     L.seed_everything(run.seed, workers=True, verbose=False)
-    module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch)
+    with clock.part("build"):  # the real-data tasks prepare their data here: the model's vocabulary depends on it
+        module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps,
+                                            batch_size=per_device_batch)
     if resume_from and trainer.is_global_zero:
         print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
     try:
@@ -168,6 +174,7 @@ def train(
         "resumed_from_step": resumed_step or None,
         "resume_error": resume.error,  # a checkpoint that could not be loaded: this run started over
         "wall_time_s": round(history.elapsed(), 2),
+        "wall_time_breakdown": None,  # set last, just before the result is written
         "parameters": module.n_parameters,
         "throughput": round(perf.per_second, 1),  # all processes together
         "throughput_per_process": round(perf.per_second_per_process, 1),
@@ -188,6 +195,9 @@ def train(
         log_cell_hparams(logger, hparams or {}, final, primary=f"val/{task_cfg.metrics[0].name}", status=result["status"],
                          step=trainer.global_step)
         logger.close()
+    # this process's time (a resumed run: since it resumed) until the result is written
+    result["wall_time_breakdown"] = clock.breakdown(CELL_PARTS, resumed=bool(resumed_step))
+    if trainer.is_global_zero:
         write_json(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 import re
 import subprocess
 import sys
@@ -11,6 +13,20 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+
+#: a copy of github.com/karpathy/nanoGPT's model.py to test the loader with (never part of the repo)
+NANOGPT = Path("/tmp/nanogpt/model.py")
+
+
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as its own folder's scripts import each other."""
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    return importlib.import_module(name)
+
+
+def parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # a tied matrix counts once
 
 
 def run_script(*args: str, cwd: Path) -> str:
@@ -22,16 +38,20 @@ def run_script(*args: str, cwd: Path) -> str:
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
     """One short round of the encoder-decoder shape (torch.nn.Transformer needs no extra package):
-    both implementations count the same model FLOPs (their configurations match), and the report
-    has the ratio row and the raw JSON."""
+    both implementations count the same model FLOPs (their configurations match), the report has
+    the ratio row (one round: no interval, and it says so) and the JSON the machine and the runs."""
     out = tmp_path / "throughput.md"
     run_script(str(REPO / "benchmarks" / "throughput.py"), "--shapes", "seq2seq", "--dtypes", "fp32", "--rounds", "1",
                "--warmup", "0", "--min-steps", "1", "--max-steps", "1", "--min-seconds", "0", "--peak-tflops", "1",
                "--out", str(out), cwd=tmp_path)
-    records = {r["impl"]: r for r in json.loads(out.with_suffix(".json").read_text())}
+    summary = json.loads(out.with_suffix(".json").read_text())
+    records = {r["impl"]: r for r in summary["runs"]}
     assert set(records) == {"blockbench_seq2seq", "torch_transformer"}
     assert records["blockbench_seq2seq"]["flops_per_step"] == records["torch_transformer"]["flops_per_step"] > 0
-    assert re.search(r"\| seq2seq \| fp32 \| \d+ \| torch_transformer \| \d+ \| \*\*\d+\.\d\d\*\* \|", out.read_text())
+    assert all(r["cpu_capability"] == summary["machine"]["cpu_capability"] for r in records.values())
+    assert re.search(r"\| seq2seq \| fp32 \| \d+ \| torch_transformer \| \d+ \| \*\*\d+\.\d\d\*\* \| – \| "
+                     r"no interval \(1 round\) \|", out.read_text())
+    assert [(r["reference"], r["rounds"], r["low"]) for r in summary["ratios"]] == [("torch_transformer", 1, None)]
 
 
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
@@ -78,3 +98,202 @@ def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path
     counts = {name: int(count.replace(",", "")) for name, count in counts.items()}
     assert set(counts) == {"blockbench_vit", "timm_vit", "hf_vit"}, counts
     assert counts["timm_vit"] == counts["hf_vit"] == counts["blockbench_vit"] + 128, counts
+
+
+# --------------------------------------------------------------------------- nanoGPT and litgpt
+def _build(name: str, dims, sources=None):
+    import torch
+
+    impl = benchmark_module("implementations").IMPLEMENTATIONS[name]
+    torch.manual_seed(0)
+    return impl.make(torch, torch.Generator().manual_seed(0), dims, sources)
+
+
+@pytest.mark.skipif(not NANOGPT.is_file(), reason=f"no copy of nanoGPT's model.py at {NANOGPT}")
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_nanogpt_is_imported_from_the_path_given_and_built_at_the_gpt_shape(where):
+    """nanoGPT's model.py is loaded from the user's path (the file or its folder), not from the repo;
+    at the GPT shape it has exactly blockbench's parameter count, and its loss is what its own
+    forward computes from targets: F.cross_entropy on its logits."""
+    import torch
+    import torch.nn.functional as F
+
+    implementations = benchmark_module("implementations")
+    shape = benchmark_module("throughput").SHAPES["lm_gpt"]
+    path = NANOGPT if where == "file" else NANOGPT.parent
+    module = implementations.load_nanogpt(path)
+    assert Path(module.__file__) == NANOGPT.resolve()
+    assert _build("nanogpt", shape.dims, {"nanogpt": path}).model.__class__ is module.GPT
+    ours = _build("blockbench", shape.dims).model
+    theirs = _build("nanogpt", shape.dims, {"nanogpt": path})
+    assert parameters(theirs.model) == parameters(ours) == 5_322_240 and theirs.param_difference == 0
+    assert theirs.model.config.block_size == shape.dims.seq_len and theirs.model.config.dropout == 0.0
+
+    tiny = implementations.Dims(d_model=32, n_layers=1, n_heads=2, d_ff=128, batch=2, vocab=64, seq_len=8)
+    run = _build("nanogpt", tiny, {"nanogpt": path})
+    inputs, targets = run.batch
+    logits, _ = run.model(inputs, targets)
+    torch.testing.assert_close(run.loss(run.model, run.batch), F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
+
+
+def test_nanogpt_without_a_path_is_not_run_with_a_line_that_says_how(tmp_path):
+    implementations = benchmark_module("implementations")
+    nanogpt = implementations.IMPLEMENTATIONS["nanogpt"]
+    why = nanogpt.unavailable({"nanogpt": None})
+    assert why and "--nanogpt PATH" in why and "\n" not in why
+    assert implementations.missing_packages([nanogpt]) == []  # skipped, not an error
+    with pytest.raises(FileNotFoundError, match="--nanogpt PATH"):
+        implementations.load_nanogpt(tmp_path)  # a folder without model.py
+    (tmp_path / "model.py").write_text("x = 1\n")
+    with pytest.raises(ImportError, match="not nanoGPT's model.py"):
+        implementations.load_nanogpt(tmp_path)
+
+
+def test_litgpt_is_skipped_with_a_line_when_it_is_not_installed():
+    """litgpt cannot share constraints.txt's environment (huggingface-hub): a run without it goes on."""
+    implementations = benchmark_module("implementations")
+    for name in ("litgpt_gpt", "litgpt_llama"):
+        litgpt = implementations.IMPLEMENTATIONS[name]
+        assert implementations.missing_packages([litgpt]) == []
+        why = litgpt.unavailable()
+        assert (why is None) == implementations.importable("litgpt")
+        assert why is None or "pip install litgpt" in why
+
+
+def test_litgpt_builders_match_the_gpt_and_llama_shapes():
+    """litgpt's GPT at the GPT shape: blockbench's parameters less the learned position table,
+    which litgpt has not (RoPE), tied like its pretrain.py ties; at the Llama shape exactly ours.
+    The loss is litgpt's chunked_cross_entropy, the mean F.cross_entropy over all tokens."""
+    pytest.importorskip("litgpt", reason="litgpt is not installed (no release installs beside constraints.txt)")
+    import torch
+    import torch.nn.functional as F
+
+    shapes = benchmark_module("throughput").SHAPES
+    gpt, llama = shapes["lm_gpt"].dims, shapes["lm_llama"].dims
+    litgpt_gpt = _build("litgpt_gpt", gpt)
+    assert parameters(litgpt_gpt.model) - parameters(_build("blockbench", gpt).model) == -gpt.seq_len * gpt.d_model
+    assert litgpt_gpt.param_difference == -gpt.seq_len * gpt.d_model
+    config = litgpt_gpt.model.config
+    assert litgpt_gpt.model.transformer.wte.weight is litgpt_gpt.model.lm_head.weight
+    assert (config.norm_class_name, config.mlp_class_name, config.bias, config.parallel_residual,
+            config.intermediate_size, config.padded_vocab_size) == ("LayerNorm", "GptNeoxMLP", True, False, 1024, 8192)
+    litgpt_llama = _build("litgpt_llama", llama)
+    assert parameters(litgpt_llama.model) == parameters(_build("blockbench_llama", llama).model) == 7_145_728
+    config = litgpt_llama.model.config
+    assert (config.norm_class_name, config.mlp_class_name, config.bias, config.n_query_groups, config.rope_n_elem) == (
+        "RMSNorm", "LLaMAMLP", False, 2, llama.d_model // llama.n_heads)
+
+    tiny = benchmark_module("implementations").Dims(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=128,
+                                                   batch=2, vocab=512, seq_len=8)
+    run = _build("litgpt_llama", tiny)
+    rows = run.batch[0]
+    expected = F.cross_entropy(run.model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
+    torch.testing.assert_close(run.loss(run.model, run.batch), expected)
+
+
+# ------------------------------------------------------------------------------------- ratios
+def test_ratio_interval_against_a_hand_computed_example_and_the_tie_rule():
+    """Three rounds whose ratios (theirs / ours per round) are 1.2, 1.1 and 1.3: logs 0.18232, 0.09531
+    and 0.26236, mean 0.18000, sd 0.08355; t(0.975, 2 dof) = 4.3027, half width 4.3027 * 0.08355 /
+    sqrt(3) = 0.20755; exp gives the geometric mean 1.1972 = 1.716^(1/3) and the interval
+    0.9728-1.4734, which includes 1: a tie. Ratios 1.2, 1.25 and 1.3 (sd 0.04002): 1.1311-1.3799, faster."""
+    throughput = benchmark_module("throughput")
+    tie = throughput.ratio_interval({0: 100.0, 1: 110.0, 2: 90.0}, {0: 120.0, 1: 121.0, 2: 117.0})
+    assert (tie.ratio, tie.low, tie.high) == pytest.approx((1.716 ** (1 / 3), 0.97282, 1.47337), rel=1e-4)
+    assert tie.rounds == 3 and tie.verdict == "tie"
+    faster = throughput.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {0: 120.0, 1: 125.0, 2: 130.0})
+    assert (faster.ratio, faster.low, faster.high) == pytest.approx((1.24933, 1.13109, 1.37993), rel=1e-4)
+    assert faster.verdict == "faster"
+    slower = throughput.ratio_interval({0: 120.0, 1: 125.0, 2: 130.0}, {0: 100.0, 1: 100.0, 2: 100.0})
+    assert (slower.low, slower.high) == pytest.approx((1 / 1.37993, 1 / 1.13109), rel=1e-4) and slower.verdict == "slower"
+    # rounds pair by index: round 3 has no partner; a single round has no interval and no verdict
+    paired = throughput.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {1: 125.0, 2: 130.0, 3: 500.0})
+    assert paired.rounds == 2 and paired.ratio == pytest.approx(math.sqrt(1.25 * 1.3))
+    single = throughput.ratio_interval({0: 100.0}, {0: 150.0})
+    assert (single.ratio, single.low, single.high, single.verdict) == (1.5, None, None, "no interval (1 round)")
+
+
+def _merged(impl: str, shape: str, round_ms: list[float], parameters: int, difference: int = 0) -> dict:
+    median = sorted(round_ms)[len(round_ms) // 2]
+    return {"impl": impl, "shape": shape, "dtype": "fp32", "device": "cpu", "flops_per_step": 1e9,
+            "parameters": parameters, "items": 4096, "note": f"{impl} note", "param_difference": difference,
+            "param_difference_why": "no learned position table" if difference else "", "cpu": "x",
+            "cpu_capability": "AVX2", "steps": 3 * len(round_ms), "step_ms_median": median, "step_ms_min": min(round_ms),
+            "step_ms_max": max(round_ms), "round_medians_ms": round_ms, "rounds": list(range(len(round_ms))),
+            "throughput": 4096 / median * 1e3, "achieved_tflops": 1e9 / median / 1e9, "peak_tflops": 1.0}
+
+
+def test_report_calls_a_ratio_whose_interval_includes_one_a_tie_and_checks_parameter_counts():
+    """The report's table from merged runs: the fastest reference (the lowest median) with the
+    interval of the hand-computed example above and "tie", never "faster"; a reference whose
+    parameter count differs from ours by more than its builder explains is flagged."""
+    throughput = benchmark_module("throughput")
+    results = [_merged("blockbench", "lm_gpt", [100.0, 110.0, 90.0], 5_322_240),
+               _merged("nanogpt", "lm_gpt", [120.0, 121.0, 117.0], 5_322_240),
+               _merged("hf_gpt2", "lm_gpt", [140.0, 150.0, 130.0], 5_322_241),
+               _merged("litgpt_gpt", "lm_gpt", [150.0, 150.0, 150.0], 5_256_704, difference=-65_536)]
+    args = throughput.build_parser().parse_args(["--rounds", "3"])
+    machine = {"device": "cpu", "gpu": None, "cpu": "AMD EPYC", "cpu_capability": "AVX2", "native_bf16": False,
+               "logical_cpus": 2, "torch_threads": 2, "torch": "2.14.1", "python": "3.11", "packages": "x"}
+    text = throughput.report(results, [], args, "cmd", machine, ["bf16 skipped: this CPU (AVX2) has no native bf16"])
+    assert "| lm_gpt | fp32 | 100 | nanogpt | 120 | **1.20** | 0.97–1.47 | tie |" in text
+    assert "faster" not in text.split("## Ours / every reference")[0]
+    assert "| lm_gpt | fp32 | litgpt_gpt | 150 | 1.51 | 1.17–1.93 | faster | -65,536 (no learned position table) |" in text
+    assert "| lm_gpt | fp32 | nanogpt | 120 | 1.20 | 0.97–1.47 | tie | same |" in text
+    assert "| hf_gpt2 | 140 | 1.40 | 1.31–1.51 | faster | **+1, expected +0**: the shapes do not match |" in text
+    assert "`torch.backends.cpu.get_cpu_capability()` = AVX2" in text and "CPU AMD EPYC" in text
+    assert "- bf16 skipped: this CPU (AVX2) has no native bf16" in text
+
+
+# ------------------------------------------------------------------------------------- bf16
+def _no_probe():
+    raise AssertionError("the capability and CPU flags decide: no probe")
+
+
+def test_bf16_is_skipped_with_a_note_where_the_cpu_has_no_native_bf16():
+    throughput = benchmark_module("throughput")
+    note = throughput.bf16_skip_note("AVX2", None, _no_probe)
+    assert note.startswith("bf16 skipped:") and "AVX2" in note and "emulated" in note and "\n" not in note
+    assert throughput.bf16_skip_note("NO AVX", None, _no_probe)
+    # "AVX512" says nothing about BF16: the CPU flags (AVX512-BF16 or AMX) decide
+    assert throughput.bf16_skip_note("AVX512", True, _no_probe) is None
+    assert "neither AVX512-BF16 nor AMX" in throughput.bf16_skip_note("AVX512", False, _no_probe)
+    # no flags (another architecture): a bf16 matmul timed against fp32
+    assert throughput.bf16_skip_note("SVE256", None, lambda: 0.6) is None
+    assert "12.5x" in throughput.bf16_skip_note("DEFAULT", None, lambda: 12.5)
+
+
+def test_the_real_probe_and_flags_agree_with_this_cpus_capability():
+    """On x86 the flags are known; a CPU whose capability is AVX2 has neither AVX512-BF16 nor AMX,
+    and its bf16 matmul is measurably slower than fp32 (emulated)."""
+    import platform
+
+    import torch
+
+    throughput = benchmark_module("throughput")
+    native = throughput.native_bf16_instructions()
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert native is not None
+    if torch.backends.cpu.get_cpu_capability() in throughput.NO_NATIVE_BF16:
+        assert native is False
+        assert throughput.bf16_matmul_slowdown(size=128) > throughput.EMULATED_BF16_SLOWDOWN
+
+
+def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_path, capsys):
+    """Only bf16 asked for on such a CPU: nothing is timed; the note is printed, in the report and
+    in the JSON, which records the CPU model and capability."""
+    import torch
+
+    throughput = benchmark_module("throughput")
+    capability = torch.backends.cpu.get_cpu_capability()
+    if throughput.bf16_skip_note(capability, throughput.native_bf16_instructions(), throughput.bf16_matmul_slowdown) is None:
+        pytest.skip("this CPU has native bf16: bf16 would run")
+    out = tmp_path / "throughput.md"
+    throughput.main(["--shapes", "seq2seq", "--dtypes", "bf16", "--rounds", "1", "--device", "cpu", "--out", str(out)])
+    printed = capsys.readouterr().out
+    note = next(line for line in printed.splitlines() if line.startswith("bf16 skipped:"))
+    assert "round 1/1" not in printed  # no run started
+    assert f"- {note}" in out.read_text()
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert note in summary["not_run"] and summary["runs"] == []
+    assert summary["machine"]["cpu_capability"] == capability and summary["machine"]["cpu"]
