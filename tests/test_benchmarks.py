@@ -297,3 +297,21 @@ def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_
     summary = json.loads(out.with_suffix(".json").read_text())
     assert note in summary["not_run"] and summary["runs"] == []
     assert summary["machine"]["cpu_capability"] == capability and summary["machine"]["cpu"]
+
+
+@pytest.mark.slow  # about a minute: two profiled steps of the ViT shape and of timm's
+def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_path):
+    """The profile of one step per implementation: the matmuls lead, each table's shares are a part
+    of the step (they sum to at most 100%), and the header names the command and the CPU capability."""
+    out = tmp_path / "profile.md"
+    run_script(str(REPO / "benchmarks" / "profile_step.py"), "--shapes", "vit", "--steps", "1", "--warmup", "1",
+               "--threads", "1", "--out", str(out), cwd=tmp_path)
+    text = out.read_text()
+    tables = re.split(r"^\*\*(\w+)\*\*", text, flags=re.M)[1:]
+    assert tables[0::2] == ["blockbench_vit", "timm_vit"], text
+    for body in tables[1::2]:
+        rows = re.findall(r"^\| `([\w:]+)` \| ([\d.]+) \| ([\d.]+)% \| (\d+) \|$", body, flags=re.M)
+        assert len(rows) == 12 and rows[0][0] in ("aten::mm", "aten::addmm"), body
+        assert sum(float(share) for _, _, share, _ in rows) <= 100.0 + 0.1 * len(rows)
+        assert [float(ms) for _, ms, _, _ in rows] == sorted((float(ms) for _, ms, _, _ in rows), reverse=True)
+    assert "python benchmarks/profile_step.py --shapes vit" in text and "get_cpu_capability()" in text
