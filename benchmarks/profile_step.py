@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     git = git_state()
+    command = " ".join(["python benchmarks/profile_step.py", *(argv if argv is not None else sys.argv[1:])])
     lines = ["# Where a training step's time goes", "",
-             f"Produced by `python benchmarks/profile_step.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip()
-             + f" on {datetime.date.today()} (code: {(git['commit'] or '?')[:12]}{' + uncommitted changes' if git['dirty'] else ''}).",
+             f"Produced by `{command}` on {datetime.date.today()} "
+             f"(code: {(git['commit'] or '?')[:12]}{' + uncommitted changes' if git['dirty'] else ''}).",
              "",
              f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}, "
              f"{args.threads} torch threads; torch {torch.__version__}, fp32",
