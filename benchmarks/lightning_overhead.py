@@ -13,9 +13,11 @@ same optimizer, schedule and gradient clipping, twice:
   checkpoints are switched off, so both loops do the same work.
 
 A step's time is one whole cycle of the loop, from the start of a step to the start of the next:
-fetching the batch, hooks and logging included. Both loops run back to back ``--repeats`` times,
-alternating which goes first; each repeat gives the ratio of their median cycles, and the overhead
-is the median of these paired ratios, so the slow and fast phases of a shared machine cancel.
+fetching the batch, hooks and logging included. Both loops run back to back, alternating which goes
+first; each repeat gives the ratio of their median cycles (paired, so the slow and fast phases of a
+shared machine cancel). The overhead is the geometric mean of these ratios with a 95% t interval over
+the repeats (``throughput.ratio_interval``, the same method as the speed table); repeats go on until
+that interval is narrower than ``--target-width`` (5 points) or ``--max-repeats`` is reached.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch  # noqa: E402
 
 from blockbench.config import build_run_config, load_yaml  # noqa: E402
 from blockbench.train import train  # noqa: E402
+from throughput import RATIO_METHOD, print_and_write, Ratio, code_note, machine_facts, ratio_interval  # noqa: E402
 
 
 class StepIntervalTimer(L.Callback):
@@ -98,54 +101,85 @@ def lightning_loop(task: str, steps: int, warmup: int, workdir: Path) -> list[fl
     return timer.intervals
 
 
+def measure_task(task: str, args: argparse.Namespace, workdir: Path) -> tuple[list[float], list[float], Ratio]:
+    """Repeat both loops on ``task`` until the overhead's interval is narrow enough: every cycle of
+    each loop, and Lightning's time over plain's with its interval over the paired repeats."""
+    plain, lightning, plain_ms, lightning_ms = [], [], {}, {}
+    for repeat in range(args.max_repeats):
+        # alternate which loop goes first, so a drift of the machine's speed cancels out
+        if repeat % 2 == 0:
+            p = plain_loop(task, args.steps, args.warmup)
+            q = lightning_loop(task, args.steps, args.warmup, workdir)
+        else:
+            q = lightning_loop(task, args.steps, args.warmup, workdir)
+            p = plain_loop(task, args.steps, args.warmup)
+        plain += p
+        lightning += q
+        plain_ms[repeat], lightning_ms[repeat] = statistics.median(p) * 1e3, statistics.median(q) * 1e3
+        ratio = ratio_interval(plain_ms, lightning_ms)  # Lightning's step time over plain's
+        width = None if ratio.low is None else ratio.high - ratio.low
+        print(f"{task} repeat {repeat + 1}: median plain {plain_ms[repeat]:.1f} ms/step, Lightning "
+              f"{lightning_ms[repeat]:.1f} ms/step; overhead so far {ratio.ratio - 1:+.1%}"
+              + ("" if width is None else f" ({ratio.low - 1:+.1%} to {ratio.high - 1:+.1%})"), flush=True)
+        if repeat + 1 >= args.min_repeats and width is not None and width < args.target_width:
+            break
+    return plain, lightning, ratio
+
+
+def overhead_verdict(ratio: Ratio, target: float) -> str:
+    """Within the target, above it, or not decided by this machine's noise."""
+    if ratio.high is None:
+        return "no interval (1 repeat)"
+    if ratio.high - 1 <= target:
+        return f"within {target:.0%}"
+    if ratio.low - 1 > target:
+        return f"above {target:.0%}"
+    return f"undecided (the interval spans {target:.0%})"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["lm", "translation", "vit"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--min-repeats", type=int, default=4)
+    parser.add_argument("--max-repeats", type=int, default=16)
+    parser.add_argument("--target-width", type=float, default=0.05,
+                        help="stop repeating once the 95%% interval of the overhead is narrower than this (0.05: 5 points)")
+    parser.add_argument("--target", type=float, default=0.02, help="the overhead the verdict column checks (0.02: 2%%)")
     parser.add_argument("--out", default="results/lightning_overhead.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
+    if args.min_repeats < 1 or args.max_repeats < args.min_repeats:
+        parser.error("--min-repeats must be at least 1 and at most --max-repeats")
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for task in args.tasks:
-            plain, lightning, ratios = [], [], []
-            for repeat in range(args.repeats):
-                # alternate which loop goes first, so a drift of the machine's speed cancels out
-                if repeat % 2 == 0:
-                    p = plain_loop(task, args.steps, args.warmup)
-                    q = lightning_loop(task, args.steps, args.warmup, Path(workdir))
-                else:
-                    q = lightning_loop(task, args.steps, args.warmup, Path(workdir))
-                    p = plain_loop(task, args.steps, args.warmup)
-                plain += p
-                lightning += q
-                ratios.append(statistics.median(q) / statistics.median(p))
-                print(f"{task} repeat {repeat + 1}: median plain {statistics.median(p) * 1e3:.1f} ms/step, "
-                      f"Lightning {statistics.median(q) * 1e3:.1f} ms/step", flush=True)
-            rows.append((task, statistics.median(plain), statistics.median(lightning), ratios))
+            plain, lightning, ratio = measure_task(task, args, Path(workdir))
+            rows.append((task, statistics.median(plain), statistics.median(lightning), ratio))
 
+    machine = machine_facts("cpu", torch.get_num_threads())
     command = "python benchmarks/lightning_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = ["# Lightning overhead per training step", "",
-             f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')} ({torch.get_num_threads()} torch threads). "
-             f"Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed, "
-             f"{args.repeats} repeats of both loops back to back (alternating which goes first). A step's time is one "
-             "cycle of the loop (batch fetch, hooks, logging, step); each repeat gives the ratio of the two loops' "
-             "median cycles, and the overhead is the median of those ratios (paired, so the machine's slow and fast "
-             "phases cancel).",
-             "", "| task | plain PyTorch ms/step | Lightning runner ms/step | overhead (median) | overhead of each repeat |",
-             "|---|---|---|---|---|"]
-    for task, plain, lightning, ratios in rows:
-        lines.append(f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {statistics.median(ratios) - 1:+.1%} | "
-                     f"{', '.join(f'{r - 1:+.1%}' for r in ratios)} |")
+             f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.", "",
+             f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
+             f"{machine['logical_cpus']} logical CPUs, {machine['torch_threads']} torch threads; torch {machine['torch']}, "
+             f"lightning {L.__version__}, Python {machine['python']}; fp32",
+             f"- Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed. "
+             "A step's time is one cycle of the loop (batch fetch, hooks, logging, step). Each repeat runs both loops "
+             "back to back (alternating which goes first) and gives the ratio of their median cycles; the overhead is "
+             f"the geometric mean of those paired ratios with a 95% interval over the repeats ({RATIO_METHOD}). "
+             f"Repeats go on until the interval is narrower than {args.target_width * 100:.0f} points "
+             f"({args.min_repeats} to {args.max_repeats} repeats).",
+             "", f"| task | plain PyTorch ms/step | Lightning runner ms/step | overhead | 95% interval | repeats | "
+                 f"target <= {args.target:.0%} |",
+             "|---|---|---|---|---|---|---|"]
+    for task, plain, lightning, ratio in rows:
+        interval = "–" if ratio.low is None else f"{ratio.low - 1:+.1%} to {ratio.high - 1:+.1%}"
+        lines.append(f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {ratio.ratio - 1:+.1%} | {interval} | "
+                     f"{ratio.rounds} | {overhead_verdict(ratio, args.target)} |")
     lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
+    print_and_write("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import IMPLEMENTATIONS, SHAPES  # noqa: E402  (benchmarks/, the script's folder)
+from throughput import IMPLEMENTATIONS, SHAPES, code_note  # noqa: E402  (benchmarks/, the script's folder)
 
 #: per shape: blockbench's implementation and the reference it is profiled next to (the fastest in
 #: the committed throughput run, or the one users pick)
@@ -35,8 +35,10 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_s
               "aten::mkldnn_convolution", "aten::linear", "aten::matmul")
 
 
-def profile(impl_name: str, shape: str, steps: int, warmup: int, threads: int, top: int) -> tuple[float, list[tuple[str, float, int]]]:
-    """(step time in ms, [(operator, self CPU ms per step, calls per step)]) of ``impl_name``, top ``top`` first."""
+def profile(impl_name: str, shape: str, steps: int, warmup: int, threads: int,
+            top: int) -> tuple[float, float, list[tuple[str, float, int]]]:
+    """(operator ms per step, of it in matrix products, [(operator, self CPU ms per step, calls per step)]) of
+    ``impl_name``, top ``top`` first."""
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -58,14 +60,21 @@ def profile(impl_name: str, shape: str, steps: int, warmup: int, threads: int, t
             step()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total_ms = sum(e.self_cpu_time_total for e in events) / 1000 / steps
+    matmul_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / 1000 / steps
     events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    return total_ms, [(e.key, e.self_cpu_time_total / 1000 / steps, e.count // steps) for e in events[:top]]
+    return total_ms, matmul_ms, [(e.key, e.self_cpu_time_total / 1000 / steps, e.count // steps) for e in events[:top]]
+
+
+def lead_bound(ours_matmul_ms: float, reference_total_ms: float) -> float:
+    """The most our throughput can exceed the reference's with the same matrix products (Amdahl): our
+    step if every other operator of ours took no time, against the reference's whole step."""
+    return reference_total_ms / ours_matmul_ms
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from blockbench.provenance import cpu_model, git_state
+    from blockbench.provenance import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(PAIRS), choices=list(PAIRS))
@@ -76,11 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/profile.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
 
-    git = git_state()
     command = " ".join(["python benchmarks/profile_step.py", *(argv if argv is not None else sys.argv[1:])])
     lines = ["# Where a training step's time goes", "",
-             f"Produced by `{command}` on {datetime.date.today()} "
-             f"(code: {(git['commit'] or '?')[:12]}{' + uncommitted changes' if git['dirty'] else ''}).",
+             f"Produced by `{command}` on {datetime.date.today()}{code_note()}.",
              "",
              f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}, "
              f"{args.threads} torch threads; torch {torch.__version__}, fp32",
@@ -90,15 +97,22 @@ def main(argv: list[str] | None = None) -> None:
              "above benchmarks/throughput.py's.", ""]
     for shape in args.shapes:
         lines += [f"## {shape}", "", SHAPES[shape].description, ""]
+        figures = {}
         for impl_name in PAIRS[shape]:
-            total, top = profile(impl_name, shape, args.steps, args.warmup, args.threads, args.top)
-            matmul = sum(ms for name, ms, _ in top if name in MATMUL_OPS)
-            lines += [f"**{impl_name}**: {total:.1f} ms of operator time per step; matrix products (among the top "
-                      f"{args.top}) {100 * matmul / total:.0f}%", "",
+            total, matmul, top = profile(impl_name, shape, args.steps, args.warmup, args.threads, args.top)
+            figures[impl_name] = (total, matmul)
+            lines += [f"**{impl_name}**: {total:.1f} ms of operator time per step; matrix products and attention "
+                      f"{matmul:.1f} ms ({100 * matmul / total:.0f}%)", "",
                       "| operator | ms / step | share | calls / step |", "|---|---|---|---|"]
             lines += [f"| `{name}` | {ms:.2f} | {100 * ms / total:.1f}% | {calls} |" for name, ms, calls in top]
             lines.append("")
             print(f"{shape}/{impl_name}: {total:.1f} ms", flush=True)
+        (ours_total, ours_matmul), (reference_total, _) = (figures[name] for name in PAIRS[shape])
+        reference = PAIRS[shape][1]
+        lines += [f"**Bound**: with the same matrix products, blockbench's throughput can exceed {reference}'s by at most "
+                  f"**{lead_bound(ours_matmul, reference_total):.2f}x**, and only if every other operator of ours took no "
+                  f"time ({reference_total:.0f} ms of {reference}'s operator time / {ours_matmul:.0f} ms of our matrix "
+                  f"products and attention); today's profiled ratio is {reference_total / ours_total:.2f}x.", ""]
     text = "\n".join(lines)
     if args.out == "-":
         print(text)

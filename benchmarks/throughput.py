@@ -246,6 +246,23 @@ def bf16_skip_note(capability: str, native: bool | None, slowdown: Callable[[], 
     return None
 
 
+def print_and_write(text: str, out: str) -> None:
+    """Print a benchmark's markdown report and write it to ``out`` ('-': print only)."""
+    print(text)
+    if out != "-":
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+        print(f"wrote {out}")
+
+
+def code_note() -> str:
+    """`` (code: <commit>)`` for a report's first line, ``+ uncommitted changes`` when the tree was dirty."""
+    from blockbench.provenance import git_state
+
+    git = git_state()
+    return f" (code: {(git['commit'] or '?')[:12]}{' + uncommitted changes' if git['dirty'] else ''})"
+
+
 def machine_facts(device: str, threads: int) -> dict[str, Any]:
     """What the report's header and the JSON record about the machine: CPU model, the vector
     extension torch's kernels use and native bf16, versions."""
@@ -341,7 +358,7 @@ def _params_vs_ours(reference: dict[str, Any], ours: dict[str, Any]) -> str:
 def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, command: str,
            machine: dict[str, Any], not_run: list[str]) -> str:
     lines = ["# Training-step throughput: blockbench vs the implementations people use", "",
-             f"Produced by `{command}` on {time.strftime('%Y-%m-%d')}.", ""]
+             f"Produced by `{command}` on {time.strftime('%Y-%m-%d')}{code_note()}.", ""]
     native = {True: "yes", False: "no", None: "unknown"}[machine["native_bf16"]]
     lines += [f"- Device: {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else "") +
               f"; CPU {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "

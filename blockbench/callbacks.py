@@ -242,7 +242,10 @@ class WallTimeProfiler(DataWaitProfiler):
 
 class ValidationHistory(L.Callback):
     """Every validation's metrics with its optimizer step and the seconds since training started
-    (``result.json`` ``history``: the curves behind plots and time-to-target). Saved in checkpoints."""
+    (``result.json`` ``history``: the curves behind plots and time-to-target). Saved in checkpoints.
+
+    A validation records the task's metrics (``metric_names``), then every other ``val/`` value the
+    task logged, e.g. the logit lens's ``lens/layer{i}`` (see ``tasks.lens``)."""
 
     def __init__(self, metric_names: list[str]):
         self.metric_names = metric_names
@@ -265,8 +268,10 @@ class ValidationHistory(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (self.history and self.history[-1]["step"] == trainer.global_step):
             return
-        metrics = {name: float(trainer.callback_metrics[f"val/{name}"]) for name in self.metric_names
-                   if f"val/{name}" in trainer.callback_metrics}
+        logged = trainer.callback_metrics
+        others = [key.removeprefix("val/") for key in logged if key.startswith("val/")]
+        names = [*self.metric_names, *(name for name in others if name not in self.metric_names)]
+        metrics = {name: float(logged[f"val/{name}"]) for name in names if f"val/{name}" in logged}
         self.history.append({"step": trainer.global_step, "time_s": round(self.elapsed(), 2), "metrics": metrics})
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,6 +47,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _jobs(value: str) -> int | str:
+    """``--jobs``: a number of cells (1 or more) or ``auto``."""
+    if value == "auto":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of cells to run at once (1 or more), or auto")
+    return int(value)
+
+
 def _matrix(args: argparse.Namespace) -> int:
     from .matrix import ClusterOptions, run_matrix
 
@@ -56,13 +65,39 @@ def _matrix(args: argparse.Namespace) -> int:
                       cluster_options=options, reuse_stale=args.reuse_stale, dry_run=args.dry_run, from_process_start=True)
 
 
+#: where ``blockbench report --index`` looks for the matrix files to list those not run yet (from the repo root)
+MATRICES_DIR = Path("configs/matrix")
+
+
 def _report(args: argparse.Namespace) -> int:
     from .report import write_report
 
+    if args.index is not None:
+        return _index(args)
+    if args.matrix_dir is None:
+        raise ConfigError("blockbench report: pass a matrix results folder such as results/<matrix name>, "
+                          "or --index results for the verdicts of every matrix")
     matrix_dir = Path(args.matrix_dir)
     if not (matrix_dir / CELLS_DIR).is_dir():
         raise ConfigError(f"{matrix_dir}: no {CELLS_DIR}/ folder; pass a matrix results folder such as results/<matrix name>")
     print(write_report(matrix_dir))
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    """``blockbench report --index RESULTS``: write RESULTS/README.md, the verdicts of every matrix there."""
+    from .report import write_index
+
+    if args.matrix_dir is not None:
+        raise ConfigError(f"blockbench report: give a matrix folder ({args.matrix_dir}) or --index {args.index}, not both")
+    root = Path(args.index)
+    if not root.is_dir():
+        raise ConfigError(f"--index {root}: no such folder; pass the folder that holds the matrix results, e.g. --index results")
+    if args.matrices is not None and not Path(args.matrices).is_dir():
+        raise ConfigError(f"--matrices {args.matrices}: no such folder; pass the folder of the matrix files, e.g. configs/matrix")
+    matrices = Path(args.matrices) if args.matrices is not None else MATRICES_DIR if MATRICES_DIR.is_dir() else None
+    command = f"blockbench report --index {args.index}" + (f" --matrices {args.matrices}" if args.matrices is not None else "")
+    print(write_index(root, matrices, command=command))
     return 0
 
 
@@ -136,8 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--dry-run", action="store_true",
                         help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
                              "estimate of the wall time, then exit without training or writing anything")
-    matrix.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="run up to N cells at once (CPU threads split between them; one GPU each if there are GPUs)")
+    matrix.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
+                        help="run up to N cells at once (CPU threads split between them; one GPU each if there are "
+                             "GPUs); auto (default): one per GPU, else one per CPU core, each on one thread")
     matrix.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
                         help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
                              "submitit-local: the job path as local processes, to try it out")
@@ -147,8 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPUs per task (data loading)")
     matrix.set_defaults(func=_matrix)
 
-    report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder")
-    report.add_argument("matrix_dir", help="e.g. results/prenorm_vs_postnorm")
+    report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder, or with "
+                                                "--index the verdicts of every matrix (results/README.md)")
+    report.add_argument("matrix_dir", nargs="?", help="e.g. results/prenorm_vs_postnorm")
+    report.add_argument("--index", metavar="RESULTS",
+                        help="write RESULTS/README.md instead: one row per variant vs baseline of every matrix in "
+                             "RESULTS, a verdict per model family and whether it transfers, and the matrices not run yet")
+    report.add_argument("--matrices", metavar="DIR",
+                        help="with --index: the folder of the matrix files to list as not run yet (default: "
+                             f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)")
     report.set_defaults(func=_report)
 
     peak = commands.add_parser("peak", help="show the cached peak FLOP/s that MFU divides by (measured on first use)")

@@ -189,8 +189,19 @@ class RunConfig(BaseModel):
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+#: the tuning seed when the matrix file names none: far from the usual reported seeds 0, 1, 2, ...
+DEFAULT_TUNE_SEED = 1000
+#: keys a tune: section cannot name, and why
+UNTUNABLE = {
+    "seed": "a variant's seeds are the repetitions the summary reports (tune_seed sets the tuning cells' seed)",
+    "task": "tasks are what a matrix compares across, not a setting to tune",
+    "task.name": "tasks are what a matrix compares across, not a setting to tune",
+}
+
+
 class MatrixConfig(BaseModel):
-    """A matrix file: a base config, overrides, and axes (config keys with value lists)."""
+    """A matrix file: a base config, overrides, axes (config keys with value lists), and the settings
+    tuned for each variant before its reported seeds train (``tune``, see ``blockbench.tuning``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -206,6 +217,12 @@ class MatrixConfig(BaseModel):
         default_factory=dict,
         description="task (or preset label) -> metric -> target value; the summary reports when each cell reached it",
     )
+    tune: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="dotted config key -> candidate values (several keys: every combination); each task x variant "
+        "first trains every candidate at tune_seed, then its reported seeds at the best on the task's headline metric",
+    )
+    tune_seed: int = Field(DEFAULT_TUNE_SEED, description="the seed the tuning cells train with; not a reported seed")
 
     @field_validator("axes")
     @classmethod
@@ -216,6 +233,42 @@ class MatrixConfig(BaseModel):
             if not values:
                 raise ValueError(f"axis '{key}' has no values")
         return axes
+
+    @field_validator("tune")
+    @classmethod
+    def _candidates(cls, tune: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """Each tuned key has candidates, each listed once, and is a setting: not the seed or the task."""
+        for key, values in tune.items():
+            if key in UNTUNABLE:
+                raise ValueError(f"'{key}' cannot be tuned: {UNTUNABLE[key]}")
+            if not values:
+                raise ValueError(f"'{key}' has no candidate values; list at least one, e.g. {key}: [3.0e-4, 1.0e-3]")
+            repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
+            if repeated is not None:
+                raise ValueError(f"'{key}' lists the candidate {repeated!r} more than once; list each value once")
+        return tune
+
+    @model_validator(mode="after")
+    def _tuned_keys_are_not_compared(self) -> "MatrixConfig":
+        """A key is either compared (an axis) or tuned, and a tuning seed needs something to tune."""
+        for key in self.tune:
+            axis = next((axis for axis in self.axes if _same_setting(key, axis)), None)
+            if axis == key:
+                raise ValueError(f"tune: '{key}' is also an axis; a setting is either compared (axes) or tuned for "
+                                 "each variant (tune): remove it from one of them")
+            if axis is not None:
+                raise ValueError(f"tune: '{key}' and the axis '{axis}' set the same value (one is a section of the "
+                                 "other); a setting is either compared (axes) or tuned (tune): remove it from one of them")
+        if "tune_seed" in self.model_fields_set and not self.tune:
+            raise ValueError("tune_seed is set but nothing is tuned; add a tune: section (e.g. tune: {optimizer.lr: "
+                             "[3.0e-4, 1.0e-3]}) or remove tune_seed")
+        return self
+
+
+def _same_setting(key: str, other: str) -> bool:
+    """Whether two dotted keys set the same value: equal, or one a section of the other (``optimizer``
+    and ``optimizer.lr``)."""
+    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
 
 
 def describe_validation_error(error: ValidationError, prefix: str = "") -> list[str]:

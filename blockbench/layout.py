@@ -3,6 +3,7 @@ reads back, the path of a cell's folder, the failure record, and the atomic writ
 
 ::
 
+    results/README.md                 INDEX_FILE: the verdicts of every matrix of the results root (report.write_index)
     results/<matrix>/
         matrix.yaml                   MATRIX_FILE: the runner's copy of the matrix file (the report reads its settings)
         matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each cell's seconds
@@ -11,6 +12,9 @@ reads back, the path of a cell's folder, the failure record, and the atomic writ
         tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.tensorboard_run_names)
         tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
+        tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each variant's choice
+        tune/cells/<task>/<variant>/<candidate>/seed<k>/   tuning_cell_directory: a tuning cell (the files
+                                      of a cell; its TensorBoard run: tb/tune/<task>/<short variant>/<candidate>/seed<k>)
         cells/<task>/<variant>/seed<k>/   cell_directory
             cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
             config.yaml               CONFIG_FILE: the fully resolved run config
@@ -36,12 +40,15 @@ MATRIX_FILE = "matrix.yaml"
 RUN_FILE = "matrix_run.json"
 SUMMARY_MD = "summary.md"
 SUMMARY_CSV = "summary.csv"
+INDEX_FILE = "README.md"
 PLOTS_DIR = "plots"
 TB_DIR = "tb"
 TB_VIEWS_FILE = "views.json"
 JOBS_DIR = "jobs"
 CELLS_DIR = "cells"
 CELL_FILE = "cell.json"
+TUNE_FILE = "tune.json"
+TUNE_DIR = "tune"
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
 CHECKPOINT_DIR = "checkpoints"
@@ -67,6 +74,13 @@ def cell_folder(task: str, variant: str, seed: int) -> Path:
 def cell_directory(matrix_dir: Path, task: str, variant: str, seed: int) -> Path:
     """``<matrix_dir>/cells/<task>/<variant folder>/seed<k>``."""
     return matrix_dir / CELLS_DIR / cell_folder(task, variant, seed)
+
+
+def tuning_cell_directory(matrix_dir: Path, task: str, variant: str, candidate: str, seed: int) -> Path:
+    """``<matrix_dir>/tune/cells/<task>/<variant folder>/<candidate folder>/seed<k>``: a tuning cell's
+    folder (``candidate``: its tuned values, ``lr=0.001``), outside ``cells/``, so the statistics of
+    the reported seeds (:func:`cell_files`) never read it."""
+    return matrix_dir / TUNE_DIR / CELLS_DIR / task / folder_name(variant) / folder_name(candidate) / f"seed{seed}"
 
 
 def cell_files(matrix_dir: Path) -> list[Path]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .layout import CHECKPOINT_DIR, RESULT_FILE
 from .progress import format_duration
+from .tuning import TUNE
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
 DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "failed before", "to run"
+#: statuses of a reported cell of a matrix with ``tune:`` (see ``blockbench.tuning``) while its
+#: variant's choice is not known (its tuning cells have yet to train), and when no candidate finished
+#: (it is not trained: it fails, naming the tuning cells)
+AFTER_TUNING, NO_CHOICE = "after tuning", "no choice"
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,10 @@ class CellPlan:
 
 
 def plan_cells(cells: list[Cell], matrix_dir: Path, fingerprint: str, *, force: bool = False,
-               reuse_stale: bool = False) -> list[CellPlan]:
-    """Each cell's status (see :func:`plan_cell`), in matrix order."""
+               reuse_stale: bool = False, start: int = 1) -> list[CellPlan]:
+    """Each cell's status (see :func:`plan_cell`), in matrix order, numbered from ``start``."""
     return [plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
-            for n, cell in enumerate(cells, 1)]
+            for n, cell in enumerate(cells, start)]
 
 
 def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: bool = False,
@@ -217,13 +222,20 @@ def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
 
 
 def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 1) -> str:
-    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure comes from."""
+    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure comes from;
+    in a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
+    tuning)``)."""
     training = [plan for plan in plans if plan.trains]
     counts = f"{len(training)} to train"
-    resuming = sum(plan.status == RESUMABLE for plan in training)
-    counts += f" ({resuming} resume)" if resuming else ""
-    reused = len(plans) - len(training)
+    kinds = {"tuning": sum(plan.cell.phase == TUNE for plan in training),
+             AFTER_TUNING: sum(plan.status == AFTER_TUNING for plan in training),
+             "resume": sum(plan.status == RESUMABLE for plan in training)}
+    parts = [f"{count} {kind}" for kind, count in kinds.items() if count]
+    counts += f" ({', '.join(parts)})" if parts else ""
+    reused = sum(not plan.trains and plan.status != NO_CHOICE for plan in plans)
     counts += f", {reused} reused" if reused else ""
+    unchosen = sum(plan.status == NO_CHOICE for plan in plans)
+    counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
     if not training:
         return counts
     estimates = [estimator.seconds(plan) for plan in training]

@@ -23,8 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 FINGERPRINT_PACKAGES = ("models", "tasks", "blockbench")
 #: modules that only summarize finished results or display progress and plans: editing them leaves
 #: every result current
-SUMMARY_ONLY = ("blockbench/report.py", "blockbench/stats.py", "blockbench/plots.py", "blockbench/progress.py",
-                "blockbench/plan.py", "blockbench/listing.py")
+SUMMARY_ONLY = ("blockbench/report.py", "blockbench/verdicts.py", "blockbench/stats.py", "blockbench/plots.py",
+                "blockbench/progress.py", "blockbench/plan.py", "blockbench/listing.py", "blockbench/lens.py",
+                # picks tuned values from finished cells: a different pick changes the reported cells' config hashes
+                "blockbench/tuning.py")
 
 
 def cpu_model() -> str:

@@ -6,7 +6,9 @@ means over the finished seeds); then each metric's 95% confidence interval over 
 kept inside the metric's range), its difference from the matrix's baseline variant with a 95%
 interval (paired t when the seeds match, Welch otherwise) and a mark where the Holm-adjusted
 p-value over the whole matrix is below 0.05, the steps and seconds to reach the matrix's
-``targets``, and the validation curves.
+``targets``, and the validation curves. Above them, the verdict of each variant in each task's
+headline metric (``blockbench.verdicts``); :func:`write_index` puts every matrix's verdicts into the
+index of a results root, ``results/README.md``, from the same statistics (:func:`analyze`).
 
 The rules that keep the statistics from flattering a variant:
 
@@ -37,7 +39,20 @@ import yaml
 
 from tasks import TASK_CONFIGS, Metric
 
-from .layout import MATRIX_FILE, PLOTS_DIR, RESULT_FILE, RUN_FILE, SUMMARY_CSV, SUMMARY_MD, cell_files, write_atomic
+from .layout import (
+    CELLS_DIR,
+    CONFIG_FILE,
+    INDEX_FILE,
+    MATRIX_FILE,
+    PLOTS_DIR,
+    RESULT_FILE,
+    RUN_FILE,
+    SUMMARY_CSV,
+    SUMMARY_MD,
+    cell_files,
+    write_atomic,
+)
+from .lens import logit_lens_section
 from .perf import speed_figures
 from .plots import VariantCurves, plot_task
 from .stats import (
@@ -52,13 +67,18 @@ from .stats import (
     time_to_target,
     with_diverged,
 )
+from .tuning import tuning_section
+from .verdicts import Comparison, Index, MatrixVerdicts, NotRun, Side, index_markdown, verdict_lines
 from .walltime import CELL_PARTS, MATRIX_PARTS
 
-__all__ = ["Group", "load_groups", "mean_std", "write_report"]
+__all__ = ["Group", "load_groups", "mean_std", "write_index", "write_report"]
 
 LEVEL = 0.95  # confidence level of every interval in the summary
 ALPHA = 1 - LEVEL  # a difference is marked when its Holm-adjusted p-value is below this
 SIGNIFICANT = "✓"  # marks a difference whose Holm-adjusted p-value is below ALPHA
+#: the training budget: when a matrix varies it along with a design axis, each variant is compared with
+#: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
+BUDGET_AXIS = "trainer.max_steps"
 
 
 @dataclass
@@ -70,6 +90,26 @@ class Group:
     variant: str
     index: int
     results: list[dict[str, Any]] = field(default_factory=list)
+    axes: dict[str, Any] = field(default_factory=dict)  # the cell's axis values (cell.json), seed included
+    family: str | None = None  # ``model.family`` of the cells' resolved config (None: no config.yaml)
+
+    @property
+    def budget(self) -> Any:
+        """The cells' ``trainer.max_steps`` if the matrix varies it (an axis), else None."""
+        return self.axes.get(BUDGET_AXIS)
+
+    @property
+    def design(self) -> str:
+        """The variant's label without its budget: ``ffn=swiglu`` for ``ffn=swiglu,max_steps=300`` (the
+        label itself when the budget is not an axis; empty when the budget is the only one)."""
+        if self.budget is None:
+            return self.variant
+        parts = self.variant.split(",")
+        for name in ("max_steps", BUDGET_AXIS):  # the label names an axis by its last key part unless ambiguous
+            if f"{name}={self.budget}" in parts:
+                parts.remove(f"{name}={self.budget}")
+                return ",".join(parts)
+        return self.variant
 
     @property
     def ok(self) -> list[dict[str, Any]]:
@@ -166,15 +206,44 @@ def load_groups(matrix_dir: Path) -> list[Group]:
             continue  # not run yet (an interrupted matrix)
         cell = json.loads(cell_file.read_text())
         result = json.loads(result_file.read_text())
-        group = groups.setdefault(
-            (cell["task"], cell["variant"]),
-            Group(cell["task"], cell.get("task_name", cell["task"]), cell["variant"], cell["index"]),
-        )
+        group = groups.get((cell["task"], cell["variant"]))
+        if group is None:
+            group = groups[cell["task"], cell["variant"]] = Group(
+                cell["task"], cell.get("task_name", cell["task"]), cell["variant"], cell["index"],
+                axes=cell.get("axes") or {}, family=_model_family(cell_file.with_name(CONFIG_FILE)))
         group.index = min(group.index, cell["index"])
         group.results.append(result)
     for group in groups.values():
         group.results.sort(key=lambda r: r.get("seed", 0))
     return sorted(groups.values(), key=lambda g: g.index)
+
+
+def _model_family(config_file: Path) -> str | None:
+    """``model.family`` of a cell's resolved config (None without one: results written by hand)."""
+    if not config_file.is_file():
+        return None
+    config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    return (config.get("model") or {}).get("family")
+
+
+def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list["TaskSection"]]:
+    """A matrix's settings, its groups and a section per task with every statistic computed: the one
+    path from the cells to the numbers, which the summary and the index of verdicts both render."""
+    settings = MatrixSettings.load(matrix_dir)
+    groups = load_groups(matrix_dir)
+    by_task: dict[str, list[Group]] = defaultdict(list)
+    for group in groups:
+        by_task[group.task].append(group)
+    baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
+    sections = [TaskSection(matrix_dir, task, task_groups, baseline_variant, settings)
+                for task, task_groups in by_task.items()]
+    # one family: every comparison of the matrix (task x variant x metric) that has a p-value
+    adjusted = holm_adjust({(section.task, *key): diff.p_value for section in sections
+                            for key, diff in section.differences.items() if diff.p_value is not None})
+    for section in sections:
+        section.summarize({(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == section.task},
+                          len(adjusted))
+    return settings, groups, sections
 
 
 def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None = None) -> str:
@@ -184,23 +253,10 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     is read for the header and the wall-time section: the matrix runner records the report's own time
     there, so that the summary it writes shows it, as does every later ``blockbench report``."""
     matrix_dir = Path(matrix_dir)
-    settings = MatrixSettings.load(matrix_dir)
-    groups = load_groups(matrix_dir)
-    by_task: dict[str, list[Group]] = defaultdict(list)
-    for group in groups:
-        by_task[group.task].append(group)
-    baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
-
-    lines: list[str] = []
-    sections = [TaskSection(matrix_dir, task, task_groups, baseline_variant, settings)
-                for task, task_groups in by_task.items()]
-    # one family: every comparison of the matrix (task x variant x metric) that has a p-value
-    adjusted = holm_adjust({(section.task, *key): diff.p_value for section in sections
-                            for key, diff in section.differences.items() if diff.p_value is not None})
+    settings, groups, sections = analyze(matrix_dir)
+    lines: list[str] = tuning_section(matrix_dir)  # a matrix with tune: each variant's values, before its results
     csv_rows: list[dict[str, Any]] = []
     for section in sections:
-        section.summarize({(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == section.task},
-                          len(adjusted))
         lines += section.markdown()
         csv_rows += section.csv_rows()
 
@@ -223,10 +279,79 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     run_file = matrix_dir / RUN_FILE  # written by the runner: the command, its wall time and where it went
     run = json.loads(run_file.read_text()) if run_file.is_file() else None
     lines += _wall_time_section(run, groups)
-    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + lines)
+    comparisons = [comparison for section in sections for comparison in section.comparisons()]
+    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + verdict_lines(comparisons) + lines)
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
     return markdown
+
+
+def write_index(results_root: Path, matrices: Path | None = None, *, command: str | None = None) -> str:
+    """Write ``<results_root>/README.md``, the verdicts of every matrix folder there (see
+    ``blockbench.verdicts``) from the same statistics as each one's summary; return the markdown.
+
+    Matrices without a finished or diverged cell are listed as not run yet, with the command that runs
+    them: those of ``results_root`` and every matrix file in ``matrices`` (a folder such as
+    ``configs/matrix``; default: the folders of the matrix files the results were made from). Tuning
+    cells (``<matrix>/tune/``) are not the reported seeds: no verdict reads them. ``command``: the
+    command the index says made it (default ``blockbench report --index <results_root>``)."""
+    results_root = Path(results_root)
+    folders = sorted(p for p in results_root.iterdir() if p.is_dir() and ((p / CELLS_DIR).is_dir() or (p / MATRIX_FILE).is_file()))
+    index = Index(command or f"blockbench report --index {results_root}")
+    files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
+    for folder in folders:
+        _, groups, sections = analyze(folder)
+        results = [r for g in groups for r in g.results]
+        if not any(g.ok or g.diverged for g in groups):
+            failed = sum(len(g.failed) for g in groups)
+            reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
+            index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason))
+            continue
+        unfinished = len(cell_files(folder)) - len(results)
+        index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
+                                             has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished))
+    ran = {folder.name for folder in folders}
+    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items() if name not in ran]
+    index.not_run.sort(key=lambda m: m.name)
+    markdown = index_markdown(index)
+    write_atomic(results_root / INDEX_FILE, markdown)
+    return markdown
+
+
+def _first_cell(folder: Path) -> dict[str, Any]:
+    files = cell_files(folder)
+    return json.loads(files[0].read_text()) if files else {}
+
+
+def _recorded_matrix_folders(folders: list[Path]) -> list[Path]:
+    """The folders of the matrix files these results were made from (``cell.json``), where they still exist."""
+    recorded = [(_first_cell(folder).get("matrix_file") or {}).get("path") for folder in folders]
+    return list(dict.fromkeys(Path(path).parent for path in recorded if path and Path(path).is_file()))
+
+
+def _matrix_files(folders: Path | list[Path]) -> dict[str, Path]:
+    """Matrix name -> its file, for every matrix file (a YAML with ``name`` and ``axes``) in ``folders``."""
+    files: dict[str, Path] = {}
+    for folder in [folders] if isinstance(folders, Path) else folders:
+        for path in sorted(folder.glob("*.y*ml")):
+            try:
+                raw = yaml.safe_load(path.read_text())
+            except yaml.YAMLError:
+                continue  # not a matrix file the runner could read either; `blockbench matrix` says why
+            if isinstance(raw, dict) and isinstance(raw.get("name"), str) and "axes" in raw:
+                files.setdefault(raw["name"], path)
+    return files
+
+
+def _run_command(folder: Path, files: dict[str, Path]) -> str:
+    """The command that runs the matrix of the results ``folder``: its file's, the one its cells record, or its last run's."""
+    if folder.name in files:
+        return f"blockbench matrix {files[folder.name]}"
+    recorded = (_first_cell(folder).get("matrix_file") or {}).get("path")
+    if recorded:
+        return f"blockbench matrix {recorded}"
+    run_file = folder / RUN_FILE
+    return json.loads(run_file.read_text())["command"] if run_file.is_file() else f"blockbench matrix <the matrix file of {folder.name}>"
 
 
 def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run: dict[str, Any] | None) -> list[str]:
@@ -253,7 +378,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
 CELL_TIME_COLUMNS = {part: part.replace("_", " ") for part in ("startup", *CELL_PARTS, "other", "total")}
 #: the matrix's own parts (``matrix_run.json`` ``wall_time_breakdown``, all but its cells) as the summary names them
 MATRIX_TIME_NAMES = {part: {"tensorboard_views": "TensorBoard views", "peak_probe": "peak FLOP/s probe",
-                            "report": "this report"}.get(part, part.replace("_", " "))
+                            "cell_server": "cell process server start-up", "report": "this report"}.get(part, part.replace("_", " "))
                      for part in ("startup", *MATRIX_PARTS, "other") if part != "cells"}
 
 
@@ -264,12 +389,12 @@ def _cell_key(group: Group, result: dict[str, Any]) -> str:
 
 def _last_run_cells(run: dict[str, Any], groups: list[Group]) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
     """Each cell the last run trained, as the runner timed it (key, seconds), with the breakdown its
-    result recorded (empty if none: a failed cell); None when the run did not time its cells (an
-    older run, or cells run as cluster jobs)."""
+    result recorded (a tuning cell's, outside the groups: the runner's copy; empty if none: a failed
+    cell); None when the run did not time its cells (an older run, or cells run as cluster jobs)."""
     if not run.get("cells") or not run.get("wall_time_breakdown"):
         return None
     results = {_cell_key(g, r): r for g in groups for r in g.results}
-    return [(cell, (results.get(cell["key"]) or {}).get("wall_time_breakdown") or {}) for cell in run["cells"]]
+    return [(cell, (results.get(cell["key"]) or cell).get("wall_time_breakdown") or {}) for cell in run["cells"]]
 
 
 def _training_share(run: dict[str, Any], groups: list[Group]) -> tuple[float, float, int] | None:
@@ -447,7 +572,16 @@ class TaskSection:
         self.task_cfg = TASK_CONFIGS[groups[0].task_name]
         self.metrics: tuple[Metric, ...] = self.task_cfg.metrics
         self.baseline_variant = baseline_variant
-        self.baseline = next((g for g in groups if g.variant == baseline_variant), None)
+        #: whether each variant is compared with the baseline variant at its own budget (see BUDGET_AXIS)
+        self.by_budget = any(g.budget is not None for g in groups) and any(g.design for g in groups)
+        named = next((g for g in groups if g.variant == baseline_variant), None)
+        #: the baseline variant's label, without the budget when comparisons are by budget
+        self.baseline_label = (named.design if named else baseline_variant or "") if self.by_budget else baseline_variant or ""
+        #: budget (None unless by budget) -> the baseline variant's group
+        self.baselines: dict[Any, Group] = {
+            (g.budget if self.by_budget else None): g for g in groups
+            if (g.design == self.baseline_label if self.by_budget else g.variant == baseline_variant)
+        }
         self.targets = settings.targets.get(task) or settings.targets.get(groups[0].task_name) or {}
         self.trivial_baselines: dict[str, float] = next(
             (r["baselines"] for g in groups for r in g.ok + g.diverged if r.get("baselines")), {}
@@ -474,13 +608,21 @@ class TaskSection:
 
     # statistics -------------------------------------------------------------------------------
 
+    def baseline_of(self, group: Group) -> Group | None:
+        """The group ``group`` is compared with: the baseline variant's (at ``group``'s budget when by budget)."""
+        return self.baselines.get(group.budget if self.by_budget else None)
+
+    def is_baseline(self, group: Group) -> bool:
+        return any(group is baseline for baseline in self.baselines.values())
+
     def _difference(self, group: Group, metric: Metric) -> Difference | None:
         """``group`` minus the baseline variant, paired when their seeds match (see ``stats.compare``);
         None for the baseline itself or when a side has no seed in the statistics."""
-        if self.baseline is None or group is self.baseline:
+        baseline = self.baseline_of(group)
+        if baseline is None or group is baseline:
             return None
         values = self.values[group.variant, metric.name]
-        baseline_values = self.values[self.baseline.variant, metric.name]
+        baseline_values = self.values[baseline.variant, metric.name]
         if not values or not baseline_values:
             return None
         return compare(values, baseline_values, LEVEL, metric.span)
@@ -548,6 +690,7 @@ class TaskSection:
         lines += self.interval_table()
         lines += self.difference_table()
         lines += self.target_table()
+        lines += logit_lens_section(self.groups)
         lines += self.plot()
         return lines
 
@@ -687,15 +830,17 @@ class TaskSection:
     def difference_table(self) -> list[str]:
         """Each variant minus the baseline variant, per metric, with its interval, a mark where the
         Holm-adjusted p-value is below ALPHA, and the tests used."""
-        others = [g for g in self.groups if g is not self.baseline]
+        others = [g for g in self.groups if not self.is_baseline(g)]
         if not others:
             return []
-        if self.baseline is None:
-            return [f"No differences: the baseline variant `{self.baseline_variant}` has no cells for this task.", ""]
-        if not any(stats.values for stats in self.stats[self.baseline.variant].metrics.values()):
-            return [f"No differences: every seed of the baseline variant `{self.baseline.variant}` {self.baseline.status_without_ok}.", ""]
+        if not self.baselines:
+            return [f"No differences: the baseline variant `{self.baseline_label}` has no cells for this task.", ""]
+        if not any(self.has_values(baseline) for baseline in self.baselines.values()):
+            status = " or ".join(dict.fromkeys(b.status_without_ok for b in self.baselines.values()))
+            return [f"No differences: every seed of the baseline variant `{self.baseline_label}` {status}.", ""]
+        at = f" at the same budget (`{BUDGET_AXIS}`)" if self.by_budget else ""
         lines = [
-            f"Difference from the baseline variant `{self.baseline.variant}` (variant − baseline) with its {LEVEL:.0%} "
+            f"Difference from the baseline variant `{self.baseline_label}`{at} (variant − baseline) with its {LEVEL:.0%} "
             f"interval; {SIGNIFICANT} = Holm-adjusted p < {ALPHA:.2g}:",
             "",
         ]
@@ -704,20 +849,64 @@ class TaskSection:
             lines.append(_row([group.variant] + [self.difference_cell(group, m) for m in self.metrics]))
         return lines + ["", self.difference_method(others), ""]
 
+    def has_values(self, group: Group) -> bool:
+        """Whether ``group`` has a seed in the statistics (finished, or diverged with a value to count)."""
+        return any(stats.values for stats in self.stats[group.variant].metrics.values())
+
+    def no_difference_reason(self, group: Group) -> str:
+        """Why ``group`` has no difference from its baseline: ``failed``, ``diverged`` (its own seeds), or the baseline's."""
+        baseline = self.baseline_of(group)
+        if baseline is None:
+            at = f" at {group.budget} steps" if self.by_budget else ""
+            return f"no cells of the baseline variant `{self.baseline_label}`{at}"
+        if not self.has_values(baseline):
+            return f"every seed of the baseline {baseline.status_without_ok}"
+        return group.status_without_ok
+
     def difference_cell(self, group: Group, metric: Metric) -> str:
         stats = self.stats[group.variant].metrics[metric.name]
+        if stats.difference is None:
+            return self.no_difference_reason(group)
+        text = self.difference_text(group, metric)
+        return f"{text} {SIGNIFICANT} {stats.direction}" if stats.significant else text
+
+    def difference_text(self, group: Group, metric: Metric) -> str:
+        """``+23.29 [+23.26, +23.31]``, or ``+0.200 (no interval: one seed)``: ``group``'s difference from
+        its baseline in ``metric``, to the decimals of the larger mean."""
+        stats = self.stats[group.variant].metrics[metric.name]
         diff = stats.difference
-        if diff is None:
-            return group.status_without_ok
-        baseline_mean = self.stats[self.baseline.variant].metrics[metric.name].mean
+        baseline_mean = self.stats[self.baseline_of(group).variant].metrics[metric.name].mean
         digits = decimals(max(abs(stats.mean), abs(baseline_mean)))
         text = fmt(diff.difference, digits, sign=True)
         if diff.ci_low is None or diff.ci_high is None:
             return f"{text} (no interval: {_no_interval_reason(diff)})"
-        text += f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
-        if stats.significant:
-            text += f" {SIGNIFICANT} {stats.direction}"
-        return text
+        return text + f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
+
+    def comparisons(self) -> list[Comparison]:
+        """Each variant against its baseline in the task's headline metric (its first), as this section
+        computed it: what the verdicts (``blockbench.verdicts``) word."""
+        metric = self.metrics[0]
+        family = next((g.family for g in self.groups if g.family), None) or self.task_cfg.family
+        comparisons = []
+        for group in self.groups:
+            if self.is_baseline(group):
+                continue
+            baseline, stats = self.baseline_of(group), self.stats[group.variant].metrics[metric.name]
+            comparisons.append(Comparison(
+                task=self.task, family=family,
+                variant=group.design if self.by_budget else group.variant, baseline=self.baseline_label,
+                budget=group.budget if self.by_budget else None, metric=metric, difference=stats.difference,
+                difference_text=self.difference_text(group, metric) if stats.difference else "",
+                significant=stats.significant, direction=stats.direction,
+                variant_side=self._side(group), baseline_side=self._side(baseline),
+                missing="" if stats.difference else self.no_difference_reason(group),
+            ))
+        return comparisons
+
+    def _side(self, group: Group | None) -> Side:
+        if group is None:
+            return Side(0, 0, None)
+        return Side(len(group.ok) + len(group.diverged), len(group.diverged), self.stats[group.variant].speed["step_time_ms"])
 
     def difference_method(self, others: list[Group]) -> str:
         """Which test each variant's differences used, the Holm family, and the cut of bounded ranges."""
@@ -804,7 +993,7 @@ class TaskSection:
             "seeds_failed": len(group.failed),
             "diverged_value": _blank(self.diverged_values[metric.name]) if group.diverged else "",
             "higher_is_better": metric.higher_is_better,
-            "baseline_variant": self.baseline.variant if self.baseline else (self.baseline_variant or ""),
+            "baseline_variant": baseline.variant if (baseline := self.baseline_of(group)) else self.baseline_label,
             "diff_vs_baseline": diff.difference if diff else "",
             "diff_ci_low": _blank(diff.ci_low) if diff else "",
             "diff_ci_high": _blank(diff.ci_high) if diff else "",

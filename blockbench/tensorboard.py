@@ -24,6 +24,10 @@ cells. The HParams plugin takes the experiment from whichever run has one, and t
 plugin merges the layouts of all runs (a category's charts once each), so every cell's run carries
 both, written before its first curve point.
 
+The layout's charts: per task, one per validation metric and one of the training loss, and for a task
+that logs the logit lens (``val/<task>/lens/layer{i}``, see ``tasks.lens``) one chart with a line per
+block of each run, so variants can be compared in where their predictions form.
+
 Why the tags name the task (``val/<task>/<metric>``, ``train/<task>/loss``, ``lr/<task>/decay``,
 ``perf/<task>/mfu``): TensorBoard draws one chart per tag with every run that has it; charts cannot be
 limited to some runs. With plain ``val/loss`` every task's runs share one chart, in Time Series and
@@ -98,6 +102,8 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import custom_scalars
 
+from tasks.lens import LENS_PREFIX
+
 from .layout import TB_VIEWS_FILE, write_json
 from .perf import FINAL_FIGURES, throughput_tag
 
@@ -115,6 +121,8 @@ STATUSES = ("ok", "diverged", "failed")
 LEGACY_VIEW_RUNS = (".hparams", ".layout")
 #: the tags of the views in a run: the HParams experiment, the Custom Scalars layout
 VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)
+#: the title of a task's logit-lens chart (one line per block of each run: ``val/<task>/lens/layer{i}``)
+LENS_CHART = "val/lens: loss per block (logit lens)"
 #: the order of the speed figures among the HParams columns: those every cell has first
 SPEED_COLUMN_ORDER = ("perf/step_time_ms", "perf/peak_memory_mb", "perf/tflops_per_sec", "perf/mfu",
                       "perf/data_wait_fraction")
@@ -228,14 +236,19 @@ def log_cell_hparams(
 # --- the views of a matrix: HParams experiment and Custom Scalars layout -------------------------
 
 
-def matrix_views(cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, tuple[Sequence[Metric], str]]) -> Views:
+def matrix_views(
+    cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, tuple[Sequence[Metric], str]],
+    *, lens_tasks: Iterable[str] = (),
+) -> Views:
     """The HParams experiment and the Custom Scalars layout of a matrix, as JSON-able data.
 
     ``cell_hparams``: the hparams every cell passes to :func:`log_cell_hparams`; each name becomes
     a column whose filter offers the values it takes (``status`` is added). ``tasks``: task label ->
     (its metrics, primary first; its throughput unit), in the matrix's order. Metric columns come in
     the order the module docstring explains; the layout has a category per task with a chart per
-    validation metric and one of the training loss, each holding that task's runs only.
+    validation metric and one of the training loss, each holding that task's runs only. A task of
+    ``lens_tasks`` (those whose cells log the logit lens, ``val/lens/layer{i}``) gets one more chart
+    with a line per block and run: where in depth its variants' predictions form.
     """
     raw_by_name: dict[str, list[Any]] = {}
     for cell in cell_hparams:
@@ -247,11 +260,12 @@ def matrix_views(cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, 
     metrics_by_task = {task: list(metrics) for task, (metrics, _) in tasks.items()}
     metric_columns = _metric_columns(metrics_by_task, [unit for _, unit in tasks.values()])
     charts = {task: [*(f"val/{metric.name}" for metric in metrics), "train/loss"] for task, metrics in metrics_by_task.items()}
-    return {
-        "experiment": {"hparams": columns, "metrics": metric_columns},
-        # category -> [chart title, its tag]: the metric's tag in the task's runs
-        "layout": {task: [[tag, scoped_tag(tag, task)] for tag in tags] for task, tags in charts.items()},
-    }
+    # category -> [chart title, the regex of its tags]: the metric's tag in the task's runs
+    layout = {task: [[tag, f"^{re.escape(scoped_tag(tag, task))}$"] for tag in tags] for task, tags in charts.items()}
+    for task in dict.fromkeys(lens_tasks):
+        lens_tag = scoped_tag(f"val/{LENS_PREFIX}", task)  # val/<task>/lens/layer
+        layout.setdefault(task, []).append([LENS_CHART, f"^{re.escape(lens_tag)}\\d+$"])
+    return {"experiment": {"hparams": columns, "metrics": metric_columns}, "layout": layout}
 
 
 def _hparam_column(name: str, raw: list[Any]) -> dict[str, Any]:
@@ -303,7 +317,7 @@ def view_summaries(views: Views) -> list[Summary]:
     # no creation time: the same views give the same bytes, so an unchanged matrix rewrites no run
     experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos)
     layout = {
-        category: {title: ["Multiline", [f"^{re.escape(tag)}$"]] for title, tag in charts}
+        category: {title: ["Multiline", [regex]] for title, regex in charts}
         for category, charts in views["layout"].items()
         if charts
     }

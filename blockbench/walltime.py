@@ -19,10 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: True in a cell process forked by ``blockbench.launch`` (its imports were done before the fork)
+FORKED = False
+
+#: how ``measured_from`` says that the process was forked with its imports done (its start-up is short)
+FORKED_NOTE = " (forked from the runner's server, imports done before: blockbench.launch)"
+
 #: the parts of a cell's wall time that its run measures (``startup``, ``other`` and ``total`` come with every breakdown)
 CELL_PARTS = ("build", "data", "data_wait", "train_steps", "validation", "checkpoints")
 #: the parts of a matrix run outside its cells, and ``cells``: the time its cells ran
-MATRIX_PARTS = ("planning", "tensorboard_views", "peak_probe", "cells", "report")
+MATRIX_PARTS = ("planning", "tensorboard_views", "peak_probe", "cell_server", "cells", "report")
 
 
 def process_age() -> float | None:
@@ -57,7 +63,7 @@ class WallClock:
         self.startup = age
         self.origin = now - (age or 0.0)
         if age is not None:
-            self.measured_from = "process start"
+            self.measured_from = "process start" + (FORKED_NOTE if FORKED else "")
         elif from_process_start:
             self.measured_from = "clock start (the process's start time is known only on Linux)"
         else:
@@ -104,11 +110,12 @@ class WallClock:
     def breakdown(self, parts: Sequence[str], **flags: Any) -> dict[str, Any]:
         """Seconds (to 0.01) of ``startup``, each of ``parts``, ``other`` (the rest) and ``total``, from
         the origin until now, with ``measured_from`` and ``flags``. Parts still open are counted up to now.
-        ``other`` is ``total`` less the rounded parts, so that the figures add up exactly as shown."""
+        ``other`` is ``total`` less the rounded parts, so that the figures add up as shown (to 0.01 s)."""
         self._advance(None)
         total = round(time.perf_counter() - self.origin, 2)
         figures: dict[str, Any] = {"startup": None if self.startup is None else round(self.startup, 2)}
         figures |= {name: round(self.seconds.get(name, 0.0), 2) for name in parts}
-        figures["other"] = round(total - sum(v for v in figures.values() if v is not None), 2)
+        # never below zero: rounding the parts can take their sum 0.01 s past the total when nothing is left
+        figures["other"] = max(0.0, round(total - sum(v for v in figures.values() if v is not None), 2))
         figures["total"] = total
         return {**figures, "measured_from": self.measured_from, **flags}

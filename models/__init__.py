@@ -10,7 +10,15 @@ from .block import TransformerBlock, TransformerStack
 from .build import build_model, count_parameters
 from .config import ModelConfig
 from .decoding import beam_search, generate, greedy_decode
-from .introspection import add_auxiliary_losses, attended_fraction, expert_load, extrapolating_pos_encodings, moe_layers
+from .introspection import (
+    add_auxiliary_losses,
+    attended_fraction,
+    expert_load,
+    extrapolating_pos_encodings,
+    logit_lens_depth,
+    logit_lens_losses,
+    moe_layers,
+)
 from .lm import DecoderLM
 from .registry import ALL_REGISTRIES
 from .translator import EncoderDecoder
@@ -34,5 +42,7 @@ __all__ = [
     "extrapolating_pos_encodings",
     "generate",
     "greedy_decode",
+    "logit_lens_depth",
+    "logit_lens_losses",
     "moe_layers",
 ]

@@ -9,19 +9,27 @@ them attend; positional encodings know whether they extrapolate. Code outside th
     loss, logged = add_auxiliary_losses(task_loss, layers, model_config)
     expert_load(layers)                            # {"moe/layer0/expert0_token_share": ..., ...}
     attended_fraction(model)                       # None without a sparse attention pattern
+
+The logit lens (nostalgebraist 2020) reads a model rather than a layer: ``logit_lens_losses`` decodes
+the output of every block of the stack that feeds the vocabulary head, as the model decodes its last
+one, and returns the loss each would give.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .block import TransformerStack
 from .config import ModelConfig
+from .lm import DecoderLM
+from .loss import linear_cross_entropy
 from .moe import MoEFeedForward
 from .registry import POSITIONAL
+from .translator import EncoderDecoder
 
 
 def moe_layers(model: nn.Module) -> list[MoEFeedForward]:
@@ -75,3 +83,61 @@ def extrapolating_pos_encodings() -> list[str]:
     """The ``model.pos_encoding`` names that are defined beyond the training length, so a model
     with one of them can be evaluated on longer sequences than it was trained on (sorted)."""
     return [entry.name for entry in POSITIONAL if entry.target.extrapolates]
+
+
+def _lens_stack(model: nn.Module) -> TransformerStack:
+    """The stack whose output the model's vocabulary head decodes: the LM's blocks, the translator's
+    decoder. A model without a vocabulary head (the ViT classifies from its CLS token) has none."""
+    if isinstance(model, DecoderLM):
+        return model.stack
+    if isinstance(model, EncoderDecoder):
+        return model.decoder
+    raise TypeError(
+        f"the logit lens decodes hidden states with a vocabulary head; {type(model).__name__} has none "
+        "(it works for DecoderLM and EncoderDecoder)"
+    )
+
+
+def logit_lens_depth(model: nn.Module) -> int:
+    """How many losses :func:`logit_lens_losses` returns for ``model``: the blocks of its decoding
+    stack (``n_layers`` of the LM, the translator's decoder layers). TypeError for a model without a
+    vocabulary head."""
+    return len(_lens_stack(model).blocks)
+
+
+def logit_lens_losses(
+    model: nn.Module, *inputs: Any, targets: torch.Tensor, ignore_index: int = -100, reduction: str = "mean",
+    **kwargs: Any,
+) -> list[torch.Tensor]:
+    """The logit lens (nostalgebraist 2020): the cross-entropy of ``targets`` when the output of each
+    block of the decoding stack is decoded as the model decodes its last block's: through the stack's
+    final norm (pre-norm and sandwich have one; post-norm and DeepNorm end every block with a norm and
+    have none) and the model's own head (``lm_head``, tied to the embedding or not). One scalar per
+    block, the first block's first; the last is the model's own loss on these inputs, computed by
+    the same operations (``model.loss`` with label smoothing 0).
+
+    ``inputs`` and ``kwargs`` are the model's forward arguments, called once as
+    ``model(*inputs, head=False, **kwargs)``: ``idx`` for a ``DecoderLM``; ``src, tgt_in,
+    src_padding_mask, tgt_padding_mask=...`` for an ``EncoderDecoder``. ``ignore_index`` and
+    ``reduction`` ("mean" or "sum") are those of ``F.cross_entropy``. Forward hooks on the blocks
+    collect their outputs, so the stack is the one training runs; the logits are formed one block at a
+    time, never all blocks' at once. Call it under ``torch.no_grad()`` to measure (validation)."""
+    stack = _lens_stack(model)
+    outputs: list[torch.Tensor] = []
+    handles = [block.register_forward_hook(lambda _module, _args, output: outputs.append(output))
+               for block in stack.blocks]
+    try:
+        final = model(*inputs, head=False, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(outputs) != len(stack.blocks):
+        raise RuntimeError(f"logit lens: {len(stack.blocks)} blocks ran {len(outputs)} times in one forward")
+    weight = model.lm_head.weight
+    losses = [
+        linear_cross_entropy(stack.final_norm(hidden), weight, targets, ignore_index=ignore_index, reduction=reduction)
+        for hidden in outputs[:-1]
+    ]
+    # the last block's output through the final norm is what the model returned: its own loss
+    losses.append(linear_cross_entropy(final, weight, targets, ignore_index=ignore_index, reduction=reduction))
+    return losses

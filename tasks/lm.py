@@ -2,7 +2,8 @@
 
 Metrics: validation loss, perplexity, and targeted agreement accuracy: on held-out sentences,
 does the model give the verb form that agrees with the (distant) head noun a higher logit than
-the other form? Baselines: the unigram perplexity and the majority verb form.
+the other form? Baselines: the unigram perplexity and the majority verb form. With
+``task.logit_lens`` (the default), validation also logs each block's logit-lens loss (``tasks.lens``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig, extrapolating_pos_encodings
+from models import ModelConfig, extrapolating_pos_encodings, logit_lens_depth, logit_lens_losses
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
+from .lens import LensLosses, LogitLensConfig
 
 
-class LMTaskConfig(EmbeddedTaskConfig):
+class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
     family = "decoder_lm"
     throughput_unit = "tokens"
     description = "decoder-only LM on a generated language with long-range subject-verb agreement"
@@ -58,7 +60,7 @@ class LMTaskConfig(EmbeddedTaskConfig):
             )
 
     def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
-        return LMTask(model, optimizer, max_steps), AgreementDataModule(self, batch_size)
+        return LMTask(model, optimizer, max_steps, logit_lens=self.logit_lens), AgreementDataModule(self, batch_size)
 
 
 def _blocks(stream: np.ndarray, length: int) -> torch.Tensor:
@@ -112,11 +114,18 @@ def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str =
     return model.loss(rows[:, :-1], rows[:, 1:], reduction=reduction)
 
 
+def next_token_lens(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> list[torch.Tensor]:
+    """The logit lens of :func:`next_token_loss`: its loss at the output of every block, the last
+    block's being ``next_token_loss`` itself (both LM tasks)."""
+    return logit_lens_losses(model, rows[:, :-1], targets=rows[:, 1:], reduction=reduction)
+
+
 class LMTask(TaskModule):
-    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int):
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, logit_lens: bool = True):
         super().__init__(model, optimizer, max_steps)
         self.val_loss = MeanMetric()
         self.agreement = MeanMetric()
+        self.lens = LensLosses(logit_lens_depth(self.model)) if logit_lens else None
 
     def items_in_batch(self, batch: Any) -> int:
         return batch[0][:, 1:].numel()
@@ -127,7 +136,14 @@ class LMTask(TaskModule):
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if dataloader_idx == 0:
             rows = batch[0]
-            self.val_loss.update(next_token_loss(self.model, rows), weight=rows[:, 1:].numel())
+            n_targets = rows[:, 1:].numel()
+            if self.lens is None:
+                loss = next_token_loss(self.model, rows)
+            else:  # the same forward: the last block's lens loss is the validation loss
+                lens = next_token_lens(self.model, rows)
+                self.lens.update(lens, weight=n_targets)
+                loss = lens[-1]
+            self.val_loss.update(loss, weight=n_targets)
             return
         probes, position, correct, wrong = batch
         logits = self.model(probes)
@@ -138,8 +154,11 @@ class LMTask(TaskModule):
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         loss = self.val_loss.compute()
+        lens = self.lens.compute() if self.lens is not None else {}
         self.log_validation(
-            {"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute()}
+            {"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute(), **lens}
         )
         self.val_loss.reset()
         self.agreement.reset()
+        if self.lens is not None:
+            self.lens.reset()

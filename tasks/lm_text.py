@@ -17,15 +17,16 @@ from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import SumMetric
 
-from models import ModelConfig
+from models import ModelConfig, logit_lens_depth
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule, with_data_fields
 from .data.text import TextData
 from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
-from .lm import next_token_loss
+from .lens import LensLosses, LogitLensConfig
+from .lm import next_token_lens, next_token_loss
 
 
-class TextLMTaskConfig(TaskConfig):
+class TextLMTaskConfig(LogitLensConfig, TaskConfig):
     family = "decoder_lm"
     throughput_unit = "tokens"
     description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
@@ -54,7 +55,9 @@ class TextLMTaskConfig(TaskConfig):
         datamodule.prepare_data()
         datamodule.setup()
         model = with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size)
-        return TextLMTask(model, optimizer, max_steps, bytes_per_token=datamodule.tokenizer.bytes_per_token()), datamodule
+        task = TextLMTask(model, optimizer, max_steps, bytes_per_token=datamodule.tokenizer.bytes_per_token(),
+                          logit_lens=self.logit_lens)
+        return task, datamodule
 
 
 class TokenBlocks(Dataset):
@@ -137,13 +140,15 @@ class TextLMDataModule(TaskDataModule):
 
 
 class TextLMTask(TaskModule):
-    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, bytes_per_token: np.ndarray):
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, bytes_per_token: np.ndarray,
+                 logit_lens: bool = True):
         super().__init__(model, optimizer, max_steps)
         self.register_buffer("bytes_per_token", torch.from_numpy(bytes_per_token), persistent=False)
         # sums, reduced over all processes: the metrics cover the whole validation set
         self.val_nats = SumMetric()
         self.val_targets = SumMetric()
         self.val_bytes = SumMetric()
+        self.lens = LensLosses(logit_lens_depth(self.model)) if logit_lens else None
 
     def items_in_batch(self, batch: torch.Tensor) -> int:
         return batch[:, 1:].numel()
@@ -153,7 +158,13 @@ class TextLMTask(TaskModule):
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         targets = batch[:, 1:]
-        self.val_nats.update(next_token_loss(self.model, batch, reduction="sum"))
+        if self.lens is None:
+            nats = next_token_loss(self.model, batch, reduction="sum")
+        else:  # the same forward: the last block's lens loss is the validation loss
+            lens = next_token_lens(self.model, batch, reduction="sum")
+            self.lens.update([layer_nats / targets.numel() for layer_nats in lens], weight=targets.numel())
+            nats = lens[-1]
+        self.val_nats.update(nats)
         self.val_targets.update(targets.numel())
         self.val_bytes.update(self.bytes_per_token[targets].sum())
 
@@ -161,6 +172,11 @@ class TextLMTask(TaskModule):
         super().on_validation_epoch_end()
         nats, n_targets, n_bytes = (m.compute() for m in (self.val_nats, self.val_targets, self.val_bytes))
         loss = nats / n_targets
-        self.log_validation({"loss": loss, "perplexity": loss.exp(), "bits_per_byte": nats / math.log(2) / n_bytes})
+        lens = self.lens.compute() if self.lens is not None else {}
+        self.log_validation(
+            {"loss": loss, "perplexity": loss.exp(), "bits_per_byte": nats / math.log(2) / n_bytes, **lens}
+        )
         for metric in (self.val_nats, self.val_targets, self.val_bytes):
             metric.reset()
+        if self.lens is not None:
+            self.lens.reset()

@@ -4,7 +4,8 @@ The encoder-decoder is trained with teacher forcing and label smoothing and eval
 decoding (or beam search: ``task.beam_size``). Metrics: corpus BLEU with sacrebleu (its
 signature is recorded) and exact match. Baseline: the BLEU and exact match of word-by-word
 translation (each source word into its most frequent target form, source order kept); copying
-the source would score zero, as the two languages share no word.
+the source would score zero, as the two languages share no word. With ``task.logit_lens`` (the
+default), validation also logs each decoder block's logit-lens loss (``tasks.lens``).
 
 ``TranslationTask`` (the LightningModule) also serves the real-data task
 (``tasks.translation_text``): a datamodule provides ``special_ids``, ``hypothesis_text`` and
@@ -22,7 +23,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig, beam_search, greedy_decode
+from models import ModelConfig, beam_search, greedy_decode, logit_lens_depth, logit_lens_losses
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.synthetic_translation import (
@@ -35,6 +36,7 @@ from .data.synthetic_translation import (
     translation_vocab,
     word_by_word_translations,
 )
+from .lens import LensLosses, LogitLensConfig
 
 
 def teacher_forcing_loss(
@@ -54,6 +56,18 @@ def teacher_forcing_loss(
     )
 
 
+def teacher_forcing_lens(
+    model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int, reduction: str = "mean"
+) -> list[torch.Tensor]:
+    """The logit lens of :func:`teacher_forcing_loss` without label smoothing: its loss at the output of
+    every decoder block, with the same inputs, masks and ignored targets; the last block's is the loss."""
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    return logit_lens_losses(
+        model, src, tgt_in, src == pad_id, tgt_padding_mask=tgt_out == pad_id, targets=tgt_out, ignore_index=pad_id,
+        reduction=reduction,
+    )
+
+
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
     """sacrebleu corpus BLEU (default 13a tokenization, one reference) and its signature string."""
     bleu = BLEU()
@@ -70,8 +84,8 @@ class SpecialIds(NamedTuple):
     eos: int
 
 
-class DecodingConfig(TaskConfig):
-    """Evaluation decoding shared by the translation tasks: greedy (beam 1) or beam search."""
+class DecodingConfig(LogitLensConfig, TaskConfig):
+    """Evaluation shared by the translation tasks: greedy (beam 1) or beam search decoding, the logit lens."""
 
     beam_size: int = Field(1, ge=1, description="1: greedy decoding; more: beam search")
     length_penalty: float = Field(
@@ -110,6 +124,7 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
         task = TranslationTask(
             model, optimizer, max_steps, label_smoothing=self.label_smoothing, max_len=self.max_len,
             special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID), beam_size=self.beam_size, length_penalty=self.length_penalty,
+            logit_lens=self.logit_lens,
         )
         return task, ParallelDataModule(self, batch_size)
 
@@ -176,6 +191,7 @@ class TranslationTask(TaskModule):
         special_ids: SpecialIds,
         beam_size: int = 1,
         length_penalty: float = 0.6,
+        logit_lens: bool = True,
     ):
         super().__init__(model, optimizer, max_steps)
         self.label_smoothing = label_smoothing
@@ -184,6 +200,7 @@ class TranslationTask(TaskModule):
         self.beam_size = beam_size
         self.length_penalty = length_penalty
         self.val_loss = MeanMetric()
+        self.lens = LensLosses(logit_lens_depth(self.model)) if logit_lens else None
         #: (validation pair index, detokenized translation) of this process's share of the set
         self.translations: list[tuple[int, str]] = []
         self.bleu_signature = ""
@@ -219,7 +236,14 @@ class TranslationTask(TaskModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         src, tgt, index = batch
-        self.val_loss.update(self._loss(src, tgt, 0.0), weight=(tgt[:, 1:] != self.ids.pad).sum())
+        n_targets = (tgt[:, 1:] != self.ids.pad).sum()
+        if self.lens is None:
+            loss = self._loss(src, tgt, 0.0)
+        else:  # the same forward: the last decoder block's lens loss is the validation loss
+            lens = teacher_forcing_lens(self.model, src, tgt, pad_id=self.ids.pad)
+            self.lens.update(lens, weight=n_targets)
+            loss = lens[-1]
+        self.val_loss.update(loss, weight=n_targets)
         data: TranslationDataModule = self.trainer.datamodule
         for i, row in zip(index.tolist(), self.translate(src).tolist()):
             self.translations.append((i, data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row)))
@@ -243,8 +267,11 @@ class TranslationTask(TaskModule):
         hypotheses = [text for _, text in translations]
         references = [data.reference_text(i) for i, _ in translations]
         bleu, self.bleu_signature = corpus_bleu(hypotheses, references)
+        lens = self.lens.compute() if self.lens is not None else {}
         self.log_validation(
-            {"loss": self.val_loss.compute(), "bleu": bleu, "exact_match": exact_match(hypotheses, references)}
+            {"loss": self.val_loss.compute(), "bleu": bleu, "exact_match": exact_match(hypotheses, references), **lens}
         )
         self.val_loss.reset()
+        if self.lens is not None:
+            self.lens.reset()
         self.translations = []

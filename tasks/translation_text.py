@@ -56,7 +56,7 @@ class TextTranslationTaskConfig(DecodingConfig):
         task = TranslationTask(
             with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size), optimizer, max_steps,
             label_smoothing=self.label_smoothing, max_len=self.max_len, special_ids=datamodule.special_ids,
-            beam_size=self.beam_size, length_penalty=self.length_penalty,
+            beam_size=self.beam_size, length_penalty=self.length_penalty, logit_lens=self.logit_lens,
         )
         return task, datamodule
 

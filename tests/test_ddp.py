@@ -59,6 +59,10 @@ def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tm
     assert ddp["throughput"] == pytest.approx(2 * ddp["throughput_per_process"], rel=0.01)
     for name, value in single["metrics"].items():
         assert ddp["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    last, ddp_last = single["history"][-1]["metrics"], ddp["history"][-1]["metrics"]
+    assert set(ddp_last) == set(last) and ("lens/layer0" in last) == (task != "vit")  # the logit lens of the decoder
+    for name, value in last.items():
+        assert ddp_last[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     torch.testing.assert_close(torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
                                torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")), rtol=1e-4, atol=1e-5)
 

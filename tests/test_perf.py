@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import default_collate
 
+import blockbench.matrix
 from blockbench import perf
 from blockbench.callbacks import PerformanceMonitor
 from blockbench.config import build_run_config
@@ -232,7 +233,7 @@ def test_the_cache_key_changes_with_dtype_and_thread_count(probes, cache_dir):
 def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(probes, tmp_path, monkeypatch, jobs):
     """The runner measures the peak before the first cell; each cell (with the threads its slot
     gives it: OMP_NUM_THREADS under --jobs) reads the identical figure and probes nothing."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # --jobs 2 gives each cell 4 threads
+    monkeypatch.setattr(blockbench.matrix, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
     _, cells = load_matrix(path)
     slots = job_slots(jobs)

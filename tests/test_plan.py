@@ -46,7 +46,7 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     record("lm/norm_placement=post/seed0", status="failed", code_fingerprint=fingerprint, error="RuntimeError: boom")
     before = _files(tmp_path)
 
-    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert _files(tmp_path) == before  # nothing written, the checkpoint kept
     rows = {m.group(1): (m.group(2), m.group(3)) for m in

@@ -27,6 +27,7 @@ from blockbench.layout import TB_VIEWS_FILE
 from blockbench.matrix import load_matrix, run_matrix
 from blockbench.perf import FINAL_FIGURES
 from blockbench.tensorboard import (
+    LENS_CHART,
     PRIMARY_METRIC_TAG,
     CellLogger,
     hparam_value,
@@ -165,7 +166,7 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
     assert [category["title"] for category in categories] == ["lm", "vit"]
     for category in categories:
         titles = [chart["title"] for chart in category["chart"]]
-        assert titles == {"lm": ["val/perplexity", "val/agreement_acc", "val/loss", "train/loss"],
+        assert titles == {"lm": ["val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
                           "vit": ["val/accuracy", "val/loss", "train/loss"]}[category["title"]]
         for chart in category["chart"]:
             [regex] = chart["multiline"]["tag"]

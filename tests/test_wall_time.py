@@ -20,13 +20,14 @@ from blockbench.layout import write_json
 from blockbench.matrix import run_matrix
 from blockbench.report import write_report
 from blockbench.train import train
+from blockbench.walltime import FORKED_NOTE
 from conftest import TINY_LM, scalars, write_matrix
 from tasks.lm import AgreementDataModule
 
 #: every part of a cell's breakdown, which add up to its total
 CELL_PARTS = ("startup", "build", "data", "data_wait", "train_steps", "validation", "checkpoints", "other")
 #: every part of a matrix run's breakdown
-MATRIX_PARTS = ("startup", "planning", "tensorboard_views", "peak_probe", "cells", "report", "other")
+MATRIX_PARTS = ("startup", "planning", "tensorboard_views", "peak_probe", "cell_server", "cells", "report", "other")
 SLEEP_S = 0.3
 
 
@@ -160,18 +161,28 @@ def test_a_resumed_cell_counts_the_resuming_process_only(tmp_path):
     assert breakdown["train_steps"] == pytest.approx(sum(resumed_steps) / 1e3, abs=0.011)
 
 
-def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_part(tmp_path, monkeypatch):
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_part(tmp_path, monkeypatch, forked):
     """A one-cell matrix: the cell runs as ``blockbench train`` in a process of its own, whose start-up
-    (spawn to ``train()``, where it writes config.yaml first) is seen from here too; the matrix run
-    records the cell's seconds and its own parts, and the summary shows them."""
+    (process start to ``train()``, where it writes config.yaml first) is seen from here too; the matrix
+    run records the cell's seconds and its own parts, and the summary shows them. A single-process
+    cell is forked from the preloaded server (its start-up excludes the imports, which the server did
+    before the fork); a DDP cell (here: forking turned off) is a fresh interpreter, which imports them."""
+    import blockbench.matrix as matrix_module
+
     spawned: list[float] = []
-    real_run = subprocess.run
+    real_run, real_fork = subprocess.run, matrix_module.run_forked
 
-    def timed_run(command, *args, **kwargs):
-        spawned.append(time.time())
-        return real_run(command, *args, **kwargs)
+    def timed(real):
+        def start(*args, **kwargs):
+            spawned.append(time.time())
+            return real(*args, **kwargs)
+        return start
 
-    monkeypatch.setattr(subprocess, "run", timed_run)
+    monkeypatch.setattr(subprocess, "run", timed(real_run))
+    monkeypatch.setattr(matrix_module, "run_forked", timed(real_fork))
+    if not forked:
+        monkeypatch.setattr(matrix_module, "forks", lambda run: False)
     path = write_matrix(tmp_path, {"seed": [0]}, base=tiny_cell(checkpoint_every_n_steps=2))
     assert run_matrix(path, tmp_path / "results") == 0
     matrix_dir = tmp_path / "results/m"
@@ -180,11 +191,17 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     run = json.loads((matrix_dir / "matrix_run.json").read_text())
 
     assert_adds_up(breakdown, CELL_PARTS)
-    assert breakdown["measured_from"] == "process start" and breakdown["checkpoints"] > 0
+    assert breakdown["checkpoints"] > 0
     [spawn] = spawned
     seen_startup = (cell_dir / "config.yaml").stat().st_mtime - spawn  # train() writes it first thing
-    assert breakdown["startup"] > 0.5  # an interpreter importing torch and Lightning
-    assert breakdown["startup"] == pytest.approx(seen_startup, abs=0.15)
+    if forked:
+        assert breakdown["measured_from"] == "process start" + FORKED_NOTE
+        # the fork comes after the server's imports, which the first cell waits for (and later cells do not)
+        assert 0 <= breakdown["startup"] < seen_startup
+    else:
+        assert breakdown["measured_from"] == "process start"
+        assert breakdown["startup"] > 0.5  # an interpreter importing torch and Lightning
+        assert breakdown["startup"] == pytest.approx(seen_startup, abs=0.15)
     [cell] = run["cells"]
     assert cell["key"] == "lm/default/seed0"
     assert breakdown["total"] <= cell["seconds"] < breakdown["total"] + 10  # the runner saw the whole process
@@ -291,3 +308,14 @@ def test_the_report_records_its_own_time_before_it_reads_the_run(tmp_path):
 
     summary = write_report(tmp_path / "m", before_header=record)
     assert "(last run: 10.0 min, 3 cells trained;" in summary and "this report 7.2 s" in summary
+
+
+def test_rounding_never_makes_other_negative():
+    """Parts that each round up (0.007 s -> 0.01 s) can sum past the rounded total: ``other`` stays at zero."""
+    from blockbench.walltime import WallClock
+
+    clock = WallClock()
+    clock.seconds = {"a": 0.007, "b": 0.007}
+    clock.origin = clock._last = time.perf_counter() - 0.0141  # total 0.0141 s -> 0.01, the parts 0.02
+    figures = clock.breakdown(("a", "b"))
+    assert figures["a"] == figures["b"] == 0.01 and figures["other"] == 0.0

@@ -1,0 +1,103 @@
+"""How the runner starts a cell's process (``blockbench.launch``) and how many run at once (``--jobs``).
+
+A single-process cell is forked from a server that imported torch, Lightning and the tasks once;
+its process must still be the cell's own: the environment, thread count and output it was given,
+the exit code it ended with, and the same numbers a fresh interpreter computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+import blockbench.matrix as matrix_module
+from blockbench import launch, walltime
+from blockbench.cli import build_parser
+from blockbench.config import ConfigError, build_run_config
+from blockbench.matrix import forks, resolve_jobs
+from conftest import TINY_LM, blockbench, write_matrix
+
+
+PRELOADED = ["lightning", "torchmetrics", "blockbench.train"]
+
+
+def _child_entry(path: str, environment: dict[str, str]) -> None:
+    """Child: which modules it has before importing anything itself; then, set up as ``_train_child``
+    sets up a cell, its environment and threads."""
+    preloaded = {name: name in sys.modules for name in PRELOADED}
+    launch._enter_cell(environment, None)
+    with open(path, "w") as f:
+        json.dump({"preloaded": preloaded, "forked": walltime.FORKED, "marker": os.environ.get("BLOCKBENCH_TEST_MARKER"),
+                   "threads": torch.get_num_threads()}, f)
+
+
+def test_a_forked_child_has_the_imports_done_and_its_own_environment(tmp_path):
+    out = tmp_path / "report.json"
+    environment = {**os.environ, "BLOCKBENCH_TEST_MARKER": "cell-7", "OMP_NUM_THREADS": "1"}
+    process = launch._server().Process(target=_child_entry, args=(str(out), environment))
+    process.start()
+    process.join()
+    assert process.exitcode == 0
+    report = json.loads(out.read_text())
+    # the server imported these before forking: the cell pays nothing for them
+    assert report["preloaded"] == {name: True for name in PRELOADED}
+    assert report["marker"] == "cell-7" and report["threads"] == 1 and report["forked"] is True
+
+
+def test_run_forked_returns_the_exit_code_and_writes_the_log(tmp_path):
+    log = tmp_path / "train.log"
+    # a bad command line: the CLI's own error, exit code 2, in the cell's log
+    code = launch.run_forked(["-m", "blockbench", "train", str(tmp_path / "missing.yaml")], dict(os.environ), log)
+    assert code != 0
+    assert "missing.yaml" in log.read_text()
+
+
+def test_forked_cell_computes_what_a_fresh_interpreter_computes(tmp_path):
+    """The same tiny cell trained as a matrix cell (forked) and by ``blockbench train`` in a new
+    interpreter: bit-identical metrics and loss history."""
+    config = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1, "peak_tflops": 0.05}}
+    path = write_matrix(tmp_path, {"seed": [0]}, base=config)
+    results = tmp_path / "results"
+    assert matrix_module.run_matrix(path, results) == 0
+    cell_dir = results / "m/cells/lm/default/seed0"
+    forked = json.loads((cell_dir / "result.json").read_text())
+    assert forked["wall_time_breakdown"]["measured_from"].startswith("process start (forked")
+
+    fresh_dir = tmp_path / "fresh"
+    process = blockbench("train", str(cell_dir / "config.yaml"), "--out", str(fresh_dir), "--tb-dir",
+                         str(tmp_path / "tb"), "--quiet", cwd=tmp_path)
+    assert process.returncode == 0, process.stderr[-2000:]
+    fresh = json.loads((fresh_dir / "result.json").read_text())
+    assert fresh["wall_time_breakdown"]["measured_from"] == "process start"
+    assert forked["metrics"] == fresh["metrics"]
+    assert [h["metrics"] for h in forked["history"]] == [h["metrics"] for h in fresh["history"]]
+
+
+def test_only_single_process_cells_fork():
+    assert forks(build_run_config(TINY_LM))
+    ddp = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "accelerator": "cpu", "devices": 2, "strategy": "ddp"}}
+    assert not forks(build_run_config(ddp))  # Lightning relaunches the entry script: a subprocess
+
+
+def test_jobs_auto_runs_one_cell_per_core_and_never_more_than_the_matrix_has(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(matrix_module, "cpu_cores", lambda: 8)
+    assert resolve_jobs("auto", 18) == 8
+    assert resolve_jobs("auto", 3) == 3  # the matrix's size, not the cells left: a resumed run keeps its threads
+    assert [slot.threads for slot in matrix_module.job_slots(resolve_jobs("auto", 3))] == [2, 2, 2]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert resolve_jobs("auto", 18) == 4  # one cell per GPU
+    assert resolve_jobs(5, 18) == 5
+    with pytest.raises(ConfigError, match="--jobs 0: give a number"):
+        resolve_jobs(0, 18)
+
+
+def test_jobs_flag_takes_auto_by_default_and_rejects_words():
+    parser = build_parser()
+    assert parser.parse_args(["matrix", "m.yaml"]).jobs == "auto"
+    assert parser.parse_args(["matrix", "m.yaml", "--jobs", "3"]).jobs == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args(["matrix", "m.yaml", "--jobs", "many"])

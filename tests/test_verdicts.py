@@ -1,0 +1,305 @@
+"""The cross-family verdicts (``blockbench.verdicts``): the lines at the top of each summary and the
+index of a results root (``results/README.md``), from hand-written matrix folders whose differences,
+intervals, Holm-adjusted tests, diverged shares and step times are computed here by hand (scipy).
+No training: every cell is a result.json written below."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+import pytest
+import yaml
+from scipy import stats as scipy_stats
+
+from blockbench.cli import main
+from blockbench.layout import write_json
+from blockbench.matrix import finish_matrix
+from blockbench.report import load_groups, write_index, write_report
+from blockbench.stats import Difference
+from blockbench.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
+from blockbench.walltime import WallClock
+from tasks import TASK_CONFIGS
+
+PRE, POST = "norm_placement=pre", "norm_placement=post"
+#: every metric but the headline one is the same in every cell: its paired differences are all zero, so
+#: it has no test and stays out of the Holm family (which then holds the headline metrics alone)
+CONSTANT = {"lm": {"agreement_acc": 0.5, "loss": 2.0}, "lm_text": {"bits_per_byte": 1.5, "loss": 2.0},
+            "translation": {"exact_match": 0.1, "loss": 1.0}, "vit": {"loss": 1.0}}
+FAMILY = {"lm": "decoder_lm", "lm_text": "decoder_lm", "translation": "encoder_decoder", "vit": "vit"}
+HEADLINE = {"lm": "perplexity", "lm_text": "perplexity", "translation": "bleu", "vit": "accuracy"}
+TRIVIAL = {"lm": {"perplexity": 30.0}, "lm_text": {"perplexity": 300.0}, "translation": {"bleu": 0.93}, "vit": {"accuracy": 0.2}}
+
+
+def _result(task_name: str, seed: int, value: float | None, step_time_ms: float | None) -> dict:
+    """A finished cell (``value`` of the headline metric), or a diverged one (``value`` None)."""
+    if value is None:
+        return {"status": "diverged", "task": task_name, "seed": seed, "config_hash": "abc", "diverged_at_step": 20,
+                "last_finite_loss": 7.5, "history": []}
+    result = {"status": "ok", "task": task_name, "seed": seed, "config_hash": "abc",
+              "metrics": {HEADLINE[task_name]: value, **CONSTANT[task_name]}, "primary_metric": HEADLINE[task_name],
+              "baselines": TRIVIAL[task_name], "steps": 30, "wall_time_s": 4.0, "parameters": 1000, "throughput": 100.0,
+              "throughput_unit": "tokens/s", "machine": "test"}
+    if step_time_ms is not None:
+        result["performance"] = {"step_time_ms": {"median": step_time_ms, "mean": step_time_ms + 1}}
+    return result
+
+
+def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None) -> None:
+    """``cells``: dicts of task (the row label), task_name, variant, axes, values (headline metric per
+    seed, None = diverged) and step_time_ms; each cell gets cell.json, config.yaml (model.family) and result.json."""
+    matrix_dir = root / name
+    index = 0
+    for cell in cells:
+        for seed, value in enumerate(cell["values"]):
+            cell_dir = matrix_dir / "cells" / cell["task"] / cell["variant"] / f"seed{seed}"
+            write_json(cell_dir / "cell.json", {"index": index, "task": cell["task"], "task_name": cell["task_name"],
+                                                "variant": cell["variant"], "seed": seed,
+                                                "axes": {"task": cell["task"], **cell.get("axes", {}), "seed": seed}})
+            (cell_dir / "config.yaml").write_text(yaml.safe_dump({"model": {"family": FAMILY[cell["task_name"]]}}))
+            write_json(cell_dir / "result.json", _result(cell["task_name"], seed, value, cell.get("step_time_ms")))
+            index += 1
+    matrix = {"name": name, "axes": {"task": sorted({c["task"] for c in cells})}}
+    if baseline_variant:
+        matrix["baseline_variant"] = baseline_variant
+    (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+
+
+def _paired(variant: list[float], baseline: list[float]) -> tuple[float, float, float, float]:
+    """The summary's paired t: mean difference, 95% interval and p-value, by hand."""
+    differences = [v - b for v, b in zip(variant, baseline)]
+    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
+    half = scipy_stats.t.ppf(0.975, len(differences) - 1) * sd / math.sqrt(len(differences))
+    p = scipy_stats.ttest_rel(variant, baseline).pvalue
+    assert p == pytest.approx(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(len(differences))), len(differences) - 1))
+    return mean, mean - half, mean + half, p
+
+
+def _holm(p_values: list[float]) -> list[float]:
+    """Holm's adjusted p-values, by hand, in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _interval_text(values: tuple[float, float, float, float], digits: int) -> str:
+    mean, low, high, _ = values
+    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+# norms: post better than pre in all three families; step times 110, 90, 100 ms against 100 ms
+NORMS = {
+    "lm": ([10.0, 11.0, 12.5], [8.0, 9.1, 10.3], 110.0),
+    "translation": ([50.0, 52.0, 54.0], [60.0, 61.5, 64.2], 90.0),
+    "vit": ([0.50, 0.55, 0.60], [0.60, 0.66, 0.70], 100.0),
+}
+#: budget: SwiGLU worse than the MLP at 300 steps, better at 1500
+BUDGET = {300: ([10.0, 11.0, 12.5], [12.0, 13.1, 14.3]), 1500: ([8.0, 9.0, 10.0], [6.0, 7.1, 7.8])}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A results root with four matrix folders (norms, mixed, budget, broken: only failed cells, empty:
+    no cell) and a folder of matrix files, one of which (never_run) has no results folder."""
+    root = tmp_path_factory.mktemp("results")
+    cells = []
+    for task, (pre, post, step_time) in NORMS.items():
+        cells += [{"task": task, "task_name": task, "variant": PRE, "values": pre, "step_time_ms": 100.0},
+                  {"task": task, "task_name": task, "variant": POST, "values": post, "step_time_ms": step_time}]
+    _write_matrix(root, "norms", cells)
+    # a tuning cell (another phase's seed) must not count: a perplexity of a million would turn the verdict
+    tune_dir = root / "norms" / "tune" / "cells" / "lm" / POST / "lr=0.001" / "seed1000"
+    write_json(tune_dir / "cell.json", {"index": 99, "task": "lm", "task_name": "lm", "variant": POST, "seed": 1000, "axes": {}})
+    write_json(tune_dir / "result.json", _result("lm", 1000, 1e6, 100.0))
+
+    # mixed: post listed first, the baseline variant (pre) named by the matrix file; the LM task is labelled
+    # "images" (its family comes from its config, not its name); the translator's baseline has a diverged
+    # seed, the ViT's post one; the ViT cells recorded no step time
+    _write_matrix(root, "mixed", [
+        {"task": "images", "task_name": "lm_text", "variant": POST, "values": [25.0, 26.5, 27.2], "step_time_ms": 50.0},
+        {"task": "images", "task_name": "lm_text", "variant": PRE, "values": [20.0, 21.0, 22.0], "step_time_ms": 40.0},
+        {"task": "translation", "task_name": "translation", "variant": POST, "values": [51.0, 50.0, 56.0], "step_time_ms": 30.0},
+        {"task": "translation", "task_name": "translation", "variant": PRE, "values": [50.0, 52.0, None], "step_time_ms": 30.0},
+        {"task": "vit", "task_name": "vit", "variant": POST, "values": [0.52, 0.58, None]},
+        {"task": "vit", "task_name": "vit", "variant": PRE, "values": [0.50, 0.55, 0.60]},
+    ], baseline_variant=PRE)
+
+    budget_cells = []
+    for steps, (mlp, swiglu) in BUDGET.items():
+        for ffn, values in (("mlp", mlp), ("swiglu", swiglu)):
+            budget_cells.append({"task": "lm", "task_name": "lm", "variant": f"ffn={ffn},max_steps={steps}", "values": values,
+                                 "axes": {"model.ffn": ffn, "trainer.max_steps": steps}, "step_time_ms": 100.0})
+    _write_matrix(root, "budget", budget_cells)
+
+    for seed in (0, 1):
+        cell_dir = root / "broken" / "cells" / "vit" / PRE / f"seed{seed}"
+        write_json(cell_dir / "cell.json", {"index": seed, "task": "vit", "task_name": "vit", "variant": PRE, "seed": seed,
+                                            "axes": {}, "matrix_file": {"path": "elsewhere/broken.yaml", "sha256": "0"}})
+        write_json(cell_dir / "result.json", {"status": "failed", "task": "vit", "seed": seed, "config_hash": "abc",
+                                              "error": "RuntimeError: boom"})
+    (root / "empty").mkdir()
+    (root / "empty" / "matrix.yaml").write_text(yaml.safe_dump({"name": "empty", "axes": {"task": ["lm"]}}))
+    (root / "train").mkdir()  # `blockbench train` results: not a matrix
+
+    configs = root.parent / "configs"
+    configs.mkdir()
+    for name in ("norms", "mixed", "budget", "broken", "never_run"):
+        (configs / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "axes": {"task": ["lm"]}}))
+    (configs / "notes.yaml").write_text("just: a list\n")  # no name and axes: not a matrix file
+    for name in ("norms", "mixed", "budget"):
+        write_report(root / name)  # as the runner does before it refreshes the index
+    return root
+
+
+@pytest.fixture(scope="module")
+def index(root) -> str:
+    return write_index(root, root.parent / "configs")
+
+
+def _row(index: str, matrix: str, variant: str) -> list[str]:
+    """The cells of the index row of ``matrix`` and ``variant`` (the matrix cell links to its summary)."""
+    rows = [line for line in index.splitlines() if line.startswith(f"| [{matrix}](") and f" | {variant} | " in line]
+    assert len(rows) == 1, rows
+    return [cell.strip() for cell in rows[0].strip("|").split(" | ")]
+
+
+def test_index_row_of_a_variant_better_in_every_family(index):
+    header = next(line for line in index.splitlines() if line.startswith("| comparison"))
+    assert header == "| comparison | variant | baseline | LM | translator | ViT | transfers across the families? |"
+    p = {task: _paired(post, pre)[3] for task, (pre, post, _) in NORMS.items()}
+    assert max(_holm(list(p.values()))) < 0.05  # every difference is significant after Holm over the 3
+    lm, translation, vit = (_paired(post, pre) for pre, post, _ in NORMS.values())
+    assert _row(index, "norms", POST) == [
+        "[norms](norms/summary.md)", POST, PRE,
+        f"**better**, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",  # lower perplexity is better
+        f"**better**, bleu ↑ {_interval_text(translation, 2)}; step time ×0.90",
+        f"**better**, accuracy ↑ {_interval_text(vit, 3)}; step time ×1.00",
+        "yes: better in all 3",
+    ]
+
+
+def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(index, root):
+    images = _paired([25.0, 26.5, 27.2], [20.0, 21.0, 22.0])
+    # a diverged seed counts with the worse of the trivial baseline and the task's worst finished seed
+    translation = _paired([51.0, 50.0, 56.0], [50.0, 52.0, 0.93])
+    vit = _paired([0.52, 0.58, 0.2], [0.50, 0.55, 0.60])
+    holm = _holm([images[3], translation[3], vit[3]])
+    assert holm[0] < 0.05 and holm[1] > 0.05 and holm[2] > 0.05
+    # the LM column because the cells' resolved config says model.family: decoder_lm, whatever the task's label
+    assert {g.task: g.family for g in load_groups(root / "mixed")} == {"images": "decoder_lm", "translation": "encoder_decoder",
+                                                                       "vit": "vit"}
+    assert _row(index, "mixed", POST) == [
+        "[mixed](mixed/summary.md)", POST, PRE,  # the baseline the matrix file names, not the first variant
+        f"**worse**, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",  # higher perplexity: worse
+        f"**n.s.**, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
+        f"**n.s.**, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
+        "no: worse in LM, n.s. in translator and ViT",
+    ]
+
+
+def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(index, root):
+    short, long = (_paired(swiglu, mlp) for mlp, swiglu in BUDGET.values())
+    assert max(_holm([short[3], long[3]])) < 0.05
+    flag = "⚠ flips: worse at 300 steps, better at 1,500 steps"
+    assert _row(index, "budget", "ffn=swiglu at 300 steps") == [
+        "[budget](budget/summary.md)", "ffn=swiglu at 300 steps", "ffn=mlp",
+        f"**worse**, perplexity ↓ {_interval_text(short, 2)}; step time ×1.00; {flag}", "–", "–", "only LM run"]
+    assert _row(index, "budget", "ffn=swiglu at 1,500 steps")[3] == (  # means below 10: three decimals
+        f"**better**, perplexity ↓ {_interval_text(long, 3)}; step time ×1.00; {flag}")
+    # the MLP at 1500 steps is the baseline of its budget, not a variant compared with the MLP at 300
+    assert "| ffn=mlp at" not in index
+
+
+def test_the_summary_compares_each_budget_with_the_baseline_variant_at_that_budget(root):
+    summary = write_report(root / "budget")
+    assert "Difference from the baseline variant `ffn=mlp` at the same budget (`trainer.max_steps`)" in summary
+    mean = _paired(BUDGET[1500][1], BUDGET[1500][0])[0]
+    rows = (root / "budget" / "summary.csv").read_text().splitlines()
+    swiglu_long = next(r for r in rows if r.startswith("lm,\"ffn=swiglu,max_steps=1500\",perplexity,"))
+    assert ",\"ffn=mlp,max_steps=1500\"," in swiglu_long and f"{mean:.6f}"[:8] in swiglu_long
+    assert "Holm over 2 comparisons" in summary  # the two budgets' comparisons, not the MLP's 1500 vs 300
+
+
+def test_matrices_without_results_are_listed_with_the_command_that_runs_them(index, root):
+    not_run = index.split("## Not run yet\n\n")[1].strip().splitlines()
+    configs = root.parent / "configs"
+    assert not_run == [
+        f"- broken (2 cell(s) failed, none finished): `blockbench matrix {configs / 'broken.yaml'}`",
+        "- empty (no cell has finished): `blockbench matrix <the matrix file of empty>`",
+        f"- never_run (no results): `blockbench matrix {configs / 'never_run.yaml'}`",
+    ]
+    assert "[broken]" not in index and "[empty]" not in index and "train" not in index.split("## Not run yet")[1]
+
+
+def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
+    summary = write_report(root / "norms")
+    verdicts = summary.split("## Verdicts\n")[1].split("\n## ")[0]
+    assert summary.index("## Verdicts") < summary.index("## lm:")  # before the detailed tables
+    cells = _row(index, "norms", POST)
+    lines = [line for line in verdicts.splitlines() if line.startswith("- ")]
+    assert lines == [  # the same wording as the index
+        f"- lm (LM), {POST} vs {PRE}: {cells[3]}",
+        f"- translation (translator), {POST} vs {PRE}: {cells[4]}",
+        f"- vit (ViT), {POST} vs {PRE}: {cells[5]}",
+        f"- {POST} vs {PRE}, across the families: yes: better in all 3",
+    ]
+    budget = write_report(root / "budget")
+    short = _interval_text(_paired(BUDGET[300][1], BUDGET[300][0]), 2)
+    assert f"- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse**, perplexity ↓ {short}; step time ×1.00; ⚠ flips" in budget
+    assert "across the families" not in budget  # one family: nothing to transfer
+
+
+def test_report_index_command_writes_the_readme_of_the_results_root(root, capsys):
+    configs = root.parent / "configs"
+    assert main(["report", "--index", str(root), "--matrices", str(configs)]) == 0
+    readme = (root / "README.md").read_text()
+    assert readme.startswith(f"# Verdicts\n\nGenerated by `blockbench report --index {root} --matrices {configs}`")
+    assert capsys.readouterr().out == readme + "\n"  # and prints it
+    assert "| [norms](norms/summary.md) |" in readme
+    assert main(["report", "--index", str(root / "missing")]) == 2  # a clear error, not a traceback
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_finished_matrix_refreshes_the_index_of_its_results_root(root):
+    (root / "README.md").unlink(missing_ok=True)
+    assert finish_matrix(root / "norms", "norms", "blockbench matrix norms.yaml", WallClock(), 0, []) == 0
+    readme = (root / "README.md").read_text()
+    assert "Generated by `blockbench report --index" in readme and "yes: better in all 3" in readme
+    assert "## Verdicts" in (root / "norms" / "summary.md").read_text()
+
+
+def _comparison(family: str, p_value: float | None, significant: bool, difference: float = 1.0) -> Comparison:
+    """A comparison in accuracy (higher is better), as the summary would hand it over."""
+    return Comparison(task=family, family=family, variant=POST, baseline=PRE, budget=None,
+                      metric=TASK_CONFIGS["vit"].metrics[0], difference=Difference(difference, None, None, p_value),
+                      difference_text="+1.000", significant=significant, direction="better" if difference > 0 else "worse",
+                      variant_side=Side(3, 0, None), baseline_side=Side(3, 0, None))
+
+
+def test_transfer_names_the_families_that_ran_and_those_without_a_verdict():
+    better, worse, ns = (_comparison("vit", 0.001, True), _comparison("vit", 0.001, True, -1.0), _comparison("vit", 0.3, False))
+    lm = lambda c: replace(c, task="lm", family="decoder_lm")  # noqa: E731
+    translator = lambda c: replace(c, task="translation", family="encoder_decoder")  # noqa: E731
+    assert transfer([lm(better), better]) == "yes: better in LM and ViT (translator not run)"
+    assert transfer([lm(worse), translator(worse), worse]) == "yes: worse in all 3"
+    assert transfer([lm(better), translator(ns), worse]) == "no: better in LM, worse in ViT, n.s. in translator"
+    assert transfer([worse]) == "only ViT run"
+    untested = _comparison("vit", None, False)  # one seed: no test
+    assert untested.verdict == "untested"
+    assert transfer([lm(better), untested]) == "undecided: better in LM, untested in ViT (translator not run)"
+    # two LM tasks that disagree: the family is mixed, so the verdict does not transfer
+    assert transfer([lm(better), replace(lm(ns), task="wikitext"), better]) == (
+        "no: better in ViT, mixed in LM (translator not run)")
+
+
+def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
+    lm = replace(_comparison("decoder_lm", 0.001, True), task="lm")
+    wikitext = replace(_comparison("decoder_lm", 0.3, False), task="wikitext")
+    [row] = index_rows(MatrixVerdicts("real", [lm, wikitext, _comparison("vit", 0.001, True)]), list(FAMILIES))
+    assert row[3] == f"lm: {lm.describe()}<br>wikitext: {wikitext.describe()}"
+    assert row[4] == "–" and row[5] == _comparison("vit", 0.001, True).describe()
+    assert row[6] == "no: better in ViT, mixed in LM (translator not run)"
