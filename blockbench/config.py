@@ -223,6 +223,10 @@ class MatrixConfig(BaseModel):
         "first trains every candidate at tune_seed, then its reported seeds at the best on the task's headline metric",
     )
     tune_seed: int = Field(DEFAULT_TUNE_SEED, description="the seed the tuning cells train with; not a reported seed")
+    verdicts: bool = Field(
+        True, description="false: a demonstration (e.g. smoke.yaml, too small to decide anything); results/README.md "
+        "leaves it out of the verdicts and names it under its demonstrations"
+    )
 
     @field_validator("axes")
     @classmethod

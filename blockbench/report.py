@@ -300,6 +300,9 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
     for folder in folders:
+        if not _gives_verdicts(folder / MATRIX_FILE):
+            index.demonstrations.append(folder.name)
+            continue
         _, groups, sections = analyze(folder)
         results = [r for g in groups for r in g.results]
         if not any(g.ok or g.diverged for g in groups):
@@ -311,7 +314,8 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
                                              has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished))
     ran = {folder.name for folder in folders}
-    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items() if name not in ran]
+    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items()
+                      if name not in ran and _gives_verdicts(path)]
     index.not_run.sort(key=lambda m: m.name)
     markdown = index_markdown(index)
     write_atomic(results_root / INDEX_FILE, markdown)
@@ -341,6 +345,15 @@ def _matrix_files(folders: Path | list[Path]) -> dict[str, Path]:
             if isinstance(raw, dict) and isinstance(raw.get("name"), str) and "axes" in raw:
                 files.setdefault(raw["name"], path)
     return files
+
+
+def _gives_verdicts(matrix_file: Path) -> bool:
+    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a demonstration)."""
+    try:
+        raw = yaml.safe_load(matrix_file.read_text()) if matrix_file.is_file() else None
+    except yaml.YAMLError:
+        return True
+    return not (isinstance(raw, dict) and raw.get("verdicts") is False)
 
 
 def _run_command(folder: Path, files: dict[str, Path]) -> str:

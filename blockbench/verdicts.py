@@ -250,6 +250,7 @@ class Index:
     command: str  # the command that writes it
     matrices: list[MatrixVerdicts] = field(default_factory=list)
     not_run: list[NotRun] = field(default_factory=list)
+    demonstrations: list[str] = field(default_factory=list)  # matrices with ``verdicts: false`` that have results
 
 
 def _cell(text: str) -> str:
@@ -309,6 +310,9 @@ def index_markdown(index: Index) -> str:
     if single:
         lines += ["Matrices with results but nothing to compare (one variant): "
                   + ", ".join(f"[{n}]({urllib.parse.quote(n)}/summary.md)" for n in single) + ".", ""]
+    if index.demonstrations:
+        lines += [f"Demonstrations, not verdicts (`verdicts: false` in their matrix file): "
+                  f"{', '.join(f'[{name}]({name}/summary.md)' for name in index.demonstrations)}.", ""]
     if index.not_run:
         lines += ["## Not run yet", ""]
         lines += [f"- {m.name} ({m.reason}): `{m.command}`" for m in index.not_run]

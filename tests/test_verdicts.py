@@ -303,3 +303,22 @@ def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
     assert row[3] == f"lm: {lm.describe()}<br>wikitext: {wikitext.describe()}"
     assert row[4] == "–" and row[5] == _comparison("vit", 0.001, True).describe()
     assert row[6] == "no: better in ViT, mixed in LM (translator not run)"
+
+
+def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(tmp_path):
+    """``verdicts: false`` (the smoke matrix): its results are named as a demonstration, never as verdicts,
+    and its file is not a matrix 'not run yet'."""
+    root = tmp_path / "results"
+    cells = [{"task": "lm", "task_name": "lm", "variant": variant, "values": values, "step_time_ms": 10.0}
+             for variant, values in ((PRE, [7.0, 7.1, 7.2]), (POST, [30.0, 31.0, 30.5]))]
+    _write_matrix(root, "smoke", cells)
+    matrix_file = root / "smoke" / "matrix.yaml"
+    matrix_file.write_text(yaml.safe_dump({**yaml.safe_load(matrix_file.read_text()), "verdicts": False}))
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "smoke.yaml").write_text(yaml.safe_dump({"name": "smoke", "axes": {"task": ["lm"]}, "verdicts": False}))
+    (configs / "demo.yaml").write_text(yaml.safe_dump({"name": "demo", "axes": {"task": ["lm"]}, "verdicts": False}))
+    index = write_index(root, configs)
+    assert "Demonstrations, not verdicts (`verdicts: false` in their matrix file): [smoke](smoke/summary.md)." in index
+    assert "| [smoke](" not in index
+    assert "Not run yet" not in index and "demo.yaml" not in index
