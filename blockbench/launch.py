@@ -14,11 +14,11 @@ Standard library only at import: the runner imports this module without torch.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import runpy
 import sys
-import threading
 from pathlib import Path
 
 from . import walltime
@@ -26,24 +26,18 @@ from . import walltime
 #: what the server imports once, before it forks any cell (everything ``blockbench train`` imports)
 PRELOAD = ["torch", "lightning", "torchmetrics", "blockbench.cli", "blockbench.train", "tasks", "models"]
 
-_lock = threading.Lock()
-_context: multiprocessing.context.ForkServerContext | None = None
-
 
 def forkserver_available() -> bool:
     """Whether this platform has the forkserver start method (Linux and macOS; not Windows)."""
     return "forkserver" in multiprocessing.get_all_start_methods()
 
 
+@functools.cache
 def _server() -> multiprocessing.context.ForkServerContext:
     """The forkserver context, its preload set once (the server starts at the first fork)."""
-    global _context
-    with _lock:
-        if _context is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(PRELOAD)
-            _context = context
-        return _context
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 def _started() -> None:
@@ -53,9 +47,7 @@ def _started() -> None:
 def start_server() -> None:
     """Start the server and wait until it has done its imports (a fork returns only after them), so
     that the time goes to the matrix's own start-up rather than to its first cell."""
-    process = _server().Process(target=_started)
-    process.start()
-    process.join()
+    _fork(_started)
 
 
 def _enter_cell(environment: dict[str, str], log_file: str | None) -> None:
@@ -99,7 +91,12 @@ def run_forked(arguments: list[str], environment: dict[str, str], log_file: Path
     (negative: killed by that signal)."""
     if len(arguments) < 2 or arguments[0] != "-m":
         raise ValueError(f"run_forked runs `-m <module> [args]`, not {arguments!r}")
-    process = _server().Process(target=_train_child, args=(arguments, environment, None if log_file is None else str(log_file)))
+    return _fork(_train_child, arguments, environment, None if log_file is None else str(log_file))
+
+
+def _fork(target, *args) -> int:
+    """Run ``target(*args)`` in a process forked from the server, wait for it, return its exit code."""
+    process = _server().Process(target=target, args=args)
     process.start()
     process.join()
     return process.exitcode

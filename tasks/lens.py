@@ -62,3 +62,9 @@ class LensLosses(nn.Module):
     def reset(self) -> None:
         for metric in self.layers:
             metric.reset()
+
+    def pop(self) -> dict[str, torch.Tensor]:
+        """:meth:`compute`, then :meth:`reset` for the next validation."""
+        values = self.compute()
+        self.reset()
+        return values

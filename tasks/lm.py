@@ -154,11 +154,9 @@ class LMTask(TaskModule):
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         loss = self.val_loss.compute()
-        lens = self.lens.compute() if self.lens is not None else {}
+        lens = self.lens.pop() if self.lens is not None else {}
         self.log_validation(
             {"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute(), **lens}
         )
         self.val_loss.reset()
         self.agreement.reset()
-        if self.lens is not None:
-            self.lens.reset()

@@ -172,11 +172,9 @@ class TextLMTask(TaskModule):
         super().on_validation_epoch_end()
         nats, n_targets, n_bytes = (m.compute() for m in (self.val_nats, self.val_targets, self.val_bytes))
         loss = nats / n_targets
-        lens = self.lens.compute() if self.lens is not None else {}
+        lens = self.lens.pop() if self.lens is not None else {}
         self.log_validation(
             {"loss": loss, "perplexity": loss.exp(), "bits_per_byte": nats / math.log(2) / n_bytes, **lens}
         )
         for metric in (self.val_nats, self.val_targets, self.val_bytes):
             metric.reset()
-        if self.lens is not None:
-            self.lens.reset()

@@ -267,11 +267,9 @@ class TranslationTask(TaskModule):
         hypotheses = [text for _, text in translations]
         references = [data.reference_text(i) for i, _ in translations]
         bleu, self.bleu_signature = corpus_bleu(hypotheses, references)
-        lens = self.lens.compute() if self.lens is not None else {}
+        lens = self.lens.pop() if self.lens is not None else {}
         self.log_validation(
             {"loss": self.val_loss.compute(), "bleu": bleu, "exact_match": exact_match(hypotheses, references), **lens}
         )
         self.val_loss.reset()
-        if self.lens is not None:
-            self.lens.reset()
         self.translations = []
