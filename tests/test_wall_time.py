@@ -183,6 +183,13 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     monkeypatch.setattr(matrix_module, "run_forked", timed(real_fork))
     if not forked:
         monkeypatch.setattr(matrix_module, "forks", lambda run: False)
+    real_expand = matrix_module.expand_matrix
+
+    def slow_expand(*args, **kwargs):  # planning takes a few ms: make it long enough to show after rounding
+        time.sleep(SLEEP_S)
+        return real_expand(*args, **kwargs)
+
+    monkeypatch.setattr(matrix_module, "expand_matrix", slow_expand)
     path = write_matrix(tmp_path, {"seed": [0]}, base=tiny_cell(checkpoint_every_n_steps=2))
     assert run_matrix(path, tmp_path / "results") == 0
     matrix_dir = tmp_path / "results/m"
@@ -209,7 +216,7 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     matrix = run["wall_time_breakdown"]
     assert_adds_up(matrix, MATRIX_PARTS)
     assert matrix["startup"] is None and matrix["measured_from"].startswith("clock start (called inside")
-    assert matrix["cells"] >= cell["seconds"] and matrix["planning"] > 0 and matrix["report"] > 0
+    assert matrix["cells"] >= cell["seconds"] and matrix["planning"] >= SLEEP_S and matrix["report"] > 0
     assert run["jobs"] == 1 and run["cells_trained"] == 1 and run["wall_time_s"] == round(matrix["total"], 1)
 
     summary = (matrix_dir / "summary.md").read_text()
