@@ -23,6 +23,7 @@ from .perf import (
     step_statistics,
     synchronize,
 )
+from .tensorboard import CURVE_TAG
 from .walltime import WallClock
 
 
@@ -279,6 +280,77 @@ class ValidationHistory(L.Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history, self.elapsed_before = state["history"], state["elapsed"]
+
+
+class LossCurve(L.Callback):
+    """The validation loss on a fixed sample of the validation set (its first ``n_items`` items),
+    before the first step and every ``every_n_steps`` optimizer steps and at the last: the points of
+    the loss curve between the full validations, which decode, probe and score the whole set and so
+    cost several times more (nanoGPT's ``estimate_loss`` over ``eval_iters`` batches is the same idea).
+
+    Logged as ``val/curve_loss`` (a task's run: ``val/<task>/curve_loss``), kept in ``result.json``
+    ``curve`` and in checkpoints. Its time counts as validation. Every process computes the whole
+    sample (no collective calls; the same value everywhere); rank 0 logs it.
+    """
+
+    TAG = CURVE_TAG
+
+    def __init__(self, every_n_steps: int, n_items: int, clock: WallClock | None = None):
+        self.every_n_steps = every_n_steps
+        self.n_items = n_items
+        self.clock = clock
+        self.points: list[tuple[int, float]] = []
+        self.sample_size = 0
+        self._loader: Any = None
+        self._last_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._loader = trainer.datamodule.curve_loader(self.n_items)
+        self.sample_size = len(self._loader.dataset) if self._loader is not None else 0
+        self._last_step = trainer.global_step
+        if self._loader is None:
+            return  # no validation data: no points, as Lightning then skips every validation
+        if trainer.global_step == 0:
+            self._measure(trainer, pl_module)
+        elif self.points and self.points[-1][0] == trainer.global_step:
+            # resumed from a checkpoint of a point's step: TensorBoard drops the points from there on (purge_step)
+            self._log(trainer, *self.points[-1])
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == self._last_step:
+            return  # a micro-batch in the middle of a gradient accumulation window
+        self._last_step = step
+        if self._loader is not None and (step % self.every_n_steps == 0 or step == trainer.max_steps):
+            self._measure(trainer, pl_module)
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.clock is not None:
+            self.clock.enter("validation")
+        with trainer.precision_plugin.val_step_context():
+            loss = pl_module.sample_loss(self._loader)
+        if self.clock is not None:
+            self.clock.exit("validation")
+        if math.isfinite(loss):  # a diverging run's loss is its DivergenceGuard's record
+            self.points.append((trainer.global_step, loss))
+            self._log(trainer, trainer.global_step, loss)
+
+    @staticmethod
+    def _log(trainer: L.Trainer, step: int, loss: float) -> None:
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({LossCurve.TAG: loss}, step=step)
+
+    def record(self) -> dict[str, Any]:
+        """``result.json`` ``curve``: the sample's size and every (step, loss) point."""
+        return {"every_n_steps": self.every_n_steps, "items": self.sample_size,
+                "points": [[step, round(loss, 6)] for step, loss in self.points]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"points": self.points}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.points = [tuple(point) for point in state["points"]]
 
 
 class DivergenceGuard(L.Callback):

@@ -62,6 +62,12 @@ class TrainerConfig(BaseModel):
         32, gt=0, description="global batch: sequences (or images) per optimizer step, summed over all processes"
     )
     val_every_n_steps: int = Field(100, gt=0, description="validate (every validation metric) every this many steps")
+    curve_every_n_steps: int | None = Field(
+        None, ge=0, description="between full validations, the validation loss on the first trainer.curve_items "
+        "validation items this often, and before the first step: the loss curve's points (null: max_steps // 10, "
+        "so every curve has at least 10; 0: none)"
+    )
+    curve_items: int = Field(256, gt=0, description="validation items (sequences, sentence pairs, images) of each loss-curve point")
     log_every_n_steps: int = Field(10, gt=0, description="log the training loss, learning rate and speed this often")
     grad_clip: float | None = Field(1.0, gt=0, description="clip the gradient norm to this (null: no clipping)")
     checkpoint_every_n_steps: int | None = Field(
@@ -100,6 +106,11 @@ class TrainerConfig(BaseModel):
             except ConfigError as error:
                 raise ValueError(str(error).removeprefix("trainer.")) from None
         return self
+
+    @property
+    def curve_interval(self) -> int:
+        """Steps between the loss-curve points (0: none); see ``curve_every_n_steps``."""
+        return max(1, self.max_steps // 10) if self.curve_every_n_steps is None else self.curve_every_n_steps
 
     def per_device_batch_size(self, world_size: int) -> int:
         """The batch each process computes per micro-step, so that the global batch is ``batch_size``

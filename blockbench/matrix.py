@@ -605,7 +605,8 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     tasks = {cell.task: (cell.run.task.metrics, cell.run.task.throughput_unit) for cell in cells}
     lens_tasks = [cell.task for cell in cells if getattr(cell.run.task, "logit_lens", False)]  # a chart of their lens
     with clock.part("tensorboard_views"):
-        views = matrix_views([cell.hparams for cell in tuning + cells], tasks, lens_tasks=lens_tasks)
+        curve_tasks = [cell.task for cell in cells if cell.run.trainer.curve_interval]
+        views = matrix_views([cell.hparams for cell in tuning + cells], tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks)
         publish_views(matrix_dir / TB_DIR, views,
                       [cell.tb_run for cell in tuning + cells],
                       renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells})

@@ -1,4 +1,5 @@
-"""Validation curves of a matrix: one PNG per task, one panel per metric, one line per variant.
+"""Validation curves of a matrix: one PNG per task, one panel per metric, one line per variant;
+first the loss-curve points' panel (the validation loss on a fixed sample, every few steps).
 
 Each line is the mean over the variant's finished seeds at every validation step, with a shaded
 band from the lowest to the highest seed. Seeds that diverged are drawn as thin dotted lines that
@@ -28,6 +29,16 @@ class VariantCurves:
     variant: str
     finished: list[History] = field(default_factory=list)  # seeds with status "ok"
     diverged: list[History] = field(default_factory=list)  # may be empty: diverged before the first validation
+
+
+#: the panel of the loss-curve points (``result.json`` ``curve``, see ``blockbench.callbacks.LossCurve``)
+CURVE_METRIC = "curve_loss"
+
+
+def plotted_history(result: dict[str, Any]) -> History:
+    """A cell's validations with its loss-curve points as validations of ``CURVE_METRIC`` alone."""
+    points = (result.get("curve") or {}).get("points", [])
+    return [*(result.get("history") or []), *({"step": step, "metrics": {CURVE_METRIC: loss}} for step, loss in points)]
 
 
 def metric_points(history: History, metric: str) -> list[tuple[int, float]]:

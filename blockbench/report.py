@@ -54,7 +54,7 @@ from .layout import (
 )
 from .lens import logit_lens_section
 from .perf import speed_figures
-from .plots import VariantCurves, plot_task
+from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
 from .stats import (
     LOGIT_EPSILON,
     PAIRED,
@@ -972,14 +972,19 @@ class TaskSection:
         curves = [
             VariantCurves(
                 g.variant,
-                finished=[r["history"] for r in g.ok if r.get("history")],
-                diverged=[r.get("history") or [] for r in g.diverged],
+                finished=[history for r in g.ok if (history := plotted_history(r))],
+                diverged=[plotted_history(r) for r in g.diverged],
             )
             for g in self.groups
         ]
         path = self.matrix_dir / PLOTS_DIR / f"{self.task}.png"
         metrics = [(m.name, m.higher_is_better) for m in self.metrics]
-        if not plot_task(path, self.task, metrics, curves, self.trivial_baselines):
+        baselines = dict(self.trivial_baselines)
+        if any(r.get("curve") for g in self.groups for r in g.ok + g.diverged):
+            metrics.insert(0, (CURVE_METRIC, False))
+            if "loss" in baselines:
+                baselines[CURVE_METRIC] = baselines["loss"]
+        if not plot_task(path, self.task, metrics, curves, baselines):
             return []
         return [f"![{self.task}]({PLOTS_DIR}/{urllib.parse.quote(path.name)})", ""]
 

@@ -91,6 +91,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
@@ -123,6 +124,8 @@ LEGACY_VIEW_RUNS = (".hparams", ".layout")
 VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)
 #: the title of a task's logit-lens chart (one line per block of each run: ``val/<task>/lens/layer{i}``)
 LENS_CHART = "val/lens: loss per block (logit lens)"
+#: the loss-curve points' tag (see ``blockbench.callbacks.LossCurve``)
+CURVE_TAG = "val/curve_loss"
 #: the order of the speed figures among the HParams columns: those every cell has first
 SPEED_COLUMN_ORDER = ("perf/step_time_ms", "perf/peak_memory_mb", "perf/tflops_per_sec", "perf/mfu",
                       "perf/data_wait_fraction")
@@ -165,6 +168,15 @@ class CellLogger(TensorBoardLogger):
         super().__init__(save_dir=str(save_dir), name=name, version=version, default_hp_metric=False,
                          purge_step=purge_step)
         self.scope = scope
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> SummaryWriter:
+        """The run's writer; a new one (a resumed run's) starts in a later second than the run's
+        existing event files, so that its file sorts after theirs (see :func:`wait_to_sort_last`)."""
+        if self._experiment is None:
+            wait_to_sort_last(Path(self.log_dir))
+        return super().experiment
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -238,7 +250,7 @@ def log_cell_hparams(
 
 def matrix_views(
     cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, tuple[Sequence[Metric], str]],
-    *, lens_tasks: Iterable[str] = (),
+    *, lens_tasks: Iterable[str] = (), curve_tasks: Iterable[str] = (),
 ) -> Views:
     """The HParams experiment and the Custom Scalars layout of a matrix, as JSON-able data.
 
@@ -248,7 +260,9 @@ def matrix_views(
     the order the module docstring explains; the layout has a category per task with a chart per
     validation metric and one of the training loss, each holding that task's runs only. A task of
     ``lens_tasks`` (those whose cells log the logit lens, ``val/lens/layer{i}``) gets one more chart
-    with a line per block and run: where in depth its variants' predictions form.
+    with a line per block and run: where in depth its variants' predictions form. A task of
+    ``curve_tasks`` (whose cells log the loss curve, ``val/curve_loss``) gets its chart first: the
+    chart with a point every few steps.
     """
     raw_by_name: dict[str, list[Any]] = {}
     for cell in cell_hparams:
@@ -259,7 +273,9 @@ def matrix_views(
 
     metrics_by_task = {task: list(metrics) for task, (metrics, _) in tasks.items()}
     metric_columns = _metric_columns(metrics_by_task, [unit for _, unit in tasks.values()])
-    charts = {task: [*(f"val/{metric.name}" for metric in metrics), "train/loss"] for task, metrics in metrics_by_task.items()}
+    curve_tasks = set(curve_tasks)
+    charts = {task: [*([CURVE_TAG] if task in curve_tasks else []), *(f"val/{metric.name}" for metric in metrics), "train/loss"]
+              for task, metrics in metrics_by_task.items()}
     # category -> [chart title, the regex of its tags]: the metric's tag in the task's runs
     layout = {task: [[tag, f"^{re.escape(scoped_tag(tag, task))}$"] for tag in tags] for task, tags in charts.items()}
     for task in dict.fromkeys(lens_tasks):
@@ -416,6 +432,23 @@ def _hparams_summary(tag: str, plugin_data: plugin_data_pb2.HParamsPluginData) -
 def _event_files(run_dir: Path) -> list[Path]:
     """The run's event files, oldest first (the order TensorBoard reads them in)."""
     return sorted(path for path in run_dir.iterdir() if "tfevents" in path.name) if run_dir.is_dir() else []
+
+
+def wait_to_sort_last(run_dir: Path) -> None:
+    """Sleep until the clock's second is past the timestamp of every event file in ``run_dir``.
+
+    TensorBoard reads a run's files in name order, and a writer names its file
+    ``events.out.tfevents.<second>.<host>.<pid>.<counter>``: a file started in the same second as an
+    earlier one sorts by pid and counter as text (``...10`` before ``...9``), so a resumption's points
+    could be read before the points it continues, and its purge would drop the wrong ones. Waiting
+    (at most a second, only when a run resumes within the second it started) orders them by time.
+    """
+    stamps = [int(match[1]) for path in _event_files(run_dir)
+              if (match := re.match(r"events\.out\.tfevents\.(\d+)\.", path.name))]
+    later = max(stamps, default=0) + 1  # the first second that sorts after every file
+    if later - time.time() <= 2:  # a file from further ahead (a clock set back) cannot be waited for
+        while time.time() < later:
+            time.sleep(later - time.time())
 
 
 def _write_event_file(run_dir: Path, records: Sequence[bytes], *, after: Path) -> Path:

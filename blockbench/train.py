@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergenceGuard, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
+from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from .config import RunConfig, to_yaml
 from .layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, failure_record, write_atomic, write_json
 from .perf import final_figures
@@ -105,6 +105,9 @@ def train(
     progress = StepProgress(f"val/{task_cfg.metrics[0].name}", every_n_steps=progress_every)
     callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash(), fingerprint),
                  progress]
+    # after perf (its step ends first) and before the checkpoints (which then hold the step's point)
+    curve = LossCurve(cfg.curve_interval, cfg.curve_items, clock) if cfg.curve_interval else None
+    callbacks += [curve] if curve else []
     callbacks += list(extra_callbacks)
     if cfg.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(checkpoints, cfg.checkpoint_every_n_steps))
@@ -187,6 +190,7 @@ def train(
         "machine": machine_description(),
         **module.result_extras(),
         "history": history.history,
+        "curve": curve.record() if curve else None,
         "provenance": provenance(),
     }
     if trainer.is_global_zero:

@@ -19,7 +19,7 @@ import lightning as L
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
@@ -233,6 +233,18 @@ class TaskDataModule(L.LightningDataModule, ABC):
         rank, world = self.rank_and_world
         return DataLoader(dataset, batch_size=self.batch_size, sampler=range(rank, len(dataset), world), **kwargs)
 
+    def curve_loader(self, n_items: int) -> DataLoader | None:
+        """The first ``n_items`` items of the validation set (of the first validation loader), whole
+        in every process and batched as in validation: the fixed sample of the loss-curve points.
+        None without validation data."""
+        loaders = self.val_dataloader()
+        loader = (loaders[0] if loaders else None) if isinstance(loaders, (list, tuple)) else loaders
+        if loader is None or len(loader.dataset) == 0:
+            return None
+        sample = Subset(loader.dataset, range(min(n_items, len(loader.dataset))))
+        # its own generator: starting the loader then draws nothing from the training's random numbers
+        return DataLoader(sample, batch_size=self.batch_size, collate_fn=loader.collate_fn, generator=torch.Generator())
+
     def data_summary(self) -> dict[str, Any]:
         """Facts about the prepared data stored with the result (sizes, vocabulary, ...)."""
         return {}
@@ -262,6 +274,25 @@ class TaskModule(L.LightningModule, ABC):
     @abstractmethod
     def training_loss(self, batch: Any) -> torch.Tensor:
         """The task's loss on a training batch (MoE auxiliary losses are added by the base class)."""
+
+    @abstractmethod
+    def validation_loss(self, batch: Any) -> tuple[torch.Tensor, int | torch.Tensor]:
+        """The validation loss of a batch of the (first) validation loader, the mean over its
+        targets, and the number of targets it is the mean of."""
+
+    @torch.no_grad()
+    def sample_loss(self, loader: DataLoader) -> float:
+        """The validation loss over every batch of ``loader`` (the mean over all their targets), in
+        evaluation mode: no dropout, no random numbers drawn, the training mode restored after."""
+        was_training = self.training
+        self.eval()
+        total, targets = 0.0, 0.0
+        for batch in loader:
+            loss, weight = self.validation_loss(self.transfer_batch_to_device(batch, self.device, 0))
+            total += float(loss) * float(weight)
+            targets += float(weight)
+        self.train(was_training)
+        return total / targets
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)

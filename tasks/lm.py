@@ -133,12 +133,16 @@ class LMTask(TaskModule):
     def training_loss(self, batch: Any) -> torch.Tensor:
         return next_token_loss(self.model, batch[0])
 
+    def validation_loss(self, batch: Any) -> tuple[torch.Tensor, int]:
+        rows = batch[0]
+        return next_token_loss(self.model, rows), rows[:, 1:].numel()
+
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if dataloader_idx == 0:
             rows = batch[0]
             n_targets = rows[:, 1:].numel()
             if self.lens is None:
-                loss = next_token_loss(self.model, rows)
+                loss, _ = self.validation_loss(batch)
             else:  # the same forward: the last block's lens loss is the validation loss
                 lens = next_token_lens(self.model, rows)
                 self.lens.update(lens, weight=n_targets)

@@ -156,6 +156,9 @@ class TextLMTask(TaskModule):
     def training_loss(self, batch: torch.Tensor) -> torch.Tensor:
         return next_token_loss(self.model, batch)
 
+    def validation_loss(self, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return next_token_loss(self.model, batch), batch[:, 1:].numel()
+
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         targets = batch[:, 1:]
         if self.lens is None:

@@ -234,11 +234,15 @@ class TranslationTask(TaskModule):
         global_tokens = self.trainer.strategy.reduce(tokens.float(), reduce_op="sum")
         return self._loss(src, tgt, self.label_smoothing, reduction="sum") * self.trainer.world_size / global_tokens
 
+    def validation_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        src, tgt, _ = batch
+        return self._loss(src, tgt, 0.0), (tgt[:, 1:] != self.ids.pad).sum()
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         src, tgt, index = batch
         n_targets = (tgt[:, 1:] != self.ids.pad).sum()
         if self.lens is None:
-            loss = self._loss(src, tgt, 0.0)
+            loss, _ = self.validation_loss(batch)
         else:  # the same forward: the last decoder block's lens loss is the validation loss
             lens = teacher_forcing_lens(self.model, src, tgt, pad_id=self.ids.pad)
             self.lens.update(lens, weight=n_targets)

@@ -103,6 +103,10 @@ class VisionTask(TaskModule):
     def training_loss(self, batch: Any) -> torch.Tensor:
         return classification_loss(self.model, *batch)
 
+    def validation_loss(self, batch: Any) -> tuple[torch.Tensor, int]:
+        images, labels = batch
+        return F.cross_entropy(self.model(images), labels), len(labels)
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         images, labels = batch
         logits = self.model(images)

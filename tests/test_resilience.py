@@ -218,6 +218,7 @@ def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
     assert got["resumed_from_step"] == 8 and expected["resumed_from_step"] is None
     assert got["metrics"] == expected["metrics"]
     assert curves(got) == curves(expected) and [step for step, _ in curves(got)] == [8, 16]
+    assert got["curve"] == expected["curve"] and len(got["curve"]["points"]) == 17  # every step's loss-curve point
     assert tensorboard_curves(tmp_path / "tb/cell/resumed") == tensorboard_curves(tmp_path / "tb/cell/uninterrupted")
 
 

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,8 +167,8 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
     assert [category["title"] for category in categories] == ["lm", "vit"]
     for category in categories:
         titles = [chart["title"] for chart in category["chart"]]
-        assert titles == {"lm": ["val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
-                          "vit": ["val/accuracy", "val/loss", "train/loss"]}[category["title"]]
+        assert titles == {"lm": ["val/curve_loss", "val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
+                          "vit": ["val/curve_loss", "val/accuracy", "val/loss", "train/loss"]}[category["title"]]
         for chart in category["chart"]:
             [regex] = chart["multiline"]["tag"]
             assert dashboards.chart_runs(regex) == {run for run in TINY_RUNS if task_of[run] == category["title"]}, regex
@@ -498,6 +499,27 @@ def test_refreshing_a_resumed_run_keeps_its_purge(tmp_path: Path) -> None:
     assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
     assert refresh_run_views(run_dir, view_summaries(MATRIX_VIEWS))
     assert len(list(run_dir.iterdir())) == 1
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
+
+
+def test_a_run_resumed_within_the_second_it_started_is_read_after_it(tmp_path: Path) -> None:
+    """Writers name their files by the second, then pid and counter as text: an earlier file of the
+    same second can sort after a new one (counter 9 vs 10, or a larger pid). The resumed run's file
+    waits for a later second, so TensorBoard reads it last and its purge drops the right points."""
+    run_dir = tmp_path / "lm" / "pre" / "seed0"
+    first = CellLogger(tmp_path, "lm/pre", "seed0", scope="lm")
+    for step, values in LM_CURVES.items():
+        first.log_metrics(values, step=step)
+    first.close()
+    (earlier,) = run_dir.iterdir()
+    # the same run, as if it had started in the coming second with a name sorting after every writer's
+    stamp = int(time.time()) + 1
+    earlier.rename(run_dir / f"events.out.tfevents.{stamp:010d}.zzzz.99999.99")
+    resumed = CellLogger(tmp_path, "lm/pre", "seed0", scope="lm", purge_step=20)
+    resumed.log_metrics({"val/loss": 1.5}, step=20)
+    resumed.close()
+    assert time.time() >= stamp + 1
+    expected = [(10, 2.2), (20, 1.5)]
     assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
 
 
