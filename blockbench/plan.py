@@ -204,6 +204,7 @@ def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
     try:
+        torch.manual_seed(run.seed)  # the model and the batch a cell starts with
         module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=trainer.max_steps,
                                             batch_size=trainer.per_device_batch_size(1))
         datamodule.prepare_data()

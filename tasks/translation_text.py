@@ -119,7 +119,8 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _epoch_batches(self) -> list[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        # any seed torch gives (an unseeded process's initial_seed is a random 64-bit number) fits manual_seed
+        generator = torch.Generator().manual_seed((self.seed * 100_003 + self.epoch) % 2**63)
         order = list(self.sampler)
         pool_size = self.batch_size * self.pool_batches
         batches: list[list[int]] = []

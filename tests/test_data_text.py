@@ -230,6 +230,15 @@ def test_length_grouped_batches_cover_every_index_once_with_less_padding():
     assert padding < random_padding / 5
 
 
+def test_length_grouped_batches_take_any_seed_torch_gives():
+    """A process that nothing seeded has a random 64-bit initial_seed (the dry run's step timer)."""
+    torch.manual_seed(2**64 - 1)
+    shuffled = torch.utils.data.DistributedSampler(range(100), num_replicas=1, rank=0, shuffle=True, seed=0)
+    sampler = LengthGroupedBatchSampler(shuffled, 10, drop_last=True, lengths=np.arange(100), seed=torch.initial_seed())
+    sampler.set_epoch(3)
+    assert sorted(i for b in sampler for i in b) == list(range(100))
+
+
 def test_translation_text_fits_with_beam_search(tmp_path):
     import lightning as L
 
