@@ -283,14 +283,18 @@ class ValidationHistory(L.Callback):
 
 
 class LossCurve(L.Callback):
-    """The validation loss on a fixed sample of the validation set (its first ``n_items`` items),
-    before the first step and every ``every_n_steps`` optimizer steps and at the last: the points of
-    the loss curve between the full validations, which decode, probe and score the whole set and so
-    cost several times more (nanoGPT's ``estimate_loss`` over ``eval_iters`` batches is the same idea).
+    """The validation loss on a fixed sample of the validation set (``n_items`` items spread evenly
+    over it, see ``TaskDataModule.curve_loader``), before the first step, every ``every_n_steps``
+    optimizer steps and at the last: the points of the loss curve between the full validations,
+    which run over the whole set and decode, probe or score it (the loss on a sample between
+    evaluations, as nanoGPT's ``estimate_loss``, but on the same items every time, drawing no random
+    numbers).
 
     Logged as ``val/curve_loss`` (a task's run: ``val/<task>/curve_loss``), kept in ``result.json``
     ``curve`` and in checkpoints. Its time counts as validation. Every process computes the whole
-    sample (no collective calls; the same value everywhere); rank 0 logs it.
+    sample with its own (unwrapped) model: no collective calls, the same value everywhere; rank 0
+    logs it. So it needs the whole model in every process: not with a sharding strategy (FSDP,
+    DeepSpeed), which the run config rejects.
     """
 
     TAG = CURVE_TAG
@@ -325,12 +329,19 @@ class LossCurve(L.Callback):
             self._measure(trainer, pl_module)
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        def prepare(batch: Any) -> Any:  # what Lightning's evaluation loop does to a batch before the step
+            batch = trainer.precision_plugin.convert_input(batch)
+            batch = pl_module._on_before_batch_transfer(batch, dataloader_idx=0)
+            return trainer.strategy.batch_to_device(batch, dataloader_idx=0)
+
         if self.clock is not None:
             self.clock.enter("validation")
-        with trainer.precision_plugin.val_step_context():
-            loss = pl_module.sample_loss(self._loader)
-        if self.clock is not None:
-            self.clock.exit("validation")
+        try:
+            with trainer.precision_plugin.val_step_context():
+                loss = pl_module.sample_loss(self._loader, prepare)
+        finally:
+            if self.clock is not None:
+                self.clock.exit("validation")
         if math.isfinite(loss):  # a diverging run's loss is its DivergenceGuard's record
             self.points.append((trainer.global_step, loss))
             self._log(trainer, trainer.global_step, loss)

@@ -52,6 +52,10 @@ def lightning_choices(key: str) -> list[str]:
     return ["auto", *names]
 
 
+#: Lightning strategies that shard a model over the processes
+SHARDING_STRATEGIES = ("fsdp", "deepspeed")
+
+
 class TrainerConfig(BaseModel):
     """Budget and hardware settings, passed to ``lightning.Trainer``."""
 
@@ -63,9 +67,9 @@ class TrainerConfig(BaseModel):
     )
     val_every_n_steps: int = Field(100, gt=0, description="validate (every validation metric) every this many steps")
     curve_every_n_steps: int | None = Field(
-        None, ge=0, description="between full validations, the validation loss on the first trainer.curve_items "
-        "validation items this often, and before the first step: the loss curve's points (null: max_steps // 10, "
-        "so every curve has at least 10; 0: none)"
+        None, ge=0, description="between full validations, the validation loss on trainer.curve_items validation "
+        "items (spread evenly over the set) this often, before the first step and at the last: the loss curve's "
+        "points (null: max_steps // 10, so 11 points from 10 steps on; 0: none)"
     )
     curve_items: int = Field(256, gt=0, description="validation items (sequences, sentence pairs, images) of each loss-curve point")
     log_every_n_steps: int = Field(10, gt=0, description="log the training loss, learning rate and speed this often")
@@ -111,6 +115,15 @@ class TrainerConfig(BaseModel):
     def curve_interval(self) -> int:
         """Steps between the loss-curve points (0: none); see ``curve_every_n_steps``."""
         return max(1, self.max_steps // 10) if self.curve_every_n_steps is None else self.curve_every_n_steps
+
+    @model_validator(mode="after")
+    def _curve_needs_whole_models(self) -> "TrainerConfig":
+        """The loss curve runs each process's whole model outside Lightning's step (see
+        ``blockbench.callbacks.LossCurve``); a sharding strategy holds a part of it."""
+        if self.curve_interval and self.strategy.lower().startswith(SHARDING_STRATEGIES):
+            raise ValueError(f"the loss curve (trainer.curve_every_n_steps) needs the whole model in every process, "
+                             f"which strategy={self.strategy} shards; set trainer.curve_every_n_steps: 0 with it")
+        return self
 
     def per_device_batch_size(self, world_size: int) -> int:
         """The batch each process computes per micro-step, so that the global batch is ``batch_size``

@@ -13,7 +13,7 @@ import random
 import re
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import lightning as L
 import numpy as np
@@ -234,14 +234,17 @@ class TaskDataModule(L.LightningDataModule, ABC):
         return DataLoader(dataset, batch_size=self.batch_size, sampler=range(rank, len(dataset), world), **kwargs)
 
     def curve_loader(self, n_items: int) -> DataLoader | None:
-        """The first ``n_items`` items of the validation set (of the first validation loader), whole
-        in every process and batched as in validation: the fixed sample of the loss-curve points.
+        """``n_items`` items spread evenly over the validation set (of the first validation loader;
+        all of them if it has no more), whole in every process and batched as in validation: the
+        fixed sample of the loss-curve points. Evenly spaced, not the first ones: a validation set
+        may be ordered (translation_text sorts its pairs by length, an image folder by class).
         None without validation data."""
         loaders = self.val_dataloader()
         loader = (loaders[0] if loaders else None) if isinstance(loaders, (list, tuple)) else loaders
         if loader is None or len(loader.dataset) == 0:
             return None
-        sample = Subset(loader.dataset, range(min(n_items, len(loader.dataset))))
+        size = len(loader.dataset)
+        sample = Subset(loader.dataset, [i * size // n_items for i in range(n_items)] if n_items < size else range(size))
         # its own generator: starting the loader then draws nothing from the training's random numbers
         return DataLoader(sample, batch_size=self.batch_size, collate_fn=loader.collate_fn, generator=torch.Generator())
 
@@ -281,14 +284,15 @@ class TaskModule(L.LightningModule, ABC):
         targets, and the number of targets it is the mean of."""
 
     @torch.no_grad()
-    def sample_loss(self, loader: DataLoader) -> float:
-        """The validation loss over every batch of ``loader`` (the mean over all their targets), in
-        evaluation mode: no dropout, no random numbers drawn, the training mode restored after."""
+    def sample_loss(self, loader: DataLoader, prepare: Callable[[Any], Any]) -> float:
+        """The validation loss over every batch of ``loader`` (the mean over all their targets), each
+        batch made ready by ``prepare`` (precision, device), in evaluation mode: no dropout, no random
+        numbers drawn, the training mode restored after."""
         was_training = self.training
         self.eval()
         total, targets = 0.0, 0.0
         for batch in loader:
-            loss, weight = self.validation_loss(self.transfer_batch_to_device(batch, self.device, 0))
+            loss, weight = self.validation_loss(prepare(batch))
             total += float(loss) * float(weight)
             targets += float(weight)
         self.train(was_training)

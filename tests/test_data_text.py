@@ -188,6 +188,26 @@ def test_multi30k_pairs_round_trip_and_are_cached(monkeypatch):
     assert again.cache_hits == {"train": True, "validation": True}
 
 
+def test_the_loss_curve_sample_of_a_length_sorted_validation_set_is_as_long_as_the_set(cache_dir):
+    """The validation pairs are sorted by length for decoding: the curve's 256 of 1,000 pairs are
+    spread over them, so their mean target length is the set's (the first 256 are the shortest)."""
+    cfg = TextTranslationTaskConfig(data={"files": multi30k_files()}, tokenizer={"encoding": ENCODING, "compact_vocab": True},
+                                    max_len=40, beam_size=1)
+    datamodule = TextTranslationDataModule(cfg, batch_size=8)
+    datamodule.setup()
+
+    def mean_target_tokens(batches) -> float:
+        lengths = [int(n) for _, target, _ in batches for n in (target != datamodule.special_ids.pad).sum(1)]
+        return sum(lengths) / len(lengths)
+
+    everything = mean_target_tokens(datamodule.val_dataloader())
+    sample = mean_target_tokens(datamodule.curve_loader(256))
+    assert sample == pytest.approx(everything, rel=0.03)
+    shortest = mean_target_tokens(torch.utils.data.DataLoader(torch.utils.data.Subset(datamodule.val_set, range(256)),
+                                                              batch_size=8, collate_fn=datamodule.val_dataloader().collate_fn))
+    assert shortest < 0.85 * everything
+
+
 def test_tsv_and_jsonl_give_the_same_pairs_as_aligned_files(tmp_path):
     sources, targets = read_lines(MULTI30K / "valid.de.gz")[:50], read_lines(MULTI30K / "valid.en.gz")[:50]
     (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)))
@@ -232,9 +252,11 @@ def test_length_grouped_batches_cover_every_index_once_with_less_padding():
 
 def test_length_grouped_batches_take_any_seed_torch_gives():
     """A process that nothing seeded has a random 64-bit initial_seed (the dry run's step timer)."""
-    torch.manual_seed(2**64 - 1)
+    with torch.random.fork_rng():
+        torch.manual_seed(2**64 - 1)
+        seed = torch.initial_seed()
     shuffled = torch.utils.data.DistributedSampler(range(100), num_replicas=1, rank=0, shuffle=True, seed=0)
-    sampler = LengthGroupedBatchSampler(shuffled, 10, drop_last=True, lengths=np.arange(100), seed=torch.initial_seed())
+    sampler = LengthGroupedBatchSampler(shuffled, 10, drop_last=True, lengths=np.arange(100), seed=seed)
     sampler.set_epoch(3)
     assert sorted(i for b in sampler for i in b) == list(range(100))
 

@@ -63,6 +63,8 @@ def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tm
     assert set(ddp_last) == set(last) and ("lens/layer0" in last) == (task != "vit")  # the logit lens of the decoder
     for name, value in last.items():
         assert ddp_last[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    assert ddp["curve"]["items"] == single["curve"]["items"] and len(ddp["curve"]["points"]) == 7  # every step's
+    torch.testing.assert_close(torch.tensor(ddp["curve"]["points"]), torch.tensor(single["curve"]["points"]), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
                                torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")), rtol=1e-4, atol=1e-5)
 

@@ -21,7 +21,6 @@ TASKS = {
     "translation": {"name": "translation", "n_train": 256, "n_val": 24},
     "vit": {"name": "vit", "n_train": 256, "n_val": 40, "image_size": 20},
 }
-VAL_ITEMS = {"translation": 24, "vit": 40}
 
 
 def config(task: str, **trainer) -> dict:
@@ -40,7 +39,9 @@ def test_a_point_on_the_whole_validation_set_is_the_validation_loss(tmp_path, ta
     task's validation loss there (computed by other code: the validation step, its metrics)."""
     result = run(tmp_path, config(task, curve_every_n_steps=3, curve_items=10_000))
     points = dict(result["curve"]["points"])
-    assert result["curve"]["items"] == VAL_ITEMS.get(task, result["curve"]["items"])  # the LM's: its windows
+    _, data = built(config(task))
+    loaders = data.val_dataloader()
+    assert result["curve"]["items"] == len((loaders[0] if isinstance(loaders, list) else loaders).dataset)
     assert sorted(points) == [0, 3, 6, 9, 12]
     validations = {v["step"]: v["metrics"]["loss"] for v in result["history"]}
     assert sorted(validations) == [6, 12]
@@ -48,20 +49,47 @@ def test_a_point_on_the_whole_validation_set_is_the_validation_loss(tmp_path, ta
         assert points[step] == pytest.approx(loss, rel=1e-5)
 
 
-def test_the_first_point_is_the_loss_of_the_initial_model_on_the_first_items(tmp_path):
-    """Brute force: the model the run starts from, each of the first 5 validation images alone."""
-    raw = config("vit", curve_items=5)
-    result = run(tmp_path, raw)
+def built(raw: dict):
+    """The module and the prepared data a run of ``raw`` starts with."""
     run_config = build_run_config(raw)
     L.seed_everything(run_config.seed, workers=True, verbose=False)  # as the runner does before building
-    module, data = run_config.task.build(run_config.resolved_model(), run_config.optimizer, max_steps=12, batch_size=8)
+    module, data = run_config.task.build(run_config.resolved_model(), run_config.optimizer,
+                                         max_steps=run_config.trainer.max_steps, batch_size=run_config.trainer.batch_size)
     data.setup("fit")
+    return module, data
+
+
+def test_the_first_point_is_the_loss_of_the_initial_model_on_items_spread_over_the_set(tmp_path):
+    """Brute force: the model the run starts from, on each of 5 validation images (every 8th of 40) alone."""
+    raw = config("vit", curve_items=5)
+    result = run(tmp_path, raw)
+    module, data = built(raw)
     module.eval()
     with torch.no_grad():
-        losses = [F.cross_entropy(module.model(image[None]), label[None]) for image, label in list(data.val_set)[:5]]
+        losses = [F.cross_entropy(module.model(data.val_set[i][0][None]), data.val_set[i][1][None]) for i in range(0, 40, 8)]
     step, loss = result["curve"]["points"][0]
     assert (step, result["curve"]["items"]) == (0, 5)
     assert loss == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
+
+
+def test_the_sample_spreads_evenly_over_the_validation_set():
+    """Not the first items: a validation set may be ordered (by length, by class)."""
+    _, data = built(config("vit"))
+    assert list(data.curve_loader(10).dataset.indices) == [0, 4, 8, 12, 16, 20, 24, 28, 32, 36]
+    assert list(data.curve_loader(40).dataset.indices) == list(range(40))
+    assert list(data.curve_loader(1000).dataset.indices) == list(range(40))
+
+
+def test_a_true_half_precision_run_gets_its_inputs_converted(tmp_path):
+    """bf16-true: the sample's images are converted to the weights' dtype, as Lightning's own loops do."""
+    result = run(tmp_path, config("vit", max_steps=2, val_every_n_steps=2, precision="bf16-true", curve_items=8))
+    assert [step for step, _ in result["curve"]["points"]] == [0, 1, 2]
+
+
+def test_a_sharding_strategy_needs_the_curve_off():
+    with pytest.raises(Exception, match=r"strategy=fsdp shards; set trainer.curve_every_n_steps: 0"):
+        build_run_config({}, {"trainer.strategy": "fsdp"})
+    assert build_run_config({}, {"trainer.strategy": "fsdp", "trainer.curve_every_n_steps": 0}).trainer.curve_interval == 0
 
 
 def test_by_default_every_curve_has_at_least_ten_points_and_ends_at_the_last_step(tmp_path):
