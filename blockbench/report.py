@@ -67,7 +67,7 @@ from .stats import (
     time_to_target,
     with_diverged,
 )
-from .tuning import tuning_section
+from .tuning import read_tuning, tuning_section
 from .verdicts import Comparison, Index, MatrixVerdicts, NotRun, Side, index_markdown, verdict_lines
 from .walltime import CELL_PARTS, MATRIX_PARTS
 
@@ -900,6 +900,11 @@ class TaskSection:
         computed it: what the verdicts (``blockbench.verdicts``) word."""
         metric = self.metrics[0]
         family = next((g.family for g in self.groups if g.family), None) or self.task_cfg.family
+        tuned = ((read_tuning(self.matrix_dir) or {}).get("tasks") or {}).get(self.task, {}).get("variants")
+
+        def tuned_value(group: Group | None) -> str | None:
+            return (tuned.get(group.variant) or {}).get("chosen_label") if tuned and group else None
+
         comparisons = []
         for group in self.groups:
             if self.is_baseline(group):
@@ -913,6 +918,7 @@ class TaskSection:
                 significant=stats.significant, direction=stats.direction,
                 variant_side=self._side(group), baseline_side=self._side(baseline),
                 missing="" if stats.difference else self.no_difference_reason(group),
+                tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,
             ))
         return comparisons
 

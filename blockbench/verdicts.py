@@ -89,6 +89,8 @@ class Comparison:
     variant_side: Side
     baseline_side: Side
     missing: str = ""  # why there is no difference
+    #: a matrix with ``tune:``: the tuned value each side's seeds trained at (``lr=0.001``), None if it has none
+    tuned: tuple[str | None, str | None] | None = None
 
     @property
     def verdict(self) -> str:
@@ -111,7 +113,8 @@ class Comparison:
         return f"{self.variant} vs {self.baseline}{at}"
 
     def describe(self, flag: str = "") -> str:
-        """``**worse**, perplexity ↓ +23.29 [+23.26, +23.31]; 1/3 diverged; step time ×1.02``, then ``flag``."""
+        """``**worse**, perplexity ↓ +23.29 [+23.26, +23.31]; 1/3 diverged; step time ×1.02``, then in a
+        tuned matrix the values the two sides trained at (``tuned lr=0.0003 vs lr=0.001``), then ``flag``."""
         if self.difference is None:
             text = f"no result: {self.missing}"
         else:
@@ -122,6 +125,8 @@ class Comparison:
                 parts.append(", ".join(filter(None, [diverged[0], diverged[1] and f"baseline {diverged[1]}"])))
             ratio = self.step_time_ratio
             parts.append(f"step time ×{ratio:.2f}" if ratio is not None else "step time n/a")
+            if self.tuned is not None:
+                parts.append(f"tuned {self.tuned[0] or 'none'} vs {self.tuned[1] or 'none'}")
             text = "; ".join(parts)
         return f"{text}; {flag}" if flag else text
 

@@ -322,3 +322,20 @@ def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(t
     assert "Demonstrations, not verdicts (`verdicts: false` in their matrix file): [smoke](smoke/summary.md)." in index
     assert "| [smoke](" not in index
     assert "Not run yet" not in index and "demo.yaml" not in index
+
+
+def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
+    """Each variant at its own best learning rate: the verdict names both sides' tuned values (tune.json)."""
+    _write_matrix(tmp_path, "tuned", [
+        {"task": "lm", "task_name": "lm", "variant": PRE, "values": [7.0, 7.1, 7.3], "step_time_ms": 100.0},
+        {"task": "lm", "task_name": "lm", "variant": POST, "values": [9.0, 9.4, 9.5], "step_time_ms": 100.0},
+    ])
+    write_json(tmp_path / "tuned" / "tune.json", {"keys": ["optimizer.lr"], "tune_seed": 1000, "tasks": {"lm": {
+        "metric": "perplexity", "higher_is_better": False, "variants": {
+            PRE: {"chosen": {"optimizer.lr": 0.001}, "chosen_label": "lr=0.001", "candidates": []},
+            POST: {"chosen": {"optimizer.lr": 0.0003}, "chosen_label": "lr=0.0003", "candidates": []}}}}})
+    write_report(tmp_path / "tuned")
+    index = write_index(tmp_path, tmp_path / "no_configs")
+    assert _row(index, "tuned", POST)[3].endswith("; step time ×1.00; tuned lr=0.0003 vs lr=0.001")
+    summary = (tmp_path / "tuned" / "summary.md").read_text()
+    assert f"- lm (LM), {POST} vs {PRE}: **worse**" in summary and "tuned lr=0.0003 vs lr=0.001" in summary
