@@ -45,7 +45,8 @@ LEGEND = (
     "(Holm-adjusted p < 0.05 over every comparison of the matrix), **n.s.** (no significant difference) where it does not, "
     "**untested** where there is no test (one seed, or the same difference in every seed pair). A share of diverged "
     "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
-    "then the variant's median step time as a multiple of the baseline's (n/a: not recorded)."
+    "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
+    "`tune:` the values the two sides' seeds trained at (variant vs baseline)."
 )
 
 
