@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from blockbench.config import build_run_config
+from blockbench.config import ConfigError, build_run_config
 from blockbench.plots import CURVE_METRIC, plotted_history
 from blockbench.tensorboard import CURVE_TAG, matrix_views
 from blockbench.train import train
@@ -87,7 +87,7 @@ def test_a_true_half_precision_run_gets_its_inputs_converted(tmp_path):
 
 
 def test_a_sharding_strategy_needs_the_curve_off():
-    with pytest.raises(Exception, match=r"strategy=fsdp shards; set trainer.curve_every_n_steps: 0"):
+    with pytest.raises(ConfigError, match=r"strategy=fsdp shards; set trainer.curve_every_n_steps: 0"):
         build_run_config({}, {"trainer.strategy": "fsdp"})
     assert build_run_config({}, {"trainer.strategy": "fsdp", "trainer.curve_every_n_steps": 0}).trainer.curve_interval == 0
 
@@ -117,7 +117,7 @@ def test_the_curve_leaves_training_as_it_is(tmp_path):
 
 
 def test_a_curve_interval_must_not_be_negative():
-    with pytest.raises(Exception, match="curve_every_n_steps"):
+    with pytest.raises(ConfigError, match="curve_every_n_steps"):
         build_run_config({}, {"trainer.curve_every_n_steps": -1})
     assert build_run_config({}, {"trainer.max_steps": 5}).trainer.curve_interval == 1
     assert build_run_config({}, {"trainer.max_steps": 300}).trainer.curve_interval == 30
