@@ -67,7 +67,7 @@ from .stats import (
     time_to_target,
     with_diverged,
 )
-from .tuning import read_tuning, tuning_section
+from .tuning import chosen_text, read_tuning, tuning_section
 from .verdicts import Comparison, Index, MatrixVerdicts, NotRun, Side, index_markdown, verdict_lines
 from .walltime import CELL_PARTS, MATRIX_PARTS
 
@@ -903,7 +903,7 @@ class TaskSection:
         tuned = ((read_tuning(self.matrix_dir) or {}).get("tasks") or {}).get(self.task, {}).get("variants")
 
         def tuned_value(group: Group | None) -> str | None:
-            return (tuned.get(group.variant) or {}).get("chosen_label") if tuned and group else None
+            return chosen_text(tuned.get(group.variant)) if tuned and group else None
 
         comparisons = []
         for group in self.groups:

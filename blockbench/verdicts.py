@@ -46,7 +46,8 @@ LEGEND = (
     "**untested** where there is no test (one seed, or the same difference in every seed pair). A share of diverged "
     "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
     "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
-    "`tune:` the values the two sides' seeds trained at (variant vs baseline)."
+    "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value "
+    "is an end of its grid, so the side's best may lie beyond it)."
 )
 
 

@@ -16,7 +16,8 @@ from blockbench.cli import main
 from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix import expand_matrix, plan_reported, tuning_outcomes
 from blockbench.provenance import code_fingerprint
-from blockbench.tuning import Tuning, candidate, choose, tuning_record, tuning_section, write_tuning
+from blockbench.tuning import (Tuning, candidate, choose, chosen_text, grid_edges, tuning_record, tuning_section,
+                               write_tuning)
 
 #: the tiny LM cell, one thread: tuning end to end costs a process per candidate
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
@@ -77,8 +78,29 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
     assert "| variant | lr=0 | lr=1 | lr=2 | tuned value |" in text
     assert "| norm_placement=pre | 8.123 | **7.5** | diverged | lr=1 |" in text
     assert "| norm_placement=post | failed | diverged | diverged | none: no candidate finished" in text
-    assert "| norm_placement=pre | **0.5** | 0.25 | 0.5 | lr=0 |" in text  # higher is better; a tie: the first
+    assert "| norm_placement=pre | **0.5** | 0.25 | 0.5 | lr=0 (lowest lr tried) |" in text  # higher is better; a tie: the first
+    assert "*lowest* or *highest tried* is an end of its grid" in text  # what the mark means and what to do
     assert tuning_section(tmp_path / "no_tuning") == []
+
+
+def test_a_choice_at_an_end_of_the_grid_is_marked_per_key():
+    """A sweep whose best point is its lowest or highest value may have its best beyond it: say so."""
+    def tuned(chosen: dict, grid: list[dict]) -> dict:
+        return {"chosen": chosen, "chosen_label": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in chosen.items()),
+                "candidates": [{"values": values} for values in grid]}
+
+    lrs = [{"optimizer.lr": lr} for lr in (3e-4, 1e-3, 3e-3)]
+    assert chosen_text(tuned({"optimizer.lr": 3e-4}, lrs)) == "lr=0.0003 (lowest lr tried)"
+    assert chosen_text(tuned({"optimizer.lr": 3e-3}, lrs)) == "lr=0.003 (highest lr tried)"
+    assert chosen_text(tuned({"optimizer.lr": 1e-3}, lrs)) == "lr=0.001"  # inside the grid: no mark
+    # two keys: each is judged over its own values; one value only, or names, are no grid
+    grid = [{"optimizer.lr": lr, "trainer.warmup_steps": w, "model.ffn": f}
+            for lr in (1e-3, 3e-3) for w in (30, 60, 90) for f in ("mlp",)]
+    both = tuned({"optimizer.lr": 3e-3, "trainer.warmup_steps": 60, "model.ffn": "mlp"}, grid)
+    assert grid_edges(both) == ["highest lr"]
+    assert grid_edges(tuned({"optimizer.lr": 1e-3, "trainer.warmup_steps": 30, "model.ffn": "mlp"}, grid)) == [
+        "lowest lr", "lowest warmup_steps"]
+    assert grid_edges({"chosen": None, "chosen_label": None, "candidates": []}) == [] and chosen_text(None) is None
 
 
 # --- validation ------------------------------------------------------------------------------------
@@ -179,7 +201,7 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     breakdowns.append(json.loads((matrix_dir / "cells/lm/norm_placement=pre/seed0" / RESULT_FILE).read_text())["wall_time_breakdown"])
     assert re.search(r"The last run took [\d.,]+ s: 3 cells", summary)
     assert f"{sum(b['train_steps'] for b in breakdowns):,.1f} s of it training steps" in summary
-    assert f"| norm_placement=pre | diverged | **{good['metrics']['perplexity']:.4g}** | lr=0.003 |" in summary
+    assert f"| norm_placement=pre | diverged | **{good['metrics']['perplexity']:.4g}** | lr=0.003 (lowest lr tried) |" in summary
 
     # a rerun (here in this process: no interpreter start-up to wait for) reuses all three cells: nothing
     # trains, no result is rewritten
