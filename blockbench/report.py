@@ -49,11 +49,13 @@ from .layout import (
     RUN_FILE,
     SUMMARY_CSV,
     SUMMARY_MD,
+    TUNE_DIR,
     cell_files,
     write_atomic,
 )
 from .lens import logit_lens_section
 from .perf import speed_figures
+from .progress import format_duration
 from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
 from .stats import (
     LOGIT_EPSILON,
@@ -312,7 +314,9 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
             continue
         unfinished = len(cell_files(folder)) - len(results)
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
-                                             has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished))
+                                             has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
+                                             code=tuple(_code_versions(results)), machines=tuple(_machines(results)),
+                                             last_run=_last_run(folder)))
     ran = {folder.name for folder in folders}
     index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items()
                       if name not in ran and _gives_verdicts(path)]
@@ -367,10 +371,33 @@ def _run_command(folder: Path, files: dict[str, Path]) -> str:
     return json.loads(run_file.read_text())["command"] if run_file.is_file() else f"blockbench matrix <the matrix file of {folder.name}>"
 
 
+def _machines(results: list[dict[str, Any]]) -> list[str]:
+    """The machines the cells ran on (``provenance.machine_description``), each once."""
+    return sorted({r["machine"] for r in results if "machine" in r})
+
+
+def _last_run(folder: Path) -> str | None:
+    """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes``: the matrix's
+    last run (``matrix_run.json``), then the processes' time of every cell with a result, tuning cells
+    included: what the whole matrix cost, whether it ran at once or resumed over several runs. None
+    without either."""
+    run_file = folder / RUN_FILE
+    run = json.loads(run_file.read_text()) if run_file.is_file() else None
+    results = [json.loads(path.read_text()) for cells in (folder / CELLS_DIR, folder / TUNE_DIR / CELLS_DIR)
+               for path in sorted(cells.rglob(RESULT_FILE))]
+    seconds = [r["wall_time_s"] for r in results if isinstance(r.get("wall_time_s"), (int, float))]
+    parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
+    if seconds:
+        total = sum(seconds)
+        took = f"{total / 3600:.1f} h" if total >= 3600 else f"{format_duration(total)} min"
+        parts.append(f"{took} of cell processes ({len(seconds)} cells)")
+    return "; ".join(parts) or None
+
+
 def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run: dict[str, Any] | None) -> list[str]:
     results = [r for g in groups for r in g.results]
     counts = {status: sum(len(getattr(g, status)) for g in groups) for status in ("ok", "diverged", "failed")}
-    machines = sorted({r["machine"] for r in results if "machine" in r})
+    machines = _machines(results)
     lines = [f"# {matrix_dir.name}", ""]
     if settings.description:
         lines += [settings.description, ""]

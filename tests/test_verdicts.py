@@ -5,6 +5,7 @@ No training: every cell is a result.json written below."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import replace
@@ -165,6 +166,31 @@ def _row(index: str, matrix: str, variant: str) -> list[str]:
     rows = [line for line in index.splitlines() if line.startswith(f"| [{matrix}](") and f" | {variant} | " in line]
     assert len(rows) == 1, rows
     return [cell.strip() for cell in rows[0].strip("|").split(" | ")]
+
+
+def test_the_index_says_which_code_and_machine_made_each_matrix_and_what_it_cost(root, index):
+    """Every number in results/ says where it came from: a row per matrix with its cells' code version
+    and machine, its last run, and the time of all its cells' processes, tuning cells included."""
+    section = index.split("## Where the numbers come from", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0]: line for line in section.splitlines() if line.startswith("| [")}
+    # norms: 18 reported cells and 1 tuning cell of 4 s each; the cells record no git state; no matrix_run.json
+    assert rows["| [norms](norms/summary.md)"] == "| [norms](norms/summary.md) | not recorded | test | 1:16 min of cell processes (19 cells) |"
+    (root / "run").mkdir()
+    _write_matrix(root / "run", "timed", [{"task": "lm", "task_name": "lm", "variant": variant, "values": [7.0, 7.1, 7.3]}
+                                          for variant in (PRE, POST)])
+    timed = root / "run" / "timed"
+    for i, result_file in enumerate(sorted(timed.rglob("result.json"))):  # two code versions, one of them dirty
+        result = json.loads(result_file.read_text())
+        result["provenance"] = {"git": {"commit": "e9ffbeb" + "0" * 33, "dirty": i >= 4}}
+        write_json(result_file, result)
+    write_json(timed / "matrix_run.json", {"command": "blockbench matrix timed.yaml --jobs 2", "wall_time_s": 63.0,
+                                           "cells_trained": 12})
+    write_report(timed)
+    text = write_index(root / "run", root.parent / "configs")
+    row = next(line for line in text.splitlines() if line.startswith("| [timed](timed/summary.md) | commit"))
+    assert row == ("| [timed](timed/summary.md) | commit e9ffbeb (clean tree) (4 cells); commit e9ffbeb + uncommitted "
+                   "changes (2 cells) | test | `blockbench matrix timed.yaml --jobs 2`, 1.1 min, 12 cells trained; "
+                   "0:24 min of cell processes (6 cells) |")
 
 
 def test_index_row_of_a_variant_better_in_every_family(index):
