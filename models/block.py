@@ -20,7 +20,6 @@ from .mlp import build_ffn
 from .moe import MoEFeedForward
 from .norm import build_norm
 from .position import PositionalEncoding
-from .placement import deepnorm_init_
 from .registry import PLACEMENTS
 
 
@@ -122,6 +121,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         placement = PLACEMENTS.get(cfg.norm_placement)
         alpha, self.init_scale = placement.stack_constants(architecture, cfg.encoder_layers, cfg.decoder_layers, stack)
+        self.placement = placement
         self.blocks = nn.ModuleList(
             TransformerBlock(cfg, causal=causal, cross_attention=cross_attention, residual_scale=alpha)
             for _ in range(n_layers)
@@ -130,9 +130,8 @@ class TransformerStack(nn.Module):
         self.scaled_residual_init = placement.scaled_residual_init
 
     def scale_init(self) -> None:
-        """The placement's scaling of the initial weights (DeepNorm's beta); call after init_weights."""
-        if self.init_scale != 1.0:
-            deepnorm_init_(self, self.init_scale)
+        """The placement's own initialisation (DeepNorm's, with its beta); call after init_weights."""
+        self.placement.init_stack_(self, self.init_scale)
 
     def new_caches(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.blocks]

@@ -72,7 +72,7 @@ class StackedLinear(nn.Linear):
     of its ``nn.Linear``. It subclasses ``nn.Linear`` so that the code that finds linear layers
     by type and attribute name treats every expert matrix as the ``nn.Linear`` it stands for:
     ``init_weights`` (N(0, 0.02) weights, zero biases, the residual shrink of ``fc_out``) and
-    DeepNet's ``deepnorm_init_`` (scales ``fc_in``, ``fc_gate``, ``fc_out``).
+    DeepNet's ``deepnorm_init_`` (redraws ``fc_in``, ``fc_gate``, ``fc_out``, each expert with its own fans).
     """
 
     def __init__(self, n_experts: int, in_features: int, out_features: int, bias: bool = True):

@@ -20,12 +20,13 @@ API (what the block and the model families use)
   ``architecture`` is ``"encoder"`` (ViT), ``"decoder"`` (decoder-only LM) or
   ``"encoder_decoder"`` (translator); ``stack`` is ``"encoder"`` or ``"decoder"``. Returns
   ``(1.0, 1.0)`` for every placement except ``deepnorm``. Pass ``alpha`` as ``residual_scale``
-  to every wrapper of that stack, and call ``deepnorm_init_(stack_module, beta)`` once the
-  stack's weights are initialised (a no-op when ``beta == 1.0``).
+  to every wrapper of that stack.
+- ``cls.init_stack_(stack_module, beta)``: the placement's own initialisation of the stack, once
+  its weights are initialised (DeepNorm's ``deepnorm_init_``; nothing for the others).
 
 Module functions: ``deepnorm_alpha_beta(architecture, encoder_layers, decoder_layers)`` returns
 ``{stack: (alpha, beta)}`` for the stacks of that architecture, and
-``deepnorm_init_(module, beta)`` scales the DeepNet-scaled weights in place.
+``deepnorm_init_(module, beta)`` redraws the weights DeepNet initialises (Xavier, gain beta or 1) in place.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ class Residual(nn.Module):
         _check_stack(architecture, stack)
         return 1.0, 1.0
 
+    @classmethod
+    def init_stack_(cls, stack: nn.Module, beta: float) -> None:
+        """The placement's own initialisation of a stack of its wrappers, after ``init_weights``
+        (``beta`` from ``stack_constants``); none but DeepNorm's."""
+
     def extra_repr(self) -> str:
         return f"residual_scale={self.residual_scale:g}" if self.residual_scale != 1.0 else ""
 
@@ -110,7 +116,7 @@ class SandwichResidual(Residual):
 class DeepNormResidual(Residual):
     """``Norm(alpha * x + Sublayer(x))`` with ``alpha = self.residual_scale``."""
 
-    scaled_residual_init = False  # DeepNet scales the init by beta instead (deepnorm_init_)
+    scaled_residual_init = False  # DeepNet's own init (gain beta) instead (deepnorm_init_)
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.norm(self.residual_scale * x + self.dropout(self.sublayer(x, *args, **kwargs)))
@@ -121,6 +127,10 @@ class DeepNormResidual(Residual):
     ) -> tuple[float, float]:
         _check_stack(architecture, stack)
         return deepnorm_alpha_beta(architecture, encoder_layers, decoder_layers)[stack]
+
+    @classmethod
+    def init_stack_(cls, stack: nn.Module, beta: float) -> None:
+        deepnorm_init_(stack, beta)
 
 
 def _check_stack(architecture: str, stack: str) -> None:
@@ -173,49 +183,64 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
-#: Linear layers of a feed-forward sublayer that DeepNet scales by beta (all of them)
+#: Linear layers of a feed-forward sublayer that DeepNet initialises with gain beta (all of them)
 FFN_LINEARS = ("fc_in", "fc_gate", "fc_out")
-#: attention Linear layers scaled by beta (whole weight); query/key projections are not listed
+#: attention Linear layers initialised with gain beta (whole weight)
 ATTENTION_LINEARS = ("out_proj", "v_proj")
-#: fused attention projections whose value rows only are scaled
+#: attention Linear layers initialised with gain 1 (whole weight)
+QUERY_KEY_LINEARS = ("q_proj", "k_proj")
+#: fused attention projections: their query and key rows get gain 1, their value rows gain beta
 FUSED_LINEARS = ("kv_proj", "qkv_proj")
 
 
-def _value_rows(name: str, layer: nn.Linear) -> int:
-    """First row of the value block of a fused ``[k; v]`` or ``[q; k; v]`` projection."""
+def _fused_blocks(name: str, layer: nn.Linear) -> list[tuple[int, int, str]]:
+    """The row blocks ``(start, stop, part)`` of a fused ``[k; v]`` or ``[q; k; v]`` projection, ``part``
+    in ``q``, ``k``, ``v``: each block is a projection of its own, initialised with its own fans."""
+    rows = layer.out_features
     if name == "kv_proj":  # [k (kv); v (kv)]
-        if layer.out_features % 2:
-            raise ValueError(f"kv_proj has an odd number of rows ({layer.out_features})")
-        return layer.out_features // 2
-    kv = layer.out_features - layer.in_features  # [q (d); k (kv); v (kv)], q as wide as the input
+        if rows % 2:
+            raise ValueError(f"kv_proj has an odd number of rows ({rows})")
+        return [(0, rows // 2, "k"), (rows // 2, rows, "v")]
+    kv = rows - layer.in_features  # [q (d); k (kv); v (kv)], q as wide as the input
     if kv <= 0 or kv % 2:
         raise ValueError(f"qkv_proj has shape {tuple(layer.weight.shape)}; cannot locate the value rows")
-    return layer.out_features - kv // 2
+    d = layer.in_features
+    return [(0, d, "q"), (d, d + kv // 2, "k"), (d + kv // 2, rows, "v")]
+
+
+def _xavier_normal_(weight: torch.Tensor, gain: float) -> None:
+    """``nn.init.xavier_normal_`` of each ``(out, in)`` matrix in ``weight`` (a matrix, or a stack of
+    expert matrices ``(n_experts, out, in)``, whose fans are one expert's): N(0, gain^2 * 2 / (in + out))."""
+    fan_out, fan_in = weight.shape[-2], weight.shape[-1]
+    weight.normal_(0.0, gain * (2.0 / (fan_in + fan_out)) ** 0.5)
 
 
 @torch.no_grad()
-def deepnorm_init_(module: nn.Module, beta: float) -> list[str]:
-    """Multiply by ``beta`` the weights DeepNet scales (Wang et al. 2022, Figure 2: the
-    feed-forward layers, the value projection and the attention output projection; the query
-    and key projections keep gain 1), in every ``Residual`` inside ``module``. Call it after the
-    usual initialisation (``init_weights`` would overwrite it). Biases are left alone (the
-    paper's pseudocode scales weights; ours are zero-initialised anyway).
+def deepnorm_init_(module: nn.Module, beta: float) -> dict[str, float]:
+    """DeepNet's initialisation (Wang et al. 2022, Figure 2) of every ``Residual`` inside ``module``:
+    Xavier-normal with gain ``beta`` for the feed-forward layers, the value projection and the
+    attention output projection, Xavier-normal with gain 1 for the query and key projections, zero
+    biases. It redraws those weights rather than scaling the GPT-2 N(0, 0.02) of ``init_weights``:
+    at d_model 128 Xavier's std is 3-4 times 0.02, and beta times 0.02 left each branch 10-20 times
+    smaller next to ``alpha * x`` than DeepNet's, so that the translator learned nothing in 300 steps
+    at any learning rate (x-transformers' ``deepnorm_init`` redraws the same way). Call it after
+    ``init_weights``, which would overwrite it.
 
     Found by the attribute name of each ``nn.Linear`` anywhere inside a wrapper's sublayer (so
-    the experts of an MoE feed-forward are covered; its router is not):
+    the experts of an MoE feed-forward are covered, each expert matrix with its own fans; its
+    router is not):
 
-    - ``fc_in``, ``fc_gate``, ``fc_out``, ``out_proj``, ``v_proj``: the whole weight;
-    - ``kv_proj`` (``[k; v]``): the second half of the rows;
-    - ``qkv_proj`` (``[q (d); k (kv); v (kv)]``): the last ``kv = (out - in) / 2`` rows, i.e.
-      rows ``[2d:3d)`` for standard multi-head attention (grouped-query ``kv < d`` works too);
-    - ``q_proj``, ``k_proj``, q and k rows: untouched.
+    - ``fc_in``, ``fc_gate``, ``fc_out``, ``out_proj``, ``v_proj``: gain beta;
+    - ``q_proj``, ``k_proj``: gain 1;
+    - ``kv_proj`` (``[k; v]``) and ``qkv_proj`` (``[q (d); k (kv); v (kv)]``, grouped-query
+      ``kv < d`` too): each block on its own, gain 1 for q and k, beta for v.
 
-    A wrapper whose sublayer contains none of these raises ``ValueError`` rather than being
-    skipped silently. ``beta == 1`` changes nothing. Returns the qualified names of the scaled
-    weights (``[r:]`` marks a row slice).
+    Other layers inside a sublayer (an additive attention score's) keep their init. A wrapper whose
+    sublayer contains none of these raises ``ValueError`` rather than being skipped silently.
+    Returns each redrawn weight's qualified name (``[a:b]`` marks a row block) and its gain.
     """
     beta = float(beta)
-    scaled: list[str] = []
+    gains: dict[str, float] = {}
     for prefix, wrapper in module.named_modules():
         if not isinstance(wrapper, Residual):
             continue
@@ -226,20 +251,24 @@ def deepnorm_init_(module: nn.Module, beta: float) -> list[str]:
             if not isinstance(layer, nn.Linear):
                 continue
             qualified = f"{at}.{name}.weight"
-            if leaf in FFN_LINEARS + ATTENTION_LINEARS:
-                layer.weight.mul_(beta)
-                scaled.append(qualified)
+            if leaf in FFN_LINEARS + ATTENTION_LINEARS + QUERY_KEY_LINEARS:
+                gain = 1.0 if leaf in QUERY_KEY_LINEARS else beta
+                _xavier_normal_(layer.weight, gain)
+                gains[qualified] = gain
             elif leaf in FUSED_LINEARS:
-                start = _value_rows(leaf, layer)
-                layer.weight[start:].mul_(beta)
-                scaled.append(f"{qualified}[{start}:]")
+                for start, stop, part in _fused_blocks(leaf, layer):
+                    gain = beta if part == "v" else 1.0
+                    _xavier_normal_(layer.weight[start:stop], gain)
+                    gains[f"{qualified}[{start}:{stop}]"] = gain
             else:
                 continue
+            if layer.bias is not None:
+                layer.bias.zero_()
             found = True
         if not found:
-            names = FFN_LINEARS + ATTENTION_LINEARS + FUSED_LINEARS
+            names = FFN_LINEARS + ATTENTION_LINEARS + QUERY_KEY_LINEARS + FUSED_LINEARS
             raise ValueError(
                 f"deepnorm_init_: {prefix or 'module'} wraps a {type(wrapper.sublayer).__name__} with no "
                 f"Linear named one of {names}; cannot apply DeepNet's init"
             )
-    return scaled
+    return gains

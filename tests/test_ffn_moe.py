@@ -454,16 +454,18 @@ def test_stacked_linear_default_init_is_per_expert_linear():
 @pytest.mark.parametrize("placement", ["pre", "deepnorm"])
 def test_model_init_reaches_every_stacked_expert(placement):
     """``init_weights`` gives each expert matrix the std its ``nn.Linear`` would get (GPT-2
-    residual shrink on ``fc_out`` for pre-norm) and zero biases; DeepNet's init scales them."""
+    residual shrink on ``fc_out`` for pre-norm) and zero biases; DeepNet's init redraws them."""
     torch.manual_seed(0)
     lm = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 64, "n_heads": 4, "d_ff": 256,
                       "n_layers": 4, "n_experts": 4, "norm_placement": placement})
     moe = lm.stack.blocks[0].ffn.sublayer
     assert isinstance(moe, MoEFeedForward)
-    beta = deepnorm_alpha_beta("decoder", 4, 4)["decoder"][1] if placement == "deepnorm" else 1.0
-    out_std = 0.02 * beta if placement == "deepnorm" else 0.02 / math.sqrt(2 * 4)
+    beta = deepnorm_alpha_beta("decoder", 4, 4)["decoder"][1]
+    # DeepNet: xavier with gain beta, each expert's own fans (64 <-> 256); GPT-2: 0.02, fc_out shrunk
+    in_std = beta * math.sqrt(2 / (64 + 256)) if placement == "deepnorm" else 0.02
+    out_std = beta * math.sqrt(2 / (64 + 256)) if placement == "deepnorm" else 0.02 / math.sqrt(2 * 4)
     for e in range(4):
-        assert moe.experts.fc_in.weight[e].std().item() == pytest.approx(0.02 * beta, rel=0.05)
+        assert moe.experts.fc_in.weight[e].std().item() == pytest.approx(in_std, rel=0.05)
         assert moe.experts.fc_out.weight[e].std().item() == pytest.approx(out_std, rel=0.05)
     assert not moe.experts.fc_in.bias.any() and not moe.experts.fc_out.bias.any()
     assert moe.router.weight.std().item() == pytest.approx(0.02, rel=0.1)  # never scaled

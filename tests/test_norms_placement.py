@@ -1,4 +1,4 @@
-"""ScaleNorm, the sandwich and DeepNorm placements, DeepNet's constants and its scaled init,
+"""ScaleNorm, the sandwich and DeepNorm placements, DeepNet's constants and its initialisation,
 each checked against the formula written out by hand."""
 
 from __future__ import annotations
@@ -165,48 +165,80 @@ def test_stack_constants_per_placement():
 # --------------------------------------------------------------------------- DeepNet init
 
 
+def _xavier_reference(shapes_and_gains: list[tuple[tuple[int, int], float]]) -> list[torch.Tensor]:
+    """``nn.init.xavier_normal_`` of a fresh matrix per ``(shape, gain)``, in order: the draws the
+    paper's ``deepnorm_init`` makes, one projection (or one block of a fused one) at a time."""
+    out = []
+    for shape, gain in shapes_and_gains:
+        w = torch.empty(shape)
+        nn.init.xavier_normal_(w, gain=gain)
+        out.append(w)
+    return out
+
+
 @pytest.mark.parametrize("cross_attention", [False, True])
-def test_deepnorm_init_scales_v_out_and_ffn_only(cross_attention):
-    torch.manual_seed(4)
+def test_deepnorm_init_is_xavier_with_gain_beta_on_v_out_and_ffn_and_1_on_q_k(cross_attention):
+    """DeepNet's Figure 2: xavier_normal_(gain=beta) for the FFN, value and output projections,
+    xavier_normal_(gain=1) for query and key, zero biases; each block of a fused projection drawn as
+    the projection it stands for. Checked bit for bit against torch's xavier_normal_ in the same order."""
     cfg = ModelConfig(d_model=16, n_heads=4, d_ff=24, norm_placement="deepnorm")
-    d, beta = cfg.d_model, 0.3
+    d, f, beta = cfg.d_model, cfg.d_ff, 0.3
+    torch.manual_seed(4)
     blk = TransformerBlock(cfg, causal=True, cross_attention=cross_attention)
+    for p in blk.parameters():  # nonzero biases and odd weights: the init must replace them
+        nn.init.uniform_(p, 0.5, 1.5)
     assert isinstance(blk.self_attn, DeepNormResidual) and isinstance(blk.ffn, DeepNormResidual)
     before = copy.deepcopy(blk).state_dict()
-    names = deepnorm_init_(blk, beta)
+    torch.manual_seed(11)
+    gains = deepnorm_init_(blk, beta)
     after = blk.state_dict()
 
-    sa, ffn = "self_attn.sublayer.", "ffn.sublayer."
-    expected = {
-        f"{sa}qkv_proj.weight": torch.cat([torch.ones(2 * d), torch.full((d,), beta)])[:, None],
-        f"{sa}out_proj.weight": beta,
-        f"{ffn}fc_in.weight": beta,
-        f"{ffn}fc_out.weight": beta,
-    }
+    sa, ca, ffn = "self_attn.sublayer.", "cross_attn.sublayer.", "ffn.sublayer."
+    # (weight, row block or None, shape, gain) in the order the init visits them
+    plan = [(f"{sa}qkv_proj.weight", (0, d), (d, d), 1.0), (f"{sa}qkv_proj.weight", (d, 2 * d), (d, d), 1.0),
+            (f"{sa}qkv_proj.weight", (2 * d, 3 * d), (d, d), beta), (f"{sa}out_proj.weight", None, (d, d), beta)]
     if cross_attention:
-        ca = "cross_attn.sublayer."
-        expected[f"{ca}q_proj.weight"] = 1.0
-        expected[f"{ca}kv_proj.weight"] = torch.cat([torch.ones(d), torch.full((d,), beta)])[:, None]
-        expected[f"{ca}out_proj.weight"] = beta
+        plan += [(f"{ca}q_proj.weight", None, (d, d), 1.0), (f"{ca}kv_proj.weight", (0, d), (d, d), 1.0),
+                 (f"{ca}kv_proj.weight", (d, 2 * d), (d, d), beta), (f"{ca}out_proj.weight", None, (d, d), beta)]
+    plan += [(f"{ffn}fc_in.weight", None, (f, d), beta), (f"{ffn}fc_out.weight", None, (d, f), beta)]
+    torch.manual_seed(11)
+    reference = _xavier_reference([(shape, gain) for _, _, shape, gain in plan])
+    for (key, rows, _, _), want in zip(plan, reference):
+        got = after[key] if rows is None else after[key][rows[0]:rows[1]]
+        assert torch.equal(got, want), key
+    assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": gain for key, rows, _, gain in plan}
+    redrawn = {key for key, *_ in plan}
     for key, w in before.items():
-        factor = expected.get(key, 1.0)  # biases and norms untouched
-        torch.testing.assert_close(after[key], w * factor, rtol=1e-6, atol=0, msg=key)
-    # explicit row checks on the fused projection: q and k rows bit-identical, v rows scaled
-    qkv_before, qkv_after = before[f"{sa}qkv_proj.weight"], after[f"{sa}qkv_proj.weight"]
-    assert torch.equal(qkv_after[: 2 * d], qkv_before[: 2 * d])
-    torch.testing.assert_close(qkv_after[2 * d :], beta * qkv_before[2 * d :])
-    assert f"{sa}qkv_proj.weight[{2 * d}:]" in names
-    if cross_attention:
-        assert torch.equal(after["cross_attn.sublayer.kv_proj.weight"][:d], before["cross_attn.sublayer.kv_proj.weight"][:d])
-        assert torch.equal(after["cross_attn.sublayer.q_proj.weight"], before["cross_attn.sublayer.q_proj.weight"])
+        if key in redrawn:
+            continue
+        if key.endswith(".bias") and key.replace(".bias", ".weight") in redrawn:
+            assert not after[key].any(), key  # the redrawn layers' biases are zero
+        else:
+            assert torch.equal(after[key], w), key  # norms untouched
+
+
+def test_deepnorm_init_std_is_the_papers_not_a_scaled_gpt2_init():
+    """At d_model 256 the drawn std is gain * sqrt(2 / (fan_in + fan_out)) (0.0625 for the square
+    projections), not beta * 0.02: the branches start as large as DeepNet's."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=256, n_heads=4, d_ff=1024, norm_placement="deepnorm")
+    blk = TransformerBlock(cfg, causal=True)
+    beta = 0.4
+    deepnorm_init_(blk, beta)
+    qkv = blk.self_attn.sublayer.qkv_proj.weight
+    assert qkv[:256].std().item() == pytest.approx(math.sqrt(2 / 512), rel=0.03)  # q, gain 1
+    assert qkv[512:].std().item() == pytest.approx(beta * math.sqrt(2 / 512), rel=0.03)  # v, gain beta
+    assert blk.ffn.sublayer.fc_in.weight.std().item() == pytest.approx(beta * math.sqrt(2 / 1280), rel=0.03)
 
 
 def test_deepnorm_init_on_a_stack_and_gated_ffn():
     torch.manual_seed(5)
     cfg = ModelConfig(d_model=8, n_heads=2, d_ff=16, norm_placement="deepnorm")
     stack = TransformerStack(cfg, 3, causal=False)
-    names = deepnorm_init_(stack, 1.0)  # beta = 1 is a no-op
-    assert len(names) == 3 * 4 and all(n.startswith("blocks.") for n in names)
+    gains = deepnorm_init_(stack, 0.5)
+    # per block: q, k, v blocks of qkv_proj, out_proj, fc_in, fc_out
+    assert len(gains) == 3 * 6 and all(n.startswith("blocks.") for n in gains)
+    assert sorted(set(gains.values())) == [0.5, 1.0]
 
     class GatedFFN(nn.Module):
         def __init__(self):
@@ -214,26 +246,24 @@ def test_deepnorm_init_on_a_stack_and_gated_ffn():
             self.fc_in, self.fc_gate, self.fc_out = nn.Linear(8, 16), nn.Linear(8, 16), nn.Linear(16, 8)
 
     res = DeepNormResidual(GatedFFN(), "layernorm", 8, 1e-5, True, 0.0)
-    before = copy.deepcopy(res.state_dict())
-    deepnorm_init_(res, 0.5)
-    for key in ("fc_in", "fc_gate", "fc_out"):
-        torch.testing.assert_close(res.sublayer.get_submodule(key).weight, 0.5 * before[f"sublayer.{key}.weight"])
-        torch.testing.assert_close(res.sublayer.get_submodule(key).bias, before[f"sublayer.{key}.bias"])
+    assert deepnorm_init_(res, 0.5) == {f"sublayer.{key}.weight": 0.5 for key in ("fc_in", "fc_gate", "fc_out")}
+    assert not any(res.sublayer.get_submodule(key).bias.any() for key in ("fc_in", "fc_gate", "fc_out"))
 
     with pytest.raises(ValueError, match="Identity"):
         deepnorm_init_(DeepNormResidual(nn.Identity(), "layernorm", 8, 1e-5, True, 0.0), 0.5)
 
 
 def test_deepnorm_init_grouped_query_and_nested_experts():
-    """Fused grouped-query ``[q (d); k (kv); v (kv)]`` scales its last kv rows; FFN experts nested
-    inside the sublayer (MoE) are found by name, the router is not scaled."""
-    torch.manual_seed(6)
+    """Fused grouped-query ``[q (d); k (kv); v (kv)]``: three blocks with their own fans; FFN experts
+    nested inside the sublayer (MoE) are found by name, each expert drawn with its own fans; the router
+    and an additive attention score keep their init."""
     d, kv, beta = 8, 4, 0.25
 
     class GQA(nn.Module):
         def __init__(self):
             super().__init__()
             self.qkv_proj, self.out_proj = nn.Linear(d, d + 2 * kv), nn.Linear(d, d)
+            self.score = nn.Linear(d, 1)  # not one of DeepNet's projections
 
     class Expert(nn.Module):
         def __init__(self):
@@ -246,21 +276,43 @@ def test_deepnorm_init_grouped_query_and_nested_experts():
             self.router = nn.Linear(d, 2, bias=False)
             self.experts = nn.ModuleList([Expert(), Expert()])
 
+    torch.manual_seed(6)
     model = nn.ModuleList([DeepNormResidual(GQA(), "layernorm", d, 1e-5, True, 0.0),
                            DeepNormResidual(MoE(), "layernorm", d, 1e-5, True, 0.0)])
     before = copy.deepcopy(model.state_dict())
-    names = deepnorm_init_(model, beta)
+    torch.manual_seed(7)
+    gains = deepnorm_init_(model, beta)
     after = model.state_dict()
     qkv = "0.sublayer.qkv_proj.weight"
-    assert torch.equal(after[qkv][: d + kv], before[qkv][: d + kv])
-    torch.testing.assert_close(after[qkv][d + kv :], beta * before[qkv][d + kv :])
-    assert f"{qkv}[{d + kv}:]" in names
-    assert torch.equal(after["1.sublayer.router.weight"], before["1.sublayer.router.weight"])
-    for e in range(2):
-        for fc in ("fc_in", "fc_out"):
-            key = f"1.sublayer.experts.{e}.{fc}.weight"
-            torch.testing.assert_close(after[key], beta * before[key])
-            assert key in names
+    plan = [(qkv, (0, d), 1.0), (qkv, (d, d + kv), 1.0), (qkv, (d + kv, d + 2 * kv), beta),
+            ("0.sublayer.out_proj.weight", None, beta)]
+    plan += [(f"1.sublayer.experts.{e}.{fc}.weight", None, beta) for e in range(2) for fc in ("fc_in", "fc_out")]
+    shapes = [(rows[1] - rows[0], d) if rows else tuple(after[key].shape) for key, rows, _ in plan]
+    torch.manual_seed(7)
+    for (key, rows, _), want in zip(plan, _xavier_reference([(shape, g) for shape, (_, _, g) in zip(shapes, plan)])):
+        assert torch.equal(after[key] if rows is None else after[key][rows[0]:rows[1]], want), key
+    assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": g for key, rows, g in plan}
+    for key in ("1.sublayer.router.weight", "0.sublayer.score.weight", "0.sublayer.score.bias"):
+        assert torch.equal(after[key], before[key]), key
+
+
+def test_deepnorm_init_draws_each_stacked_expert_with_its_own_fans():
+    """A StackedLinear holds (n_experts, out, in): each expert's std is xavier's for (out, in), as the
+    nn.Linear it stands for, not for a fan counted over all experts."""
+    from models.moe import StackedLinear
+
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc_in, self.fc_out = StackedLinear(8, 128, 512), StackedLinear(8, 512, 128)
+
+    torch.manual_seed(8)
+    res = DeepNormResidual(Experts(), "layernorm", 128, 1e-5, True, 0.0)
+    deepnorm_init_(res, 0.5)
+    for e in range(8):
+        for fc in (res.sublayer.fc_in, res.sublayer.fc_out):
+            assert fc.weight[e].std().item() == pytest.approx(0.5 * math.sqrt(2 / 640), rel=0.05)
+            assert not fc.bias.any()
 
 
 def test_families_wire_deepnorm_constants_per_stack():
@@ -276,10 +328,10 @@ def test_families_wire_deepnorm_constants_per_stack():
         assert {r.residual_scale for r in stack.modules() if hasattr(r, "residual_scale")} == {alpha}
         fc_in = torch.cat([b.ffn.sublayer.fc_in.weight.flatten() for b in stack.blocks])
         q_rows = torch.cat([b.self_attn.sublayer.qkv_proj.weight[:64].flatten() for b in stack.blocks])
-        # N(0, 0.02) everywhere, times beta on the FFN, value and output projections only
-        assert fc_in.std().item() == pytest.approx(0.02 * beta, rel=0.05)
-        assert q_rows.std().item() == pytest.approx(0.02, rel=0.05)
+        # DeepNet's xavier: gain beta on the FFN, value and output projections, 1 on query and key
+        assert fc_in.std().item() == pytest.approx(beta * math.sqrt(2 / (64 + 256)), rel=0.05)
+        assert q_rows.std().item() == pytest.approx(math.sqrt(2 / (64 + 64)), rel=0.05)
     lm = build_model({**cfg, "family": "decoder_lm", "n_layers": 4})
     alpha, beta = deepnorm_alpha_beta("decoder", 4, 4)["decoder"]
     out_proj = torch.cat([b.self_attn.sublayer.out_proj.weight.flatten() for b in lm.stack.blocks])
-    assert out_proj.std().item() == pytest.approx(0.02 * beta, rel=0.05)  # no GPT-2 1/sqrt(2n) shrink on top
+    assert out_proj.std().item() == pytest.approx(beta * math.sqrt(2 / 128), rel=0.05)  # no GPT-2 1/sqrt(2n) shrink
