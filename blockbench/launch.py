@@ -9,16 +9,24 @@ its RNG, environment and threads are set afresh), and it runs the same ``blockbe
 command line it would as a subprocess. Multi-process cells (DDP) keep the subprocess: Lightning's
 launcher relaunches the entry script, which a forked child does not have.
 
+The runner's cells are its children: :func:`stop_cells_on_sigterm` ends them when the runner is
+terminated (``kill``, a scheduler), as Ctrl-C, which reaches the whole process group, ends them.
+
 Standard library only at import: the runner imports this module without torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
 import runpy
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import walltime
@@ -97,6 +105,97 @@ def run_forked(arguments: list[str], environment: dict[str, str], log_file: Path
 def _fork(target, *args) -> int:
     """Run ``target(*args)`` in a process forked from the server, wait for it, return its exit code."""
     process = _server().Process(target=target, args=args)
-    process.start()
-    process.join()
+
+    def start() -> int:
+        process.start()
+        return process.pid
+
+    with _running_cell(start):
+        process.join()
     return process.exitcode
+
+
+def run_subprocess(command: list[str], environment: dict[str, str], log_file: Path | None = None) -> int:
+    """Run ``command`` as a subprocess with ``environment`` and its output to ``log_file`` (else this
+    process's); return its exit code (negative: killed by that signal). The cell form for multi-process
+    (DDP) cells, which Lightning's launcher must be able to relaunch."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(log_file.open("w")) if log_file is not None else None
+        processes: list[subprocess.Popen] = []
+
+        def start() -> int:
+            processes.append(subprocess.Popen(command, env=environment, stdout=log,
+                                              stderr=subprocess.STDOUT if log else None))
+            return processes[0].pid
+
+        with _running_cell(start):
+            return processes[0].wait()
+
+
+# --- stopping the cells ------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_running: set[int] = set()  # the pids of the cell processes running now
+_stop_signal: int | None = None  # set once the runner stops its cells: no cell starts after that
+
+
+@contextlib.contextmanager
+def _running_cell(start: Callable[[], int]) -> Iterator[None]:
+    """Start a cell process (``start()`` returns its pid) and count it as running until the block
+    ends; once the cells are being stopped, start none (KeyboardInterrupt: it resumes next time)."""
+    with _lock:  # a cell either starts before the stop, and is stopped, or not at all
+        if _stop_signal is not None:
+            raise KeyboardInterrupt
+        pid = start()
+        _running.add(pid)
+    try:
+        yield
+    finally:
+        with _lock:
+            _running.discard(pid)
+
+
+def stopping() -> bool:
+    """Whether the runner is stopping its cells: a cell that ends now was stopped, not broken."""
+    return _stop_signal is not None
+
+
+def stop_cells(signum: int = signal.SIGINT) -> None:
+    """Send ``signum`` to every running cell and start no other. SIGINT (the default) is Ctrl-C's
+    signal: a cell shuts down gracefully (Lightning), records no result and resumes from its last
+    checkpoint next time; a DDP cell's launcher ends its other processes itself."""
+    global _stop_signal
+    with _lock:
+        _stop_signal = signum
+        for pid in _running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+
+@contextlib.contextmanager
+def stop_cells_on_sigterm() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM (``kill``, a scheduler ending the job) ends the cells as Ctrl-C
+    does (:func:`stop_cells` with SIGINT) and raises KeyboardInterrupt here, so the runner waits for
+    them and exits as on Ctrl-C; a second SIGTERM kills them at once (SIGKILL). Without it the runner
+    would die alone and leave its forked cells training unattended. Yields the signals received.
+    Only the main thread can set signal handlers: elsewhere (a runner called from a thread) this does nothing."""
+    global _stop_signal
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_sigterm(signum: int, frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            stop_cells(signal.SIGINT)
+            raise KeyboardInterrupt
+        stop_cells(signal.SIGKILL)  # the runner is already waiting for them: they end, it returns
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        with _lock:  # a later matrix in this process starts its cells again
+            _stop_signal = None

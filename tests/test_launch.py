@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -101,3 +104,58 @@ def test_jobs_flag_takes_auto_by_default_and_rejects_words():
     assert parser.parse_args(["matrix", "m.yaml", "--jobs", "3"]).jobs == 3
     with pytest.raises(SystemExit):
         parser.parse_args(["matrix", "m.yaml", "--jobs", "many"])
+
+
+# --- stopping the cells (the runner terminated) ------------------------------------------------------
+
+
+def _start_cell(command: list[str]) -> tuple[threading.Thread, dict[str, int]]:
+    """A cell process that would run for a minute, started as the runner starts one, in a thread."""
+    ended: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: ended.setdefault("code", launch.run_subprocess(command, dict(os.environ))))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not launch._running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert launch._running
+    return thread, ended
+
+
+def test_stopping_the_cells_signals_each_running_one_and_starts_no_other(monkeypatch):
+    monkeypatch.setattr(launch, "_stop_signal", None)
+    thread, ended = _start_cell(["sleep", "60"])
+    launch.stop_cells()
+    thread.join(timeout=10)
+    assert ended["code"] == -signal.SIGINT  # Ctrl-C's signal: a cell shuts down as on Ctrl-C
+    assert launch.stopping() and not launch._running
+    with pytest.raises(KeyboardInterrupt):  # a cell about to start once the stop began never starts
+        launch.run_subprocess(["true"], dict(os.environ))
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signal handlers: main thread only")
+def test_sigterm_stops_the_running_cells_and_interrupts_the_runner(tmp_path):
+    """The first SIGTERM ends the cells as Ctrl-C would and interrupts the runner; a second, while the
+    runner waits for them, kills them; afterwards SIGTERM's handler is the one before and cells start again."""
+    previous = signal.getsignal(signal.SIGTERM)
+    thread, ended = _start_cell(["sleep", "60"])
+    with pytest.raises(KeyboardInterrupt), launch.stop_cells_on_sigterm() as received:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the handler raises before this ends
+    thread.join(timeout=10)
+    assert received == [signal.SIGTERM] and ended["code"] == -signal.SIGINT
+    assert signal.getsignal(signal.SIGTERM) is previous and not launch.stopping()
+
+    ready = tmp_path / "ready"  # a cell that ignores SIGINT (stuck where Ctrl-C does not reach it)
+    thread, ended = _start_cell([sys.executable, "-c", "import pathlib, signal, time; signal.signal(signal.SIGINT, "
+                                 f"signal.SIG_IGN); pathlib.Path({str(ready)!r}).touch(); time.sleep(60)"])
+    while not ready.exists() and thread.is_alive():
+        time.sleep(0.05)
+    with pytest.raises(KeyboardInterrupt), launch.stop_cells_on_sigterm() as received:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+        except KeyboardInterrupt:  # the runner now waits for its cells, as its pool does
+            os.kill(os.getpid(), signal.SIGTERM)
+            thread.join(timeout=10)
+            raise
+    assert received == [signal.SIGTERM, signal.SIGTERM] and ended["code"] == -signal.SIGKILL
