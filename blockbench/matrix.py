@@ -485,7 +485,8 @@ def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Sl
         returncode = run_forked(command[1:], slot.environment(), log_file)  # "-m blockbench train ..."
     else:
         returncode = run_subprocess(command, slot.environment(), log_file)
-    if returncode in (130, -signal.SIGINT) or stopping():  # the cell was interrupted (Ctrl-C, SIGTERM), not broken
+    # interrupted (Ctrl-C, SIGTERM to it or to the runner), not broken: no failure record, it resumes next time
+    if returncode in (130, -signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGTERM) or stopping():
         raise KeyboardInterrupt
     return cell_result(cell, matrix_dir, f"exited with code {returncode}")
 
@@ -631,6 +632,8 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
         try:
+            if stopping():  # the runner is being terminated: this cell stays as it is and resumes next time
+                raise KeyboardInterrupt
             prefix = f"[{n}/{n_cells}] {cell.key}"
             plan = progress.start(n)
             say(f"{prefix}: training" + (f" ({plan.detail})" if plan.status == "resumable" else ""))
