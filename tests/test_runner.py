@@ -142,22 +142,29 @@ def test_tiny_matrix_end_to_end(tmp_path):
     assert again.stdout.count("done earlier, reusing its result") == 2
 
 
-def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
-    path = write_matrix(tmp_path, {"trainer.max_steps": [2, 100_000]})
+def _start_until_training(tmp_path: Path, steps: list[int], stderr) -> tuple[subprocess.Popen, Path]:
+    """``blockbench matrix`` over ``trainer.max_steps: steps`` in a session of its own, its stderr to
+    ``stderr``; returns once the cell of the last (endless) budget is training, its TensorBoard run there,
+    with the process and the results folder."""
+    path = write_matrix(tmp_path, {"trainer.max_steps": steps})
     results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+    )
+    endless_run = results / "m" / "tb" / "lm" / f"max_steps={steps[-1]}" / "seed0"
+    deadline = time.monotonic() + 180
+    while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    assert endless_run.exists(), Path(stderr.name).read_text()[-3000:]
+    time.sleep(2)
+    return process, results
+
+
+def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
     log = tmp_path / "stderr.log"
     with open(log, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-        )
-        # wait until the second (endless) cell is training: its TensorBoard run exists
-        endless_run = results / "m" / "tb" / "lm" / "max_steps=100000" / "seed0"
-        deadline = time.monotonic() + 180
-        while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.5)
-        assert endless_run.exists(), log.read_text()[-3000:]
-        time.sleep(2)
+        process, results = _start_until_training(tmp_path, [2, 100_000], stderr)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
     cells = results / "m" / "cells" / "lm"
@@ -184,20 +191,9 @@ def _session_processes(session: int) -> list[str]:
 def test_a_terminated_matrix_stops_its_cells_and_leaves_nothing_running(tmp_path):
     """SIGTERM to the runner alone (``kill``, a scheduler ending the job) ends its cells as Ctrl-C does:
     no cell keeps training unattended, the unfinished one records nothing and resumes next time."""
-    path = write_matrix(tmp_path, {"trainer.max_steps": [100_000]})
-    results = tmp_path / "results"
     log = tmp_path / "stderr.log"
     with open(log, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-        )
-        endless_run = results / "m" / "tb" / "lm" / "max_steps=100000" / "seed0"
-        deadline = time.monotonic() + 180
-        while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.5)
-        assert endless_run.exists(), log.read_text()[-3000:]
-        time.sleep(2)
+        process, results = _start_until_training(tmp_path, [100_000], stderr)
         assert len(_session_processes(process.pid)) >= 2  # the runner and its cell (and the cell server)
         process.send_signal(signal.SIGTERM)  # the runner alone, not its process group
         assert process.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()[-3000:]
