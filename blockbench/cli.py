@@ -17,7 +17,10 @@ from .layout import CELLS_DIR, RESULT_FILE, write_json
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
+    from .launch import accept_interrupts
     from .train import error_record, train
+
+    accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
 
     sources = list(args.config_or_overrides)
     config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None

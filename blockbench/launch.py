@@ -9,16 +9,24 @@ its RNG, environment and threads are set afresh), and it runs the same ``blockbe
 command line it would as a subprocess. Multi-process cells (DDP) keep the subprocess: Lightning's
 launcher relaunches the entry script, which a forked child does not have.
 
+The runner's cells are its children: :func:`stop_cells_on_sigterm` ends them when the runner is
+terminated (``kill``, a scheduler), as Ctrl-C, which reaches the whole process group, ends them.
+
 Standard library only at import: the runner imports this module without torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
 import runpy
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import walltime
@@ -51,8 +59,9 @@ def start_server() -> None:
 
 
 def _enter_cell(environment: dict[str, str], log_file: str | None) -> None:
-    """Make this forked process the cell's: its environment, its output, its threads."""
+    """Make this forked process the cell's: its environment, its output, its threads, Ctrl-C."""
     walltime.FORKED = True
+    accept_interrupts()
     os.environ.clear()
     os.environ.update(environment)
     if log_file is not None:
@@ -97,6 +106,131 @@ def run_forked(arguments: list[str], environment: dict[str, str], log_file: Path
 def _fork(target, *args) -> int:
     """Run ``target(*args)`` in a process forked from the server, wait for it, return its exit code."""
     process = _server().Process(target=target, args=args)
-    process.start()
-    process.join()
+
+    def start() -> tuple[int, Callable[[int], None]]:
+        process.start()
+        # os.kill, not the Process's methods: polling it here would race the thread that joins it
+        return process.pid, functools.partial(os.kill, process.pid)
+
+    with _running_cell(start):
+        process.join()
     return process.exitcode
+
+
+def run_subprocess(command: list[str], environment: dict[str, str], log_file: Path | None = None) -> int:
+    """Run ``command`` as a subprocess with ``environment`` and its output to ``log_file`` (else this
+    process's); return its exit code (negative: killed by that signal). The cell form for multi-process
+    (DDP) cells, which Lightning's launcher must be able to relaunch."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(log_file.open("w")) if log_file is not None else None
+        processes: list[subprocess.Popen] = []
+
+        def start() -> tuple[int, Callable[[int], None]]:
+            processes.append(subprocess.Popen(command, env=environment, stdout=log,
+                                              stderr=subprocess.STDOUT if log else None))
+            return processes[0].pid, processes[0].send_signal  # send_signal skips a process already reaped
+
+        with _running_cell(start):
+            return processes[0].wait()
+
+
+# --- stopping the cells ------------------------------------------------------------------------------
+
+#: guards the two below; reentrant: a second SIGTERM's handler can run while the first's holds it
+_lock = threading.RLock()
+_running: dict[int, Callable[[int], None]] = {}  # pid -> how to signal it, for each cell process running now
+_stop_signal: int | None = None  # set once the runner stops its cells: no cell starts after that
+
+
+@contextlib.contextmanager
+def _running_cell(start: Callable[[], tuple[int, Callable[[int], None]]]) -> Iterator[None]:
+    """Start a cell process (``start()`` returns its pid and how to signal it) and count it as running
+    until the block ends; once the cells are being stopped, start none (KeyboardInterrupt: it resumes
+    next time)."""
+    with _lock:  # a cell either starts before the stop, and is stopped, or not at all
+        if _stop_signal is not None:
+            raise KeyboardInterrupt
+        pid, send = start()
+        _running[pid] = send
+    try:
+        yield
+    finally:
+        with _lock:
+            _running.pop(pid, None)
+
+
+def stopping() -> bool:
+    """Whether the runner is stopping its cells: a cell that ends now was stopped, not broken."""
+    return _stop_signal is not None
+
+
+def accept_interrupts() -> None:
+    """Ctrl-C's default handling (KeyboardInterrupt) in a cell's process, even if the runner was
+    started with SIGINT ignored: a shell without job control starts a background job (``cmd &`` in a
+    script) so, and every child inherits it, but the runner stops its cells with SIGINT."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def stop_cells(signum: int = signal.SIGINT) -> None:
+    """Send ``signum`` to every running cell and start no other. SIGINT (the default) is Ctrl-C's
+    signal: a cell shuts down gracefully (Lightning), records no result and resumes from its last
+    checkpoint next time; a DDP cell's launcher ends its other processes itself. SIGKILL also goes to
+    each cell's descendants (a DDP cell's other ranks, data workers): a killed launcher ends nothing."""
+    global _stop_signal
+    with _lock:
+        _stop_signal = signum
+        for pid, send in list(_running.items()):
+            if signum == signal.SIGKILL:
+                for descendant in _descendants(pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(descendant, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                send(signum)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children, theirs, ...), from /proc on Linux; none found elsewhere."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state ppid ...
+        except (OSError, IndexError, ValueError):  # it ended while we looked
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
+@contextlib.contextmanager
+def stop_cells_on_sigterm() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM (``kill``, a scheduler ending the job) ends the cells as Ctrl-C
+    does (:func:`stop_cells` with SIGINT) and raises KeyboardInterrupt here, so the runner waits for
+    them and exits as on Ctrl-C; a second SIGTERM kills them at once (SIGKILL). Without it the runner
+    would die alone and leave its forked cells training unattended. Yields the signals received.
+    Only the main thread can set signal handlers: elsewhere (a runner called from a thread) this does nothing."""
+    global _stop_signal
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_sigterm(signum: int, frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            stop_cells(signal.SIGINT)
+            raise KeyboardInterrupt
+        stop_cells(signal.SIGKILL)  # the runner is already waiting for them: they end, it returns
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not received:  # after a SIGTERM the process is ending: a cell thread still starting must not start
+            with _lock:
+                _stop_signal = None

@@ -12,6 +12,7 @@ then the reported cells at the values they chose (see ``blockbench.tuning``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -19,7 +20,6 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -62,7 +62,7 @@ from .layout import (
     write_atomic,
     write_json,
 )
-from .launch import forkserver_available, run_forked, start_server
+from .launch import forkserver_available, run_forked, run_subprocess, start_server, stop_cells_on_sigterm, stopping
 from .plan import (
     AFTER_TUNING,
     NO_CHOICE,
@@ -483,12 +483,10 @@ def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Sl
     command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
     if forks(cell.run):
         returncode = run_forked(command[1:], slot.environment(), log_file)  # "-m blockbench train ..."
-    elif log_file is None:
-        returncode = subprocess.run(command, env=slot.environment()).returncode
     else:
-        with log_file.open("w") as log:
-            returncode = subprocess.run(command, env=slot.environment(), stdout=log, stderr=subprocess.STDOUT).returncode
-    if returncode in (130, -signal.SIGINT):  # the cell was interrupted, not broken
+        returncode = run_subprocess(command, slot.environment(), log_file)
+    # interrupted (Ctrl-C, SIGTERM to it or to the runner), not broken: no failure record, it resumes next time
+    if returncode in (130, -signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGTERM) or stopping():
         raise KeyboardInterrupt
     return cell_result(cell, matrix_dir, f"exited with code {returncode}")
 
@@ -634,6 +632,8 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
         try:
+            if stopping():  # the runner is being terminated: this cell stays as it is and resumes next time
+                raise KeyboardInterrupt
             prefix = f"[{n}/{n_cells}] {cell.key}"
             plan = progress.start(n)
             say(f"{prefix}: training" + (f" ({plan.detail})" if plan.status == "resumable" else ""))
@@ -674,8 +674,8 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
                     pool.shutdown(wait=True, cancel_futures=True)
         return {"cells": len(phase_plans), "trained": len(todo), "wall_time_s": round(time.perf_counter() - started, 1)}
 
-    phases: dict[str, dict[str, Any]] = {}
-    try:
+    def run_phases(phases: dict[str, dict[str, Any]]) -> None:
+        """Tuning (with ``tune:``), then the reported cells; each phase's record into ``phases``."""
         report_plans = plans[len(tuning):]
         if tuning:
             say(f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} at seed {matrix.tune_seed}")
@@ -694,12 +694,19 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
                 failed.append(plan.cell.key)
                 say(f"[{plan.n}/{n_cells}] {plan.cell.key}: FAILED: {plan.detail}")
         phases[REPORT] = run_phase([plan for plan in report_plans if plan.status != NO_CHOICE])
+
+    phases: dict[str, dict[str, Any]] = {}
+    terminated: list[int] = []  # SIGTERM received (local cells only: cluster jobs are the scheduler's)
+    try:
+        with stop_cells_on_sigterm() if launcher == "local" else contextlib.nullcontext(terminated) as terminated:
+            run_phases(phases)
     except KeyboardInterrupt:
         if launcher != "local":
             raise
-        say("\ninterrupted: finished cells are kept, unfinished ones resume from their last checkpoint; "
+        how = "terminated (SIGTERM): running cells were stopped" if terminated else "interrupted"
+        say(f"\n{how}: finished cells are kept, unfinished ones resume from their last checkpoint; "
             "run the same command again to continue", stream=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if terminated else 130
     trained = sum(phase["trained"] for phase in phases.values())
     return finish_matrix(matrix_dir, matrix.name, command, clock, trained, failed,
                          cell_times=cell_times if launcher == "local" else None, jobs=jobs if launcher == "local" else 1,

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +106,112 @@ def test_jobs_flag_takes_auto_by_default_and_rejects_words():
     assert parser.parse_args(["matrix", "m.yaml", "--jobs", "3"]).jobs == 3
     with pytest.raises(SystemExit):
         parser.parse_args(["matrix", "m.yaml", "--jobs", "many"])
+
+
+# --- stopping the cells (the runner terminated) ------------------------------------------------------
+
+#: a cell process that would run for a minute and takes Ctrl-C as Python's default does, whatever this
+#: process does with SIGINT; it touches the file named by its argument when it is ready
+SLEEPER = [sys.executable, "-c", "import pathlib, signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"]
+
+
+def _start_cell(command: list[str], ready: Path) -> tuple[threading.Thread, dict[str, int]]:
+    """``command`` (given ``ready`` as its argument) started as the runner starts a cell, in a thread;
+    returns once it is ready."""
+    ended: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: ended.setdefault(
+        "code", launch.run_subprocess([*command, str(ready)], dict(os.environ))))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.05)
+    assert ready.exists() and launch._running
+    return thread, ended
+
+
+def test_stopping_the_cells_signals_each_running_one_and_starts_no_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "_stop_signal", None)
+    thread, ended = _start_cell(SLEEPER, tmp_path / "ready")
+    launch.stop_cells()
+    thread.join(timeout=10)
+    assert ended["code"] == -signal.SIGINT  # Ctrl-C's signal: a cell shuts down as on Ctrl-C
+    assert launch.stopping() and not launch._running
+    with pytest.raises(KeyboardInterrupt):  # a cell about to start once the stop began never starts
+        launch.run_subprocess(["true"], dict(os.environ))
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread() or not Path("/proc/self/stat").exists(),
+                    reason="signal handlers: main thread only; the process table from /proc (Linux)")
+def test_sigterm_stops_the_running_cells_and_interrupts_the_runner(tmp_path):
+    """The first SIGTERM ends the cells as Ctrl-C would and interrupts the runner; a second, while the
+    runner waits for them, kills them and what they started; after a SIGTERM no cell starts."""
+    previous = signal.getsignal(signal.SIGTERM)
+    thread, ended = _start_cell(SLEEPER, tmp_path / "ready")
+    with pytest.raises(KeyboardInterrupt), launch.stop_cells_on_sigterm() as received:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the handler raises before this ends
+    thread.join(timeout=10)
+    assert received == [signal.SIGTERM] and ended["code"] == -signal.SIGINT
+    assert signal.getsignal(signal.SIGTERM) is previous
+    assert launch.stopping()  # the process is ending: a cell thread that was about to start does not
+    launch._stop_signal = None
+
+    # a cell that ignores SIGINT (stuck where Ctrl-C does not reach it) and has a child of its own (a DDP rank)
+    pid_file = tmp_path / "grandchild"
+    stubborn = [sys.executable, "-c", "import pathlib, signal, subprocess, sys, time; signal.signal(signal.SIGINT, "
+                "signal.SIG_IGN); child = subprocess.Popen(['sleep', '60']); "
+                f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"]
+    thread, ended = _start_cell(stubborn, tmp_path / "ready2")
+    grandchild = int(pid_file.read_text())
+    with pytest.raises(KeyboardInterrupt), launch.stop_cells_on_sigterm() as received:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+        except KeyboardInterrupt:  # the runner now waits for its cells, as its pool does
+            os.kill(os.getpid(), signal.SIGTERM)
+            thread.join(timeout=10)
+            raise
+    assert received == [signal.SIGTERM, signal.SIGTERM] and ended["code"] == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+    launch._stop_signal = None
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_forked_cell_takes_ctrl_c_even_when_the_runner_was_started_with_it_ignored(tmp_path):
+    """A shell without job control starts a background job (``blockbench matrix ... &`` in a script)
+    with SIGINT ignored, and every child inherits that: the cells must still stop on the runner's SIGINT."""
+    (tmp_path / "sleeper.py").write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1]).touch()\ntime.sleep(60)\n")
+    ready = tmp_path / "ready"
+    runner = f"""
+import os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.path.insert(0, {str(tmp_path)!r})  # the cell server starts with this process's path: it finds sleeper.py
+from blockbench import launch
+ended = {{}}
+thread = threading.Thread(target=lambda: ended.setdefault("code", launch.run_forked(
+    ["-m", "sleeper", {str(ready)!r}], dict(os.environ))))
+thread.start()
+while not os.path.exists({str(ready)!r}) and thread.is_alive():
+    time.sleep(0.05)
+print("ready" if os.path.exists({str(ready)!r}) else "never ready", flush=True)
+launch.stop_cells()
+thread.join(timeout=20)
+print("still running" if thread.is_alive() else ended["code"], flush=True)
+launch.stop_cells(signal.SIGKILL)  # without accept_interrupts the sleeper would outlive this script
+thread.join(timeout=20)
+os._exit(0)
+"""
+    done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, timeout=120)
+    # KeyboardInterrupt in the forked child: multiprocessing reports an exception as exit code 1
+    assert done.stdout.split() == ["ready", "1"], done.stdout + done.stderr[-2000:]

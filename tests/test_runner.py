@@ -142,28 +142,67 @@ def test_tiny_matrix_end_to_end(tmp_path):
     assert again.stdout.count("done earlier, reusing its result") == 2
 
 
-def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
-    path = write_matrix(tmp_path, {"trainer.max_steps": [2, 100_000]})
+def _start_until_training(tmp_path: Path, steps: list[int], stderr) -> tuple[subprocess.Popen, Path]:
+    """``blockbench matrix`` over ``trainer.max_steps: steps`` in a session of its own, its stderr to
+    ``stderr``; returns once the cell of the last (endless) budget is training, its TensorBoard run there,
+    with the process and the results folder."""
+    path = write_matrix(tmp_path, {"trainer.max_steps": steps})
     results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+    )
+    endless_run = results / "m" / "tb" / "lm" / f"max_steps={steps[-1]}" / "seed0"
+    deadline = time.monotonic() + 180
+    while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    assert endless_run.exists(), Path(stderr.name).read_text()[-3000:]
+    time.sleep(2)
+    return process, results
+
+
+def test_interrupted_matrix_keeps_finished_cells_and_records_nothing_for_the_unfinished(tmp_path):
     log = tmp_path / "stderr.log"
     with open(log, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-        )
-        # wait until the second (endless) cell is training: its TensorBoard run exists
-        endless_run = results / "m" / "tb" / "lm" / "max_steps=100000" / "seed0"
-        deadline = time.monotonic() + 180
-        while not endless_run.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.5)
-        assert endless_run.exists(), log.read_text()[-3000:]
-        time.sleep(2)
+        process, results = _start_until_training(tmp_path, [2, 100_000], stderr)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
     cells = results / "m" / "cells" / "lm"
     assert json.loads((cells / "max_steps=2" / "seed0" / "result.json").read_text())["status"] == "ok"
     assert not (cells / "max_steps=100000" / "seed0" / "result.json").exists()
     assert "run the same command again to continue" in log.read_text()
+
+
+def _session_processes(session: int) -> list[str]:
+    """The live (not zombie) processes of a session, as ``pid cmdline``, from /proc."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended while we looked
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            alive.append(f"{stat.parent.name} {cmdline[:120]}")
+    return alive
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
+def test_a_terminated_matrix_stops_its_cells_and_leaves_nothing_running(tmp_path):
+    """SIGTERM to the runner alone (``kill``, a scheduler ending the job) ends its cells as Ctrl-C does:
+    no cell keeps training unattended, the unfinished one records nothing and resumes next time."""
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        process, results = _start_until_training(tmp_path, [100_000], stderr)
+        assert len(_session_processes(process.pid)) >= 2  # the runner and its cell (and the cell server)
+        process.send_signal(signal.SIGTERM)  # the runner alone, not its process group
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    deadline = time.monotonic() + 20  # the cell server ends when it sees the runner gone
+    while _session_processes(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _session_processes(process.pid) == []
+    assert not (results / "m" / "cells" / "lm" / "max_steps=100000" / "seed0" / "result.json").exists()
+    assert "terminated (SIGTERM): running cells were stopped" in log.read_text()
 
 
 @pytest.mark.parametrize("matrix_file", sorted((REPO / "configs" / "matrix").glob("*.yaml")), ids=lambda p: p.stem)
