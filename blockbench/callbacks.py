@@ -297,8 +297,6 @@ class LossCurve(L.Callback):
     DeepSpeed), which the run config rejects.
     """
 
-    TAG = CURVE_TAG
-
     def __init__(self, every_n_steps: int, n_items: int, clock: WallClock | None = None):
         self.every_n_steps = every_n_steps
         self.n_items = n_items
@@ -350,7 +348,7 @@ class LossCurve(L.Callback):
     def _log(trainer: L.Trainer, step: int, loss: float) -> None:
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics({LossCurve.TAG: loss}, step=step)
+                logger.log_metrics({CURVE_TAG: loss}, step=step)
 
     def record(self) -> dict[str, Any]:
         """``result.json`` ``curve``: the sample's size and every (step, loss) point."""
