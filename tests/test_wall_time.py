@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -171,7 +170,7 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     import blockbench.matrix as matrix_module
 
     spawned: list[float] = []
-    real_run, real_fork = subprocess.run, matrix_module.run_forked
+    real_run, real_fork = matrix_module.run_subprocess, matrix_module.run_forked
 
     def timed(real):
         def start(*args, **kwargs):
@@ -179,7 +178,7 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
             return real(*args, **kwargs)
         return start
 
-    monkeypatch.setattr(subprocess, "run", timed(real_run))
+    monkeypatch.setattr(matrix_module, "run_subprocess", timed(real_run))
     monkeypatch.setattr(matrix_module, "run_forked", timed(real_fork))
     if not forked:
         monkeypatch.setattr(matrix_module, "forks", lambda run: False)
