@@ -316,7 +316,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
                                              has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
                                              code=tuple(_code_versions(results)), machines=tuple(_machines(results)),
-                                             last_run=_last_run(folder)))
+                                             cost=_cost(folder, results)))
     ran = {folder.name for folder in folders}
     index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items()
                       if name not in ran and _gives_verdicts(path)]
@@ -376,16 +376,15 @@ def _machines(results: list[dict[str, Any]]) -> list[str]:
     return sorted({r["machine"] for r in results if "machine" in r})
 
 
-def _last_run(folder: Path) -> str | None:
-    """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes``: the matrix's
-    last run (``matrix_run.json``), then the processes' time of every cell with a result, tuning cells
-    included: what the whole matrix cost, whether it ran at once or resumed over several runs. None
-    without either."""
+def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
+    """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes (36 cells)``:
+    the matrix's last run (``matrix_run.json``), then the processes' time of every cell with a result
+    (``results``, the reported cells' as loaded for the statistics, and the tuning cells'): what the
+    whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
     run_file = folder / RUN_FILE
     run = json.loads(run_file.read_text()) if run_file.is_file() else None
-    results = [json.loads(path.read_text()) for cells in (folder / CELLS_DIR, folder / TUNE_DIR / CELLS_DIR)
-               for path in sorted(cells.rglob(RESULT_FILE))]
-    seconds = [r["wall_time_s"] for r in results if isinstance(r.get("wall_time_s"), (int, float))]
+    tuning = [json.loads(path.read_text()) for path in sorted((folder / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
+    seconds = [r["wall_time_s"] for r in results + tuning if isinstance(r.get("wall_time_s"), (int, float))]
     parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
     if seconds:
         total = sum(seconds)

@@ -240,10 +240,10 @@ class MatrixVerdicts:
     has_summary: bool = True
     unfinished: int = 0  # cells with a cell.json but no result (an interrupted run)
     #: where its numbers came from, as its summary's header says: the code versions and machines of its
-    #: cells, and its last run's command and wall time (None: no record of the run)
+    #: cells; and what it cost: its last run and its cells' summed process time (None: nothing recorded)
     code: tuple[str, ...] = ()
     machines: tuple[str, ...] = ()
-    last_run: str | None = None
+    cost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -322,7 +322,7 @@ def index_markdown(index: Index) -> str:
     if single:
         lines += ["Matrices with results but nothing to compare (one variant): "
                   + ", ".join(f"[{n}]({urllib.parse.quote(n)}/summary.md)" for n in single) + ".", ""]
-    provenance = [m for m in index.matrices if m.code or m.machines or m.last_run]
+    provenance = [m for m in index.matrices if m.code or m.machines or m.cost]
     if provenance:
         lines += ["## Where the numbers come from", "",
                   "The code and machine each matrix's cells ran on (as its summary's header says). Cost: its last run "
@@ -332,7 +332,7 @@ def index_markdown(index: Index) -> str:
                   "| comparison | code | machine | cost |", "|---|---|---|---|"]
         lines += ["| " + " | ".join(_cell(text) for text in (
             _matrix_cell(m), "; ".join(m.code) or "not recorded", "; ".join(m.machines) or "not recorded",
-            m.last_run or "not recorded")) + " |" for m in provenance]
+            m.cost or "not recorded")) + " |" for m in provenance]
         lines.append("")
     if index.demonstrations:
         lines += [f"Demonstrations, not verdicts (`verdicts: false` in their matrix file): "
