@@ -56,6 +56,7 @@ from .layout import (
 from .lens import logit_lens_section
 from .perf import speed_figures
 from .progress import format_duration
+from .provenance import code_fingerprint
 from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
 from .stats import (
     LOGIT_EPSILON,
@@ -510,13 +511,18 @@ def _last_run_lines(run: dict[str, Any] | None, groups: list[Group]) -> list[str
 
 def _code_versions(results: list[dict[str, Any]]) -> list[str]:
     """``commit 595b935 (clean tree)`` per distinct code version the cells ran with (with its count
-    if there are several): a summary says which code made its numbers, and whether it was committed."""
+    if there are several): a summary says which code made its numbers, and whether it was committed.
+    Cells whose code fingerprint is not this checkout's are marked stale: the numbers are still those
+    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale")."""
+    current = code_fingerprint()
     versions: dict[str, int] = {}
     for r in results:
         git = (r.get("provenance") or {}).get("git") or {}
         if not git.get("commit"):
             continue
         text = f"commit {git['commit'][:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.get("dirty"), "")
+        if r.get("code_fingerprint") not in (None, current):
+            text += ", stale at this checkout (its model, task or runner code has changed since)"
         versions[text] = versions.get(text, 0) + 1
     if len(versions) <= 1:
         return list(versions)

@@ -565,3 +565,17 @@ def test_the_header_says_which_commit_made_the_numbers_and_whether_it_was_commit
                                   ("vit", PRE, 2, cell(2, None, None))])
     summary = write_report(tmp_path / "b")
     assert "Code: commit 595b935 (clean tree) (1 cell)  \nCode: commit f42b178 + uncommitted changes (1 cell)  \n" in summary
+
+
+def test_the_header_marks_cells_of_other_code_than_the_checkout_stale(tmp_path):
+    from blockbench.provenance import code_fingerprint
+
+    def cell(seed: int, fingerprint: str) -> dict:
+        return {**_ok("vit", seed, {"accuracy": 0.5, "loss": 1.0}, None, {}), "code_fingerprint": fingerprint,
+                "provenance": {"git": {"commit": "e9ffbeb" + "0" * 33, "dirty": False}}}
+
+    _write_cells(tmp_path / "a", [("vit", PRE, s, cell(s, code_fingerprint())) for s in range(2)])
+    assert "Code: commit e9ffbeb (clean tree)  \n" in write_report(tmp_path / "a")
+    _write_cells(tmp_path / "b", [("vit", PRE, 0, cell(0, code_fingerprint())), ("vit", PRE, 1, cell(1, "0" * 64))])
+    assert ("Code: commit e9ffbeb (clean tree) (1 cell)  \nCode: commit e9ffbeb (clean tree), stale at this checkout "
+            "(its model, task or runner code has changed since) (1 cell)  \n") in write_report(tmp_path / "b")
