@@ -311,7 +311,8 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         if not any(g.ok or g.diverged for g in groups):
             failed = sum(len(g.failed) for g in groups)
             reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
-            index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason))
+            index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason,
+                                        _description(files.get(folder.name, folder / MATRIX_FILE))))
             continue
         unfinished = len(cell_files(folder)) - len(results)
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
@@ -319,7 +320,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                                              code=tuple(_code_versions(results)), machines=tuple(_machines(results)),
                                              cost=_cost(folder, results)))
     ran = {folder.name for folder in folders}
-    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results") for name, path in files.items()
+    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results", _description(path)) for name, path in files.items()
                       if name not in ran and _gives_verdicts(path)]
     index.not_run.sort(key=lambda m: m.name)
     markdown = index_markdown(index)
@@ -359,6 +360,15 @@ def _gives_verdicts(matrix_file: Path) -> bool:
     except yaml.YAMLError:
         return True
     return not (isinstance(raw, dict) and raw.get("verdicts") is False)
+
+
+def _description(matrix_file: Path) -> str:
+    """The matrix file's ``description`` ("" without one, or when the file does not parse)."""
+    try:
+        raw = yaml.safe_load(matrix_file.read_text()) if matrix_file.is_file() else None
+    except yaml.YAMLError:
+        return ""
+    return str(raw.get("description") or "").strip() if isinstance(raw, dict) else ""
 
 
 def _run_command(folder: Path, files: dict[str, Path]) -> str:

@@ -253,6 +253,8 @@ class NotRun:
     name: str
     command: str
     reason: str
+    #: what the matrix compares (its file's ``description``), so the list says what is missing
+    description: str = ""
 
 
 @dataclass
@@ -339,6 +341,7 @@ def index_markdown(index: Index) -> str:
                   f"{', '.join(f'[{name}]({name}/summary.md)' for name in index.demonstrations)}.", ""]
     if index.not_run:
         lines += ["## Not run yet", ""]
-        lines += [f"- {m.name} ({m.reason}): `{m.command}`" for m in index.not_run]
+        lines += [f"- {m.name} ({m.reason}): {m.description + ' ' if m.description else ''}`{m.command}`"
+                  for m in index.not_run]
         lines.append("")
     return "\n".join(lines)

@@ -148,8 +148,10 @@ def root(tmp_path_factory):
 
     configs = root.parent / "configs"
     configs.mkdir()
-    for name in ("norms", "mixed", "budget", "broken", "never_run"):
+    for name in ("norms", "mixed", "budget", "broken"):
         (configs / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "axes": {"task": ["lm"]}}))
+    (configs / "never_run.yaml").write_text(yaml.safe_dump({"name": "never_run", "axes": {"task": ["lm"]},
+                                                            "description": "Pre vs post at a GPU budget."}))
     (configs / "notes.yaml").write_text("just: a list\n")  # no name and axes: not a matrix file
     for name in ("norms", "mixed", "budget"):
         write_report(root / name)  # as the runner does before it refreshes the index
@@ -256,7 +258,7 @@ def test_matrices_without_results_are_listed_with_the_command_that_runs_them(ind
     assert not_run == [
         f"- broken (2 cell(s) failed, none finished): `blockbench matrix {configs / 'broken.yaml'}`",
         "- empty (no cell has finished): `blockbench matrix <the matrix file of empty>`",
-        f"- never_run (no results): `blockbench matrix {configs / 'never_run.yaml'}`",
+        f"- never_run (no results): Pre vs post at a GPU budget. `blockbench matrix {configs / 'never_run.yaml'}`",
     ]
     assert "[broken]" not in index and "[empty]" not in index and "train" not in index.split("## Not run yet")[1]
 
