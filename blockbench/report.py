@@ -960,7 +960,7 @@ class TaskSection:
                 significant=stats.significant, direction=stats.direction,
                 variant_side=self._side(group), baseline_side=self._side(baseline),
                 missing="" if stats.difference else self.no_difference_reason(group),
-                tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,
+                tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None, p_holm=stats.p_holm,
             ))
         return comparisons
 

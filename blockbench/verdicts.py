@@ -42,7 +42,8 @@ MIXED = "mixed"  # a family whose tasks disagree
 LEGEND = (
     "Each verdict is the headline metric's difference (variant − baseline, the arrow says which way is better) with "
     "its 95% interval, from the matrix's summary: **better** or **worse** where the summary's test finds a difference "
-    "(Holm-adjusted p < 0.05 over every comparison of the matrix), **n.s.** (no significant difference) where it does not, "
+    "(Holm-adjusted p < 0.05 over every comparison of the matrix; the adjusted p follows the verdict), **n.s.** (no "
+    "significant difference) where it does not, even where the unadjusted interval leaves out zero, "
     "**untested** where there is no test (one seed, or the same difference in every seed pair). A share of diverged "
     "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
     "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
@@ -93,6 +94,9 @@ class Comparison:
     missing: str = ""  # why there is no difference
     #: a matrix with ``tune:``: the tuned value each side's seeds trained at (``lr=0.001``), None if it has none
     tuned: tuple[str | None, str | None] | None = None
+    #: the difference's Holm-adjusted p-value (None: untested): shown so that an n.s. whose unadjusted
+    #: interval leaves out zero reads as what it is, a difference the family-wise test cannot confirm
+    p_holm: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -121,7 +125,8 @@ class Comparison:
             text = f"no result: {self.missing}"
         else:
             arrow = "↑" if self.metric.higher_is_better else "↓"
-            parts = [f"**{self.verdict}**, {self.metric.name} {arrow} {self.difference_text}"]
+            p = "" if self.p_holm is None else f" (Holm p {_p_text(self.p_holm)})"
+            parts = [f"**{self.verdict}**{p}, {self.metric.name} {arrow} {self.difference_text}"]
             diverged = [self.variant_side.diverged_text(), self.baseline_side.diverged_text()]
             if any(diverged):
                 parts.append(", ".join(filter(None, [diverged[0], diverged[1] and f"baseline {diverged[1]}"])))
@@ -131,6 +136,11 @@ class Comparison:
                 parts.append(f"tuned {self.tuned[0] or 'none'} vs {self.tuned[1] or 'none'}")
             text = "; ".join(parts)
         return f"{text}; {flag}" if flag else text
+
+
+def _p_text(p: float) -> str:
+    """``0.027``, ``0.0031``, ``< 0.001``."""
+    return "< 0.001" if p < 0.001 else f"{p:.2g}"
 
 
 def budget_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:

@@ -87,6 +87,11 @@ def _holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+def _p(p_holm: float) -> str:
+    """The verdict's ``(Holm p 0.0021)``, from a hand-adjusted p-value."""
+    return f"(Holm p {'< 0.001' if p_holm < 0.001 else f'{p_holm:.2g}'})"
+
+
 def _interval_text(values: tuple[float, float, float, float], digits: int) -> str:
     mean, low, high, _ = values
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
@@ -199,13 +204,14 @@ def test_index_row_of_a_variant_better_in_every_family(index):
     header = next(line for line in index.splitlines() if line.startswith("| comparison"))
     assert header == "| comparison | variant | baseline | LM | translator | ViT | transfers across the families? |"
     p = {task: _paired(post, pre)[3] for task, (pre, post, _) in NORMS.items()}
-    assert max(_holm(list(p.values()))) < 0.05  # every difference is significant after Holm over the 3
+    holm = _holm(list(p.values()))
+    assert max(holm) < 0.05  # every difference is significant after Holm over the 3
     lm, translation, vit = (_paired(post, pre) for pre, post, _ in NORMS.values())
     assert _row(index, "norms", POST) == [
         "[norms](norms/summary.md)", POST, PRE,
-        f"**better**, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",  # lower perplexity is better
-        f"**better**, bleu ↑ {_interval_text(translation, 2)}; step time ×0.90",
-        f"**better**, accuracy ↑ {_interval_text(vit, 3)}; step time ×1.00",
+        f"**better** {_p(holm[0])}, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",  # lower perplexity is better
+        f"**better** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; step time ×0.90",
+        f"**better** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; step time ×1.00",
         "yes: better in all 3",
     ]
 
@@ -222,22 +228,23 @@ def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(inde
                                                                        "vit": "vit"}
     assert _row(index, "mixed", POST) == [
         "[mixed](mixed/summary.md)", POST, PRE,  # the baseline the matrix file names, not the first variant
-        f"**worse**, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",  # higher perplexity: worse
-        f"**n.s.**, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
-        f"**n.s.**, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
+        f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",  # higher perplexity: worse
+        f"**n.s.** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
+        f"**n.s.** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
         "no: worse in LM, n.s. in translator and ViT",
     ]
 
 
 def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(index, root):
     short, long = (_paired(swiglu, mlp) for mlp, swiglu in BUDGET.values())
-    assert max(_holm([short[3], long[3]])) < 0.05
+    holm = _holm([short[3], long[3]])
+    assert max(holm) < 0.05
     flag = "⚠ flips: worse at 300 steps, better at 1,500 steps"
     assert _row(index, "budget", "ffn=swiglu at 300 steps") == [
         "[budget](budget/summary.md)", "ffn=swiglu at 300 steps", "ffn=mlp",
-        f"**worse**, perplexity ↓ {_interval_text(short, 2)}; step time ×1.00; {flag}", "–", "–", "only LM run"]
+        f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(short, 2)}; step time ×1.00; {flag}", "–", "–", "only LM run"]
     assert _row(index, "budget", "ffn=swiglu at 1,500 steps")[3] == (  # means below 10: three decimals
-        f"**better**, perplexity ↓ {_interval_text(long, 3)}; step time ×1.00; {flag}")
+        f"**better** {_p(holm[1])}, perplexity ↓ {_interval_text(long, 3)}; step time ×1.00; {flag}")
     # the MLP at 1500 steps is the baseline of its budget, not a variant compared with the MLP at 300
     assert "| ffn=mlp at" not in index
 
@@ -277,7 +284,8 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
     ]
     budget = write_report(root / "budget")
     short = _interval_text(_paired(BUDGET[300][1], BUDGET[300][0]), 2)
-    assert f"- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse**, perplexity ↓ {short}; step time ×1.00; ⚠ flips" in budget
+    assert f"- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (Holm p " in budget
+    assert f"), perplexity ↓ {short}; step time ×1.00; ⚠ flips" in budget
     assert "across the families" not in budget  # one family: nothing to transfer
 
 
