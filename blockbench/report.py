@@ -353,22 +353,23 @@ def _matrix_files(folders: Path | list[Path]) -> dict[str, Path]:
     return files
 
 
-def _gives_verdicts(matrix_file: Path) -> bool:
-    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a demonstration)."""
+def _matrix_raw(matrix_file: Path) -> dict[str, Any]:
+    """The matrix file's top-level keys, unvalidated ({} when it is missing or does not parse)."""
     try:
         raw = yaml.safe_load(matrix_file.read_text()) if matrix_file.is_file() else None
     except yaml.YAMLError:
-        return True
-    return not (isinstance(raw, dict) and raw.get("verdicts") is False)
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _gives_verdicts(matrix_file: Path) -> bool:
+    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a demonstration)."""
+    return _matrix_raw(matrix_file).get("verdicts") is not False
 
 
 def _description(matrix_file: Path) -> str:
     """The matrix file's ``description`` ("" without one, or when the file does not parse)."""
-    try:
-        raw = yaml.safe_load(matrix_file.read_text()) if matrix_file.is_file() else None
-    except yaml.YAMLError:
-        return ""
-    return str(raw.get("description") or "").strip() if isinstance(raw, dict) else ""
+    return str(_matrix_raw(matrix_file).get("description") or "").strip()
 
 
 def _run_command(folder: Path, files: dict[str, Path]) -> str:
