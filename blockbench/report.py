@@ -279,8 +279,7 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
 
     if before_header is not None:
         before_header()
-    run_file = matrix_dir / RUN_FILE  # written by the runner: the command, its wall time and where it went
-    run = json.loads(run_file.read_text()) if run_file.is_file() else None
+    run = _last_run(matrix_dir)
     lines += _wall_time_section(run, groups)
     comparisons = [comparison for section in sections for comparison in section.comparisons()]
     markdown = "\n".join(_header(matrix_dir, settings, groups, run) + verdict_lines(comparisons) + lines)
@@ -379,8 +378,14 @@ def _run_command(folder: Path, files: dict[str, Path]) -> str:
     recorded = (_first_cell(folder).get("matrix_file") or {}).get("path")
     if recorded:
         return f"blockbench matrix {recorded}"
+    run = _last_run(folder)
+    return run["command"] if run else f"blockbench matrix <the matrix file of {folder.name}>"
+
+
+def _last_run(folder: Path) -> dict[str, Any] | None:
+    """``matrix_run.json``, written by the runner: the last run's command, its wall time and where it went."""
     run_file = folder / RUN_FILE
-    return json.loads(run_file.read_text())["command"] if run_file.is_file() else f"blockbench matrix <the matrix file of {folder.name}>"
+    return json.loads(run_file.read_text()) if run_file.is_file() else None
 
 
 def _machines(results: list[dict[str, Any]]) -> list[str]:
@@ -393,8 +398,7 @@ def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
     the matrix's last run (``matrix_run.json``), then the processes' time of every cell with a result
     (``results``, the reported cells' as loaded for the statistics, and the tuning cells'): what the
     whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
-    run_file = folder / RUN_FILE
-    run = json.loads(run_file.read_text()) if run_file.is_file() else None
+    run = _last_run(folder)
     tuning = [json.loads(path.read_text()) for path in sorted((folder / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
     seconds = [r["wall_time_s"] for r in results + tuning if isinstance(r.get("wall_time_s"), (int, float))]
     parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
