@@ -4,14 +4,19 @@ it and updates the ETA as cells finish.
 
 Where the time estimate of a cell comes from, best first:
 
-1. ``measured``: cells of the same task and variant (else the same task) that ran on this machine:
-   in this run (the whole process, start-up and validation included), else earlier results in the
-   matrix folder (their ``wall_time_s``: training and validation, not the process start-up);
-2. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
+1. ``measured``: cells of the same task and variant that ran on this machine: in this run (the
+   whole process, start-up and validation included), else earlier results in the matrix folder
+   (their ``wall_time_s``: training and validation, not the process start-up);
+2. ``scaled``: (``--dry-run`` only) a variant none of whose cells ran, of a task of which others
+   did: its timed training step times the measured-to-timed ratio of those others, so a variant
+   three times as slow (additive attention) is estimated three times as slow, with the same
+   share of validation and start-up;
+3. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
    here (``--dry-run`` only): training steps alone, validation and start-up come on top;
-3. ``other tasks``: the step time of the cells of other tasks, a rough guess that lets the runner
-   give an ETA from the first finished cell on;
-4. unknown: no estimate (a cell whose data or model cannot be built here).
+4. ``other variants``: the step time of the other variants of the cell's task, a rough guess that
+   lets the runner give an ETA before a cell of each variant has finished;
+5. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
+6. unknown: no estimate (a cell whose data or model cannot be built here).
 """
 
 from __future__ import annotations
@@ -150,16 +155,25 @@ class TimeEstimator:
                 self.add(cell, *record)
 
     def per_step(self, cell: Cell, *, guess: bool = True) -> tuple[float, str] | None:
-        """(seconds per step, source) for ``cell``, or None; ``guess``: fall back on other tasks' pace."""
-        same_variant = self.measured.get((cell.task, cell.variant))
+        """(seconds per step, source) for ``cell``, or None; ``guess``: fall back on the pace of other
+        variants and tasks (those that were not timed, for the runner's ETA)."""
+        key = (cell.task, cell.variant)
+        same_variant = self.measured.get(key)
         if same_variant:
             return statistics.median(same_variant), "measured"
+        if key in self.timed:
+            # measured over timed of the task's other variants: the share of validation and start-up
+            ratios = [statistics.median(values) / self.timed[other] for other, values in self.measured.items()
+                      if other[0] == cell.task and self.timed.get(other)]
+            if ratios:
+                return self.timed[key] * statistics.median(ratios), "scaled"
+            return self.timed[key], "timed"
+        if not guess:
+            return None
         same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
-        if same_task:
-            return statistics.median(same_task), "measured"
-        if (cell.task, cell.variant) in self.timed:
-            return self.timed[(cell.task, cell.variant)], "timed"
-        if guess and self.measured:  # a task none of whose cells ran yet: the others' pace, a rough guess
+        if same_task:  # a variant none of whose cells ran yet: its task's pace, a rough guess
+            return statistics.median(same_task), "other variants"
+        if self.measured:  # a task none of whose cells ran yet: the others' pace, a rougher guess
             return statistics.median(s for values in self.measured.values() for s in values), "other tasks"
         return None
 
@@ -170,17 +184,27 @@ class TimeEstimator:
         return per_step[0] * plan.steps_to_train if per_step else None
 
     def time_steps(self, plans: Iterable[CellPlan], timer: Callable[[RunConfig], float]) -> list[str]:
-        """Time each (task, variant) to train that has no measured figure with ``timer``; return the
-        problems of those that could not be timed."""
-        problems = []
-        for plan in plans:
+        """Time with ``timer`` each (task, variant) to train that has no measured figure, and one
+        measured variant of each such task (the reference that scales the timings to whole cells);
+        return the problems of those that could not be timed."""
+        plans = list(plans)
+        to_time = {(plan.cell.task, plan.cell.variant): plan.cell for plan in plans
+                   if plan.trains and self.per_step(plan.cell, guess=False) is None}
+        tasks = {task for task, _ in to_time}
+        for plan in plans:  # the reference: the first measured variant of the task, done or not
             key = (plan.cell.task, plan.cell.variant)
-            if plan.trains and self.per_step(plan.cell, guess=False) is None and key not in self.timed:
-                try:
-                    self.timed[key] = timer(plan.cell.run)
-                except Exception as error:  # e.g. a data set that is not on this machine
-                    self.timed[key] = None  # type: ignore[assignment]  # tried once
-                    problems.append(f"{plan.cell.task}/{plan.cell.variant}: not timed ({type(error).__name__}: {error})")
+            if plan.cell.task in tasks and key in self.measured and key not in self.timed:
+                to_time.setdefault(key, plan.cell)
+                tasks.discard(plan.cell.task)
+        problems = []
+        for key, cell in to_time.items():
+            if key in self.timed:
+                continue
+            try:
+                self.timed[key] = timer(cell.run)
+            except Exception as error:  # e.g. a data set that is not on this machine
+                self.timed[key] = None  # type: ignore[assignment]  # tried once
+                problems.append(f"{cell.task}/{cell.variant}: not timed ({type(error).__name__}: {error})")
         self.timed = {key: value for key, value in self.timed.items() if value is not None}
         return problems
 
@@ -244,7 +268,10 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     if not known:
         return f"{counts}; no time estimate (nothing measured or timed here yet)"
     sources = {estimator.per_step(plan.cell)[1] for plan in training if estimator.per_step(plan.cell)}
-    how = {"measured": "step times of cells that ran here", "timed": "timed training steps, validation and start-up not included",
+    how = {"measured": "step times of cells that ran here",
+           "scaled": "timed training steps, scaled by the measured-to-timed ratio of the task's variants that ran here",
+           "timed": "timed training steps, validation and start-up not included",
+           "other variants": "other variants' step times for variants none of whose cells ran yet",
            "other tasks": "other tasks' step times for tasks none of whose cells ran yet"}
     total = sum(known) / jobs
     text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")

@@ -23,7 +23,11 @@ def _files(folder: Path) -> dict[str, float]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
-def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys):
+def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    # a training step timed on one batch: post-norm's twice pre-norm's (a stand-in: timings vary here)
+    timed = []
+    monkeypatch.setattr("blockbench.matrix.time_training_step",
+                        lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement])
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
@@ -51,23 +55,25 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     assert _files(tmp_path) == before  # nothing written, the checkpoint kept
     rows = {m.group(1): (m.group(2), m.group(3)) for m in
             re.finditer(r"^\[\d/6\] (\S+)\s+(done|stale|resumable|failed before|to run)\s+(~[\d:?]+)?", out, re.M)}
-    # the estimate of each cell to train: its steps times the median step time of its variant (2.5 and
-    # 3.5 -> 3.0 s), else of its task (the post cells: the same 3.0 s)
+    # the estimate of each cell to train: its steps times the median step time of its variant (pre: 2.5
+    # and 3.5 -> 3.0 s); post, none of whose cells finished, is timed with pre as the reference: 2.0 s
+    # timed times pre's 3.0 s measured over 1.0 s timed = 6.0 s a step, not pre's 3.0 s
     assert rows == {
         "lm/norm_placement=pre/seed0": ("done", None),
         "lm/norm_placement=pre/seed1": ("stale", "~0:12"),
         "lm/norm_placement=pre/seed2": ("resumable", "~0:06"),
-        "lm/norm_placement=post/seed0": ("failed before", "~0:12"),
-        "lm/norm_placement=post/seed1": ("to run", "~0:12"),
-        "lm/norm_placement=post/seed2": ("to run", "~0:12"),
+        "lm/norm_placement=post/seed0": ("failed before", "~0:24"),
+        "lm/norm_placement=post/seed1": ("to run", "~0:24"),
+        "lm/norm_placement=post/seed2": ("to run", "~0:24"),
     }, out
     assert "resumes from step 2" in out and "code changed since its result" in out and "RuntimeError: boom" in out
-    assert "5 to train (1 resume), 1 reused: about 0:54 on this machine" in out
-    assert "timing a training step" not in out  # every cell had a measured figure
+    assert "timing a training step of 1 variant(s)" in out and sorted(timed) == ["post", "pre"]
+    assert "5 to train (1 resume), 1 reused: about 1:30 on this machine" in out
+    assert "scaled by the measured-to-timed ratio" in out
 
     # with two jobs the same cells share two slots
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
-    assert "about 0:27 on this machine with --jobs 2" in capsys.readouterr().out
+    assert "about 0:45 on this machine with --jobs 2" in capsys.readouterr().out
 
 
 def test_dry_run_of_a_new_matrix_times_a_training_step_of_each_variant(tmp_path, capsys):
@@ -120,3 +126,36 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     assert source == "other tasks" and seconds == pytest.approx(2.0, rel=1e-3)
     assert progress.eta() == pytest.approx(3 * 8.0, rel=0.01)  # three cells of 4 steps left
     assert "1/4 trained" in progress.describe() and ", ETA 0:24" in progress.describe()
+
+
+def test_a_variant_none_of_whose_cells_ran_is_scaled_by_its_timed_step_not_given_its_task_pace():
+    """attention_score's dry run gave additive attention the pace of the dot-product cells that had run
+    (2.5 min a cell), and its cells took 12: a variant's own timed step, scaled by the measured-to-timed
+    ratio of its task's variants that ran, is the estimate; the task's pace is only the runner's guess."""
+    from types import SimpleNamespace
+
+    dot, additive = SimpleNamespace(task="lm", variant="attention_score=dot"), SimpleNamespace(task="lm", variant="attention_score=additive")
+    vit = SimpleNamespace(task="vit", variant="attention_score=dot")
+    estimator = TimeEstimator()
+    estimator.add(dot, 30.0, 10)
+    estimator.add(dot, 50.0, 10)  # 3 and 5 s a step: median 4
+    assert estimator.per_step(dot) == (4.0, "measured")
+    assert estimator.per_step(additive) == (4.0, "other variants")  # the runner's rough guess
+    assert estimator.per_step(additive, guess=False) is None  # so the dry run times it
+    assert estimator.per_step(vit) == (4.0, "other tasks")
+
+    timer_calls = []
+
+    def timer(run):
+        timer_calls.append(run)
+        return {"dot": 1.0, "additive": 5.0}[run]
+
+    plans = [SimpleNamespace(cell=SimpleNamespace(task=c.task, variant=c.variant, run=c.variant.split("=")[1]), trains=trains)
+             for c, trains in ((dot, False), (additive, True))]
+    assert estimator.time_steps(plans, timer) == []
+    assert timer_calls == ["additive", "dot"]  # the new variant and its task's measured reference
+    assert estimator.per_step(additive) == (pytest.approx(20.0), "scaled")  # 5 s timed x (4 measured / 1 timed)
+    assert estimator.per_step(dot) == (4.0, "measured")
+
+    estimator.timed.pop(("lm", "attention_score=dot"))  # no reference timing (it failed): the bare timed step
+    assert estimator.per_step(additive) == (5.0, "timed")
