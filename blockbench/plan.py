@@ -193,13 +193,12 @@ class TimeEstimator:
         tasks = {task for task, _ in to_time}
         for plan in plans:  # the reference: the first measured variant of the task, done or not
             key = (plan.cell.task, plan.cell.variant)
-            if plan.cell.task in tasks and key in self.measured and key not in self.timed:
-                to_time.setdefault(key, plan.cell)
+            if plan.cell.task in tasks and key in self.measured:
                 tasks.discard(plan.cell.task)
+                if key not in self.timed:
+                    to_time[key] = plan.cell
         problems = []
-        for key, cell in to_time.items():
-            if key in self.timed:
-                continue
+        for key, cell in to_time.items():  # none timed yet: per_step would have found its figure
             try:
                 self.timed[key] = timer(cell.run)
             except Exception as error:  # e.g. a data set that is not on this machine
