@@ -48,7 +48,9 @@ LEGEND = (
     "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
     "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
     "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value "
-    "is an end of its grid, so the side's best may lie beyond it)."
+    "is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers across the families "
+    "names the n.s. families whose unadjusted interval leaves out zero (*unadjusted: worse in translator*), and says "
+    "*unclear* rather than *yes* where they lean opposite ways."
 )
 
 
@@ -189,7 +191,10 @@ def transfer(comparisons: list[Comparison]) -> str:
     ``yes: better in all 3``, ``no: better in LM, n.s. in translator and ViT``, ``only LM run``,
     ``yes: worse in LM and ViT (translator not run)``, ``undecided: ...`` when fewer than two
     families have a decided verdict (better, worse or n.s.) and none disagree. A family whose tasks
-    disagree (``mixed``) is a verdict that does not transfer."""
+    disagree (``mixed``) is a verdict that does not transfer. An n.s. whose unadjusted interval
+    leaves out zero is named after it (``yes: n.s. in all 3 (unadjusted: worse in translator)``),
+    and where such intervals point opposite ways, ``yes`` becomes ``unclear``: three n.s. verdicts
+    would otherwise read as "no difference anywhere" when the families in fact lean apart."""
     families = family_verdicts(comparisons)
     if len(families) < 2:
         return f"only {_join([family_title(f) for f in families])} run" if families else "nothing run"
@@ -201,13 +206,28 @@ def transfer(comparisons: list[Comparison]) -> str:
     decided = [v for v in families.values() if v in DECIDED]
     not_run = [title for family, title in FAMILIES.items() if family not in families]
     missing = f" ({_join(not_run)} not run)" if not_run else ""
+    leanings = _leanings(comparisons)
+    note = " (unadjusted: " + ", ".join(f"{d} in {_join(leanings[d])}" for d in leanings) + ")" if leanings else ""
     if MIXED in families.values() or len(set(decided)) > 1:
-        return f"no: {listing}{missing}"
+        return f"no: {listing}{missing}{note}"
     if len(decided) < 2:
-        return f"undecided: {listing}{missing}"
+        return f"undecided: {listing}{missing}{note}"
+    answer = "unclear" if len(leanings) > 1 else "yes"  # n.s. everywhere, but leaning both ways
     if len(decided) == len(families) == len(FAMILIES):
-        return f"yes: {decided[0]} in all {len(families)}"
-    return f"yes: {listing}{missing}"
+        return f"{answer}: {decided[0]} in all {len(families)}{note}"
+    return f"{answer}: {listing}{missing}{note}"
+
+
+def _leanings(comparisons: list[Comparison]) -> dict[str, list[str]]:
+    """``better``/``worse`` -> the families with an n.s. verdict whose unadjusted interval leaves out
+    zero on that side (better first; empty when there are none)."""
+    leanings: dict[str, list[str]] = {BETTER: [], WORSE: []}
+    for c in comparisons:
+        title = family_title(c.family)
+        if c.verdict == NOT_SIGNIFICANT and c.difference is not None and c.difference.excludes_zero:
+            if c.direction in leanings and title not in leanings[c.direction]:
+                leanings[c.direction].append(title)
+    return {direction: titles for direction, titles in leanings.items() if titles}
 
 
 def _rows(comparisons: list[Comparison]) -> dict[tuple[str, str, Any], list[Comparison]]:

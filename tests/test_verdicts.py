@@ -286,7 +286,7 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
     short = _interval_text(_paired(BUDGET[300][1], BUDGET[300][0]), 2)
     assert f"- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (Holm p " in budget
     assert f"), perplexity ↓ {short}; step time ×1.00; ⚠ flips" in budget
-    assert "across the families" not in budget  # one family: nothing to transfer
+    assert "across the families: " not in budget  # one family: nothing to transfer
 
 
 def test_report_index_command_writes_the_readme_of_the_results_root(root, capsys):
@@ -330,6 +330,25 @@ def test_transfer_names_the_families_that_ran_and_those_without_a_verdict():
     # two LM tasks that disagree: the family is mixed, so the verdict does not transfer
     assert transfer([lm(better), replace(lm(ns), task="wikitext"), better]) == (
         "no: better in ViT, mixed in LM (translator not run)")
+
+
+def test_transfer_names_the_n_s_families_whose_unadjusted_interval_leaves_out_zero():
+    """attention_score's additive attention: n.s. everywhere after Holm, but the translator's interval
+    lies below zero and (here) the ViT's above it, so "yes: n.s. in all 3" would hide two opposite leanings."""
+    ns = _comparison("vit", 0.3, False)
+    lm = replace(ns, task="lm", family="decoder_lm")  # interval holds zero
+    translator_worse = replace(ns, task="translation", family="encoder_decoder", direction="worse",
+                               difference=Difference(-42.7, -62.0, -23.5, 0.007))
+    vit_better = replace(ns, difference=Difference(0.07, 0.01, 0.13, 0.05))
+    vit_holds_zero = replace(ns, difference=Difference(0.07, -0.04, 0.18, 0.1))
+    assert transfer([lm, translator_worse, vit_holds_zero]) == "yes: n.s. in all 3 (unadjusted: worse in translator)"
+    assert transfer([lm, translator_worse, vit_better]) == (
+        "unclear: n.s. in all 3 (unadjusted: better in ViT, worse in translator)")
+    assert transfer([lm, vit_better]) == "yes: n.s. in LM and ViT (translator not run) (unadjusted: better in ViT)"
+    significant = replace(vit_better, significant=True)  # a decided verdict is not a leaning
+    assert transfer([lm, translator_worse, significant]) == (
+        "no: better in ViT, n.s. in LM and translator (unadjusted: worse in translator)")
+    assert transfer([lm, ns]) == "yes: n.s. in LM and ViT (translator not run)"  # no interval: nothing named
 
 
 def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
