@@ -13,10 +13,13 @@ Where the time estimate of a cell comes from, best first:
    share of validation and start-up;
 3. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
    here (``--dry-run`` only): training steps alone, validation and start-up come on top;
-4. ``other variants``: the step time of the other variants of the cell's task, a rough guess that
+4. ``running``: (the runner's ETA under ``--jobs``) a variant none of whose cells has finished but
+   some are training: the pace their progress lines print in their train.log (training and
+   validation, not start-up), so the ETA of a slow variant's first cells is not its task's pace;
+5. ``other variants``: the step time of the other variants of the cell's task, a rough guess that
    lets the runner give an ETA before a cell of each variant has finished;
-5. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
-6. unknown: no estimate (a cell whose data or model cannot be built here).
+6. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
+7. unknown: no estimate (a cell whose data or model cannot be built here).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .layout import CHECKPOINT_DIR, RESULT_FILE
-from .progress import format_duration
+from .layout import CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG
+from .progress import format_duration, pace_of_lines
 from .tuning import TUNE
 
 if TYPE_CHECKING:
@@ -141,6 +144,8 @@ class TimeEstimator:
 
     measured: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     timed: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: the folders of each (task, variant)'s cells, where a training cell's train.log tells its pace
+    directories: dict[tuple[str, str], list[Path]] = field(default_factory=dict)
 
     def add(self, cell: Cell, seconds: float, steps: int) -> None:
         """A cell of this run took ``seconds`` for ``steps`` optimizer steps."""
@@ -150,7 +155,9 @@ class TimeEstimator:
     def add_results(self, cells: Iterable[Cell], matrix_dir: Path) -> None:
         """Earlier results in the matrix folder, whatever code made them: step times change little."""
         for cell in cells:
-            record = earlier_timing(cell.directory(matrix_dir))
+            directory = cell.directory(matrix_dir)
+            self.directories.setdefault((cell.task, cell.variant), []).append(directory)
+            record = earlier_timing(directory)
             if record:
                 self.add(cell, *record)
 
@@ -170,6 +177,9 @@ class TimeEstimator:
             return self.timed[key], "timed"
         if not guess:
             return None
+        running = [pace for directory in self.directories.get(key, []) if (pace := running_pace(directory)) is not None]
+        if running:  # a variant whose first cells are training: their pace so far
+            return statistics.median(running), "running"
         same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
         if same_task:  # a variant none of whose cells ran yet: its task's pace, a rough guess
             return statistics.median(same_task), "other variants"
@@ -206,6 +216,15 @@ class TimeEstimator:
                 problems.append(f"{cell.task}/{cell.variant}: not timed ({type(error).__name__}: {error})")
         self.timed = {key: value for key, value in self.timed.items() if value is not None}
         return problems
+
+
+def running_pace(cell_dir: Path) -> float | None:
+    """Seconds per step that the cell's train.log shows (see :func:`blockbench.progress.pace_of_lines`),
+    if it has one: the log of the cell's current run, or of its last one if it is not training."""
+    try:
+        return pace_of_lines((cell_dir / TRAIN_LOG).read_text().splitlines())
+    except OSError:
+        return None
 
 
 def earlier_timing(cell_dir: Path) -> tuple[float, int] | None:
@@ -270,6 +289,7 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     how = {"measured": "step times of cells that ran here",
            "scaled": "timed training steps, scaled by the measured-to-timed ratio of the task's variants that ran here",
            "timed": "timed training steps, validation and start-up not included",
+           "running": "the pace that the training cells of variants none of whose cells finished print",
            "other variants": "other variants' step times for variants none of whose cells ran yet",
            "other tasks": "other tasks' step times for tasks none of whose cells ran yet"}
     total = sum(known) / jobs

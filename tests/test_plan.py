@@ -128,6 +128,38 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     assert "1/4 trained" in progress.describe() and ", ETA 0:24" in progress.describe()
 
 
+def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_printed_pace(tmp_path):
+    """attention_score's runner printed "ETA 13:51" with about 45 min to go: its additive cells were
+    training at five times the dot-product pace, and the ETA gave them the dot-product cells' pace. A
+    variant none of whose cells finished but some are training gets the pace their train.log shows."""
+    from blockbench.layout import TRAIN_LOG
+    from blockbench.matrix import MatrixProgress
+
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    plans = plan_cells(cells, matrix_dir, code_fingerprint())
+    estimator = TimeEstimator()
+    estimator.add_results(cells, matrix_dir)
+    progress = MatrixProgress(plans, estimator, jobs=2)
+    pre, post = [p for p in plans if p.cell.variant.endswith("pre")], [p for p in plans if p.cell.variant.endswith("post")]
+    progress.start(pre[0].n)
+    progress.started[pre[0].n] -= 8.0  # 2 s a step, its 4 steps
+    progress.finish(pre[0].n, {"steps": 4})
+    progress.start(post[0].n)  # training, its log written as a --jobs cell's
+    log = post[0].cell.directory(matrix_dir) / TRAIN_LOG
+    log.parent.mkdir(parents=True)
+    log.write_text("step 1/4 (25%)  loss 3.9  0:12 elapsed, ETA 0:36\n")
+    assert estimator.per_step(post[1].cell) == (pytest.approx(2.0, rel=1e-3), "other variants")  # one line: no pace yet
+    log.write_text(log.read_text() + "step 2/4 (50%)  loss 3.1  val/perplexity 40.2  0:22 elapsed, ETA 0:22\n")
+    assert estimator.per_step(post[1].cell) == (pytest.approx(10.0), "running")  # (22 - 12) s / (2 - 1) steps
+    assert estimator.per_step(post[1].cell, guess=False) is None  # the dry run still times it
+    # left: pre's second cell (8 s), post's running cell (40 s less the ~0 s it has had), its second (40 s)
+    assert progress.eta() == pytest.approx((8 + 40 + 40) / 2, rel=0.01)
+    progress.finish(post[0].n, {"steps": 4})  # a finished cell's own time wins over any log
+    assert estimator.per_step(post[1].cell)[1] == "measured"
+
+
 def test_a_variant_none_of_whose_cells_ran_is_scaled_by_its_timed_step_not_given_its_task_pace():
     """attention_score's dry run gave additive attention the pace of the dot-product cells that had run
     (2.5 min a cell), and its cells took 12: a variant's own timed step, scaled by the measured-to-timed

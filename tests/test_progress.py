@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from conftest import TINY_LM, blockbench
 
-from blockbench.progress import format_duration
+from blockbench.progress import format_duration, pace_of_lines, parse_duration
 
 #: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
 #: Lightning's own bar (it counts the epoch's batches), not for this one
@@ -47,6 +47,7 @@ def test_output_that_is_not_a_terminal_gets_one_plain_line_every_n_steps_and_no_
     final = yaml.safe_load((tmp_path / "cell" / "result.json").read_text())["metrics"]["perplexity"]
     assert f"val/perplexity {final:.4g}" in lines[-1]
     assert "val/perplexity" not in lines[0]  # nothing validated before step 3
+    assert pace_of_lines(lines) is not None  # the runner's ETA reads these lines back (see blockbench.plan)
     for noise in NOISE:
         assert noise not in done.stdout + done.stderr, f"{noise!r} in the output:\n{done.stdout}\n{done.stderr}"
 
@@ -85,3 +86,18 @@ def test_a_terminal_gets_a_bar_counted_in_optimizer_steps_with_loss_and_headline
 
 def test_durations_read_like_a_clock():
     assert [format_duration(s) for s in (0, 59.6, 75, 3600, 3725)] == ["0:00", "1:00", "1:15", "1:00:00", "1:02:05"]
+
+
+def test_plain_lines_read_back_as_seconds_per_step():
+    """What a running --jobs cell's train.log says of its pace, for the matrix's ETA: from its first
+    line to its last, whatever else the lines (or the log) hold."""
+    assert [parse_duration(format_duration(s)) for s in (0, 75, 3725)] == [0, 75, 3725]
+    lines = ["Seed set to 0",
+             "step 30/300 (10%)  loss 3.27  0:10 elapsed, ETA 1:28",
+             "step 60/300 (20%)  loss 2.384  0:15 elapsed, ETA 0:59",
+             "a warning",
+             "step 180/300 (60%)  loss 1.245  val/bleu 12.02  0:37 elapsed, ETA 0:25"]
+    assert pace_of_lines(lines) == (37 - 10) / (180 - 30)
+    resumed = ["step 210/300 (70%)  loss 2  59:50 elapsed, ETA 2:00", "step 240/300 (80%)  loss 2  1:01:50 elapsed, ETA 1:00"]
+    assert pace_of_lines(resumed) == 120 / 30  # a resumed run's log starts past step 0: the pair still holds
+    assert pace_of_lines(lines[:2]) is None and pace_of_lines([]) is None  # one line: no pace yet
