@@ -14,8 +14,9 @@ Where the time estimate of a cell comes from, best first:
 3. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
    here (``--dry-run`` only): training steps alone, validation and start-up come on top;
 4. ``running``: (the runner's ETA under ``--jobs``) a variant none of whose cells has finished but
-   some are training: the pace their progress lines print in their train.log (training and
-   validation, not start-up), so the ETA of a slow variant's first cells is not its task's pace;
+   some are training: the pace their progress lines print in their train.log since this run began
+   (training and validation, not start-up), so a slow variant's first cells are not given their
+   task's pace;
 5. ``other variants``: the step time of the other variants of the cell's task, a rough guess that
    lets the runner give an ETA before a cell of each variant has finished;
 6. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
@@ -146,6 +147,8 @@ class TimeEstimator:
     timed: dict[tuple[str, str], float] = field(default_factory=dict)
     #: the folders of each (task, variant)'s cells, where a training cell's train.log tells its pace
     directories: dict[tuple[str, str], list[Path]] = field(default_factory=dict)
+    #: when the run began: a train.log older than that is another run's (``--jobs 1`` writes none)
+    started: float = field(default_factory=time.time)
 
     def add(self, cell: Cell, seconds: float, steps: int) -> None:
         """A cell of this run took ``seconds`` for ``steps`` optimizer steps."""
@@ -177,7 +180,8 @@ class TimeEstimator:
             return self.timed[key], "timed"
         if not guess:
             return None
-        running = [pace for directory in self.directories.get(key, []) if (pace := running_pace(directory)) is not None]
+        running = [pace for directory in self.directories.get(key, [])
+                   if (pace := running_pace(directory, since=self.started)) is not None]
         if running:  # a variant whose first cells are training: their pace so far
             return statistics.median(running), "running"
         same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
@@ -218,11 +222,14 @@ class TimeEstimator:
         return problems
 
 
-def running_pace(cell_dir: Path) -> float | None:
+def running_pace(cell_dir: Path, *, since: float = 0.0) -> float | None:
     """Seconds per step that the cell's train.log shows (see :func:`blockbench.progress.pace_of_lines`),
-    if it has one: the log of the cell's current run, or of its last one if it is not training."""
+    if it has one written at ``since`` (a time.time()) or later: the log of the cell's run since then."""
+    log = cell_dir / TRAIN_LOG
     try:
-        return pace_of_lines((cell_dir / TRAIN_LOG).read_text().splitlines())
+        if log.stat().st_mtime < since - 1.0:  # a second's slack: file times can lag time.time()
+            return None
+        return pace_of_lines(log.read_text(encoding="utf-8", errors="replace").splitlines())
     except OSError:
         return None
 

@@ -64,11 +64,12 @@ PLAIN_LINE = re.compile(r"^step (\d+)/\d+ \(\d+%\).*?\s(\d+(?::\d\d){1,2}) elaps
 
 def pace_of_lines(lines: list[str]) -> float | None:
     """Seconds per optimizer step of a cell's plain progress lines (a ``--jobs`` cell's train.log),
-    from its first line to its last (training and validation, not the start-up before the first
-    step); None with fewer than two lines. A log holds one run of the cell: it is rewritten when the
+    from its first line to its last (training, and validation once the lines span one; not the
+    start-up before the first step); None with fewer than two lines or less than a second between
+    them (the lines give whole seconds). A log holds one run of the cell: it is rewritten when the
     cell (re)starts, so a resumed run's first line is past its resume step and still pairs right."""
     points = [(int(m[1]), parse_duration(m[2])) for m in map(PLAIN_LINE.match, lines) if m]
-    if len(points) < 2 or points[-1][0] <= points[0][0] or points[-1][1] < points[0][1]:
+    if len(points) < 2 or points[-1][0] <= points[0][0] or points[-1][1] <= points[0][1]:
         return None
     (first_step, first_time), (last_step, last_time) = points[0], points[-1]
     return (last_time - first_time) / (last_step - first_step)

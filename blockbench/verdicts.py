@@ -205,28 +205,36 @@ def transfer(comparisons: list[Comparison]) -> str:
     listing = ", ".join(f"{v} in {_join(by_verdict[v])}" for v in order if v in by_verdict)
     decided = [v for v in families.values() if v in DECIDED]
     not_run = [title for family, title in FAMILIES.items() if family not in families]
-    missing = f" ({_join(not_run)} not run)" if not_run else ""
     leanings = _leanings(comparisons)
-    note = " (unadjusted: " + ", ".join(f"{d} in {_join(leanings[d])}" for d in leanings) + ")" if leanings else ""
+    notes = [f"{_join(not_run)} not run"] if not_run else []
+    notes += ["unadjusted: " + ", ".join(f"{d} in {_join(leanings[d])}" for d in leanings)] if leanings else []
+    note = f" ({'; '.join(notes)})" if notes else ""
     if MIXED in families.values() or len(set(decided)) > 1:
-        return f"no: {listing}{missing}{note}"
+        return f"no: {listing}{note}"
     if len(decided) < 2:
-        return f"undecided: {listing}{missing}{note}"
+        return f"undecided: {listing}{note}"
     answer = "unclear" if len(leanings) > 1 else "yes"  # n.s. everywhere, but leaning both ways
     if len(decided) == len(families) == len(FAMILIES):
         return f"{answer}: {decided[0]} in all {len(families)}{note}"
-    return f"{answer}: {listing}{missing}{note}"
+    return f"{answer}: {listing}{note}"
 
 
 def _leanings(comparisons: list[Comparison]) -> dict[str, list[str]]:
-    """``better``/``worse`` -> the families with an n.s. verdict whose unadjusted interval leaves out
-    zero on that side (better first; empty when there are none)."""
-    leanings: dict[str, list[str]] = {BETTER: [], WORSE: []}
+    """``better``/``worse`` -> the families (``LM (wikitext)``: the task, where a family has several)
+    with an n.s. verdict whose unadjusted interval leaves out zero on that side, in :data:`FAMILIES`
+    order (better first; empty when there are none)."""
+    tasks: dict[str, set[str]] = {}
     for c in comparisons:
-        title = family_title(c.family)
-        if c.verdict == NOT_SIGNIFICANT and c.difference is not None and c.difference.excludes_zero:
-            if c.direction in leanings and title not in leanings[c.direction]:
-                leanings[c.direction].append(title)
+        tasks.setdefault(c.family, set()).add(c.task)
+    leanings: dict[str, list[str]] = {BETTER: [], WORSE: []}
+    for family in family_verdicts(comparisons):  # FAMILIES order
+        for c in comparisons:
+            if c.family != family or c.direction not in leanings or c.verdict != NOT_SIGNIFICANT:
+                continue
+            if c.difference is not None and c.difference.excludes_zero:
+                title = family_title(family) + (f" ({c.task})" if len(tasks[family]) > 1 else "")
+                if title not in leanings[c.direction]:
+                    leanings[c.direction].append(title)
     return {direction: titles for direction, titles in leanings.items() if titles}
 
 

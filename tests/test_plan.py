@@ -5,6 +5,7 @@ times measured here, and nothing written or trained."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -154,6 +155,11 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     log.write_text(log.read_text() + "step 2/4 (50%)  loss 3.1  val/perplexity 40.2  0:22 elapsed, ETA 0:22\n")
     assert estimator.per_step(post[1].cell) == (pytest.approx(10.0), "running")  # (22 - 12) s / (2 - 1) steps
     assert estimator.per_step(post[1].cell, guess=False) is None  # the dry run still times it
+    log.write_bytes(log.read_bytes() + b"a warning in Latin-1: \xe9\n")  # not UTF-8: still read, no error
+    assert estimator.per_step(post[1].cell) == (pytest.approx(10.0), "running")
+    os.utime(log, (estimator.started - 60, estimator.started - 60))  # another run's log (--jobs 1 writes none)
+    assert estimator.per_step(post[1].cell)[1] == "other variants"
+    os.utime(log)
     # left: pre's second cell (8 s), post's running cell (40 s less the ~0 s it has had), its second (40 s)
     assert progress.eta() == pytest.approx((8 + 40 + 40) / 2, rel=0.01)
     progress.finish(post[0].n, {"steps": 4})  # a finished cell's own time wins over any log

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from conftest import TINY_LM, blockbench
 
-from blockbench.progress import format_duration, pace_of_lines, parse_duration
+from blockbench.progress import PLAIN_LINE, format_duration, pace_of_lines, parse_duration
 
 #: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
 #: Lightning's own bar (it counts the epoch's batches), not for this one
@@ -47,7 +47,7 @@ def test_output_that_is_not_a_terminal_gets_one_plain_line_every_n_steps_and_no_
     final = yaml.safe_load((tmp_path / "cell" / "result.json").read_text())["metrics"]["perplexity"]
     assert f"val/perplexity {final:.4g}" in lines[-1]
     assert "val/perplexity" not in lines[0]  # nothing validated before step 3
-    assert pace_of_lines(lines) is not None  # the runner's ETA reads these lines back (see blockbench.plan)
+    assert [int(PLAIN_LINE.match(line)[1]) for line in lines] == [2, 4, 6]  # as the runner's ETA reads them back
     for noise in NOISE:
         assert noise not in done.stdout + done.stderr, f"{noise!r} in the output:\n{done.stdout}\n{done.stderr}"
 
@@ -98,6 +98,10 @@ def test_plain_lines_read_back_as_seconds_per_step():
              "a warning",
              "step 180/300 (60%)  loss 1.245  val/bleu 12.02  0:37 elapsed, ETA 0:25"]
     assert pace_of_lines(lines) == (37 - 10) / (180 - 30)
-    resumed = ["step 210/300 (70%)  loss 2  59:50 elapsed, ETA 2:00", "step 240/300 (80%)  loss 2  1:01:50 elapsed, ETA 1:00"]
+    resumed = ["step 210/300 (70%)  loss 2  0:12 elapsed, ETA 0:36", "step 240/300 (80%)  loss 2  2:12 elapsed, ETA 1:28"]
     assert pace_of_lines(resumed) == 120 / 30  # a resumed run's log starts past step 0: the pair still holds
+    slow = ["step 300/3000 (10%)  loss 2  59:50 elapsed, ETA 8:58:30", "step 330/3000 (11%)  loss 2  1:01:50 elapsed, ETA 8:20:25"]
+    assert pace_of_lines(slow) == 120 / 30
     assert pace_of_lines(lines[:2]) is None and pace_of_lines([]) is None  # one line: no pace yet
+    same_second = ["step 1/300 (0%)  loss 5  0:03 elapsed, ETA 15:00", "step 2/300 (1%)  loss 5  0:03 elapsed, ETA 7:30"]
+    assert pace_of_lines(same_second) is None  # whole seconds: no span to measure, not a pace of 0

@@ -344,7 +344,15 @@ def test_transfer_names_the_n_s_families_whose_unadjusted_interval_leaves_out_ze
     assert transfer([lm, translator_worse, vit_holds_zero]) == "yes: n.s. in all 3 (unadjusted: worse in translator)"
     assert transfer([lm, translator_worse, vit_better]) == (
         "unclear: n.s. in all 3 (unadjusted: better in ViT, worse in translator)")
-    assert transfer([lm, vit_better]) == "yes: n.s. in LM and ViT (translator not run) (unadjusted: better in ViT)"
+    assert transfer([lm, vit_better]) == "yes: n.s. in LM and ViT (translator not run; unadjusted: better in ViT)"
+    lm_worse = replace(translator_worse, task="lm", family="decoder_lm")
+    assert transfer([vit_better, lm_worse, translator_worse]) == (  # in the families' order, whatever the tasks'
+        "unclear: n.s. in all 3 (unadjusted: better in ViT, worse in LM and translator)")
+    wikitext_better = replace(vit_better, task="wikitext", family="decoder_lm")  # a family with two tasks: each named
+    assert transfer([lm_worse, wikitext_better, vit_holds_zero]) == (
+        "unclear: n.s. in LM and ViT (translator not run; unadjusted: better in LM (wikitext), worse in LM (lm))")
+    untested = _comparison("vit", None, False)
+    assert transfer([lm_worse, untested]) == "undecided: n.s. in LM, untested in ViT (translator not run; unadjusted: worse in LM)"
     significant = replace(vit_better, significant=True)  # a decided verdict is not a leaning
     assert transfer([lm, translator_worse, significant]) == (
         "no: better in ViT, n.s. in LM and translator (unadjusted: worse in translator)")
