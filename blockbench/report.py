@@ -747,6 +747,7 @@ class TaskSection:
         lines += self.main_table()
         lines += ["", self.main_note(), ""]
         lines += self.speed_note()
+        lines += self.sparsity_note()
         lines += self.interval_table()
         lines += self.difference_table()
         lines += self.target_table()
@@ -763,6 +764,11 @@ class TaskSection:
     def has_peak_memory(self) -> bool:
         return any("peak_memory" in r for g in self.groups for r in g.ok)
 
+    @property
+    def has_sparsity(self) -> bool:
+        """Sparse attention cells record the share of (query, key) pairs they attend."""
+        return any("attended_fraction" in r for g in self.groups for r in g.ok)
+
     def main_table(self) -> list[str]:
         header = ["variant"] + [_arrow(m) for m in self.metrics]
         header += ["seeds", "steps", "wall time (s)", "parameters"]
@@ -773,8 +779,7 @@ class TaskSection:
             header += ["MFU", "data wait"]
         if self.has_peak_memory:
             header.append("peak memory (MB)")
-        # sparse attention cells record the share of (query, key) pairs they attend
-        sparse = any("attended_fraction" in r for g in self.groups for r in g.ok)
+        sparse = self.has_sparsity
         if sparse:
             header.append("attended pairs")
         lines = _table_head(header)
@@ -846,6 +851,18 @@ class TaskSection:
             "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU."
             + (" An MFU above 100% says the peak was measured too low, not how well the device was used: such seeds "
                "have no MFU, and – marks a variant without any." if no_mfu else ""),
+            "",
+        ]
+
+    def sparsity_note(self) -> list[str]:
+        """What the attended pairs column counts (``models.MultiHeadAttention.attended_fraction``)."""
+        if not self.has_sparsity:
+            return []
+        return [
+            "Attended pairs: the share of all (query, key) pairs that the sparse pattern, with the causal mask where "
+            "there is one, let the cell's last forward pass attend (the translator's: a greedy decoding step's), "
+            "averaged over the attention layers. 1.000 marks a variant without a pattern, although a causal mask "
+            "alone keeps about half the pairs: on a decoder, the share of the causal pairs is about twice the figure.",
             "",
         ]
 

@@ -228,6 +228,8 @@ def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
     assert "attended pairs |" in summary
     assert "| attention_pattern=local | 0.500 ± 0.000 | 1.000 ± 0.000 | 1 | 10 | 1.0 | 100 | 50 | 0.250 |" in summary
     assert "| attention_pattern=dense |" in summary and "| 50 | 1.000 |" in summary
+    # what the figure counts: all pairs, so a decoder's pattern-free 1.000 is not what its causal mask keeps
+    assert "Attended pairs: the share of all (query, key) pairs" in summary and "about twice the figure" in summary
 
 
 def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
