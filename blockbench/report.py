@@ -181,6 +181,7 @@ class MatrixSettings:
     description: str = ""
     baseline_variant: str | None = None
     targets: dict[str, dict[str, float]] = field(default_factory=dict)
+    cells: int = 0  # the reported cells the matrix has (its axes' product; 0: not known)
 
     @classmethod
     def load(cls, matrix_dir: Path) -> "MatrixSettings":
@@ -188,7 +189,15 @@ class MatrixSettings:
         raw = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
         targets = {str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
                    for task, metrics in (raw.get("targets") or {}).items()}
-        return cls(raw.get("description") or "", raw.get("baseline_variant"), targets)
+        axes = raw.get("axes") or {}
+        cells = math.prod(len(values) for values in axes.values()) if isinstance(axes, dict) and all(
+            isinstance(values, list) for values in axes.values()) and axes else 0
+        return cls(raw.get("description") or "", raw.get("baseline_variant"), targets, cells)
+
+    def without_result(self, matrix_dir: Path, results: int) -> int:
+        """Cells of the matrix with no result yet: those its axes make and those begun (a cell.json)
+        that have none, whichever is more (a run stopped part-way has begun only some of its cells)."""
+        return max(self.cells, len(cell_files(matrix_dir))) - results
 
 
 def decimals(value: float) -> int:
@@ -313,7 +322,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
             index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason,
                                         _description(files.get(folder.name, folder / MATRIX_FILE))))
             continue
-        unfinished = len(cell_files(folder)) - len(results)
+        unfinished = MatrixSettings.load(folder).without_result(folder, len(results))
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
                                              has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
                                              code=tuple(_code_versions(results)), machines=tuple(_machines(results)),
@@ -422,7 +431,12 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             f" of {share[2]} parallel slots" if share[2] > 1 else "")
         lines.append(f"Command: `{run['command']}` (last run: {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells "
                      f"trained{share_text})  ")
-    lines.append(f"Cells: {len(results)} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  ")
+    missing = settings.without_result(matrix_dir, len(results))
+    of = f" of {len(results) + missing}" if missing > 0 else ""
+    lines.append(f"Cells: {len(results)}{of} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  ")
+    if missing > 0:
+        lines.append(f"Unfinished: {missing} cell(s) without a result yet (`blockbench matrix` resumes the run), so the "
+                     "verdicts below are provisional: they compare the cells that have finished.  ")
     lines += [f"Machine: {m}  " for m in machines]
     lines += [f"Code: {c}  " for c in _code_versions(results)]
     lines.append("")

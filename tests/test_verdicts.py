@@ -405,3 +405,20 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
     summary = (tmp_path / "tuned" / "summary.md").read_text()
     assert f"- lm (LM), {POST} vs {PRE}: **worse**" in summary
     assert "tuned lr=0.0003 (lowest lr tried) vs lr=0.001" in summary
+
+
+def test_a_matrix_stopped_part_way_says_how_many_cells_it_lacks(tmp_path):
+    """A run stopped after 4 of its 8 cells (the 4 others never began, so they have no cell.json): the
+    summary and the index count the cells its axes make, not only those begun, and call the verdicts
+    provisional, instead of presenting half a matrix as a whole one."""
+    cells = [{"task": "lm", "task_name": "lm", "variant": variant, "values": values}
+             for variant, values in ((PRE, [7.3, 7.4]), (POST, [9.1, 9.6]))]
+    _write_matrix(tmp_path, "partial", cells)
+    axes = {"task": ["lm", "vit"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]}
+    (tmp_path / "partial" / "matrix.yaml").write_text(yaml.safe_dump({"name": "partial", "axes": axes}))
+    summary = write_report(tmp_path / "partial")
+    assert "Cells: 4 of 8 (4 ok, 0 diverged, 0 failed)" in summary
+    assert "Unfinished: 4 cell(s) without a result yet" in summary and "provisional" in summary
+    assert "[partial](partial/summary.md) (4 cells without a result)" in write_index(tmp_path, tmp_path / "none")
+    _write_matrix(tmp_path, "whole", cells)  # every cell its axes make has a result: nothing said
+    assert "Unfinished" not in write_report(tmp_path / "whole") and "Cells: 4 (4 ok" in write_report(tmp_path / "whole")
