@@ -291,7 +291,8 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     run = _last_run(matrix_dir)
     lines += _wall_time_section(run, groups)
     comparisons = [comparison for section in sections for comparison in section.comparisons()]
-    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + verdict_lines(comparisons) + lines)
+    demonstration = not _gives_verdicts(matrix_dir / MATRIX_FILE)
+    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + verdict_lines(comparisons, demonstration=demonstration) + lines)
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
     return markdown

@@ -252,14 +252,19 @@ def _order(key: tuple[str, str, Any], rows: dict[tuple[str, str, Any], list[Comp
     return variants.index(key[0]), (key[2] is not None, key[2] if key[2] is not None else 0)
 
 
-def verdict_lines(comparisons: list[Comparison]) -> list[str]:
+DEMONSTRATION = ("**A demonstration, not an answer**: this matrix's file says `verdicts: false` (it is too small "
+                 "to decide anything), so `results/README.md` leaves these lines out. They show what a matrix's "
+                 "verdicts look like.")
+
+
+def verdict_lines(comparisons: list[Comparison], *, demonstration: bool = False) -> list[str]:
     """The ``Verdicts`` section at the top of a summary: one line per variant vs baseline per task,
     then, where it ran in several families, whether its verdict transfers across them (empty without
-    comparisons)."""
+    comparisons). A ``demonstration`` (``verdicts: false`` in the matrix file) says so first."""
     if not comparisons:
         return []
     flags = budget_flags(comparisons)
-    lines = ["## Verdicts", "", LEGEND, ""]
+    lines = ["## Verdicts", "", *([DEMONSTRATION, ""] if demonstration else []), LEGEND, ""]
     for row in _rows(comparisons).values():
         for c in row:
             flag = flags.get((c.task, c.variant, c.baseline), "")

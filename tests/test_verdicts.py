@@ -385,6 +385,10 @@ def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(t
     assert "Demonstrations, not verdicts (`verdicts: false` in their matrix file): [smoke](smoke/summary.md)." in index
     assert "| [smoke](" not in index
     assert "Not run yet" not in index and "demo.yaml" not in index
+    summary = write_report(root / "smoke")
+    assert summary.index("## Verdicts") < summary.index("**A demonstration, not an answer**") < summary.index("- lm (LM)")
+    _write_matrix(root, "flagship", cells)  # the same cells in a matrix that gives verdicts
+    assert "## Verdicts" in write_report(root / "flagship") and "A demonstration" not in write_report(root / "flagship")
 
 
 def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
