@@ -995,16 +995,20 @@ class TaskSection:
                 budget=group.budget if self.by_budget else None, metric=metric, difference=stats.difference,
                 difference_text=self.difference_text(group, metric) if stats.difference else "",
                 significant=stats.significant, direction=stats.direction,
-                variant_side=self._side(group), baseline_side=self._side(baseline),
+                variant_side=self._side(group, metric), baseline_side=self._side(baseline, metric),
                 missing="" if stats.difference else self.no_difference_reason(group),
                 tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None, p_holm=stats.p_holm,
             ))
         return comparisons
 
-    def _side(self, group: Group | None) -> Side:
+    def _side(self, group: Group | None, metric: Metric) -> Side:
         if group is None:
             return Side(0, 0, None)
-        return Side(len(group.ok) + len(group.diverged), len(group.diverged), self.stats[group.variant].speed["step_time_ms"])
+        best = metric.high if metric.higher_is_better else metric.low
+        solved = group.ok and not group.diverged and math.isfinite(best) and all(
+            abs(value - best) <= 1e-9 * max(1.0, abs(best)) for value in group.finished_values(metric.name).values())
+        return Side(len(group.ok) + len(group.diverged), len(group.diverged), self.stats[group.variant].speed["step_time_ms"],
+                    at_best=best if solved else None)
 
     def difference_method(self, others: list[Group]) -> str:
         """Which test each variant's differences used, the Holm family, and the cut of bounded ranges."""

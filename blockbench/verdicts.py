@@ -46,6 +46,8 @@ LEGEND = (
     "significant difference) where it does not, even where the unadjusted interval leaves out zero, "
     "**untested** where there is no test (one seed, or the same difference in every seed pair). A share of diverged "
     "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
+    "and *both at the best possible* value where every seed of both sides reached it (BLEU 100: the task is solved "
+    "and cannot tell them apart), "
     "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
     "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value "
     "is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers across the families "
@@ -70,6 +72,8 @@ class Side:
     seeds: int  # in the statistics: finished and diverged
     diverged: int
     step_time_ms: float | None  # mean of the finished seeds' median step times (None: not recorded)
+    #: the headline metric's best possible value (BLEU 100) when every seed reached it, none diverged; else None
+    at_best: float | None = None
 
     def diverged_text(self) -> str:
         """``1/3 diverged``, or empty when no seed diverged."""
@@ -132,6 +136,10 @@ class Comparison:
             diverged = [self.variant_side.diverged_text(), self.baseline_side.diverged_text()]
             if any(diverged):
                 parts.append(", ".join(filter(None, [diverged[0], diverged[1] and f"baseline {diverged[1]}"])))
+            if self.variant_side.at_best is not None and self.baseline_side.at_best is not None:
+                parts.append(f"both at the best possible {self.metric.name} ({self.variant_side.at_best:g}) in every "
+                             f"seed: the task is solved{' at this budget' if self.budget is not None else ''} and cannot "
+                             f"tell them apart")
             ratio = self.step_time_ratio
             parts.append(f"step time ×{ratio:.2f}" if ratio is not None else "step time n/a")
             if self.tuned is not None:

@@ -426,3 +426,24 @@ def test_a_matrix_stopped_part_way_says_how_many_cells_it_lacks(tmp_path):
     assert "[partial](partial/summary.md) (4 cells without a result)" in write_index(tmp_path, tmp_path / "none")
     _write_matrix(tmp_path, "whole", cells)  # every cell its axes make has a result: nothing said
     assert "Unfinished" not in write_report(tmp_path / "whole") and "Cells: 4 (4 ok" in write_report(tmp_path / "whole")
+
+
+def test_a_task_both_sides_solve_in_every_seed_says_it_cannot_tell_them_apart(tmp_path):
+    """BLEU 100 in every seed of both sides (dense_vs_moe's translator at 1,500 steps): the verdict says the
+    task is solved at this budget, rather than only 'untested, +0.0'; one seed below 100 is no such claim."""
+    cells = []
+    for steps, moe, dense in ((300, [93.8, 94.8, 87.6], [99.2, 99.5, 98.9]), (1500, [100.0] * 3, [100.0] * 3)):
+        for experts, values in ((0, dense), (4, moe)):
+            cells.append({"task": "translation", "task_name": "translation", "variant": f"n_experts={experts},max_steps={steps}",
+                          "values": values, "axes": {"model.n_experts": experts, "trainer.max_steps": steps},
+                          "step_time_ms": 100.0})
+    _write_matrix(tmp_path, "moe", cells, baseline_variant="n_experts=0")
+    summary = write_report(tmp_path / "moe")
+    [long] = [line for line in summary.splitlines() if line.startswith("- translation") and "1,500 steps" in line]
+    [short] = [line for line in summary.splitlines() if line.startswith("- translation") and "at 300 steps" in line]
+    assert "**untested**" in long
+    assert "both at the best possible bleu (100) in every seed: the task is solved at this budget" in long
+    assert "best possible" not in short
+    _write_matrix(tmp_path, "almost", [{**c, "values": [100.0, 100.0, 99.9]} if c["variant"] == "n_experts=4,max_steps=1500" else c
+                                       for c in cells], baseline_variant="n_experts=0")
+    assert "the task is solved at this budget" not in write_report(tmp_path / "almost")
