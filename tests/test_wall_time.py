@@ -79,11 +79,19 @@ def test_validation_time_is_zero_exactly_when_nothing_was_validated(tmp_path, mo
     assert validated["status"] == "diverged" and len(validated["history"]) == 1
     assert validated["wall_time_breakdown"]["validation"] > 0
     monkeypatch.setattr(AgreementDataModule, "val_dataloader", lambda self: [])
-    result = train_tiny(tmp_path, diverging, "not_validated")
+    # its one step made measurably long: a tiny model's step can take under 5 ms, which rounds to 0.00 s
+    result = train_tiny(tmp_path, diverging, "not_validated", SlowStep())
     assert result["status"] == "diverged" and result["history"] == []
     breakdown = result["wall_time_breakdown"]
-    assert breakdown["validation"] == 0 and breakdown["train_steps"] > 0
+    assert breakdown["validation"] == 0 and breakdown["train_steps"] >= 0.05
     assert_adds_up(breakdown, CELL_PARTS)
+
+
+class SlowStep(L.Callback):
+    """Sleeps inside every training step (after its backward pass), which the step's time holds."""
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        time.sleep(0.05)
 
 
 class SlowValidationEnd(L.Callback):
