@@ -55,7 +55,6 @@ from .layout import (
 )
 from .lens import logit_lens_section
 from .perf import speed_figures
-from .progress import format_duration
 from .provenance import code_fingerprint
 from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
 from .stats import (
@@ -414,7 +413,7 @@ def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
     parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
     if seconds:
         total = sum(seconds)
-        took = f"{total / 3600:.1f} h" if total >= 3600 else f"{format_duration(total)} min"
+        took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"  # as the run's wall time
         parts.append(f"{took} of cell processes ({len(seconds)} cells)")
     return "; ".join(parts) or None
 

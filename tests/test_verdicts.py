@@ -181,7 +181,7 @@ def test_the_index_says_which_code_and_machine_made_each_matrix_and_what_it_cost
     section = index.split("## Where the numbers come from", 1)[1].split("\n## ", 1)[0]
     rows = {line.split(" | ")[0]: line for line in section.splitlines() if line.startswith("| [")}
     # norms: 18 reported cells and 1 tuning cell of 4 s each; the cells record no git state; no matrix_run.json
-    assert rows["| [norms](norms/summary.md)"] == "| [norms](norms/summary.md) | not recorded | test | 1:16 min of cell processes (19 cells) |"
+    assert rows["| [norms](norms/summary.md)"] == "| [norms](norms/summary.md) | not recorded | test | 1.3 min of cell processes (19 cells) |"
     (root / "run").mkdir()
     _write_matrix(root / "run", "timed", [{"task": "lm", "task_name": "lm", "variant": variant, "values": [7.0, 7.1, 7.3]}
                                           for variant in (PRE, POST)])
@@ -197,7 +197,7 @@ def test_the_index_says_which_code_and_machine_made_each_matrix_and_what_it_cost
     row = next(line for line in text.splitlines() if line.startswith("| [timed](timed/summary.md) | commit"))
     assert row == ("| [timed](timed/summary.md) | commit e9ffbeb (clean tree) (4 cells); commit e9ffbeb + uncommitted "
                    "changes (2 cells) | test | `blockbench matrix timed.yaml --jobs 2`, 1.1 min, 12 cells trained; "
-                   "0:24 min of cell processes (6 cells) |")
+                   "0.4 min of cell processes (6 cells) |")
 
 
 def test_index_row_of_a_variant_better_in_every_family(index):
