@@ -315,7 +315,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
             index.demonstrations.append(folder.name)
             continue
         _, groups, sections = analyze(folder)
-        results = [r for g in groups for r in g.results]
+        results, tuning = [r for g in groups for r in g.results], _tuning_results(folder)
         if not any(g.ok or g.diverged for g in groups):
             failed = sum(len(g.failed) for g in groups)
             reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
@@ -325,7 +325,8 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         unfinished = MatrixSettings.load(folder).without_result(folder, len(results))
         index.matrices.append(MatrixVerdicts(folder.name, [c for section in sections for c in section.comparisons()],
                                              has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
-                                             code=tuple(_code_versions(results)), machines=tuple(_machines(results)),
+                                             code=tuple(_code_versions(results + tuning)),
+                                             machines=tuple(_machines(results + tuning)),
                                              cost=_cost(folder, results)))
     ran = {folder.name for folder in folders}
     index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results", _description(path)) for name, path in files.items()
@@ -397,6 +398,12 @@ def _last_run(folder: Path) -> dict[str, Any] | None:
     return json.loads(run_file.read_text()) if run_file.is_file() else None
 
 
+def _tuning_results(folder: Path) -> list[dict[str, Any]]:
+    """The results of a matrix's tuning cells (``<matrix>/tune/cells``): no statistic reads them, but
+    their code, machine and time are part of the matrix's."""
+    return [json.loads(path.read_text()) for path in sorted((folder / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
+
+
 def _machines(results: list[dict[str, Any]]) -> list[str]:
     """The machines the cells ran on (``provenance.machine_description``), each once."""
     return sorted({r["machine"] for r in results if "machine" in r})
@@ -408,8 +415,7 @@ def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
     (``results``, the reported cells' as loaded for the statistics, and the tuning cells'): what the
     whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
     run = _last_run(folder)
-    tuning = [json.loads(path.read_text()) for path in sorted((folder / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
-    seconds = [r["wall_time_s"] for r in results + tuning if isinstance(r.get("wall_time_s"), (int, float))]
+    seconds = [r["wall_time_s"] for r in results + _tuning_results(folder) if isinstance(r.get("wall_time_s"), (int, float))]
     parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
     if seconds:
         total = sum(seconds)
@@ -421,7 +427,8 @@ def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
 def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run: dict[str, Any] | None) -> list[str]:
     results = [r for g in groups for r in g.results]
     counts = {status: sum(len(getattr(g, status)) for g in groups) for status in ("ok", "diverged", "failed")}
-    machines = _machines(results)
+    tuning = _tuning_results(matrix_dir)
+    machines = _machines(results + tuning)
     lines = [f"# {matrix_dir.name}", ""]
     if settings.description:
         lines += [settings.description, ""]
@@ -438,7 +445,11 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         lines.append(f"Unfinished: {missing} cell(s) without a result yet (`blockbench matrix` resumes the run), so the "
                      "verdicts below are provisional: they compare the cells that have finished.  ")
     lines += [f"Machine: {m}  " for m in machines]
-    lines += [f"Code: {c}  " for c in _code_versions(results)]
+    code = _code_versions(results)
+    lines += [f"Code: {c}  " for c in code]
+    tuning_code = _code_versions(tuning)
+    if tuning_code and tuning_code != code:  # e.g. candidates added to tune: later, the finished ones reused
+        lines.append(f"Code of the tuning cells: {'; '.join(tuning_code)}  ")
     lines.append("")
     return lines
 

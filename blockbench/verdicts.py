@@ -378,7 +378,8 @@ def index_markdown(index: Index) -> str:
     provenance = [m for m in index.matrices if m.code or m.machines or m.cost]
     if provenance:
         lines += ["## Where the numbers come from", "",
-                  "The code and machine each matrix's cells ran on (as its summary's header says). Cost: its last run "
+                  "The code and machine each matrix's cells ran on, tuning cells included (as its summary's header says). "
+                  "Cost: its last run "
                   "(the command, which reuses finished cells, its wall time and the cells it trained), then the time of "
                   "every cell's process summed, tuning cells included: what the whole matrix takes on one slot, even "
                   "when it ran in several pieces.", "",

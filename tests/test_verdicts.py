@@ -198,6 +198,22 @@ def test_the_index_says_which_code_and_machine_made_each_matrix_and_what_it_cost
     assert row == ("| [timed](timed/summary.md) | commit e9ffbeb (clean tree) (4 cells); commit e9ffbeb + uncommitted "
                    "changes (2 cells) | test | `blockbench matrix timed.yaml --jobs 2`, 1.1 min, 12 cells trained; "
                    "0.4 min of cell processes (6 cells) |")
+    assert "Code of the tuning cells" not in (timed / "summary.md").read_text()  # a matrix without tune:
+    # a tuning candidate added to tune: later, trained by a newer clean commit on another machine: the summary's
+    # header and the index say so, not only the reported cells' code
+    tune_dir = timed / "tune" / "cells" / "lm" / POST / "lr=0.01" / "seed1000"
+    write_json(tune_dir / "cell.json", {"index": 99, "task": "lm", "task_name": "lm", "variant": POST, "seed": 1000, "axes": {}})
+    write_json(tune_dir / "result.json", {**_result("lm", 1000, 9.0, 100.0), "machine": "another CPU",
+                                          "provenance": {"git": {"commit": "7cff7a3" + "0" * 33, "dirty": False}}})
+    write_report(timed)
+    header = (timed / "summary.md").read_text().split("\n\n## ", 1)[0]
+    assert "Machine: another CPU  \nMachine: test  \n" in header
+    assert header.endswith("Code: commit e9ffbeb (clean tree) (4 cells)  \nCode: commit e9ffbeb + uncommitted changes (2 cells)  \n"
+                           "Code of the tuning cells: commit 7cff7a3 (clean tree)  ")
+    section = write_index(root / "run", root.parent / "configs").split("## Where the numbers come from", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| [timed](timed/summary.md) | commit"))
+    assert row.startswith("| [timed](timed/summary.md) | commit e9ffbeb (clean tree) (4 cells); commit e9ffbeb + "
+                          "uncommitted changes (2 cells); commit 7cff7a3 (clean tree) (1 cell) | another CPU; test | ")
 
 
 def test_index_row_of_a_variant_better_in_every_family(index):
