@@ -327,7 +327,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                                              has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
                                              code=tuple(_code_versions(results + tuning)),
                                              machines=tuple(_machines(results + tuning)),
-                                             cost=_cost(folder, results)))
+                                             cost=_cost(folder, results, tuning)))
     ran = {folder.name for folder in folders}
     index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results", _description(path)) for name, path in files.items()
                       if name not in ran and _gives_verdicts(path)]
@@ -409,13 +409,13 @@ def _machines(results: list[dict[str, Any]]) -> list[str]:
     return sorted({r["machine"] for r in results if "machine" in r})
 
 
-def _cost(folder: Path, results: list[dict[str, Any]]) -> str | None:
+def _cost(folder: Path, results: list[dict[str, Any]], tuning: list[dict[str, Any]]) -> str | None:
     """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes (36 cells)``:
     the matrix's last run (``matrix_run.json``), then the processes' time of every cell with a result
-    (``results``, the reported cells' as loaded for the statistics, and the tuning cells'): what the
+    (``results``, the reported cells' as loaded for the statistics, and ``tuning``, the tuning cells'): what the
     whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
     run = _last_run(folder)
-    seconds = [r["wall_time_s"] for r in results + _tuning_results(folder) if isinstance(r.get("wall_time_s"), (int, float))]
+    seconds = [r["wall_time_s"] for r in results + tuning if isinstance(r.get("wall_time_s"), (int, float))]
     parts = [f"`{run['command']}`, {run['wall_time_s'] / 60:.1f} min, {run['cells_trained']} cells trained"] if run else []
     if seconds:
         total = sum(seconds)
