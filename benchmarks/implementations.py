@@ -462,3 +462,11 @@ def missing_packages(implementations: list[Implementation]) -> list[str]:
     """The pip packages of the bench extra that ``implementations`` need and that are not installed
     (a reference outside it, with a ``hint``, is skipped instead: ``Implementation.unavailable``)."""
     return sorted({i.package for i in implementations if i.package and not i.hint and not importable(i.package)})
+
+
+def require_packages(implementations: list[Implementation]) -> None:
+    """Exit with the install command if ``implementations`` need packages that are not installed:
+    before any of them runs, not with a traceback after minutes of the others."""
+    missing = missing_packages(implementations)
+    if missing:
+        sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")

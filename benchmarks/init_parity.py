@@ -38,10 +38,10 @@ from implementations import (  # noqa: E402  (benchmarks/, the script's folder)
     Dims,
     Implementation,
     Run,
-    missing_packages,
     ours_seq2seq,
     ours_vit,
     package_versions,
+    require_packages,
     torch_transformer,
 )
 
@@ -286,9 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/init_parity.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
 
-    missing = missing_packages([CANDIDATES[impl] for name in args.cases for impl in CASES[name].impls])
-    if missing:
-        sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
+    require_packages([CANDIDATES[impl] for name in args.cases for impl in CASES[name].impls])
     import torch
 
     torch.set_num_threads(args.threads)

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import IMPLEMENTATIONS, SHAPES, code_note  # noqa: E402  (benchmarks/, the script's folder)
+from implementations import require_packages  # noqa: E402  (benchmarks/, the script's folder)
+from throughput import IMPLEMENTATIONS, SHAPES, code_note  # noqa: E402
 
 #: per shape: blockbench's implementation and the reference it is profiled next to (the fastest in
 #: the committed throughput run, or the one users pick)
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--out", default="results/profile.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
+    require_packages([IMPLEMENTATIONS[name] for shape in args.shapes for name in PAIRS[shape]])
 
     command = " ".join(["python benchmarks/profile_step.py", *(argv if argv is not None else sys.argv[1:])])
     lines = ["# Where a training step's time goes", "",

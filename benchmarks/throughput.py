@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from implementations import IMPLEMENTATIONS as ALL_IMPLEMENTATIONS  # noqa: E402  (benchmarks/, the script's folder)
-from implementations import Dims, load_nanogpt, missing_packages, package_versions  # noqa: E402
+from implementations import Dims, load_nanogpt, package_versions, require_packages  # noqa: E402
 
 from blockbench.stats import t_confidence_interval  # noqa: E402
 
@@ -451,9 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rounds must be at least 1")
 
     impls = [i for i in (args.impls or IMPLEMENTATIONS) if IMPLEMENTATIONS[i].family in args.shapes]
-    missing = missing_packages([IMPLEMENTATIONS[i] for i in impls])
-    if missing:
-        sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
+    require_packages([IMPLEMENTATIONS[i] for i in impls])
     if args.nanogpt:
         try:  # a wrong path fails here, not after minutes of the other runs
             load_nanogpt(args.nanogpt)

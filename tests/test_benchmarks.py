@@ -312,10 +312,24 @@ def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_
     assert summary["machine"]["cpu_capability"] == capability and summary["machine"]["cpu"]
 
 
+def test_profile_step_names_a_missing_reference_package_before_it_profiles(monkeypatch, tmp_path):
+    """Without the bench extra, profile_step.py says what to install, as throughput.py does, instead of
+    a traceback after it has profiled our side."""
+    implementations, profile_step = benchmark_module("implementations"), benchmark_module("profile_step")
+    monkeypatch.setattr(implementations, "importable", lambda module: module != "timm")
+    profiled = []
+    monkeypatch.setattr(profile_step, "profile", lambda *args: profiled.append(args))
+    with pytest.raises(SystemExit) as exited:
+        profile_step.main(["--shapes", "vit", "--out", str(tmp_path / "profile.md")])
+    assert str(exited.value) == 'the reference implementations need timm: pip install -e ".[bench]"'
+    assert profiled == [] and not (tmp_path / "profile.md").exists()
+
+
 @pytest.mark.slow  # about a minute: two profiled steps of the ViT shape and of timm's
 def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_path):
     """The profile of one step per implementation: the matmuls lead, each table's shares are a part
     of the step (they sum to at most 100%), and the header names the command and the CPU capability."""
+    pytest.importorskip("timm", reason='the reference ViT needs the bench extra: pip install -e ".[bench]"')
     out = tmp_path / "profile.md"
     run_script(str(REPO / "benchmarks" / "profile_step.py"), "--shapes", "vit", "--steps", "1", "--warmup", "1",
                "--threads", "1", "--out", str(out), cwd=tmp_path)
