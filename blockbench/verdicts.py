@@ -379,10 +379,9 @@ def index_markdown(index: Index) -> str:
     if provenance:
         lines += ["## Where the numbers come from", "",
                   "The code and machine each matrix's cells ran on, tuning cells included (as its summary's header says). "
-                  "Cost: its last run "
-                  "(the command, which reuses finished cells, its wall time and the cells it trained), then the time of "
-                  "every cell's process summed, tuning cells included: what the whole matrix takes on one slot, even "
-                  "when it ran in several pieces.", "",
+                  "Cost: its last run (the command, which reuses finished cells, its wall time and the cells it trained), "
+                  "then the time of every cell's process summed, tuning cells included: what the whole matrix takes on "
+                  "one slot, even when it ran in several pieces.", "",
                   "| comparison | code | machine | cost |", "|---|---|---|---|"]
         lines += ["| " + " | ".join(_cell(text) for text in (
             _matrix_cell(m), "; ".join(m.code) or "not recorded", "; ".join(m.machines) or "not recorded",

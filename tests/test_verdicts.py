@@ -404,7 +404,8 @@ def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(t
     summary = write_report(root / "smoke")
     assert summary.index("## Verdicts") < summary.index("**A demonstration, not an answer**") < summary.index("- lm (LM)")
     _write_matrix(root, "flagship", cells)  # the same cells in a matrix that gives verdicts
-    assert "## Verdicts" in write_report(root / "flagship") and "A demonstration" not in write_report(root / "flagship")
+    flagship = write_report(root / "flagship")
+    assert "## Verdicts" in flagship and "A demonstration" not in flagship
 
 
 def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
