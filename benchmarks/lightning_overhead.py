@@ -36,7 +36,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 
 from blockbench.config import build_run_config, load_yaml  # noqa: E402
-from blockbench.train import train  # noqa: E402
+from blockbench.cell.train import train  # noqa: E402
 from throughput import RATIO_METHOD, print_and_write, Ratio, code_note, machine_facts, ratio_interval  # noqa: E402
 
 

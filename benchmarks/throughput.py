@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from implementations import IMPLEMENTATIONS as ALL_IMPLEMENTATIONS  # noqa: E402  (benchmarks/, the script's folder)
 from implementations import Dims, load_nanogpt, package_versions, require_packages  # noqa: E402
 
-from blockbench.stats import t_confidence_interval  # noqa: E402
+from blockbench.report.stats import t_confidence_interval  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------- shapes
@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
     """Time one implementation in one dtype; print one JSON line."""
     import torch
 
-    from blockbench.perf import count_training_flops, measure_peak_flops
+    from blockbench.cell.perf import count_training_flops, measure_peak_flops
     from blockbench.provenance import cpu_model
 
     torch.set_num_threads(args.threads)

@@ -12,13 +12,14 @@ from tasks.data import DataError
 
 from .config import ConfigError, build_run_config, load_yaml, parse_overrides
 from .layout import CELLS_DIR, RESULT_FILE, write_json
+from .record import write_record
 
 
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
-    from .launch import accept_interrupts
-    from .train import error_record, train
+    from .matrix.launch import accept_interrupts
+    from .cell.train import error_record, train
 
     accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
 
@@ -38,15 +39,15 @@ def _train(args: argparse.Namespace) -> int:
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         if rank_zero_only.rank == 0:
-            write_json(out / RESULT_FILE, error_record(run, error))
+            write_record(out / RESULT_FILE, error_record(run, error))
         raise
     if rank_zero_only.rank != 0 or args.quiet:  # other DDP processes: rank 0 reports; a matrix prints its own line
         return 0
-    if result["status"] == "ok":
-        print(json.dumps({"metrics": result["metrics"], "baselines": result["baselines"]}, indent=2))
+    if result.ok:
+        print(json.dumps({"metrics": result.metrics, "baselines": result.baselines}, indent=2))
     else:
-        print(f"diverged at step {result['diverged_at_step']} (loss {result['diverging_loss']}, "
-              f"last finite loss {result['last_finite_loss']}); recorded in {out / RESULT_FILE}")
+        print(f"diverged at step {result.diverged_at_step} (loss {result.diverging_loss}, "
+              f"last finite loss {result.last_finite_loss}); recorded in {out / RESULT_FILE}")
     return 0
 
 
@@ -60,7 +61,7 @@ def _jobs(value: str) -> int | str:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from .matrix import ClusterOptions, run_matrix
+    from .matrix.run import ClusterOptions, run_matrix
 
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
@@ -73,7 +74,7 @@ MATRICES_DIR = Path("configs/matrix")
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .report.summary import write_report
 
     if args.index is not None:
         return _index(args)
@@ -89,7 +90,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     """``blockbench report --index RESULTS``: write RESULTS/README.md, the verdicts of every matrix there."""
-    from .report import write_index
+    from .report.summary import write_index
 
     if args.matrix_dir is not None:
         raise ConfigError(f"blockbench report: give a matrix folder ({args.matrix_dir}) or --index {args.index}, not both")
@@ -108,7 +109,7 @@ def _peak(args: argparse.Namespace) -> int:
     import torch
 
     from .config import TrainerConfig
-    from .perf import peak_flops
+    from .cell.perf import peak_flops
 
     trainer = TrainerConfig(accelerator=args.accelerator, precision=args.precision)
     accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")

@@ -1,5 +1,5 @@
 """Where a matrix's results live on disk: the names the runner and the trainer write and the report
-reads back, the path of a cell's folder, the failure record, and the atomic writes they all use.
+reads back, the path of a cell's folder, and the atomic writes they all use.
 
 ::
 
@@ -18,7 +18,7 @@ reads back, the path of a cell's folder, the failure record, and the atomic writ
         cells/<task>/<variant>/seed<k>/   cell_directory
             cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
             config.yaml               CONFIG_FILE: the fully resolved run config
-            result.json               RESULT_FILE: the result record (failure_record if it failed)
+            result.json               RESULT_FILE: the result record (blockbench.record.CellRecord)
             checkpoints/              CHECKPOINT_DIR: an unfinished run's, to resume
             train.log                 TRAIN_LOG: the cell's output under --jobs
 
@@ -86,15 +86,6 @@ def tuning_cell_directory(matrix_dir: Path, task: str, variant: str, candidate: 
 def cell_files(matrix_dir: Path) -> list[Path]:
     """The cell.json of every cell folder of ``matrix_dir`` (those :func:`cell_directory` makes), in path order."""
     return sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{CELL_FILE}"))
-
-
-def failure_record(task: str, seed: int, config_hash: str, fingerprint: str, error: str,
-                   traceback: str | None = None) -> dict[str, Any]:
-    """The result record of a cell that failed (raised, or died without writing a result): the matrix
-    goes on, and the report lists it as failed and leaves it out of the statistics."""
-    record = {"status": "failed", "task": task, "seed": seed, "config_hash": config_hash,
-              "code_fingerprint": fingerprint, "error": error}
-    return record if traceback is None else {**record, "traceback": traceback}
 
 
 @contextlib.contextmanager

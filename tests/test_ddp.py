@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from blockbench.config import ConfigError, TrainerConfig
-from blockbench.matrix import DISTRIBUTED_ENV
+from blockbench.matrix.run import DISTRIBUTED_ENV
 from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
 TASKS = {

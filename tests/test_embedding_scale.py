@@ -121,7 +121,7 @@ def test_every_family_and_variant_starts_from_the_same_ratio():
 def test_vit_cls_token_enters_without_a_position(pos_encoding):
     """The CLS token has no place in the image, so no table row (timm's no_embed_class; MAE's
     sincos2d CLS row is zero): a learned row would only repeat the learned CLS token. It is a token
-    of the signal, at the patches' RMS (``models.embedding`` gives the measurements behind that)."""
+    of the signal, at the patches' RMS (docs/decisions/embedding-scale.md gives the measurements behind that)."""
     model = build("vit", pos_encoding, seed=4)
     (x,) = first_block_inputs(model, INPUTS["vit"]()[1])
     torch.testing.assert_close(x[:, 0], model.cls_token[0].expand(len(x), -1))

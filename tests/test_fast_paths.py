@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from blockbench.config import build_run_config
-from blockbench.train import train
+from blockbench.cell.train import train
 from conftest import TINY_LM_TASK, TINY_MODEL, tiny
 from models import build_model
 from models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends

@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import blockbench.matrix as matrix_module
-from blockbench import launch, walltime
+import blockbench.matrix.run as matrix_module
+from blockbench import walltime
+from blockbench.matrix import launch
 from blockbench.cli import build_parser
 from blockbench.config import ConfigError, build_run_config
-from blockbench.matrix import forks, resolve_jobs
+from blockbench.matrix.run import forks, resolve_jobs
 from conftest import TINY_LM, blockbench, write_matrix
 
 
-PRELOADED = ["lightning", "torchmetrics", "blockbench.train"]
+PRELOADED = ["lightning", "torchmetrics", "blockbench.cell.train"]
 
 
 def _child_entry(path: str, environment: dict[str, str]) -> None:
@@ -197,7 +198,7 @@ def test_a_forked_cell_takes_ctrl_c_even_when_the_runner_was_started_with_it_ign
 import os, signal, sys, threading, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 sys.path.insert(0, {str(tmp_path)!r})  # the cell server starts with this process's path: it finds sleeper.py
-from blockbench import launch
+from blockbench.matrix import launch
 ended = {{}}
 thread = threading.Thread(target=lambda: ended.setdefault("code", launch.run_forked(
     ["-m", "sleeper", {str(ready)!r}], dict(os.environ))))

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from blockbench.config import build_run_config
-from blockbench.lens import last_lens, logit_lens_section
-from blockbench.report import write_report
-from blockbench.tensorboard import LENS_CHART, matrix_views, view_summaries
-from blockbench.train import train
+from blockbench.report.lens import last_lens, logit_lens_section
+from blockbench.report.summary import write_report
+from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
+from blockbench.cell.train import train
 from conftest import TINY_LM, TOL, randomize_, scalars, tiny_model
 from models import logit_lens_depth, logit_lens_losses
 from models.embedding import embed
@@ -282,7 +282,7 @@ def test_summary_has_a_logit_lens_table_of_the_last_validation(tmp_path: Path) -
 
 
 def test_lens_section_counts_only_seeds_that_recorded_one(tmp_path: Path) -> None:
-    from blockbench.report import Group
+    from blockbench.report.results import Group
 
     group = Group("lm", "lm", "pre", 0, results=[lm_result(2.0, [3.0, 2.0]), lm_result(2.0, None)])
     lines = logit_lens_section([group])

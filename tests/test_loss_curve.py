@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from blockbench.config import ConfigError, build_run_config
-from blockbench.plots import CURVE_METRIC, plotted_history
-from blockbench.tensorboard import CURVE_TAG, matrix_views
-from blockbench.train import train
+from blockbench.report.plots import CURVE_METRIC, plotted_history
+from blockbench.cell.tensorboard import CURVE_TAG, matrix_views
+from blockbench.cell.train import train
 from conftest import TINY_MODEL, scalars, tensorboard_events
 from tasks.base import Metric
 

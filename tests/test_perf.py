@@ -18,27 +18,15 @@ import torch
 from torch import nn
 from torch.utils.data import default_collate
 
-import blockbench.matrix
-from blockbench import perf
-from blockbench.callbacks import PerformanceMonitor
+import blockbench.matrix.run
+from blockbench.cell import perf
+from blockbench.cell.callbacks import PerformanceMonitor
 from blockbench.config import build_run_config
-from blockbench.matrix import job_slots, load_matrix, resolve_peaks
-from blockbench.perf import (
-    PEAK_CACHE_FOLDER,
-    PROBE_VERSION,
-    PeakFlops,
-    StepTiming,
-    compute_dtype,
-    count_training_flops,
-    final_figures,
-    flop_counter,
-    measure_peak_flops,
-    peak_flops,
-    speed_figures,
-    step_statistics,
-)
+from blockbench.matrix.run import job_slots, load_matrix, resolve_peaks
+from blockbench.cell.perf import PEAK_CACHE_FOLDER, PROBE_VERSION, PeakFlops, StepTiming, compute_dtype, count_training_flops, flop_counter, measure_peak_flops, peak_flops, step_statistics
+from blockbench.record import final_figures, speed_figures
 from blockbench.provenance import cpu_model
-from blockbench.train import train
+from blockbench.cell.train import train
 from models.attention import MultiHeadAttention
 from conftest import TINY_LM, tensorboard_events, write_matrix
 from tasks.lm import AgreementDataModule
@@ -233,7 +221,7 @@ def test_the_cache_key_changes_with_dtype_and_thread_count(probes, cache_dir):
 def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(probes, tmp_path, monkeypatch, jobs):
     """The runner measures the peak before the first cell; each cell (with the threads its slot
     gives it: OMP_NUM_THREADS under --jobs) reads the identical figure and probes nothing."""
-    monkeypatch.setattr(blockbench.matrix, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
+    monkeypatch.setattr(blockbench.matrix.run, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
     _, cells = load_matrix(path)
     slots = job_slots(jobs)

@@ -15,8 +15,8 @@ from conftest import TINY_LM, write_matrix
 
 from blockbench.cli import main
 from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
-from blockbench.matrix import load_matrix
-from blockbench.plan import TimeEstimator, plan_cells
+from blockbench.matrix.run import load_matrix
+from blockbench.matrix.plan import TimeEstimator, plan_cells
 from blockbench.provenance import code_fingerprint
 
 
@@ -27,7 +27,7 @@ def _files(folder: Path) -> dict[str, float]:
 def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
     # a training step timed on one batch: post-norm's twice pre-norm's (a stand-in: timings vary here)
     timed = []
-    monkeypatch.setattr("blockbench.matrix.time_training_step",
+    monkeypatch.setattr("blockbench.matrix.run.time_training_step",
                         lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement])
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
@@ -112,7 +112,7 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     is guessed at the pace of those that have (the smoke matrix printed no ETA until its last task)."""
     from conftest import TINY_LM_TASK
 
-    from blockbench.matrix import MatrixProgress
+    from blockbench.matrix.run import MatrixProgress
 
     path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]})
     _, cells = load_matrix(path)
@@ -134,7 +134,7 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     training at five times the dot-product pace, and the ETA gave them the dot-product cells' pace. A
     variant none of whose cells finished but some are training gets the pace their train.log shows."""
     from blockbench.layout import TRAIN_LOG
-    from blockbench.matrix import MatrixProgress
+    from blockbench.matrix.run import MatrixProgress
 
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1]})
     _, cells = load_matrix(path)

@@ -13,8 +13,8 @@ from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
 from blockbench.layout import write_json
-from blockbench.report import write_report
-from blockbench.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
+from blockbench.report.summary import write_report
+from blockbench.report.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
 from conftest import T_975_DF2, T_975_DF4
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from blockbench.config import build_run_config, deep_merge
-from blockbench.matrix import load_matrix
-from blockbench.plan import reuse_earlier
-from blockbench.train import train
+from blockbench.matrix.run import load_matrix
+from blockbench.matrix.plan import reuse_earlier
+from blockbench.cell.train import train
 from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 #: the tiny LM cell trained long enough (150 steps, a checkpoint every 10) to be killed and resumed mid-cell
@@ -271,7 +271,7 @@ def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, 
     # intact, but written by other code (a checkpoint of another config is replaced the same way)
     with pytest.raises(Interrupt):
         train_cell(tmp_path, config, "edited", InterruptAfter(5))
-    monkeypatch.setattr("blockbench.train.code_fingerprint", lambda: "f" * 64)
+    monkeypatch.setattr("blockbench.cell.train.code_fingerprint", lambda: "f" * 64)
     capfd.readouterr()
     result = train_cell(tmp_path, config, "edited")
     assert result["resumed_from_step"] is None and result["resume_error"] is None and result["code_fingerprint"] == "f" * 64

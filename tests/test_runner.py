@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
-from blockbench.matrix import load_matrix, variant_label
+from blockbench.matrix.run import load_matrix, variant_label
 from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 
@@ -214,7 +214,7 @@ def test_every_shipped_matrix_is_valid(matrix_file):
 
 def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
     from blockbench.layout import write_json
-    from blockbench.report import write_report
+    from blockbench.report.summary import write_report
 
     matrix_dir = tmp_path / "m"
     base = {"status": "ok", "task": "vit", "metrics": {"accuracy": 0.5, "loss": 1.0}, "baselines": {"accuracy": 0.2},

@@ -6,17 +6,7 @@ import math
 import pytest
 from scipy import stats as scipy_stats
 
-from blockbench.stats import (
-    LOGIT_EPSILON,
-    PAIRED,
-    WELCH,
-    compare,
-    diverged_value,
-    holm_adjust,
-    paired_difference,
-    t_confidence_interval,
-    with_diverged,
-)
+from blockbench.report.stats import LOGIT_EPSILON, PAIRED, WELCH, compare, diverged_value, holm_adjust, paired_difference, t_confidence_interval, with_diverged
 from conftest import T_975_DF2
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from blockbench.config import build_run_config
-from blockbench.train import train
+from blockbench.cell.train import train
 from conftest import scalars
 from models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
 from models.moe import MoEFeedForward

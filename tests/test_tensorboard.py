@@ -25,22 +25,9 @@ from werkzeug.test import Client
 
 from blockbench import cli
 from blockbench.layout import TB_VIEWS_FILE
-from blockbench.matrix import load_matrix, run_matrix
-from blockbench.perf import FINAL_FIGURES
-from blockbench.tensorboard import (
-    LENS_CHART,
-    PRIMARY_METRIC_TAG,
-    CellLogger,
-    hparam_value,
-    log_cell_hparams,
-    log_views,
-    matrix_views,
-    publish_views,
-    refresh_run_views,
-    run_views,
-    scoped_tag,
-    view_summaries,
-)
+from blockbench.matrix.run import load_matrix, run_matrix
+from blockbench.record import FINAL_FIGURES
+from blockbench.cell.tensorboard import LENS_CHART, PRIMARY_METRIC_TAG, CellLogger, hparam_value, log_cell_hparams, log_views, matrix_views, publish_views, refresh_run_views, run_views, scoped_tag, view_summaries
 from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
 from tasks.base import Metric
 
@@ -556,7 +543,7 @@ def test_a_task_axis_given_as_a_mapping_shows_as_its_label_in_the_hparams_table(
     """The smoke matrix configures each task inline (``task: [{name: lm, n_train_tokens: ...}]``)."""
     from conftest import TINY_LM_TASK, write_matrix
 
-    from blockbench.matrix import load_matrix
+    from blockbench.matrix.run import load_matrix
 
     path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "small_lm"}], "seed": [0]})
     [cell] = load_matrix(path)[1]

@@ -14,10 +14,11 @@ from conftest import TINY_LM, blockbench, tensorboard_events, write_matrix
 
 from blockbench.cli import main
 from blockbench.layout import RESULT_FILE, write_json
-from blockbench.matrix import expand_matrix, plan_reported, tuning_outcomes
+from blockbench.matrix.run import expand_matrix, plan_reported, tuning_outcomes
 from blockbench.provenance import code_fingerprint
-from blockbench.tuning import (Tuning, candidate, choose, chosen_text, grid_edges, tuning_record, tuning_section,
-                               write_tuning)
+from blockbench.matrix.tuning import Tuning, candidate, choose, tuning_record
+from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
+from blockbench.record import write_tuning
 
 #: the tiny LM cell, one thread: tuning end to end costs a process per candidate
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}

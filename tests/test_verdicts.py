@@ -16,10 +16,11 @@ from scipy import stats as scipy_stats
 
 from blockbench.cli import main
 from blockbench.layout import write_json
-from blockbench.matrix import finish_matrix
-from blockbench.report import load_groups, write_index, write_report
-from blockbench.stats import Difference
-from blockbench.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
+from blockbench.matrix.run import finish_matrix
+from blockbench.report.results import load_groups
+from blockbench.report.summary import write_index, write_report
+from blockbench.report.stats import Difference
+from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
 from blockbench.walltime import WallClock
 from tasks import TASK_CONFIGS
 

@@ -16,9 +16,9 @@ import yaml
 
 from blockbench.config import build_run_config
 from blockbench.layout import write_json
-from blockbench.matrix import run_matrix
-from blockbench.report import write_report
-from blockbench.train import train
+from blockbench.matrix.run import run_matrix
+from blockbench.report.summary import write_report
+from blockbench.cell.train import train
 from blockbench.walltime import FORKED_NOTE
 from conftest import TINY_LM, scalars, write_matrix
 from tasks.lm import AgreementDataModule
@@ -175,7 +175,7 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     run records the cell's seconds and its own parts, and the summary shows them. A single-process
     cell is forked from the preloaded server (its start-up excludes the imports, which the server did
     before the fork); a DDP cell (here: forking turned off) is a fresh interpreter, which imports them."""
-    import blockbench.matrix as matrix_module
+    import blockbench.matrix.run as matrix_module
 
     spawned: list[float] = []
     real_run, real_fork = matrix_module.run_subprocess, matrix_module.run_forked

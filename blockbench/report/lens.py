@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tasks.lens import LENS_METRIC_PATTERN, lens_metric
 
 if TYPE_CHECKING:
-    from .report import Group
+    from .results import Group
 
 #: a block's lens loss within this share of the last block's: the prediction has formed (the table's last column)
 SETTLED = 0.1

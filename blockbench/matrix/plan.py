@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .layout import CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG
-from .progress import format_duration, pace_of_lines
+from ..layout import CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG
+from ..progress import format_duration, pace_of_lines
 from .tuning import TUNE
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .matrix import Cell
+    from ..config import RunConfig
+    from .run import Cell
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
 DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "failed before", "to run"
@@ -89,7 +89,7 @@ def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: 
     if status == TO_RUN and earlier and earlier.get("status") == "failed" and earlier.get("config_hash") == cell.run.config_hash():
         status, detail = FAILED_BEFORE, f"failed before ({str(earlier.get('error'))[:80]}), retrying"
     if (cell_dir / CHECKPOINT_DIR).is_dir():
-        from .train import resumable_checkpoint  # imports Lightning: only where there is a checkpoint
+        from ..cell.train import resumable_checkpoint  # imports Lightning: only where there is a checkpoint
 
         resume = resumable_checkpoint(cell_dir / CHECKPOINT_DIR, cell.run.config_hash(), fingerprint, delete_stale=False)
         if resume.checkpoint is not None:

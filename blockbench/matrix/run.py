@@ -31,55 +31,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .config import (
-    ConfigError,
-    MatrixConfig,
-    RunConfig,
-    build_run_config,
-    describe_validation_error,
-    load_yaml,
-    to_yaml,
-)
-from .layout import (
-    CELL_FILE,
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    INDEX_FILE,
-    JOBS_DIR,
-    MATRIX_FILE,
-    RESULT_FILE,
-    RUN_FILE,
-    TB_DIR,
-    TB_VIEWS_FILE,
-    TRAIN_LOG,
-    TUNE_DIR,
-    TUNE_FILE,
-    cell_directory,
-    cell_folder,
-    failure_record,
-    folder_name,
-    tuning_cell_directory,
-    write_atomic,
-    write_json,
-)
+from ..config import ConfigError, MatrixConfig, RunConfig, build_run_config, describe_validation_error, load_yaml, to_yaml
+from ..layout import CELL_FILE, CHECKPOINT_DIR, CONFIG_FILE, INDEX_FILE, JOBS_DIR, MATRIX_FILE, RESULT_FILE, RUN_FILE, TB_DIR, TB_VIEWS_FILE, TRAIN_LOG, TUNE_DIR, TUNE_FILE, cell_directory, cell_folder, folder_name, tuning_cell_directory, write_atomic, write_json
+from ..record import CellRecord, read_record, write_record
 from .launch import forkserver_available, run_forked, run_subprocess, start_server, stop_cells_on_sigterm, stopping
-from .plan import (
-    AFTER_TUNING,
-    NO_CHOICE,
-    CellPlan,
-    TimeEstimator,
-    describe_total,
-    earlier_record,
-    plan_cell,
-    plan_cells,
-    time_training_step,
-)
-from .progress import format_duration
-from .provenance import code_fingerprint
-from .report import write_index, write_report
-from .tensorboard import matrix_views, publish_views
-from .tuning import REPORT, TUNE, Tuning, candidate, tuning_record, write_tuning
-from .walltime import MATRIX_PARTS, WallClock
+from .plan import AFTER_TUNING, NO_CHOICE, CellPlan, TimeEstimator, describe_total, earlier_record, plan_cell, plan_cells, time_training_step
+from ..progress import format_duration
+from ..provenance import code_fingerprint
+from ..report.summary import write_index, write_report
+from ..cell.tensorboard import matrix_views, publish_views
+from .tuning import REPORT, TUNE, Tuning, candidate, tuning_record
+from ..record import write_tuning
+from ..walltime import MATRIX_PARTS, WallClock
 
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
 NON_VARIANT_AXES = ("task", "task.name", "seed")
@@ -405,7 +368,7 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
     """
     import torch
 
-    from .perf import compute_dtype, peak_flops
+    from ..cell.perf import compute_dtype, peak_flops
 
     settings: dict[tuple[Any, int], str] = {}
     for cell in cells:
@@ -462,14 +425,15 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
     ]
 
 
-def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> dict[str, Any]:
+def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> CellRecord:
     """The result the cell's training process wrote, or a failure record if it died without one."""
     result_path = cell.directory(matrix_dir) / RESULT_FILE
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
-    record = failure_record(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(),
-                            f"the training process {exit_description} without writing a result")
-    write_json(result_path, record)
+    record = read_record(result_path)
+    if record is not None:
+        return record
+    record = CellRecord.failure(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(),
+                                f"the training process {exit_description} without writing a result")
+    write_record(result_path, record)
     return record
 
 
@@ -766,8 +730,7 @@ def record_no_choice(cell: Cell, matrix_dir: Path, matrix_file: Path, error: str
     cell_dir = cell.directory(matrix_dir)
     write_cell_file(cell, matrix_dir, matrix_file)
     (cell_dir / CONFIG_FILE).unlink(missing_ok=True)
-    record = failure_record(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(), error)
-    write_json(cell_dir / RESULT_FILE, record)
+    write_record(cell_dir / RESULT_FILE, CellRecord.failure(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(), error))
 
 
 def finish_matrix(matrix_dir: Path, name: str, command: str, clock: WallClock, trained: int, failed: list[str], *,

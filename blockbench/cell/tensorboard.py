@@ -105,8 +105,8 @@ from torch.utils.tensorboard.summary import custom_scalars
 
 from tasks.lens import LENS_PREFIX
 
-from .layout import TB_VIEWS_FILE, write_json
-from .perf import FINAL_FIGURES, throughput_tag
+from ..layout import TB_VIEWS_FILE, write_json
+from ..record import FINAL_FIGURES, throughput_tag
 
 if TYPE_CHECKING:
     from tasks.base import Metric

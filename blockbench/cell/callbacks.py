@@ -12,19 +12,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from tasks.base import capture_rng, restore_rng
 
-from .perf import (
-    TRAIN_FETCH_ACTION,
-    DataWaitProfiler,
-    PeakFlops,
-    StepTiming,
-    count_training_flops,
-    current_peak_memory_mb,
-    peak_flops,
-    step_statistics,
-    synchronize,
-)
+from .perf import TRAIN_FETCH_ACTION, DataWaitProfiler, PeakFlops, StepTiming, count_training_flops, current_peak_memory_mb, peak_flops, step_statistics, synchronize
 from .tensorboard import CURVE_TAG
-from .walltime import WallClock
+from ..walltime import WallClock
 
 
 class PerformanceMonitor(L.Callback):

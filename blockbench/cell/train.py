@@ -16,13 +16,13 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
-from .config import RunConfig, to_yaml
-from .layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, failure_record, write_atomic, write_json
-from .perf import final_figures
-from .progress import StepProgress, quiet_lightning
-from .provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
+from ..config import RunConfig, to_yaml
+from ..layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_atomic
+from ..record import RECORD_VERSION, CellRecord, write_record
+from ..progress import StepProgress, quiet_lightning
+from ..provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
 from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
-from .walltime import CELL_PARTS, WallClock
+from ..walltime import CELL_PARTS, WallClock
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def train(
     run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None,
     tb_scope: str | None = None, tb_views: Views | None = None,
     extra_callbacks: Sequence[L.Callback] = (), progress_every: int | None = None, from_process_start: bool = False,
-) -> dict[str, Any]:
+) -> CellRecord:
     """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
     ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``val/<scope>/loss``), and
@@ -171,6 +171,7 @@ def train(
         record = {"status": "ok", **record, "metrics": metrics, "primary_metric": task_cfg.metrics[0].name,
                   "baselines": datamodule.baselines()}
     result = {
+        "record_version": RECORD_VERSION,
         **record,
         "data": datamodule.data_summary(),
         "steps": trainer.global_step,
@@ -193,22 +194,23 @@ def train(
         "curve": curve.record() if curve else None,
         "provenance": provenance(),
     }
+    result = CellRecord.model_validate(result)  # the typed record: a field of the wrong type fails here, not in a reader
     if trainer.is_global_zero:
-        final = {f"val/{name}": value for name, value in result.get("metrics", {}).items()}
-        final |= final_figures(result, task_cfg.throughput_unit)
-        log_cell_hparams(logger, hparams or {}, final, primary=f"val/{task_cfg.metrics[0].name}", status=result["status"],
+        final = {f"val/{name}": value for name, value in result.metrics.items()}
+        final |= result.final_figures(task_cfg.throughput_unit)
+        log_cell_hparams(logger, hparams or {}, final, primary=f"val/{task_cfg.metrics[0].name}", status=result.status,
                          step=trainer.global_step)
         logger.close()
     # this process's time (a resumed run: since it resumed) until the result is written
-    result["wall_time_breakdown"] = clock.breakdown(CELL_PARTS, resumed=bool(resumed_step))
+    result.wall_time_breakdown = clock.breakdown(CELL_PARTS, resumed=bool(resumed_step))
     if trainer.is_global_zero:
-        write_json(out_dir / RESULT_FILE, result)
+        write_record(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result
 
 
-def error_record(run: RunConfig, error: BaseException) -> dict[str, Any]:
+def error_record(run: RunConfig, error: BaseException) -> CellRecord:
     """The failure record of a run that raised ``error`` (call it while handling the error: it
     records the traceback)."""
-    return failure_record(run.task.name, run.seed, run.config_hash(), code_fingerprint(), f"{type(error).__name__}: {error}",
+    return CellRecord.failure(run.task.name, run.seed, run.config_hash(), code_fingerprint(), f"{type(error).__name__}: {error}",
                           traceback.format_exc())

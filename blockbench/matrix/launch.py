@@ -29,10 +29,10 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import walltime
+from .. import walltime
 
 #: what the server imports once, before it forks any cell (everything ``blockbench train`` imports)
-PRELOAD = ["torch", "lightning", "torchmetrics", "blockbench.cli", "blockbench.train", "tasks", "models"]
+PRELOAD = ["torch", "lightning", "torchmetrics", "blockbench.cli", "blockbench.cell.train", "tasks", "models"]
 
 
 def forkserver_available() -> bool:

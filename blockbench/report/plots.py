@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .layout import atomic_path
+from ..layout import atomic_path
 
 History = list[dict[str, Any]]  # [{"step": int, "time_s": float, "metrics": {name: float}}, ...]
 

@@ -39,202 +39,25 @@ import yaml
 
 from tasks import TASK_CONFIGS, Metric
 
-from .layout import (
-    CELLS_DIR,
-    CONFIG_FILE,
-    INDEX_FILE,
-    MATRIX_FILE,
-    PLOTS_DIR,
-    RESULT_FILE,
-    RUN_FILE,
-    SUMMARY_CSV,
-    SUMMARY_MD,
-    TUNE_DIR,
-    cell_files,
-    write_atomic,
-)
+from ..layout import CELLS_DIR, CONFIG_FILE, INDEX_FILE, MATRIX_FILE, PLOTS_DIR, RESULT_FILE, RUN_FILE, SUMMARY_CSV, SUMMARY_MD, TUNE_DIR, cell_files, write_atomic
 from .lens import logit_lens_section
-from .perf import speed_figures
-from .provenance import code_fingerprint
+from ..record import SPEED_FIGURES, CellRecord, read_tuning
+from ..provenance import code_fingerprint
 from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
-from .stats import (
-    LOGIT_EPSILON,
-    PAIRED,
-    Difference,
-    compare,
-    diverged_value,
-    holm_adjust,
-    mean_std,
-    t_confidence_interval,
-    time_to_target,
-    with_diverged,
-)
-from .tuning import chosen_text, read_tuning, tuning_section
+from .stats import LOGIT_EPSILON, PAIRED, Difference, compare, diverged_value, holm_adjust, mean_std, t_confidence_interval, time_to_target, with_diverged
+from .results import BUDGET_AXIS, Group, MatrixSettings, load_groups
+from .table import decimals, fmt
+from .table import row as _row
+from .table import table_head as _table_head
+from .tuning import chosen_text, tuning_section
 from .verdicts import Comparison, Index, MatrixVerdicts, NotRun, Side, index_markdown, verdict_lines
-from .walltime import CELL_PARTS, MATRIX_PARTS
+from ..walltime import CELL_PARTS, MATRIX_PARTS
 
 __all__ = ["Group", "load_groups", "mean_std", "write_index", "write_report"]
 
 LEVEL = 0.95  # confidence level of every interval in the summary
 ALPHA = 1 - LEVEL  # a difference is marked when its Holm-adjusted p-value is below this
 SIGNIFICANT = "✓"  # marks a difference whose Holm-adjusted p-value is below ALPHA
-#: the training budget: when a matrix varies it along with a design axis, each variant is compared with
-#: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
-BUDGET_AXIS = "trainer.max_steps"
-
-
-@dataclass
-class Group:
-    """The cells of one task x variant (one per seed)."""
-
-    task: str  # the row label (a preset name, or the task name)
-    task_name: str  # the task kind, a key of TASK_CONFIGS
-    variant: str
-    index: int
-    results: list[dict[str, Any]] = field(default_factory=list)
-    axes: dict[str, Any] = field(default_factory=dict)  # the cell's axis values (cell.json), seed included
-    family: str | None = None  # ``model.family`` of the cells' resolved config (None: no config.yaml)
-
-    @property
-    def budget(self) -> Any:
-        """The cells' ``trainer.max_steps`` if the matrix varies it (an axis), else None."""
-        return self.axes.get(BUDGET_AXIS)
-
-    @property
-    def design(self) -> str:
-        """The variant's label without its budget: ``ffn=swiglu`` for ``ffn=swiglu,max_steps=300`` (the
-        label itself when the budget is not an axis; empty when the budget is the only one)."""
-        if self.budget is None:
-            return self.variant
-        parts = self.variant.split(",")
-        for name in ("max_steps", BUDGET_AXIS):  # the label names an axis by its last key part unless ambiguous
-            if f"{name}={self.budget}" in parts:
-                parts.remove(f"{name}={self.budget}")
-                return ",".join(parts)
-        return self.variant
-
-    @property
-    def ok(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if r.get("status") == "ok"]
-
-    @property
-    def diverged(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if r.get("status") == "diverged"]
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if r.get("status") not in ("ok", "diverged")]
-
-    def values(self, key: str, metric: str | None = None) -> list[float]:
-        """``key`` (or ``metrics[metric]``) of every finished seed."""
-        return [r["metrics"][metric] if metric else r[key] for r in self.ok]
-
-    def finished_values(self, metric: str) -> dict[Any, float]:
-        """Seed -> ``metric`` of every finished seed."""
-        return {_seed(r, i): r["metrics"][metric] for i, r in enumerate(self.results) if r.get("status") == "ok"}
-
-    @property
-    def diverged_seeds(self) -> list[Any]:
-        return [_seed(r, i) for i, r in enumerate(self.results) if r.get("status") == "diverged"]
-
-    def speed_values(self, figure: str) -> list[float]:
-        """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
-        values = (speed_figures(r)[figure] for r in self.ok)
-        return [v for v in values if v is not None]
-
-    def speed_mean(self, figure: str) -> float | None:
-        values = self.speed_values(figure)
-        return statistics.fmean(values) if values else None
-
-    @property
-    def status_without_ok(self) -> str:
-        """What a group without a finished seed shows instead of numbers."""
-        return "diverged" if self.diverged else "failed"
-
-    def seeds_label(self) -> str:
-        """The seeds in the statistics (finished and diverged), then the diverged and the failed ones:
-        ``3``, ``3 (1 diverged)``, ``2 (1 failed, not counted)``, ``3 (3 diverged; 1 failed, not counted)``."""
-        extra = [f"{len(self.diverged)} diverged"] if self.diverged else []
-        if self.failed:
-            extra.append(f"{len(self.failed)} failed, not counted")
-        return f"{len(self.ok) + len(self.diverged)}" + (f" ({'; '.join(extra)})" if extra else "")
-
-
-def _seed(result: dict[str, Any], index: int) -> Any:
-    """The seed that pairs a result with the other variants' results (its position if it has none)."""
-    return result.get("seed", f"cell {index}")
-
-
-def _performance(result: dict[str, Any]) -> dict[str, Any]:
-    return result.get("performance") or {}
-
-
-#: the speed figures of a result, by their summary.csv column (see ``blockbench.perf.speed_figures``)
-SPEED_FIGURES = tuple(speed_figures({}))
-
-
-@dataclass(frozen=True)
-class MatrixSettings:
-    """What the report reads from the runner's copy of the matrix file."""
-
-    description: str = ""
-    baseline_variant: str | None = None
-    targets: dict[str, dict[str, float]] = field(default_factory=dict)
-    cells: int = 0  # the reported cells the matrix has (its axes' product; 0: not known)
-
-    @classmethod
-    def load(cls, matrix_dir: Path) -> "MatrixSettings":
-        path = matrix_dir / MATRIX_FILE
-        raw = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-        targets = {str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
-                   for task, metrics in (raw.get("targets") or {}).items()}
-        axes = raw.get("axes") or {}
-        cells = math.prod(len(values) for values in axes.values()) if isinstance(axes, dict) and all(
-            isinstance(values, list) for values in axes.values()) and axes else 0
-        return cls(raw.get("description") or "", raw.get("baseline_variant"), targets, cells)
-
-    def without_result(self, matrix_dir: Path, results: int) -> int:
-        """Cells of the matrix with no result yet: those its axes make and those begun (a cell.json)
-        that have none, whichever is more (a run stopped part-way has begun only some of its cells)."""
-        return max(self.cells, len(cell_files(matrix_dir))) - results
-
-
-def decimals(value: float) -> int:
-    """Decimals to show for a metric of this size: 3 below 10, 2 below 100, else 1."""
-    return 3 if abs(value) < 10 else 2 if abs(value) < 100 else 1
-
-
-def fmt(value: float, digits: int | None = None, sign: bool = False) -> str:
-    return f"{value:{'+' if sign else ''},.{decimals(value) if digits is None else digits}f}"
-
-
-def load_groups(matrix_dir: Path) -> list[Group]:
-    """Every task x variant with a result, in matrix order."""
-    groups: dict[tuple[str, str], Group] = {}
-    for cell_file in cell_files(matrix_dir):
-        result_file = cell_file.with_name(RESULT_FILE)
-        if not result_file.is_file():
-            continue  # not run yet (an interrupted matrix)
-        cell = json.loads(cell_file.read_text())
-        result = json.loads(result_file.read_text())
-        group = groups.get((cell["task"], cell["variant"]))
-        if group is None:
-            group = groups[cell["task"], cell["variant"]] = Group(
-                cell["task"], cell.get("task_name", cell["task"]), cell["variant"], cell["index"],
-                axes=cell.get("axes") or {}, family=_model_family(cell_file.with_name(CONFIG_FILE)))
-        group.index = min(group.index, cell["index"])
-        group.results.append(result)
-    for group in groups.values():
-        group.results.sort(key=lambda r: r.get("seed", 0))
-    return sorted(groups.values(), key=lambda g: g.index)
-
-
-def _model_family(config_file: Path) -> str | None:
-    """``model.family`` of a cell's resolved config (None without one: results written by hand)."""
-    if not config_file.is_file():
-        return None
-    config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    return (config.get("model") or {}).get("family")
 
 
 def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list["TaskSection"]]:
@@ -567,14 +390,6 @@ def _code_versions(results: list[dict[str, Any]]) -> list[str]:
     if len(versions) <= 1:
         return list(versions)
     return [f"{text} ({n} cell{'s' if n != 1 else ''})" for text, n in versions.items()]
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _table_head(header: list[str]) -> list[str]:
-    return [_row(header), "|" + "---|" * len(header)]
 
 
 def _arrow(metric: Metric) -> str:

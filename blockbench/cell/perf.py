@@ -43,8 +43,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tasks.data.cache import cache_key, cache_root
 
-from .layout import write_json
-from .provenance import cpu_model, hardware
+from ..layout import write_json
+from ..provenance import cpu_model, hardware
 
 aten = torch.ops.aten
 
@@ -467,57 +467,3 @@ def current_peak_memory_mb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
-
-def headline_peak_memory_mb(peak_memory: dict[str, float] | None) -> float | None:
-    """The figure of a result's ``peak_memory`` that the summary shows: GPU if recorded, else CPU RSS."""
-    if not peak_memory:
-        return None
-    return peak_memory.get("cuda_max_allocated_mb", peak_memory.get("cpu_rss_mb"))
-
-
-# --- TensorBoard --------------------------------------------------------------------------------
-
-
-def throughput_tag(unit: str) -> str:
-    """``target tokens`` -> ``perf/target_tokens_per_sec``: the throughput scalar (all processes)."""
-    return f"perf/{unit.replace(' ', '_')}_per_sec"
-
-
-#: the final speed figures of a cell as TensorBoard scalars (``final/<tag>``, HParams columns)
-FINAL_FIGURES = {
-    "perf/step_time_ms": "median training step time (ms): forward, backward, optimizer",
-    "perf/tflops_per_sec": "achieved model TFLOP/s per device",
-    "perf/mfu": "model FLOPs utilization: achieved / peak FLOP/s of a device",
-    "perf/data_wait_fraction": "share of the training loop spent waiting for the next batch",
-    "perf/peak_memory_mb": "peak memory (MB): CUDA max allocated on a GPU, RSS on a CPU",
-}
-
-
-def speed_figures(result: dict[str, Any]) -> dict[str, float | None]:
-    """A result's speed figures by name (None where it has none): the summary's columns. An MFU
-    above 1 is None: it says the peak was too low, not how well the device was used."""
-    perf = result.get("performance") or {}
-    mfu = perf.get("mfu")
-    return {
-        "step_time_ms": (perf.get("step_time_ms") or {}).get("median"),  # the run's median step
-        "achieved_tflops": perf.get("achieved_tflops"),
-        "peak_tflops": perf.get("peak_tflops"),
-        "mfu": None if mfu is None or mfu > 1 else mfu,  # above 1 the peak is wrong (results before mfu_above_peak)
-        "data_wait_fraction": perf.get("data_wait_fraction"),
-        "peak_memory_mb": headline_peak_memory_mb(result.get("peak_memory")),
-    }
-
-
-def final_figures(result: dict[str, Any], unit: str) -> dict[str, float]:
-    """A result's speed figures by TensorBoard tag (those it has): :data:`FINAL_FIGURES` and the
-    throughput of all processes under :func:`throughput_tag`."""
-    speed = speed_figures(result)
-    figures = {
-        "perf/step_time_ms": speed["step_time_ms"],
-        throughput_tag(unit): result.get("throughput") if (result.get("performance") or {}).get("timed_steps") else None,
-        "perf/tflops_per_sec": speed["achieved_tflops"],
-        "perf/mfu": speed["mfu"],
-        "perf/data_wait_fraction": speed["data_wait_fraction"],
-        "perf/peak_memory_mb": speed["peak_memory_mb"],
-    }
-    return {tag: float(value) for tag, value in figures.items() if value is not None}

@@ -1,0 +1,256 @@
+"""The records the runs leave on disk, as types: a cell's ``result.json`` (:class:`CellRecord`) and a
+matrix's ``tune.json``, and the figures read from them.
+
+The trainer (``blockbench.cell``) builds a :class:`CellRecord` and writes it; the runner
+(``blockbench.matrix``: reuse, estimates, tuning) and the report (``blockbench.report``) read it back
+with :func:`read_record`. One typed record instead of a dict that each reader indexes by string keys,
+so that a renamed or retyped field fails here, at load time, not as a ``KeyError`` in a summary.
+Pydantic, as the run configs (``blockbench.config``), and no import of the trainer: the report reads
+results without Lightning. Fields a task adds (``TaskModule.result_extras``: the BLEU signature, the
+logit lens, ...) stay top-level keys of the file and are read through :attr:`CellRecord.extras`.
+Records written before the record had a version (version 1) have the same shape and load unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .layout import TUNE_FILE, write_json
+
+#: the version of :class:`CellRecord` that this code writes (``record_version`` in ``result.json``)
+RECORD_VERSION = 1
+#: how a cell ended: trained to the end, stopped by the divergence guard, or raised / died
+Status = Literal["ok", "diverged", "failed"]
+#: statuses that are findings: a rerun of the same config would give the same record
+FINISHED: tuple[Status, ...] = ("ok", "diverged")
+
+
+class _Open(BaseModel):
+    """A part of a record that may carry keys this version does not name (newer writers, task extras)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class StepTime(_Open):
+    median: float | None = None
+    mean: float | None = None
+
+
+class Performance(_Open):
+    """The ``performance`` block: this run's timed steps (see ``blockbench.cell.perf.step_statistics``)."""
+
+    step_time_ms: StepTime | None = None
+    data_wait_ms: float | None = None
+    data_wait_fraction: float | None = None
+    flops_per_step: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    peak_probe: dict[str, Any] | None = None
+    mfu: float | None = None
+    mfu_above_peak: bool | None = None
+    timed_steps: int | None = None
+    warmup_steps: int | None = None
+
+
+class Batch(_Open):
+    global_: int | None = Field(default=None, alias="global")
+    per_process: int | None = None
+    processes: int | None = None
+    accumulate_grad_batches: int | None = None
+
+
+class HistoryPoint(_Open):
+    """One validation: its step, the seconds since training began and every metric."""
+
+    step: int
+    time_s: float | None = None
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+
+
+class Curve(_Open):
+    """The loss curve: ``points`` are ``[step, loss]`` on a fixed validation sample."""
+
+    every_n_steps: int | None = None
+    items: int | None = None
+    points: list[list[float]] = Field(default_factory=list)
+
+
+class Git(_Open):
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class Provenance(_Open):
+    git: Git = Field(default_factory=Git)
+    packages: dict[str, str] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    command: str | None = None
+
+
+class CellRecord(_Open):
+    """A cell's ``result.json``: how it ended, its final metrics and everything measured on the way.
+
+    An ok record has ``metrics``; a diverged one the step and loss where the guard stopped it; a
+    failed one (:meth:`failure`) the error. The rest is filled by a run that reached its end.
+    """
+
+    record_version: int = RECORD_VERSION
+    status: Status
+    task: str
+    seed: int | None = None
+    config_hash: str | None = None
+    code_fingerprint: str | None = None
+    # ok
+    metrics: dict[str, float] = Field(default_factory=dict)
+    primary_metric: str | None = None
+    baselines: dict[str, float | None] = Field(default_factory=dict)
+    # diverged
+    diverged_at_step: int | None = None
+    diverging_loss: float | str | None = None  # "nan" or "inf" where not finite
+    last_finite_loss: float | None = None
+    # failed
+    error: str | None = None
+    traceback: str | None = None
+    # a run that reached its end
+    data: dict[str, Any] | None = None
+    steps: int | None = None
+    resumed_from_step: int | None = None
+    resume_error: str | None = None
+    wall_time_s: float | None = None
+    wall_time_breakdown: dict[str, Any] | None = None
+    parameters: int | None = None
+    throughput: float | None = None
+    throughput_per_process: float | None = None
+    throughput_unit: str | None = None
+    performance: Performance | None = None
+    batch: Batch | None = None
+    precision: str | int | None = None
+    peak_memory: dict[str, float] | None = None
+    machine: str | None = None
+    history: list[HistoryPoint] = Field(default_factory=list)
+    curve: Curve | None = None
+    provenance: Provenance | None = None
+
+    @classmethod
+    def failure(cls, task: str, seed: int | None, config_hash: str, fingerprint: str, error: str,
+                traceback: str | None = None) -> CellRecord:
+        """The record of a cell that failed (raised, or died without writing a result): the matrix goes
+        on, and the report lists it as failed and leaves it out of the statistics."""
+        return cls(status="failed", task=task, seed=seed, config_hash=config_hash, code_fingerprint=fingerprint,
+                   error=error, **({} if traceback is None else {"traceback": traceback}))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def finished(self) -> bool:
+        """A finding (ok or diverged): a rerun of the same config and code would give the same record."""
+        return self.status in FINISHED
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The keys this version does not name: the task's own (``TaskModule.result_extras``)."""
+        return dict(self.model_extra or {})
+
+    @property
+    def git(self) -> Git:
+        return self.provenance.git if self.provenance else Git()
+
+    def describe(self) -> str:
+        """How the cell ended, for a progress line: ``ok``, ``diverged at step 12``, ``failed: ...``."""
+        if self.status == "diverged":
+            return f"diverged at step {self.diverged_at_step if self.diverged_at_step is not None else '?'}"
+        if self.status == "failed":
+            return f"failed: {self.error or 'no error recorded'}"
+        return self.status
+
+    def speed_figures(self) -> dict[str, float | None]:
+        """The speed figures by name (None where the record has none): the summary's columns. An MFU
+        above 1 is None: it says the peak was too low, not how well the device was used."""
+        perf = self.performance or Performance()
+        mfu = perf.mfu
+        return {
+            "step_time_ms": perf.step_time_ms.median if perf.step_time_ms else None,  # the run's median step
+            "achieved_tflops": perf.achieved_tflops,
+            "peak_tflops": perf.peak_tflops,
+            "mfu": None if mfu is None or mfu > 1 else mfu,  # above 1 the peak is wrong (results before mfu_above_peak)
+            "data_wait_fraction": perf.data_wait_fraction,
+            "peak_memory_mb": headline_peak_memory_mb(self.peak_memory),
+        }
+
+    def final_figures(self, unit: str) -> dict[str, float]:
+        """The speed figures by TensorBoard tag (those it has): :data:`FINAL_FIGURES` and the
+        throughput of all processes under :func:`throughput_tag`."""
+        speed = self.speed_figures()
+        timed = bool(self.performance and self.performance.timed_steps)
+        figures = {
+            "perf/step_time_ms": speed["step_time_ms"],
+            throughput_tag(unit): self.throughput if timed else None,
+            "perf/tflops_per_sec": speed["achieved_tflops"],
+            "perf/mfu": speed["mfu"],
+            "perf/data_wait_fraction": speed["data_wait_fraction"],
+            "perf/peak_memory_mb": speed["peak_memory_mb"],
+        }
+        return {tag: float(value) for tag, value in figures.items() if value is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: the fields that were set (an ok record has no ``error: null``), in order."""
+        return self.model_dump(by_alias=True, exclude_unset=True)  # python mode: a nan stays nan (json: null)
+
+
+#: the speed figures of a record, by their summary.csv column (see :meth:`CellRecord.speed_figures`)
+SPEED_FIGURES = ("step_time_ms", "achieved_tflops", "peak_tflops", "mfu", "data_wait_fraction", "peak_memory_mb")
+#: the final speed figures of a cell as TensorBoard scalars (``final/<tag>``, HParams columns)
+FINAL_FIGURES = {
+    "perf/step_time_ms": "median training step time (ms): forward, backward, optimizer",
+    "perf/tflops_per_sec": "achieved model TFLOP/s per device",
+    "perf/mfu": "model FLOPs utilization: achieved / peak FLOP/s of a device",
+    "perf/data_wait_fraction": "share of the training loop spent waiting for the next batch",
+    "perf/peak_memory_mb": "peak memory (MB): CUDA max allocated on a GPU, RSS on a CPU",
+}
+
+
+def throughput_tag(unit: str) -> str:
+    """``target tokens`` -> ``perf/target_tokens_per_sec``: the throughput scalar (all processes)."""
+    return f"perf/{unit.replace(' ', '_')}_per_sec"
+
+
+def headline_peak_memory_mb(peak_memory: dict[str, float] | None) -> float | None:
+    """The figure of a record's ``peak_memory`` that the summary shows: GPU if recorded, else CPU RSS."""
+    if not peak_memory:
+        return None
+    return peak_memory.get("cuda_max_allocated_mb", peak_memory.get("cpu_rss_mb"))
+
+
+def read_record(path: Path) -> CellRecord | None:
+    """The record in ``path`` (a ``result.json``), or None if there is none or it cannot be read (a
+    file cut short, or not a record): such a cell has no result and trains again."""
+    try:
+        return CellRecord.model_validate_json(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def load_record(path: Path) -> CellRecord:
+    """The record in ``path``; raises if there is none (where a record must exist, e.g. the report's)."""
+    return CellRecord.model_validate_json(Path(path).read_bytes())
+
+
+def write_record(path: Path, record: CellRecord) -> None:
+    write_json(path, record.to_json())
+
+
+def write_tuning(matrix_dir: Path, record: dict[str, Any]) -> None:
+    write_json(matrix_dir / TUNE_FILE, record)
+
+
+def read_tuning(matrix_dir: Path) -> dict[str, Any] | None:
+    """The matrix's ``tune.json``, or None if it has none (a matrix without ``tune:``)."""
+    path = matrix_dir / TUNE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None

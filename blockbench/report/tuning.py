@@ -1,0 +1,88 @@
+"""The summary's ``Tuning`` section, read from a matrix's ``tune.json`` (written by the runner's
+tuning rules, ``blockbench.matrix.tuning``): each variant's candidates, their scores and the choice.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..layout import TUNE_FILE
+from ..record import read_tuning
+from .table import row as _row
+
+
+def grid_edges(tuned: dict[str, Any]) -> list[str]:
+    """The tuned keys whose chosen value is the lowest or highest numeric value of the grid (a variant
+    record of ``tune.json``): ``["lowest lr"]``. The variant's best may lie beyond the values tried,
+    as in a learning-rate sweep whose best point is an end of it; empty if none is (or no choice)."""
+    chosen = tuned.get("chosen")
+    if not chosen:
+        return []
+    edges = []
+    for key, value in chosen.items():
+        tried = {c["values"].get(key) for c in tuned["candidates"]}
+        if len(tried) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in tried):
+            continue
+        name = key.rsplit(".", 1)[-1]
+        if value == min(tried):
+            edges.append(f"lowest {name}")
+        elif value == max(tried):
+            edges.append(f"highest {name}")
+    return edges
+
+
+def chosen_text(tuned: dict[str, Any] | None) -> str | None:
+    """A variant's tuned value as the summary names it, ``lr=0.0003 (lowest lr tried)`` when it lies at
+    an edge of the grid (:func:`grid_edges`); None without a choice."""
+    if not tuned or not tuned.get("chosen_label"):
+        return None
+    edges = grid_edges(tuned)
+    return tuned["chosen_label"] + (f" ({', '.join(edges)} tried)" if edges else "")
+
+
+def tuning_section(matrix_dir: Path) -> list[str]:
+    """The summary's ``Tuning`` section, from ``tune.json``: what was tuned and how, then per task a
+    table of variant x candidate scores, the choice in bold, and each variant's tuned value (the value
+    its reported seeds, the rows of the task's tables, trained with). Empty without ``tune.json``."""
+    record = read_tuning(Path(matrix_dir))
+    if not record or not record.get("tasks"):
+        return []
+    keys = ", ".join(f"`{key}`" for key in record["keys"])
+    lines = [
+        "## Tuning", "",
+        f"Each variant's reported seeds trained at its own {keys}: every candidate trained once on the tuning seed "
+        f"{record['tune_seed']} (not a reported seed), and the one with the best final validation value of the task's "
+        "headline metric was chosen. A diverged or failed candidate cannot be chosen; of equal scores the one listed "
+        f"first is. **Bold**: the choice; `{TUNE_FILE}` has every score.", "",
+    ]
+    if any(grid_edges(t) for entry in record["tasks"].values() for t in entry["variants"].values()):
+        lines += [
+            "A tuned value marked *lowest* or *highest tried* is an end of its grid: the variant's best may lie beyond "
+            "it, so its verdict may understate it. Add values past that end to `tune:` and run the matrix again (the "
+            "finished tuning cells are reused).", "",
+        ]
+    for task, entry in record["tasks"].items():
+        arrow = "↑" if entry["higher_is_better"] else "↓"
+        labels = list(dict.fromkeys(c["label"] for variant in entry["variants"].values() for c in variant["candidates"]))
+        lines += [f"**{task}**: {entry['metric']} {arrow} at seed {record['tune_seed']}", ""]
+        lines += [_row(["variant", *labels, "tuned value"]), "|" + "---|" * (len(labels) + 2)]
+        for variant, tuned in entry["variants"].items():
+            by_label = {c["label"]: c for c in tuned["candidates"]}
+            cells = [_candidate_cell(by_label.get(label), label == tuned["chosen_label"]) for label in labels]
+            chosen = chosen_text(tuned) or "none: no candidate finished, the seeds were not trained"
+            lines.append(_row([variant, *cells, chosen]))
+        lines.append("")
+    return lines
+
+
+def _candidate_cell(option: dict[str, Any] | None, chosen: bool) -> str:
+    """A candidate's score (4 significant digits, as the runner's lines), bold if chosen; its status if it has none."""
+    if option is None:
+        return ""
+    score = option.get("score")
+    if option["status"] != "ok" or score is None or not math.isfinite(score):
+        return option["status"] if option["status"] != "ok" else f"no score ({score})"
+    text = f"{score:.4g}"
+    return f"**{text}**" if chosen else text
