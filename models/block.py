@@ -15,7 +15,7 @@ from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, SparsePattern
 from .config import ModelConfig
-from .embedding import EMBEDDING_STD
+from .init_scale import EMBEDDING_STD
 from .mlp import build_ffn
 from .moe import MoEFeedForward
 from .norm import build_norm

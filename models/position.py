@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
-from .embedding import EMBEDDING_STD
+from .init_scale import EMBEDDING_STD
 from .registry import POSITIONAL
 
 

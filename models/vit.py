@@ -9,7 +9,8 @@ from torch import nn
 
 from .block import TransformerStack, init_weights
 from .config import ModelConfig
-from .embedding import PATCH_RMS, embed
+from .embedding import embed
+from .init_scale import PATCH_RMS
 from .position import build_positional
 from .registry import FAMILIES
 
@@ -43,7 +44,7 @@ class VisionTransformer(nn.Module):
         # A table covers the patches only, at their RMS: the CLS token has no place in the image
         # (timm's no_embed_class, MAE's zero CLS row), and a learned CLS position would only repeat
         # the learned CLS token. rope, alibi and relative still see CLS as position 0. The CLS token
-        # is a token of the signal, at the patches' RMS (models.embedding says why not 0.02).
+        # is a token of the signal, at the patches' RMS (why not 0.02: docs/decisions/embedding-scale.md).
         self.positions = build_positional(cfg, self.n_patches, rms=PATCH_RMS)
         self.drop = nn.Dropout(cfg.dropout)
         self.stack = TransformerStack(cfg, cfg.n_layers, causal=False, architecture="encoder", stack="encoder")

@@ -8,9 +8,8 @@ is 20%.
 
 Why the rule needs global context: a 4x4 ViT patch shows at most part of one shape, and shapes
 lie up to the whole image apart; neither the kinds, colours nor sizes carry the label. A model
-has to find every shape wherever it is and aggregate over the whole image. (A relation rule,
-"where is the blue shape relative to the red one", was tried first and stayed at chance within
-the benchmark's 400-step budget for a 4-layer ViT.)
+has to find every shape wherever it is and aggregate over the whole image. Why a count and not
+a relation rule: docs/decisions/shapes-counting-rule.md.
 
     data = generate_shapes(n_images=20_000, seed=0)   # images (N, 32, 32, 3) uint8, labels (N,)
 """
