@@ -7,7 +7,7 @@ same optimizer, schedule and gradient clipping, twice:
 
 * **plain**: ``for batch in loader: zero_grad; loss = module.training_loss(batch); backward;
   clip_grad_norm_; optimizer.step(); scheduler.step()``;
-* **Lightning**: ``blockbench.train.train`` -- the runner every cell uses, with its callbacks
+* **Lightning**: ``blockbench.cell.train.train`` -- the runner every cell uses, with its callbacks
   (speed figures, divergence guard, validation history, learning-rate monitor), TensorBoard
   logging, progress bar and per-step logging; validation is moved after the timed steps and
   checkpoints are switched off, so both loops do the same work.

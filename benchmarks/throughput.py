@@ -22,7 +22,7 @@ bf16 runs only where the device has bf16 matmuls of its own: on a CPU without AV
 one-line note (``--emulated-bf16`` runs it anyway).
 
 Model FLOPs per step are counted once per run with ``torch.utils.flop_counter.FlopCounterMode``
-(see ``blockbench.perf``); MFU divides the achieved FLOP/s by the device's peak: ``--peak-tflops``,
+(see ``blockbench.cell.perf``); MFU divides the achieved FLOP/s by the device's peak: ``--peak-tflops``,
 or a short matmul probe in the run's dtype. The same script runs unchanged on a GPU (CUDA
 synchronisation around the timed steps, bf16 autocast on CUDA).
 """

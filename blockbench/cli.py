@@ -3,37 +3,118 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from tasks.data import DataError
 
-from .config import ConfigError, build_run_config, load_yaml, parse_overrides
-from .layout import CELLS_DIR, RESULT_FILE, write_json
-from .record import write_record
+from .config import ConfigError, RunConfig, build_run_config, load_yaml, parse_overrides
+from .layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_json
+from .lifeline import RUNNER_ENV, FolderHeld, die_with_parent, hold, watch_runner
+from .record import read_record, write_record
+
+
+#: the longest run-folder label ``blockbench train`` derives from the overrides (the config hash follows it)
+MAX_LABEL_CHARS = 60
+
+
+def run_folder_name(config_file: str | None, overrides: dict[str, object], config_hash: str) -> str:
+    """The folder name of a ``blockbench train`` run: what it changed, then its config's hash, e.g.
+    ``norm_placement=post,lr=0.001-1a2b3c4d`` (``defaults-...`` for none; ``...,+3-...`` where more
+    overrides than fit): runs of other configs never share a folder, and the name still says what each
+    one is, as a matrix cell's folder does."""
+    parts = [Path(config_file).stem] if config_file and Path(config_file).stem != "base" else []
+    parts += [f"{key.rsplit('.', 1)[-1]}={value}".replace("/", "_").replace(" ", "")
+              for key, value in overrides.items() if key not in ("task", "task.name")]
+    shown: list[str] = []
+    for part in parts:
+        if len(",".join([*shown, part])) > MAX_LABEL_CHARS:
+            shown.append(f"+{len(parts) - len(shown)}")
+            break
+        shown.append(part)
+    return f"{','.join(shown) or 'defaults'}-{config_hash[:8]}"
+
+
+def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
+    """What ``out`` already holds: ``("none", None)``; ``("same", None)``, an unfinished run of this
+    config (it resumes; a matrix writes its cell's config there first); ``("done", None)``, this
+    config's finished run; or ``("other", why)``, a run of another config, which training would replace."""
+    record = read_record(out / RESULT_FILE) if (out / RESULT_FILE).is_file() else None
+    if record is not None:
+        if record.config_hash == run.config_hash():
+            return "done", None
+        return "other", f"it holds the result of another config ({record.config_hash}, {record.status})"
+    if (out / CONFIG_FILE).is_file():
+        try:
+            earlier = build_run_config(load_yaml(out / CONFIG_FILE), {}, source=str(out / CONFIG_FILE)).config_hash()
+        except ConfigError:
+            return "other", f"it holds a config that no longer validates ({out / CONFIG_FILE})"
+        if earlier != run.config_hash():
+            return "other", f"it holds an unfinished run of another config ({earlier})"
+        return "same", None
+    return "none", None
 
 
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
-    from .matrix.launch import accept_interrupts
     from .cell.train import error_record, train
+    from .matrix.launch import accept_interrupts
 
     accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
+    if os.environ.get(RUNNER_ENV):  # a matrix's cell (or a DDP rank of one): it dies with the runner, however it dies
+        if os.getppid() != 1:
+            die_with_parent(os.getppid())
+        watch_runner()
 
     sources = list(args.config_or_overrides)
     config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
     raw = load_yaml(config_file) if config_file else {}
-    run = build_run_config(raw, parse_overrides(sources), source=config_file or "overrides")
-    out = Path(args.out or Path(args.results_dir) / "train" / run.task.display_name / f"seed{run.seed}")
-    tb_dir = Path(args.tb_dir or Path(args.results_dir) / "train" / "tb")
+    overrides = parse_overrides(sources)
+    run = build_run_config(raw, overrides, source=config_file or "overrides")
+    name = run_folder_name(config_file, overrides, run.config_hash())
+    root = Path(args.results_dir) / "train"
+    out = Path(args.out) if args.out else root / run.task.display_name / name
+    tb_dir = Path(args.tb_dir or root / "tb")
+    tb_name, tb_version = args.tb_name or run.task.display_name, args.tb_version or (name if not args.out else f"seed{run.seed}")
+    talk = rank_zero_only.rank == 0 and not args.quiet
+    # one process per folder: rank 0 holds its lock (DDP ranks share the folder with it) before it
+    # looks at what the folder holds
+    with hold(out) if rank_zero_only.rank == 0 else contextlib.nullcontext():
+        return _train_into(args, run, out, tb_dir, tb_name, tb_version, talk)
+
+
+def _train_into(args: argparse.Namespace, run: RunConfig, out: Path, tb_dir: Path, tb_name: str, tb_version: str,
+                talk: bool) -> int:
+    """Train ``run`` into ``out`` unless the folder holds what ``--force`` alone may replace."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from .cell.train import error_record, train
+
+    state, why = earlier_run(out, run)
+    if args.force and state != "none":
+        for file in (RESULT_FILE, CONFIG_FILE):
+            (out / file).unlink(missing_ok=True)
+        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+        shutil.rmtree(tb_dir / tb_name / tb_version, ignore_errors=True)
+    elif state == "other":
+        raise ConfigError(f"{out}: {why}; training here would replace it. Pass --force to replace it, or choose "
+                          "another folder with --out (without --out every config gets a folder of its own)")
+    elif state == "done":
+        if talk:
+            print(f"blockbench: {out} already holds this config's result ({out / RESULT_FILE}); "
+                  "pass --force to train it again", flush=True)
+        return 0
+    if talk:
+        print(f"blockbench: training into {out} (TensorBoard: tensorboard --logdir {tb_dir})", flush=True)
     try:
         hparams = json.loads(args.hparams) if args.hparams else {"task": run.task.display_name, "seed": run.seed}
         result = train(
-            run, out, tb_dir=tb_dir, tb_name=args.tb_name or run.task.display_name,
-            tb_version=args.tb_version or f"seed{run.seed}", hparams=hparams, tb_scope=args.tb_scope,
+            run, out, tb_dir=tb_dir, tb_name=tb_name, tb_version=tb_version, hparams=hparams, tb_scope=args.tb_scope,
             tb_views=json.loads(Path(args.tb_views).read_text()) if args.tb_views else None,
             progress_every=args.progress_every, from_process_start=True,  # this process is the run's: its start-up counts
         )
@@ -41,13 +122,14 @@ def _train(args: argparse.Namespace) -> int:
         if rank_zero_only.rank == 0:
             write_record(out / RESULT_FILE, error_record(run, error))
         raise
-    if rank_zero_only.rank != 0 or args.quiet:  # other DDP processes: rank 0 reports; a matrix prints its own line
+    if not talk:  # other DDP processes: rank 0 reports; a matrix prints its own line
         return 0
     if result.ok:
         print(json.dumps({"metrics": result.metrics, "baselines": result.baselines}, indent=2))
     else:
         print(f"diverged at step {result.diverged_at_step} (loss {result.diverging_loss}, "
-              f"last finite loss {result.last_finite_loss}); recorded in {out / RESULT_FILE}")
+              f"last finite loss {result.last_finite_loss})")
+    print(f"blockbench: result in {out / RESULT_FILE} (config: {out / CONFIG_FILE})", flush=True)
     return 0
 
 
@@ -61,7 +143,8 @@ def _jobs(value: str) -> int | str:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from .matrix.run import ClusterOptions, run_matrix
+    from .matrix.jobs import ClusterOptions
+    from .matrix.run import run_matrix
 
     options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
                              cpus_per_task=args.slurm_cpus_per_task)
@@ -90,7 +173,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     """``blockbench report --index RESULTS``: write RESULTS/README.md, the verdicts of every matrix there."""
-    from .report.summary import write_index
+    from .report.index import write_index
 
     if args.matrix_dir is not None:
         raise ConfigError(f"blockbench report: give a matrix folder ({args.matrix_dir}) or --index {args.index}, not both")
@@ -141,18 +224,28 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+#: where runs go by default (git ignores it), and the committed results (the book), which only
+#: ``--results-dir results`` updates
+RUNS_DIR, BOOK_DIR = "runs", "results"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="blockbench", description=__doc__)
-    parser.add_argument("--results-dir", default="results", help="where results go (default: results/)")
+    parser.add_argument("--results-dir", default=RUNS_DIR,
+                        help=f"where runs go (default: {RUNS_DIR}/, which git ignores; --results-dir {BOOK_DIR} "
+                             "updates the committed results)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train one config (a YAML file and/or key=value overrides)")
     train.add_argument("config_or_overrides", nargs="*", metavar="CONFIG.yaml | key=value",
                        help="an optional run config file, then dotted overrides such as task=vit model.norm_placement=post")
-    train.add_argument("--out", help="folder for config.yaml and result.json (default: results/train/<task>/seed<seed>)")
-    train.add_argument("--tb-dir", help="TensorBoard root (default: results/train/tb)")
+    train.add_argument("--out", help="folder for config.yaml and result.json (default: RESULTS/train/<task>/<what the "
+                                     "overrides change>-<config hash>, a folder per config)")
+    train.add_argument("--force", action="store_true",
+                       help="replace what the folder holds (another config's run, or this config's finished one)")
+    train.add_argument("--tb-dir", help="TensorBoard root (default: RESULTS/train/tb)")
     train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
-    train.add_argument("--tb-version", help="TensorBoard run version (default: seed<seed>)")
+    train.add_argument("--tb-version", help="TensorBoard run version (default: the run's folder name)")
     train.add_argument("--tb-scope", help="name the TensorBoard tags after this scope, val/<scope>/loss (the matrix "
                                           "runner passes the task, so that each chart holds one task's runs)")
     train.add_argument("--tb-views", help="JSON file of the HParams columns and Custom Scalars charts to write into "
@@ -233,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except DataError as error:
         print(f"blockbench: data error: {error}", file=sys.stderr)
+        return 2
+    except FolderHeld as error:
+        print(f"blockbench: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("blockbench: interrupted", file=sys.stderr)

@@ -119,7 +119,7 @@ class TrainerConfig(BaseModel):
     @model_validator(mode="after")
     def _curve_needs_whole_models(self) -> "TrainerConfig":
         """The loss curve runs each process's whole model outside Lightning's step (see
-        ``blockbench.callbacks.LossCurve``); a sharding strategy holds a part of it."""
+        ``blockbench.cell.callbacks.LossCurve``); a sharding strategy holds a part of it."""
         if self.curve_interval and self.strategy.lower().startswith(SHARDING_STRATEGIES):
             raise ValueError(f"the loss curve (trainer.curve_every_n_steps) needs the whole model in every process, "
                              f"which strategy={self.strategy} shards; set trainer.curve_every_n_steps: 0 with it")
@@ -225,7 +225,7 @@ UNTUNABLE = {
 
 class MatrixConfig(BaseModel):
     """A matrix file: a base config, overrides, axes (config keys with value lists), and the settings
-    tuned for each variant before its reported seeds train (``tune``, see ``blockbench.tuning``)."""
+    tuned for each variant before its reported seeds train (``tune``, see ``blockbench.matrix.tuning``)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -9,7 +9,7 @@ reads back, the path of a cell's folder, and the atomic writes they all use.
         matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
         plots/<task>.png              PLOTS_DIR
-        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.tensorboard_run_names)
+        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.expand.tensorboard_run_names)
         tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
         tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each variant's choice
@@ -67,7 +67,7 @@ def folder_name(label: str) -> str:
 def cell_folder(task: str, variant: str, seed: int) -> Path:
     """``<task>/<variant folder>/seed<k>``: a cell's folder under ``cells/``; the readable variant label
     is in its cell.json. (Its TensorBoard run under ``tb/`` has a shorter name, see
-    ``blockbench.matrix.tensorboard_run_names``; older versions used this one.)"""
+    ``blockbench.matrix.expand.tensorboard_run_names``; older versions used this one.)"""
     return Path(task, folder_name(variant), f"seed{seed}")
 
 

@@ -19,14 +19,10 @@ import torch
 #: packages whose versions can change results
 PACKAGES = ("torch", "lightning", "torchmetrics", "torchdata", "numpy", "sacrebleu", "tiktoken", "datasets", "torchvision")
 REPO = Path(__file__).resolve().parents[1]
-#: packages whose source decides a result: the block library, the tasks and the runner
-FINGERPRINT_PACKAGES = ("models", "tasks", "blockbench")
-#: modules that only summarize finished results or display progress and plans: editing them leaves
-#: every result current
-SUMMARY_ONLY = ("blockbench/report.py", "blockbench/verdicts.py", "blockbench/stats.py", "blockbench/plots.py",
-                "blockbench/progress.py", "blockbench/plan.py", "blockbench/listing.py", "blockbench/lens.py",
-                # picks tuned values from finished cells: a different pick changes the reported cells' config hashes
-                "blockbench/tuning.py")
+#: the code that can change a cell's numbers, as importable names: the block library, the tasks, the
+#: trainer (``blockbench.cell``) and what resolves a cell's config. The runner, the planner, the CLI,
+#: the records' reader and the report are left out: editing them leaves every committed result current.
+FINGERPRINTED = ("models", "tasks", "blockbench.cell", "blockbench.config")
 
 
 def cpu_model() -> str:
@@ -86,24 +82,40 @@ def git_state(repo: Path = REPO) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded))}
 
 
+def fingerprinted_sources() -> dict[str, Path]:
+    """Each of :data:`FINGERPRINTED` and where it is imported from: a package's folder, a module's file."""
+    sources = {}
+    for name in FINGERPRINTED:
+        module = importlib.import_module(name)
+        path = Path(module.__file__)
+        sources[name] = path.parent if path.name == "__init__.py" else path
+    return sources
+
+
+def source_fingerprint(sources: dict[str, Path]) -> str:
+    """sha256 of the ``.py`` files of ``sources`` (name -> a package's folder or a module's file), each
+    with its name and path in the package, in that order: the same code gives the same digest wherever
+    it is installed (a clone, an editable or a wheel install)."""
+    digest = hashlib.sha256()
+    for name, path in sources.items():
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            label = f"{name}/{file.relative_to(path).as_posix()}" if path.is_dir() else name
+            digest.update(label.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @cache
 def code_fingerprint() -> str:
-    """sha256 of the code that decides a result: every ``.py`` file of ``FINGERPRINT_PACKAGES``
-    (but ``SUMMARY_ONLY``), read where the packages are imported from, with its path, in path order.
+    """The fingerprint of the code that decides a result (:data:`FINGERPRINTED`, see
+    :func:`source_fingerprint`).
 
-    A result or checkpoint of another fingerprint was made by other model, task or runner code, so
-    the matrix trains its cell again. Package versions (torch, lightning, ...) are left out: they
-    are recorded in ``provenance``, an upgrade changes at most the last bits of a result rather than
-    what it measures, and folding them in would retrain every cell after each ``pip install -U``.
+    A result or checkpoint of another fingerprint was made by other model, task, trainer or config
+    code, so the matrix trains its cell again. Package versions (torch, lightning, ...) are left out:
+    they are recorded in ``provenance``, an upgrade changes at most the last bits of a result rather
+    than what it measures, and folding them in would retrain every cell after each ``pip install -U``.
     """
-    digest = hashlib.sha256()
-    for package in FINGERPRINT_PACKAGES:
-        root = Path(importlib.import_module(package).__file__).parent
-        for file in sorted(root.rglob("*.py")):
-            name = f"{package}/{file.relative_to(root).as_posix()}"
-            if name not in SUMMARY_ONLY:
-                digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return source_fingerprint(fingerprinted_sources())
 
 
 def peak_memory_mb() -> dict[str, float]:

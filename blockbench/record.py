@@ -1,5 +1,5 @@
 """The records the runs leave on disk, as types: a cell's ``result.json`` (:class:`CellRecord`) and a
-matrix's ``tune.json``, and the figures read from them.
+matrix's ``tune.json`` and ``matrix_run.json`` (:class:`MatrixRun`), and the figures read from them.
 
 The trainer (``blockbench.cell``) builds a :class:`CellRecord` and writes it; the runner
 (``blockbench.matrix``: reuse, estimates, tuning) and the report (``blockbench.report``) read it back
@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .layout import TUNE_FILE, write_json
+from .layout import RUN_FILE, TUNE_FILE, write_json
 
 #: the version of :class:`CellRecord` that this code writes (``record_version`` in ``result.json``)
 RECORD_VERSION = 1
@@ -254,3 +254,33 @@ def read_tuning(matrix_dir: Path) -> dict[str, Any] | None:
     """The matrix's ``tune.json``, or None if it has none (a matrix without ``tune:``)."""
     path = matrix_dir / TUNE_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+class RunCell(_Open):
+    """A cell a matrix run trained, as the runner timed it (``matrix_run.json`` ``cells``): its key
+    (``task/variant/seed<k>``, ``tune/...`` for a tuning cell), the seconds of its process from start to
+    exit, and the breakdown its record has (the runner's copy: a tuning cell's is in no reported record)."""
+
+    key: str
+    seconds: float
+    phase: str | None = None
+    wall_time_breakdown: dict[str, Any] | None = None
+
+
+class MatrixRun(_Open):
+    """A matrix's ``matrix_run.json``, written by the runner (``blockbench.matrix``) after each run: the
+    last run's command, its wall time, the cells it trained and where the time went (``cells``: None
+    when it did not time them, e.g. cells run as cluster jobs)."""
+
+    command: str
+    wall_time_s: float
+    cells_trained: int
+    jobs: int | None = None
+    wall_time_breakdown: dict[str, Any] | None = None
+    cells: list[RunCell] | None = None
+
+
+def read_matrix_run(matrix_dir: Path) -> MatrixRun | None:
+    """The matrix's ``matrix_run.json``, or None if it has none (never run by ``blockbench matrix``)."""
+    path = Path(matrix_dir) / RUN_FILE
+    return MatrixRun.model_validate_json(path.read_bytes()) if path.is_file() else None

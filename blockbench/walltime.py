@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-#: True in a cell process forked by ``blockbench.launch`` (its imports were done before the fork)
+#: True in a cell process forked by ``blockbench.matrix.launch`` (its imports were done before the fork)
 FORKED = False
 
 #: how ``measured_from`` says that the process was forked with its imports done (its start-up is short)
-FORKED_NOTE = " (forked from the runner's server, imports done before: blockbench.launch)"
+FORKED_NOTE = " (forked from the runner's server, imports done before: blockbench.matrix.launch)"
 
 #: the parts of a cell's wall time that its run measures (``startup``, ``other`` and ``total`` come with every breakdown)
 CELL_PARTS = ("build", "data", "data_wait", "train_steps", "validation", "checkpoints")

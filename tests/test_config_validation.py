@@ -19,7 +19,8 @@ from packaging.version import Version
 
 from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices
 from blockbench.layout import write_atomic, write_json
-from blockbench.matrix.run import cell_command, load_matrix
+from blockbench.matrix.expand import load_matrix
+from blockbench.matrix.jobs import cell_command
 from blockbench.report.summary import write_report
 from models import ModelConfig, build_model
 from models.config import VARIANT_REGISTRIES

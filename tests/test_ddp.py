@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from blockbench.config import ConfigError, TrainerConfig
-from blockbench.matrix.run import DISTRIBUTED_ENV
+from blockbench.matrix.jobs import DISTRIBUTED_ENV
 from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
 TASKS = {
@@ -142,7 +142,7 @@ import lightning as L
 import yaml
 
 from blockbench.config import build_run_config
-from blockbench.train import train
+from blockbench.cell.train import train
 
 
 class NanOnRankOne(L.Callback):
@@ -187,7 +187,7 @@ def test_matrix_cells_as_submitit_jobs(tmp_path):
     """The cluster path (one submitit job per cell) run as local jobs: same results folder, summary and reuse."""
     pytest.importorskip("submitit")
     folder = write_matrix(tmp_path / "m", {"seed": [0, 1]}, config("lm", max_steps=4, val_every_n_steps=2)).parent
-    command = ("matrix", "m.yaml", "--launcher", "submitit-local")
+    command = ("--results-dir", "results", "matrix", "m.yaml", "--launcher", "submitit-local")
     done = blockbench(*command, cwd=folder, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("submitted as job") == 2

@@ -167,7 +167,7 @@ def train_tiny(tmp_path, task: str, precision: str) -> tuple[dict, PrecisionSpy]
     overrides = {**TINY_TRAINER, "optimizer.lr": 1e-2, "trainer.precision": precision}
     spy = PrecisionSpy()
     result = train(build_run_config({"model": TINY_MODEL, "task": TINY_TASKS[task]}, overrides), tmp_path / precision, tb_dir=tmp_path / "tb", tb_name=task,
-                   tb_version=precision, extra_callbacks=[spy])
+                   tb_version=precision, extra_callbacks=[spy]).to_json()
     assert result["status"] == "ok" and result["precision"] == precision
     return result, spy
 

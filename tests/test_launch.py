@@ -1,4 +1,5 @@
-"""How the runner starts a cell's process (``blockbench.launch``) and how many run at once (``--jobs``).
+"""How the runner starts a cell's process (``blockbench.matrix.launch``) and how many run at once
+(``--jobs``, ``blockbench.matrix.jobs``).
 
 A single-process cell is forked from a server that imported torch, Lightning and the tasks once;
 its process must still be the cell's own: the environment, thread count and output it was given,
@@ -18,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import blockbench.matrix.run as matrix_module
 from blockbench import walltime
-from blockbench.matrix import launch
 from blockbench.cli import build_parser
 from blockbench.config import ConfigError, build_run_config
-from blockbench.matrix.run import forks, resolve_jobs
+from blockbench.matrix import jobs, launch
+from blockbench.matrix.jobs import forks, resolve_jobs
+from blockbench.matrix.run import run_matrix
 from conftest import TINY_LM, blockbench, write_matrix
 
 
@@ -67,7 +68,7 @@ def test_forked_cell_computes_what_a_fresh_interpreter_computes(tmp_path):
     config = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1, "peak_tflops": 0.05}}
     path = write_matrix(tmp_path, {"seed": [0]}, base=config)
     results = tmp_path / "results"
-    assert matrix_module.run_matrix(path, results) == 0
+    assert run_matrix(path, results) == 0
     cell_dir = results / "m/cells/lm/default/seed0"
     forked = json.loads((cell_dir / "result.json").read_text())
     assert forked["wall_time_breakdown"]["measured_from"].startswith("process start (forked")
@@ -90,10 +91,10 @@ def test_only_single_process_cells_fork():
 
 def test_jobs_auto_runs_one_cell_per_core_and_never_more_than_the_matrix_has(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    monkeypatch.setattr(matrix_module, "cpu_cores", lambda: 8)
+    monkeypatch.setattr(jobs, "cpu_cores", lambda: 8)
     assert resolve_jobs("auto", 18) == 8
     assert resolve_jobs("auto", 3) == 3  # the matrix's size, not the cells left: a resumed run keeps its threads
-    assert [slot.threads for slot in matrix_module.job_slots(resolve_jobs("auto", 3))] == [2, 2, 2]
+    assert [slot.threads for slot in jobs.job_slots(resolve_jobs("auto", 3))] == [2, 2, 2]
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert resolve_jobs("auto", 18) == 4  # one cell per GPU
     assert resolve_jobs(5, 18) == 5

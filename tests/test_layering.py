@@ -1,10 +1,13 @@
 """The import graph, read from the source (AST) without importing anything: the layers
 ``benchmarks -> blockbench -> tasks -> models`` only import downwards, no modules of one package
-import each other in a cycle, and ``tasks`` uses only ``models``' public API.
+import each other in a cycle, ``tasks`` uses only ``models``' public API, and inside ``blockbench``
+three wings stand on a ground floor: ``cell/`` (one cell's process) and ``report/`` (results read
+back) import only the ground floor, ``matrix/`` (many cells) imports them and the ground floor, and
+only the CLI sits above all three.
 
-Every import counts, a function's local imports too: deferring an import hides a cycle from the
-interpreter, not from a reader. Imports under ``if TYPE_CHECKING:`` run for type checkers only: they
-count as layering, not as cycles (a type named in an annotation is the usual way to break one).
+Every import counts, a function's local imports and those under ``if TYPE_CHECKING:`` too: deferring
+an import hides a cycle from the interpreter, and a type-only import hides it from the interpreter
+and the tests, not from a reader. A type needed on both sides of a cycle lives in the wrong module.
 """
 
 from __future__ import annotations
@@ -106,8 +109,8 @@ def layer(module: str) -> str:
 
 
 def test_the_graph_is_read():
-    assert {"blockbench.report", "blockbench.layout", "tasks.base", "tasks.data.cache", "models"} <= modules().keys()
-    assert any(i.source == "blockbench.report" and i.target == "blockbench.stats" for i in all_imports())
+    assert {"blockbench.report.summary", "blockbench.layout", "tasks.base", "tasks.data.cache", "models"} <= modules().keys()
+    assert any(i.source == "blockbench.report.verdicts" and i.target == "blockbench.report.stats" for i in all_imports())
     source = """
 import models
 from ..base import Metric
@@ -182,7 +185,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_between_modules():
-    inside = [i for i in all_imports() if layer(i.source) in ACYCLIC and i.target in modules() and not i.type_only]
+    inside = [i for i in all_imports() if layer(i.source) in ACYCLIC and i.target in modules()]  # type-only too
     edges: dict[str, set[str]] = {name: set() for name in modules() if layer(name) in ACYCLIC}
     for i in inside:
         edges[i.source].add(i.target)
@@ -234,7 +237,123 @@ def reachable(module: str) -> set[str]:
     return seen
 
 
+#: the wings of ``blockbench``, and the wings each may import besides the ground floor and itself
+WINGS = {"blockbench.cell": (), "blockbench.report": (), "blockbench.matrix": ("blockbench.cell", "blockbench.report")}
+#: the modules above every wing: the command line
+TOP = ("blockbench.cli", "blockbench.__main__")
+#: the most floors ``blockbench`` may stand on, a wing counting as one floor (see :func:`floors`)
+MAX_FLOORS = 5
+#: the most lines a module of ``blockbench`` may have
+MAX_LINES = 600
+
+
+def unit(module: str) -> str:
+    """The part of ``blockbench`` a module belongs to: its wing, the top, or itself (the ground floor)."""
+    if module in TOP:
+        return TOP[0]
+    for wing in WINGS:
+        if module == wing or module.startswith(wing + "."):
+            return wing
+    return module
+
+
+def test_each_wing_imports_only_the_ground_floor_and_the_wings_below_it():
+    wrong = []
+    for i in all_imports():
+        if layer(i.source) != "blockbench" or layer(i.target) != "blockbench" or i.source in TOP:
+            continue
+        source, target = unit(i.source), unit(i.target)
+        if source == target:
+            continue
+        if target in TOP:
+            wrong.append(f"{i} (nothing imports the command line)")
+        elif source in WINGS and target in WINGS and target not in WINGS[source]:
+            wrong.append(f"{i} ({source} may import only the ground floor{' and ' if WINGS[source] else ''}"
+                         f"{', '.join(WINGS[source])})")
+        elif source not in WINGS and target in WINGS:
+            wrong.append(f"{i} (the ground floor imports no wing: move what it needs down into the ground floor)")
+    assert not wrong, "imports across the wings of blockbench against the rule:\n" + "\n".join(wrong)
+
+
+def floors() -> dict[str, int]:
+    """The floor of each part of ``blockbench`` (:func:`unit`): 1 for one that imports no other part,
+    else one above the highest part it imports; a wing counts as one part (its modules share a job)."""
+    edges: dict[str, set[str]] = {}
+    for name in modules():
+        if layer(name) == "blockbench":
+            edges.setdefault(unit(name), set())
+    for i in all_imports():
+        if layer(i.source) == "blockbench" and i.target in modules() and layer(i.target) == "blockbench":
+            if unit(i.source) != unit(i.target):
+                edges[unit(i.source)].add(unit(i.target))
+    found: dict[str, int] = {}
+
+    def floor(part: str, path: tuple[str, ...] = ()) -> int:
+        assert part not in path, f"a circle between the parts of blockbench: {' -> '.join((*path, part))}"
+        if part not in found:
+            found[part] = 1 + max((floor(t, (*path, part)) for t in edges[part]), default=0)
+        return found[part]
+
+    for part in edges:
+        floor(part)
+    return found
+
+
+def test_blockbench_stands_on_few_floors():
+    found = floors()
+    assert found["blockbench.layout"] == 1 and found["blockbench.matrix"] > found["blockbench.cell"]
+    assert max(found.values()) <= MAX_FLOORS, ("blockbench stands on more floors than "
+                                               f"{MAX_FLOORS}: " + ", ".join(f"{p} {f}" for p, f in sorted(found.items(), key=lambda x: -x[1])))
+
+
+def test_no_module_of_blockbench_is_long():
+    long = {name: n for name, path in modules().items() if layer(name) == "blockbench"
+            and (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules of blockbench over {MAX_LINES} lines; split them along their jobs: {long}"
+
+
+#: fields of a cell's ``result.json`` that only its record names: read them as attributes of
+#: ``blockbench.record.CellRecord``, never by string from a dict
+RECORD_ONLY_KEYS = {"metrics", "primary_metric", "baselines", "diverged_at_step", "diverging_loss", "last_finite_loss",
+                    "resumed_from_step", "resume_error", "throughput_per_process", "throughput_unit", "performance",
+                    "peak_memory", "code_fingerprint", "config_hash", "curve", "record_version", "traceback"}
+
+
+def string_keyed_reads(source: str) -> list[tuple[int, str]]:
+    """``x["key"]``, ``x.get("key")`` and ``"key" in x`` with a key of :data:`RECORD_ONLY_KEYS`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop")
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            key = node.left.value
+        if isinstance(key, str) and key in RECORD_ONLY_KEYS:
+            found.append((node.lineno, node.col_offset, key))
+    return [(line, key) for line, _, key in sorted(found)]
+
+
+def test_string_keyed_reads_are_found():
+    assert string_keyed_reads('r["metrics"]; r.get("performance") or {}; "curve" in r; d["other"]') == [
+        (1, "metrics"), (1, "performance"), (1, "curve")]
+
+
+def test_only_the_record_reads_result_json_by_key():
+    """The readers of results (the runner, the report, the CLI) read records as types. The trainer
+    (``blockbench.cell``) is left out: it builds the record, and its checkpoint and callback states are
+    dicts that share some of its names (``config_hash``, ``metrics``)."""
+    reads = [f"{path.relative_to(REPO)}:{line}: [{key!r}]" for name, path in modules().items()
+             if layer(name) == "blockbench" and name != "blockbench.record" and unit(name) != "blockbench.cell"
+             for line, key in string_keyed_reads(path.read_text())]
+    assert not reads, ("result.json read by string keys; read the field of blockbench.record.CellRecord "
+                       "(load_record / read_record) instead:\n" + "\n".join(reads))
+
+
 def test_the_report_reads_results_without_the_runner_or_the_trainer():
-    """``blockbench report`` needs the results layout (``blockbench.layout``), not the code that wrote them."""
-    assert "blockbench.layout" in reachable("blockbench.report")
-    assert not reachable("blockbench.report") & {"blockbench.matrix", "blockbench.train", "blockbench.callbacks"}
+    """``blockbench report`` needs the results layout and records, not the code that wrote them."""
+    reached = reachable("blockbench.report.summary")
+    assert {"blockbench.layout", "blockbench.record"} <= reached
+    assert not {m for m in reached if unit(m) in ("blockbench.matrix", "blockbench.cell")}

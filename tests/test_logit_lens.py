@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from tensorboard.plugins.custom_scalar import layout_pb2
 
 from blockbench.config import build_run_config
+from blockbench.record import CellRecord, load_record
 from blockbench.report.lens import last_lens, logit_lens_section
 from blockbench.report.summary import write_report
 from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
@@ -206,7 +207,7 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
     lens/layer0 and lens/layer1, the last equal to the validation loss, and TensorBoard has the curves
     under the task's scope."""
     run = build_run_config(TINY_LM, {"model.n_layers": 2, "trainer.num_threads": 1, "trainer.checkpoint_every_n_steps": None})
-    result = train(run, tmp_path / "cell", tb_dir=tmp_path / "tb", tb_name="lm/pre", tb_version="seed0", tb_scope="lm")
+    result = train(run, tmp_path / "cell", tb_dir=tmp_path / "tb", tb_name="lm/pre", tb_version="seed0", tb_scope="lm").to_json()
     assert result["status"] == "ok" and [v["step"] for v in result["history"]] == [2, 4]
     for validation in result["history"]:
         metrics = validation["metrics"]
@@ -214,8 +215,8 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
         assert metrics["lens/layer1"] == metrics["loss"]
         assert metrics["lens/layer0"] != metrics["lens/layer1"]
     assert set(result["metrics"]) == {"perplexity", "agreement_acc", "loss"}  # the lens is no headline metric
-    on_disk = json.loads((tmp_path / "cell" / "result.json").read_text())
-    assert last_lens(on_disk) == [on_disk["history"][-1]["metrics"][f"lens/layer{i}"] for i in (0, 1)]
+    on_disk = load_record(tmp_path / "cell" / "result.json")
+    assert last_lens(on_disk) == [on_disk.history[-1].metrics[f"lens/layer{i}"] for i in (0, 1)]
     run_dir = tmp_path / "tb" / "lm/pre" / "seed0"
     for i in (0, 1):
         logged = scalars(run_dir, f"val/lm/lens/layer{i}")
@@ -255,8 +256,8 @@ def lm_result(loss: float, lens: list[float] | None, status: str = "ok") -> dict
     early = {**metrics, **({f"lens/layer{i}": v + 1 for i, v in enumerate(lens)} if lens else {})}
     history = [{"step": 2, "time_s": 1.0, "metrics": early}, {"step": 4, "time_s": 2.0, "metrics": last}]
     if status != "ok":
-        return {"status": status, "diverged_at_step": 3, "last_finite_loss": 9.0, "history": history[:1]}
-    return {"status": "ok", "metrics": metrics, "primary_metric": "perplexity", "history": history, "steps": 4,
+        return {"status": status, "task": "lm", "diverged_at_step": 3, "last_finite_loss": 9.0, "history": history[:1]}
+    return {"status": "ok", "task": "lm", "metrics": metrics, "primary_metric": "perplexity", "history": history, "steps": 4,
             "wall_time_s": 2.0, "parameters": 100, "throughput": 10.0, "baselines": {}}
 
 
@@ -284,12 +285,15 @@ def test_summary_has_a_logit_lens_table_of_the_last_validation(tmp_path: Path) -
 def test_lens_section_counts_only_seeds_that_recorded_one(tmp_path: Path) -> None:
     from blockbench.report.results import Group
 
-    group = Group("lm", "lm", "pre", 0, results=[lm_result(2.0, [3.0, 2.0]), lm_result(2.0, None)])
+    def record(loss: float, lens: list[float] | None) -> CellRecord:
+        return CellRecord.model_validate(lm_result(loss, lens))
+
+    group = Group("lm", "lm", "pre", 0, results=[record(2.0, [3.0, 2.0]), record(2.0, None)])
     lines = logit_lens_section([group])
     assert "| pre (1 of 2 seeds) | 3.000 | 2.000 | block 1 |" in lines
-    assert logit_lens_section([Group("lm", "lm", "pre", 0, results=[lm_result(2.0, None)])]) == []
+    assert logit_lens_section([Group("lm", "lm", "pre", 0, results=[record(2.0, None)])]) == []
     # one block: its lens is the validation loss itself, no section
-    assert logit_lens_section([Group("lm", "lm", "pre", 0, results=[lm_result(2.0, [2.0])])]) == []
+    assert logit_lens_section([Group("lm", "lm", "pre", 0, results=[record(2.0, [2.0])])]) == []
 
 
 # --------------------------------------------------------------------------- the switch

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from blockbench.config import ConfigError, build_run_config
+from blockbench.record import CellRecord
 from blockbench.report.plots import CURVE_METRIC, plotted_history
 from blockbench.cell.tensorboard import CURVE_TAG, matrix_views
 from blockbench.cell.train import train
@@ -30,7 +31,7 @@ def config(task: str, **trainer) -> dict:
 
 
 def run(tmp_path: Path, raw: dict, name: str = "run") -> dict:
-    return train(build_run_config(raw), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name)
+    return train(build_run_config(raw), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name).to_json()
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -133,10 +134,11 @@ def test_the_curve_chart_comes_first_for_the_tasks_that_log_it():
 
 
 def test_plots_get_the_points_as_a_metric_of_their_own():
-    result = {"history": [{"step": 6, "time_s": 1.0, "metrics": {"loss": 2.0}}],
-              "curve": {"every_n_steps": 3, "items": 8, "points": [[0, 3.0], [3, 2.5], [6, 2.1]]}}
+    result = CellRecord.model_validate({
+        "status": "ok", "task": "lm", "history": [{"step": 6, "time_s": 1.0, "metrics": {"loss": 2.0}}],
+        "curve": {"every_n_steps": 3, "items": 8, "points": [[0, 3.0], [3, 2.5], [6, 2.1]]}})
     history = plotted_history(result)
-    assert history[0] == result["history"][0]
-    assert [(v["step"], v["metrics"]) for v in history[1:]] == [(0, {CURVE_METRIC: 3.0}), (3, {CURVE_METRIC: 2.5}),
-                                                                (6, {CURVE_METRIC: 2.1})]
-    assert plotted_history({"history": None, "curve": None}) == []
+    assert history[0] == result.history[0]
+    assert [(v.step, v.metrics) for v in history[1:]] == [(0, {CURVE_METRIC: 3.0}), (3, {CURVE_METRIC: 2.5}),
+                                                          (6, {CURVE_METRIC: 2.1})]
+    assert plotted_history(CellRecord(status="ok", task="lm", curve=None)) == []

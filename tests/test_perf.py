@@ -18,13 +18,15 @@ import torch
 from torch import nn
 from torch.utils.data import default_collate
 
-import blockbench.matrix.run
+import blockbench.matrix.jobs
 from blockbench.cell import perf
 from blockbench.cell.callbacks import PerformanceMonitor
 from blockbench.config import build_run_config
-from blockbench.matrix.run import job_slots, load_matrix, resolve_peaks
+from blockbench.matrix.expand import load_matrix
+from blockbench.matrix.jobs import job_slots
+from blockbench.matrix.run import resolve_peaks
 from blockbench.cell.perf import PEAK_CACHE_FOLDER, PROBE_VERSION, PeakFlops, StepTiming, compute_dtype, count_training_flops, flop_counter, measure_peak_flops, peak_flops, step_statistics
-from blockbench.record import final_figures, speed_figures
+from blockbench.record import CellRecord
 from blockbench.provenance import cpu_model
 from blockbench.cell.train import train
 from models.attention import MultiHeadAttention
@@ -221,7 +223,7 @@ def test_the_cache_key_changes_with_dtype_and_thread_count(probes, cache_dir):
 def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(probes, tmp_path, monkeypatch, jobs):
     """The runner measures the peak before the first cell; each cell (with the threads its slot
     gives it: OMP_NUM_THREADS under --jobs) reads the identical figure and probes nothing."""
-    monkeypatch.setattr(blockbench.matrix.run, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
+    monkeypatch.setattr(blockbench.matrix.jobs, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
     _, cells = load_matrix(path)
     slots = job_slots(jobs)
@@ -249,9 +251,9 @@ def test_an_mfu_above_one_is_no_figure_but_a_warning_in_the_result():
     assert below["mfu"] == pytest.approx(0.5) and below["mfu_above_peak"] is False
     # results written before mfu_above_peak (an MFU of 1.97 in result.json) show no figure either
     for mfu, shown in [(1.97, None), (1.0, 1.0), (0.42, 0.42), (None, None)]:
-        result = {"performance": {"mfu": mfu, "timed_steps": 4}}
-        assert speed_figures(result)["mfu"] == shown
-        assert final_figures(result, "tokens").get("perf/mfu") == shown
+        result = CellRecord(status="ok", task="lm", performance={"mfu": mfu, "timed_steps": 4})
+        assert result.speed_figures()["mfu"] == shown
+        assert result.final_figures("tokens").get("perf/mfu") == shown
 
 
 def test_mfu_arithmetic_with_a_configured_peak():
@@ -284,7 +286,7 @@ def tiny_lm(**trainer) -> dict:
 
 def train_tiny(tmp_path: Path, config: dict, name: str) -> tuple[dict, Path]:
     run = build_run_config(config)
-    result = train(run, tmp_path / name, tb_dir=tmp_path / "tb", tb_name="lm", tb_version=name)
+    result = train(run, tmp_path / name, tb_dir=tmp_path / "tb", tb_name="lm", tb_version=name).to_json()
     return result, tmp_path / "tb" / "lm" / name
 
 

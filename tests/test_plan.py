@@ -15,9 +15,10 @@ from conftest import TINY_LM, write_matrix
 
 from blockbench.cli import main
 from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
-from blockbench.matrix.run import load_matrix
-from blockbench.matrix.plan import TimeEstimator, plan_cells
+from blockbench.matrix.expand import load_matrix
+from blockbench.matrix.plan import MatrixProgress, TimeEstimator, plan_cells
 from blockbench.provenance import code_fingerprint
+from blockbench.record import CellRecord
 
 
 def _files(folder: Path) -> dict[str, float]:
@@ -27,7 +28,7 @@ def _files(folder: Path) -> dict[str, float]:
 def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
     # a training step timed on one batch: post-norm's twice pre-norm's (a stand-in: timings vary here)
     timed = []
-    monkeypatch.setattr("blockbench.matrix.run.time_training_step",
+    monkeypatch.setattr("blockbench.matrix.plan.time_training_step",
                         lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement])
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
@@ -93,7 +94,7 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
     path = write_matrix(tmp_path, {"seed": [0]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
-    write_json(cells[0].directory(matrix_dir) / RESULT_FILE, {"status": "ok", "config_hash": cells[0].run.config_hash(),
+    write_json(cells[0].directory(matrix_dir) / RESULT_FILE, {"status": "ok", "task": "lm", "config_hash": cells[0].run.config_hash(),
                                                                "code_fingerprint": "0" * 64, "wall_time_s": 1.0, "steps": 4})
     [strict] = plan_cells(cells, matrix_dir, code_fingerprint())
     [lenient] = plan_cells(cells, matrix_dir, code_fingerprint(), reuse_stale=True)
@@ -107,12 +108,15 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
     assert json.loads((cells[0].directory(matrix_dir) / RESULT_FILE).read_text())["code_fingerprint"] == "0" * 64
 
 
+def trained(steps: int) -> CellRecord:
+    """The record of a cell that trained ``steps`` steps (all the runner's progress line reads of it)."""
+    return CellRecord(status="ok", task="lm", steps=steps)
+
+
 def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     """After the first cell the runner has an ETA for the whole matrix: a task that has not run yet
     is guessed at the pace of those that have (the smoke matrix printed no ETA until its last task)."""
     from conftest import TINY_LM_TASK
-
-    from blockbench.matrix.run import MatrixProgress
 
     path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]})
     _, cells = load_matrix(path)
@@ -122,7 +126,7 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     first = plans[0]
     progress.start(first.n)
     progress.started[first.n] -= 8.0  # it took 8 s for its 4 steps: 2 s a step
-    progress.finish(first.n, {"steps": 4})
+    progress.finish(first.n, trained(4))
     seconds, source = progress.estimator.per_step(cells[2])  # task b, not run yet
     assert source == "other tasks" and seconds == pytest.approx(2.0, rel=1e-3)
     assert progress.eta() == pytest.approx(3 * 8.0, rel=0.01)  # three cells of 4 steps left
@@ -134,7 +138,6 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     training at five times the dot-product pace, and the ETA gave them the dot-product cells' pace. A
     variant none of whose cells finished but some are training gets the pace their train.log shows."""
     from blockbench.layout import TRAIN_LOG
-    from blockbench.matrix.run import MatrixProgress
 
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1]})
     _, cells = load_matrix(path)
@@ -146,7 +149,7 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     pre, post = [p for p in plans if p.cell.variant.endswith("pre")], [p for p in plans if p.cell.variant.endswith("post")]
     progress.start(pre[0].n)
     progress.started[pre[0].n] -= 8.0  # 2 s a step, its 4 steps
-    progress.finish(pre[0].n, {"steps": 4})
+    progress.finish(pre[0].n, trained(4))
     progress.start(post[0].n)  # training, its log written as a --jobs cell's
     log = post[0].cell.directory(matrix_dir) / TRAIN_LOG
     log.parent.mkdir(parents=True)
@@ -162,7 +165,7 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     os.utime(log)
     # left: pre's second cell (8 s), post's running cell (40 s less the ~0 s it has had), its second (40 s)
     assert progress.eta() == pytest.approx((8 + 40 + 40) / 2, rel=0.01)
-    progress.finish(post[0].n, {"steps": 4})  # a finished cell's own time wins over any log
+    progress.finish(post[0].n, trained(4))  # a finished cell's own time wins over any log
     assert estimator.per_step(post[1].cell)[1] == "measured"
 
 

@@ -13,6 +13,7 @@ from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
 from blockbench.layout import write_json
+from blockbench.record import HistoryPoint
 from blockbench.report.summary import write_report
 from blockbench.report.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
 from conftest import T_975_DF2, T_975_DF4
@@ -70,8 +71,8 @@ def test_welch_difference_without_an_interval():
     assert one_sided.difference == 0.0 and one_sided.ci_high == pytest.approx(T_975_DF2 / math.sqrt(3), rel=1e-9)
 
 
-def _history(metric: str, values: list[float]) -> list[dict]:
-    return [{"step": 10 * (i + 1), "time_s": 1.5 * (i + 1), "metrics": {metric: v}} for i, v in enumerate(values)]
+def _history(metric: str, values: list[float]) -> list[HistoryPoint]:
+    return [HistoryPoint(step=10 * (i + 1), time_s=1.5 * (i + 1), metrics={metric: v}) for i, v in enumerate(values)]
 
 
 def test_time_to_target_takes_the_first_validation_in_the_metrics_direction():
@@ -83,7 +84,7 @@ def test_time_to_target_takes_the_first_validation_in_the_metrics_direction():
     assert time_to_target(accuracy, "accuracy", 0.6, higher_is_better=True) == (20, 3.0)
     assert time_to_target(accuracy, "accuracy", 0.3, higher_is_better=True) == (10, 1.5)
     assert time_to_target(accuracy, "accuracy", 0.9, higher_is_better=True) is None
-    assert time_to_target([{"step": 5, "metrics": {}}, *accuracy], "accuracy", 0.3, True) == (10, 1.5)  # no metric: skipped
+    assert time_to_target([HistoryPoint(step=5), *accuracy], "accuracy", 0.3, True) == (10, 1.5)  # no metric: skipped
     assert time_to_target([], "accuracy", 0.3, True) is None
 
 

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from blockbench.config import build_run_config, deep_merge
-from blockbench.matrix.run import load_matrix
+from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.plan import reuse_earlier
 from blockbench.cell.train import train
+from blockbench.record import CellRecord, load_record
 from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 #: the tiny LM cell trained long enough (150 steps, a checkpoint every 10) to be killed and resumed mid-cell
@@ -42,13 +43,13 @@ def run_matrix(path: Path, *extra: str) -> subprocess.CompletedProcess:
     return blockbench(*matrix_args(path, *extra), cwd=path.parent, timeout=600)
 
 
-def results(path: Path, name: str = "m") -> dict[str, dict]:
+def results(path: Path, name: str = "m") -> dict[str, CellRecord]:
     cells = path.parent / "results" / name / "cells"
-    return {str(f.parent.relative_to(cells)): json.loads(f.read_text()) for f in sorted(cells.glob("*/*/*/result.json"))}
+    return {str(f.parent.relative_to(cells)): load_record(f) for f in sorted(cells.glob("*/*/*/result.json"))}
 
 
-def curves(result: dict) -> list:
-    return [(h["step"], h["metrics"]) for h in result["history"]]
+def curves(result: CellRecord) -> list:
+    return [(h.step, h.metrics) for h in result.history]
 
 
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
@@ -86,11 +87,11 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
     got = results(killed)
     assert got.keys() == expected.keys()
     for key, result in got.items():
-        assert result["metrics"] == expected[key]["metrics"], key
+        assert result.metrics == expected[key].metrics, key
         assert curves(result) == curves(expected[key]), key
         assert not (killed.parent / "results/m/cells" / key / "checkpoints").exists()  # removed once the result is written
     for key in interrupted:  # the rerun resumed the killed cell rather than starting it over
-        assert got[key]["resumed_from_step"] > 0 and got[key]["resume_error"] is None, key
+        assert got[key].resumed_from_step > 0 and got[key].resume_error is None, key
 
 
 def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path):
@@ -99,8 +100,8 @@ def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path)
     done = run_matrix(path)
     assert done.returncode == 0, done.stderr[-2000:]  # divergence is a finding, not a failure
     diverged = results(path)["lm/lr=1e+30/seed0"]
-    assert diverged["status"] == "diverged" and diverged["diverged_at_step"] <= 3
-    assert diverged["diverging_loss"] == "nan" and diverged["last_finite_loss"] > 0
+    assert diverged.status == "diverged" and diverged.diverged_at_step <= 3
+    assert diverged.diverging_loss == "nan" and diverged.last_finite_loss > 0
     assert "DIVERGED at step" in done.stdout
     summary = (tmp_path / "results/m/summary.md").read_text()
     assert "diverged" in summary.lower()
@@ -112,9 +113,9 @@ def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path)
     done = run_matrix(path)
     assert done.returncode == 1
     got = results(path)
-    assert got["lm_text/default/seed0"]["status"] == "failed"
-    assert "missing.txt: no such file" in got["lm_text/default/seed0"]["error"]
-    assert got["lm/default/seed0"]["status"] == "ok"
+    assert got["lm_text/default/seed0"].status == "failed"
+    assert "missing.txt: no such file" in got["lm_text/default/seed0"].error
+    assert got["lm/default/seed0"].status == "ok"
     assert "1 cell(s) failed: lm_text/default/seed0" in done.stderr
     assert "missing.txt" in (tmp_path / "failing/results/m/summary.md").read_text()
 
@@ -133,7 +134,7 @@ def test_a_changed_config_invalidates_the_old_result_and_force_reruns(tmp_path):
     again = run_matrix(path)
     assert "done earlier" not in again.stdout
     second = results(path)["lm/default/seed0"]
-    assert second["config_hash"] != first["config_hash"] and second["metrics"] != first["metrics"]
+    assert second.config_hash != first.config_hash and second.metrics != first.metrics
 
 
 def test_parallel_cells_and_provenance(tmp_path):
@@ -146,13 +147,13 @@ def test_parallel_cells_and_provenance(tmp_path):
     assert set(got) == {"lm/default/seed0", "lm/default/seed1"}
     for key, result in got.items():
         assert (tmp_path / "results/m/cells" / key / "train.log").stat().st_size > 0  # each cell's own log
-        prov = result["provenance"]
-        assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
-        assert prov["packages"]["torch"] and prov["packages"]["lightning"]
-        assert prov["hardware"]["cpu_count"] >= 1 and prov["hardware"]["gpu_count"] == len(prov["hardware"]["gpus"])
-        assert result["peak_memory"]["cpu_rss_mb"] > 10
-        assert result["wall_time_s"] > 0 and result["throughput"] > 0
-        assert [h["step"] for h in result["history"]] == [3, 6]
+        prov = result.provenance
+        assert len(prov.git.commit) == 40 and isinstance(prov.git.dirty, bool)
+        assert prov.packages["torch"] and prov.packages["lightning"]
+        assert prov.hardware["cpu_count"] >= 1 and prov.hardware["gpu_count"] == len(prov.hardware["gpus"])
+        assert result.peak_memory["cpu_rss_mb"] > 10
+        assert result.wall_time_s > 0 and result.throughput > 0
+        assert [h.step for h in result.history] == [3, 6]
         cell = json.loads((tmp_path / "results/m/cells" / key / "cell.json").read_text())
         assert cell["matrix_file"]["path"] == str(path) and len(cell["matrix_file"]["sha256"]) == 64
     assert "--jobs 2" in json.loads((tmp_path / "results/m/matrix_run.json").read_text())["command"]
@@ -188,12 +189,12 @@ class InterruptAfter(L.Callback):
             raise Interrupt(f"interrupted after step {self.step}")
 
 
-def train_cell(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> dict:
+def train_cell(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> CellRecord:
     return train(build_run_config(config), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name,
                  extra_callbacks=callbacks)
 
 
-def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> dict:
+def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> CellRecord:
     """Train until ``after_step``, stop, train again in the same folder: the result of the resumed run."""
     with pytest.raises(Interrupt):
         train_cell(tmp_path, config, "resumed", InterruptAfter(after_step))
@@ -215,10 +216,10 @@ def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
               "trainer": {**LONG_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8}}
     expected = train_cell(tmp_path, config, "uninterrupted")
     got = interrupt_then_resume(tmp_path, config, after_step=12)
-    assert got["resumed_from_step"] == 8 and expected["resumed_from_step"] is None
-    assert got["metrics"] == expected["metrics"]
+    assert got.resumed_from_step == 8 and expected.resumed_from_step is None
+    assert got.metrics == expected.metrics
     assert curves(got) == curves(expected) and [step for step, _ in curves(got)] == [8, 16]
-    assert got["curve"] == expected["curve"] and len(got["curve"]["points"]) == 17  # every step's loss-curve point
+    assert got.curve == expected.curve and len(got.curve.points) == 17  # every step's loss-curve point
     assert tensorboard_curves(tmp_path / "tb/cell/resumed") == tensorboard_curves(tmp_path / "tb/cell/uninterrupted")
 
 
@@ -247,8 +248,8 @@ def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_
     }
     expected = train_cell(tmp_path, config, "uninterrupted")
     got = interrupt_then_resume(tmp_path, config, after_step=11)
-    assert got["resumed_from_step"] == 9
-    assert got["metrics"] == expected["metrics"]
+    assert got.resumed_from_step == 9
+    assert got.metrics == expected.metrics
     assert curves(got) == curves(expected)
     assert tensorboard_curves(tmp_path / "tb/cell/resumed") == tensorboard_curves(tmp_path / "tb/cell/uninterrupted")
 
@@ -262,11 +263,11 @@ def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, 
     checkpoint.write_bytes(b"not a checkpoint")
     capfd.readouterr()
     result = train_cell(tmp_path, config, "garbage")
-    assert result["status"] == "ok" and result["steps"] == 6 and result["resumed_from_step"] is None
-    assert result["resume_error"].startswith(f"checkpoint {checkpoint} could not be loaded (")
-    assert result["resume_error"].endswith("); starting from step 0")
-    assert f"blockbench: {result['resume_error']}\n" in capfd.readouterr().err
-    assert json.loads((tmp_path / "garbage/result.json").read_text())["resume_error"] == result["resume_error"]
+    assert result.status == "ok" and result.steps == 6 and result.resumed_from_step is None
+    assert result.resume_error.startswith(f"checkpoint {checkpoint} could not be loaded (")
+    assert result.resume_error.endswith("); starting from step 0")
+    assert f"blockbench: {result.resume_error}\n" in capfd.readouterr().err
+    assert json.loads((tmp_path / "garbage/result.json").read_text())["resume_error"] == result.resume_error
 
     # intact, but written by other code (a checkpoint of another config is replaced the same way)
     with pytest.raises(Interrupt):
@@ -274,7 +275,7 @@ def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, 
     monkeypatch.setattr("blockbench.cell.train.code_fingerprint", lambda: "f" * 64)
     capfd.readouterr()
     result = train_cell(tmp_path, config, "edited")
-    assert result["resumed_from_step"] is None and result["resume_error"] is None and result["code_fingerprint"] == "f" * 64
+    assert result.resumed_from_step is None and result.resume_error is None and result.code_fingerprint == "f" * 64
     assert "(step 4) is written by other code (fingerprint " in capfd.readouterr().err
 
 
@@ -286,7 +287,7 @@ def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
     _, (cell,) = load_matrix(path)
     cell_dir = tmp_path / "cell"
     cell_dir.mkdir()
-    result = {"status": "ok", "config_hash": cell.run.config_hash(), "code_fingerprint": "a" * 64}
+    result = {"status": "ok", "task": "lm", "config_hash": cell.run.config_hash(), "code_fingerprint": "a" * 64}
     (cell_dir / "result.json").write_text(json.dumps(result))
     assert reuse_earlier(cell, cell_dir, "a" * 64) == (True, "done earlier, reusing its result")
     change = "code changed since its result (fingerprint aaaaaaaaaaaa -> bbbbbbbbbbbb)"

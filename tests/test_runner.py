@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
-from blockbench.matrix.run import load_matrix, variant_label
+from blockbench.matrix.expand import load_matrix, variant_label
 from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 

@@ -165,7 +165,7 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_pat
     model scored at the training length gives another number, so the comparison tells them apart."""
     run = build_run_config({}, {**LONG_CONTEXT_LM, "model.pos_encoding": pos})
     spy = LMValidationSpy()
-    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=pos, tb_version="0", extra_callbacks=[spy])
+    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=pos, tb_version="0", extra_callbacks=[spy]).to_json()
     assert result["status"] == "ok"
 
     stream, eval_len = spy.datamodule.corpus.val, LONG_CONTEXT_LM["task.eval_seq_len"]

@@ -25,7 +25,8 @@ from werkzeug.test import Client
 
 from blockbench import cli
 from blockbench.layout import TB_VIEWS_FILE
-from blockbench.matrix.run import load_matrix, run_matrix
+from blockbench.matrix.expand import load_matrix
+from blockbench.matrix.run import run_matrix
 from blockbench.record import FINAL_FIGURES
 from blockbench.cell.tensorboard import LENS_CHART, PRIMARY_METRIC_TAG, CellLogger, hparam_value, log_cell_hparams, log_views, matrix_views, publish_views, refresh_run_views, run_views, scoped_tag, view_summaries
 from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
@@ -543,7 +544,7 @@ def test_a_task_axis_given_as_a_mapping_shows_as_its_label_in_the_hparams_table(
     """The smoke matrix configures each task inline (``task: [{name: lm, n_train_tokens: ...}]``)."""
     from conftest import TINY_LM_TASK, write_matrix
 
-    from blockbench.matrix.run import load_matrix
+    from blockbench.matrix.expand import load_matrix
 
     path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "small_lm"}], "seed": [0]})
     [cell] = load_matrix(path)[1]

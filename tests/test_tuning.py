@@ -14,11 +14,12 @@ from conftest import TINY_LM, blockbench, tensorboard_events, write_matrix
 
 from blockbench.cli import main
 from blockbench.layout import RESULT_FILE, write_json
-from blockbench.matrix.run import expand_matrix, plan_reported, tuning_outcomes
+from blockbench.matrix.expand import expand_matrix
+from blockbench.matrix.run import plan_reported, tuning_outcomes
 from blockbench.provenance import code_fingerprint
 from blockbench.matrix.tuning import Tuning, candidate, choose, tuning_record
 from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
-from blockbench.record import write_tuning
+from blockbench.record import CellRecord, write_tuning
 
 #: the tiny LM cell, one thread: tuning end to end costs a process per candidate
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
@@ -31,11 +32,16 @@ def tuned_matrix(folder: Path, axes: dict, **tune) -> Path:
     return path
 
 
-def ok(value: float, metric: str = "perplexity") -> dict:
-    return {"status": "ok", "metrics": {metric: value, "loss": 1.0}}
+def record(**fields) -> CellRecord:
+    """A tuning cell's result record with ``fields``."""
+    return CellRecord(task="lm", **fields)
 
 
-def scored(results: list[dict | None], metric: str = "perplexity") -> list:
+def ok(value: float, metric: str = "perplexity") -> CellRecord:
+    return record(status="ok", metrics={metric: value, "loss": 1.0})
+
+
+def scored(results: list[CellRecord | None], metric: str = "perplexity") -> list:
     return [candidate({"optimizer.lr": i}, f"lr={i}", f"tune/lm/v/lr={i}/seed1000", result, metric)
             for i, result in enumerate(results)]
 
@@ -52,8 +58,8 @@ def test_the_choice_is_the_best_score_in_the_metrics_direction_first_listed_on_t
 
 
 def test_a_diverged_failed_or_unscored_candidate_never_wins():
-    diverged = {"status": "diverged", "diverged_at_step": 3, "metrics": {"perplexity": 1.0}}  # a stray score is ignored
-    candidates = scored([diverged, {"status": "failed", "error": "RuntimeError: boom"}, ok(float("nan")), None, ok(50.0)])
+    diverged = record(status="diverged", diverged_at_step=3, metrics={"perplexity": 1.0})  # a stray score is ignored
+    candidates = scored([diverged, record(status="failed", error="RuntimeError: boom"), ok(float("nan")), None, ok(50.0)])
     assert [c.status for c in candidates] == ["diverged", "failed", "ok", "not run", "ok"]
     assert choose(candidates, higher_is_better=False) is candidates[4]  # the worst score, but the only one that finished
     nothing = Tuning("lm", "norm_placement=post", "perplexity", False, tuple(candidates[:4]))
@@ -67,9 +73,9 @@ def test_a_diverged_failed_or_unscored_candidate_never_wins():
 
 def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp_path):
     lm = [Tuning("lm", "norm_placement=pre", "perplexity", False,
-                 tuple(scored([ok(8.123456), ok(7.5), {"status": "diverged", "diverged_at_step": 2}]))),
+                 tuple(scored([ok(8.123456), ok(7.5), record(status="diverged", diverged_at_step=2)]))),
           Tuning("lm", "norm_placement=post", "perplexity", False,
-                 tuple(scored([{"status": "failed", "error": "x"}, {"status": "diverged"}, {"status": "diverged"}])))]
+                 tuple(scored([record(status="failed", error="x"), record(status="diverged"), record(status="diverged")])))]
     vit = [Tuning("vit", "norm_placement=pre", "accuracy", True,
                   tuple(scored([ok(0.5, "accuracy"), ok(0.25, "accuracy"), ok(0.5, "accuracy")], "accuracy")))]
     write_tuning(tmp_path, tuning_record(["optimizer.lr"], 1000, lm + vit))

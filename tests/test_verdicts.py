@@ -1,4 +1,4 @@
-"""The cross-family verdicts (``blockbench.verdicts``): the lines at the top of each summary and the
+"""The cross-family verdicts (``blockbench.report.verdicts``): the lines at the top of each summary and the
 index of a results root (``results/README.md``), from hand-written matrix folders whose differences,
 intervals, Holm-adjusted tests, diverged shares and step times are computed here by hand (scipy).
 No training: every cell is a result.json written below."""
@@ -18,7 +18,8 @@ from blockbench.cli import main
 from blockbench.layout import write_json
 from blockbench.matrix.run import finish_matrix
 from blockbench.report.results import load_groups
-from blockbench.report.summary import write_index, write_report
+from blockbench.report.index import write_index
+from blockbench.report.summary import write_report
 from blockbench.report.stats import Difference
 from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
 from blockbench.walltime import WallClock

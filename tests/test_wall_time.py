@@ -17,6 +17,7 @@ import yaml
 from blockbench.config import build_run_config
 from blockbench.layout import write_json
 from blockbench.matrix.run import run_matrix
+from blockbench.record import CellRecord
 from blockbench.report.summary import write_report
 from blockbench.cell.train import train
 from blockbench.walltime import FORKED_NOTE
@@ -37,7 +38,7 @@ def tiny_cell(**trainer) -> dict:
     return config
 
 
-def train_tiny(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> dict:
+def train_tiny(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> CellRecord:
     return train(build_run_config(config), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="lm", tb_version=name,
                  extra_callbacks=callbacks)
 
@@ -50,14 +51,14 @@ def assert_adds_up(breakdown: dict, parts: tuple[str, ...]) -> None:
 
 
 @pytest.fixture(scope="module")
-def normal(tmp_path_factory) -> tuple[dict, Path]:
+def normal(tmp_path_factory) -> tuple[CellRecord, Path]:
     tmp_path = tmp_path_factory.mktemp("wall_time")
     return train_tiny(tmp_path, tiny_cell(), "normal"), tmp_path / "tb" / "lm" / "normal"
 
 
 def test_the_parts_of_a_cell_add_up_to_its_total(normal):
     result, run_dir = normal
-    breakdown = result["wall_time_breakdown"]
+    breakdown = result.wall_time_breakdown
     assert_adds_up(breakdown, CELL_PARTS)
     # train() called in this (pytest) process: no start-up of its own, the total starts with train()
     assert breakdown["startup"] is None and breakdown["measured_from"].startswith("clock start (called inside")
@@ -68,7 +69,7 @@ def test_the_parts_of_a_cell_add_up_to_its_total(normal):
     step_times = scalars(run_dir, "perf/step_time_ms")
     assert len(step_times) == 4 and breakdown["train_steps"] == pytest.approx(sum(step_times) / 1e3, abs=0.011)
     # the total holds the training time the result has always recorded (from the start of training on)
-    assert breakdown["total"] >= result["wall_time_s"] - 0.01
+    assert breakdown["total"] >= result.wall_time_s - 0.01
 
 
 def test_validation_time_is_zero_exactly_when_nothing_was_validated(tmp_path, monkeypatch):
@@ -76,13 +77,13 @@ def test_validation_time_is_zero_exactly_when_nothing_was_validated(tmp_path, mo
     validation data, Lightning skips every validation run (and the diverged cell has no final one)."""
     diverging = tiny_cell(divergence_threshold=1e-3)
     validated = train_tiny(tmp_path, diverging, "validated")
-    assert validated["status"] == "diverged" and len(validated["history"]) == 1
-    assert validated["wall_time_breakdown"]["validation"] > 0
+    assert validated.status == "diverged" and len(validated.history) == 1
+    assert validated.wall_time_breakdown["validation"] > 0
     monkeypatch.setattr(AgreementDataModule, "val_dataloader", lambda self: [])
     # its one step made measurably long: a tiny model's step can take under 5 ms, which rounds to 0.00 s
     result = train_tiny(tmp_path, diverging, "not_validated", SlowStep())
-    assert result["status"] == "diverged" and result["history"] == []
-    breakdown = result["wall_time_breakdown"]
+    assert result.status == "diverged" and result.history == []
+    breakdown = result.wall_time_breakdown
     assert breakdown["validation"] == 0 and breakdown["train_steps"] >= 0.05
     assert_adds_up(breakdown, CELL_PARTS)
 
@@ -108,7 +109,7 @@ class SlowValidationEnd(L.Callback):
 def test_a_slow_validation_shows_as_validation_time_only(normal, tmp_path):
     slow = SlowValidationEnd()
     result = train_tiny(tmp_path, tiny_cell(), "slow_validation", slow)
-    got, before = result["wall_time_breakdown"], normal[0]["wall_time_breakdown"]
+    got, before = result.wall_time_breakdown, normal[0].wall_time_breakdown
     assert slow.validations == 2
     assert_adds_up(got, CELL_PARTS)
     # the sleeps are validation time; counted anywhere else too, the remainder (other) would go
@@ -133,7 +134,7 @@ def test_a_slow_checkpoint_shows_as_checkpoint_time_even_when_saved_inside_a_val
     (StepCheckpoint waits for it), and count as checkpoint time, not validation time."""
     slow = SlowCheckpoint()
     result = train_tiny(tmp_path, tiny_cell(checkpoint_every_n_steps=1), "slow_checkpoint", slow)
-    got, before = result["wall_time_breakdown"], normal[0]["wall_time_breakdown"]
+    got, before = result.wall_time_breakdown, normal[0].wall_time_breakdown
     assert slow.saves == 4
     assert_adds_up(got, CELL_PARTS)
     # checkpoint time, not validation time: counted in both, the remainder (other) would go negative
@@ -160,8 +161,8 @@ def test_a_resumed_cell_counts_the_resuming_process_only(tmp_path):
     with pytest.raises(Interrupt):
         train_tiny(tmp_path, config, "cell", InterruptAfter(3))
     result = train_tiny(tmp_path, config, "cell")
-    breakdown = result["wall_time_breakdown"]
-    assert result["resumed_from_step"] == 2 and breakdown["resumed"] is True
+    breakdown = result.wall_time_breakdown
+    assert result.resumed_from_step == 2 and breakdown["resumed"] is True
     assert_adds_up(breakdown, CELL_PARTS)
     # TensorBoard drops the interrupted process's points from step 2 on: the last two are the resumed process's
     resumed_steps = scalars(tmp_path / "tb/lm/cell", "perf/step_time_ms")[-2:]
@@ -175,10 +176,11 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     run records the cell's seconds and its own parts, and the summary shows them. A single-process
     cell is forked from the preloaded server (its start-up excludes the imports, which the server did
     before the fork); a DDP cell (here: forking turned off) is a fresh interpreter, which imports them."""
+    import blockbench.matrix.jobs as jobs_module
     import blockbench.matrix.run as matrix_module
 
     spawned: list[float] = []
-    real_run, real_fork = matrix_module.run_subprocess, matrix_module.run_forked
+    real_run, real_fork = jobs_module.run_subprocess, jobs_module.run_forked
 
     def timed(real):
         def start(*args, **kwargs):
@@ -186,10 +188,11 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
             return real(*args, **kwargs)
         return start
 
-    monkeypatch.setattr(matrix_module, "run_subprocess", timed(real_run))
-    monkeypatch.setattr(matrix_module, "run_forked", timed(real_fork))
-    if not forked:
+    monkeypatch.setattr(jobs_module, "run_subprocess", timed(real_run))
+    monkeypatch.setattr(jobs_module, "run_forked", timed(real_fork))
+    if not forked:  # the runner's choice to start the server, and the cell's to fork
         monkeypatch.setattr(matrix_module, "forks", lambda run: False)
+        monkeypatch.setattr(jobs_module, "forks", lambda run: False)
     real_expand = matrix_module.expand_matrix
 
     def slow_expand(*args, **kwargs):  # planning takes a few ms: make it long enough to show after rounding

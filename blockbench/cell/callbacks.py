@@ -25,10 +25,10 @@ class PerformanceMonitor(L.Callback):
     fetching data, validation, checkpoints and logging between steps. Its data wait is the time
     the loop spent in ``next()`` on the training dataloader before its micro-batches, recorded by
     :attr:`data_wait` (pass it as ``Trainer(profiler=...)``). Model FLOPs are counted once, on the
-    first batch of the run (see :func:`blockbench.perf.count_training_flops`); that count is not
+    first batch of the run (see :func:`blockbench.cell.perf.count_training_flops`); that count is not
     part of any step's time. The first ``warmup_steps`` steps after the start or a resume
     (allocation, torch.compile) are logged but left out of the statistics. MFU divides by
-    :func:`blockbench.perf.peak_flops`: ``trainer.peak_tflops``, or this machine's cached probe for
+    :func:`blockbench.cell.perf.peak_flops`: ``trainer.peak_tflops``, or this machine's cached probe for
     the run's compute dtype and intra-op threads, one figure for every cell that trains like this.
 
     Logged every ``log_every_n_steps`` (and after the first step): ``perf/step_time_ms``, ``perf/data_wait_fraction``,
@@ -122,7 +122,7 @@ class PerformanceMonitor(L.Callback):
         return self.per_second_per_process * self.world_size
 
     def summary(self) -> dict[str, Any]:
-        """The ``performance`` block of ``result.json``: see :func:`blockbench.perf.step_statistics`."""
+        """The ``performance`` block of ``result.json``: see :func:`blockbench.cell.perf.step_statistics`."""
         figures = step_statistics(self.steps, warmup_steps=self.warmup_steps, flops_per_step=self.flops_per_step,
                                   peak=self.peak)
         if self.steps and self.data_wait.fetches == 0:  # Lightning no longer reports the fetches as we expect

@@ -4,7 +4,7 @@ custom-scalar charts per task, all written by the cell's one writer.
 What ends up under a matrix's ``tb/`` directory:
 
 ``tb/<task>/<short variant>/seed<k>/``
-    One run per cell (``lm/post/seed0``, see ``blockbench.matrix.tensorboard_run_names``), written by
+    One run per cell (``lm/post/seed0``, see ``blockbench.matrix.expand.tensorboard_run_names``), written by
     :class:`CellLogger`, Lightning's ``TensorBoardLogger`` with one event file per run and no
     ``hparams.yaml``. At the start the cell writes the matrix's views (:func:`log_views`): the
     HParams experiment (which hparams and metrics are the table's columns) and the Custom Scalars
@@ -12,7 +12,7 @@ What ends up under a matrix's ``tb/`` directory:
     :func:`log_cell_hparams` adds the HParams session (the cell's hparams and its status) and its
     final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...), its
     task's primary metric once more as ``final/primary_metric``, and the speed figures the runner
-    passes the same way (``final/perf/mfu``..., see ``blockbench.perf.final_figures``), a diverged
+    passes the same way (``final/perf/mfu``..., see ``blockbench.cell.perf.final_figures``), a diverged
     cell's too.
 ``tb/views.json``
     The views every cell's run carries (:func:`matrix_views`), written by the runner before the
@@ -124,7 +124,7 @@ LEGACY_VIEW_RUNS = (".hparams", ".layout")
 VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)
 #: the title of a task's logit-lens chart (one line per block of each run: ``val/<task>/lens/layer{i}``)
 LENS_CHART = "val/lens: loss per block (logit lens)"
-#: the loss-curve points' tag (see ``blockbench.callbacks.LossCurve``)
+#: the loss-curve points' tag (see ``blockbench.cell.callbacks.LossCurve``)
 CURVE_TAG = "val/curve_loss"
 #: the order of the speed figures among the HParams columns: those every cell has first
 SPEED_COLUMN_ORDER = ("perf/step_time_ms", "perf/peak_memory_mb", "perf/tflops_per_sec", "perf/mfu",

@@ -25,25 +25,24 @@ Where the time estimate of a cell comes from, best first:
 
 from __future__ import annotations
 
-import json
 import statistics
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from ..config import RunConfig
 from ..layout import CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG
 from ..progress import format_duration, pace_of_lines
+from ..record import CellRecord, read_record
+from .expand import Cell
+from .say import say
 from .tuning import TUNE
-
-if TYPE_CHECKING:
-    from ..config import RunConfig
-    from .run import Cell
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
 DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "failed before", "to run"
-#: statuses of a reported cell of a matrix with ``tune:`` (see ``blockbench.tuning``) while its
+#: statuses of a reported cell of a matrix with ``tune:`` (see ``blockbench.matrix.tuning``) while its
 #: variant's choice is not known (its tuning cells have yet to train), and when no candidate finished
 #: (it is not trained: it fails, naming the tuning cells)
 AFTER_TUNING, NO_CHOICE = "after tuning", "no choice"
@@ -86,8 +85,8 @@ def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: 
         return CellPlan(n, cell, STALE if stale else DONE, message or "", trains=False)
     status, detail = (STALE, message or "") if stale else (TO_RUN, "")
     earlier = earlier_record(cell_dir)
-    if status == TO_RUN and earlier and earlier.get("status") == "failed" and earlier.get("config_hash") == cell.run.config_hash():
-        status, detail = FAILED_BEFORE, f"failed before ({str(earlier.get('error'))[:80]}), retrying"
+    if status == TO_RUN and earlier and earlier.status == "failed" and earlier.config_hash == cell.run.config_hash():
+        status, detail = FAILED_BEFORE, f"failed before ({str(earlier.error)[:80]}), retrying"
     if (cell_dir / CHECKPOINT_DIR).is_dir():
         from ..cell.train import resumable_checkpoint  # imports Lightning: only where there is a checkpoint
 
@@ -98,24 +97,19 @@ def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: 
     return CellPlan(n, cell, status, detail)
 
 
-#: statuses that are findings: a rerun of the same config would give the same record
-FINISHED = ("ok", "diverged")
 #: what :func:`reuse_earlier` says of a result of this very code
 REUSED = "done earlier"
 
 
-def earlier_record(cell_dir: Path) -> dict[str, Any] | None:
+def earlier_record(cell_dir: Path) -> CellRecord | None:
     """The record in the cell folder's result.json (of any status and config), if it can be read."""
-    try:
-        return json.loads((cell_dir / RESULT_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_record(cell_dir / RESULT_FILE)
 
 
-def earlier_result(cell: Cell, cell_dir: Path) -> dict[str, Any] | None:
+def earlier_result(cell: Cell, cell_dir: Path) -> CellRecord | None:
     """The finished result (ok or diverged) of exactly this resolved config, if the cell has one."""
     result = earlier_record(cell_dir)
-    return result if result and result.get("status") in FINISHED and result.get("config_hash") == cell.run.config_hash() else None
+    return result if result and result.finished and result.config_hash == cell.run.config_hash() else None
 
 
 def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False) -> tuple[bool, str | None]:
@@ -128,7 +122,7 @@ def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: 
     result = earlier_result(cell, cell_dir)
     if result is None:
         return False, None
-    theirs = result.get("code_fingerprint")
+    theirs = result.code_fingerprint
     if theirs == fingerprint:
         return True, f"{REUSED}, reusing its result"
     change = f"code changed since its result (fingerprint {theirs[:12] if theirs else 'none'} -> {fingerprint[:12]})"
@@ -237,9 +231,9 @@ def running_pace(cell_dir: Path, *, since: float = 0.0) -> float | None:
 def earlier_timing(cell_dir: Path) -> tuple[float, int] | None:
     """(wall_time_s, steps) of a finished earlier result in ``cell_dir``, if there is one."""
     result = earlier_record(cell_dir)
-    if not result or result.get("status") not in FINISHED or not result.get("wall_time_s") or not result.get("steps"):
+    if not result or not result.finished or not result.wall_time_s or not result.steps:
         return None
-    return float(result["wall_time_s"]), int(result["steps"])
+    return float(result.wall_time_s), int(result.steps)
 
 
 def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
@@ -305,3 +299,90 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     if len(known) < len(estimates):
         text += f"; {len(estimates) - len(known)} cell(s) without an estimate"
     return text
+
+
+class MatrixProgress:
+    """The matrix's progress line: cells done of those to train, the time since the run started and
+    an ETA for the rest, from the step times of the cells done so far (their whole process: start-up,
+    training, validation), the same task and variant first (see :class:`TimeEstimator`).
+    Thread-safe: under ``--jobs`` cells start and finish in worker threads."""
+
+    def __init__(self, plans: list[CellPlan], estimator: TimeEstimator, jobs: int):
+        self.plans = {plan.n: plan for plan in plans}
+        self.estimator = estimator
+        self.jobs = jobs
+        self.start_time = time.perf_counter()
+        self.started: dict[int, float] = {}
+        self.finished: set[int] = set()
+        self._lock = threading.Lock()
+
+    def start(self, n: int) -> CellPlan:
+        with self._lock:
+            self.started[n] = time.perf_counter()
+        return self.plans[n]
+
+    def revise(self, plans: list[CellPlan]) -> None:
+        """New plans of cells that have not started: the reported cells once tuning has chosen their
+        values (those now reused, or without a choice, leave the count)."""
+        with self._lock:
+            for plan in plans:
+                if plan.n in self.started:
+                    continue
+                if plan.trains:
+                    self.plans[plan.n] = plan
+                else:
+                    self.plans.pop(plan.n, None)
+
+    def finish(self, n: int, result: CellRecord) -> float:
+        """Record cell ``n``'s end; return its seconds."""
+        with self._lock:
+            seconds = time.perf_counter() - self.started[n]
+            self.finished.add(n)
+            trained = (result.steps or 0) - (result.resumed_from_step or 0)
+            self.estimator.add(self.plans[n].cell, seconds, trained)
+        return seconds
+
+    def eta(self) -> float | None:
+        """Seconds until every cell is done: the estimates of the cells not finished (less the time
+        the running ones have had), shared by the ``jobs`` slots; None while nothing is known."""
+        now, left = time.perf_counter(), 0.0
+        with self._lock:
+            for n, plan in self.plans.items():
+                if n in self.finished:
+                    continue
+                estimate = self.estimator.seconds(plan)
+                if estimate is None:
+                    return None
+                left += max(0.0, estimate - (now - self.started[n])) if n in self.started else estimate
+        return left / min(self.jobs, max(1, len(self.plans) - len(self.finished)))
+
+    def describe(self) -> str:
+        """``3/12 trained, 5:40 elapsed, ETA 17:00``."""
+        eta = self.eta()
+        text = f"{len(self.finished)}/{len(self.plans)} trained, {format_duration(time.perf_counter() - self.start_time)} elapsed"
+        return text + (f", ETA {format_duration(eta)}" if eta is not None and len(self.finished) < len(self.plans) else "")
+
+
+def print_plan(name: str, matrix_dir: Path, plans: list[CellPlan], estimator: TimeEstimator, jobs: int,
+               notes: Sequence[str] = ()) -> int:
+    """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, ``notes``
+    (the tuned values already known), the total; the cells to train without a measured step time are
+    timed on one batch first. Writes nothing."""
+    tuning = sum(plan.cell.phase == TUNE for plan in plans)
+    counted = f"{len(plans)} cells ({tuning} tuning, {len(plans) - tuning} reported)" if tuning else f"{len(plans)} cells"
+    say(f"matrix {name}: {counted} -> {matrix_dir} (dry run: every cell validated, nothing trained)")
+    untimed = {(p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell, guess=False) is None}
+    if untimed:
+        say(f"timing a training step of {len(untimed)} variant(s) with no earlier results here...")
+        for problem in estimator.time_steps(plans, time_training_step):
+            say(f"  {problem}")
+    width = max(len(f"[{plan.n}/{len(plans)}] {plan.cell.key}") for plan in plans)
+    for plan in plans:
+        seconds = estimator.seconds(plan)
+        time_text = "" if not plan.trains else ("~?" if seconds is None else f"~{format_duration(seconds)}")
+        detail = f"  ({plan.detail})" if plan.detail else ""
+        say(f"{f'[{plan.n}/{len(plans)}] {plan.cell.key}':<{width}}  {plan.status:<13} {time_text:>9}{detail}")
+    for note in notes:
+        say(note)
+    say(describe_total(plans, estimator, jobs))
+    return 0

@@ -21,20 +21,19 @@ naming its tuning cells. The tuning seed is not a reported seed: a value picked 
 run's noise, and reporting the run would flatter the variant (selection bias).
 
 ``tune.json`` records the tuned keys, the seed, and per task its metric and direction, per variant
-every candidate's status and score and the choice; :func:`tuning_section` renders it in the summary.
-Standard library only (the task registry aside): the report reads it without the runner.
+every candidate's status and score and the choice; ``blockbench.report.tuning`` renders it in the
+summary from the file (``blockbench.record.read_tuning``), without the runner.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ..layout import TUNE_FILE, write_json
+from ..layout import TUNE_FILE
+from ..record import CellRecord
 
 #: the phases of a matrix with a ``tune:`` section: a cell's ``phase``, as cell.json, the progress
 #: lines and TensorBoard's HParams table (column ``phase``) name it
@@ -64,19 +63,20 @@ class Candidate:
         return f"{self.cell} {self.detail or self.status}"
 
 
-def candidate(values: dict[str, Any], label: str, cell: str, result: dict[str, Any] | None, metric: str) -> Candidate:
+def candidate(values: dict[str, Any], label: str, cell: str, result: CellRecord | None, metric: str) -> Candidate:
     """The candidate ``values`` scored from its tuning cell's ``result`` (None: no result of its config yet)."""
     if result is None:
         return Candidate(values, label, cell, NOT_RUN, detail="has not run")
-    status = result.get("status")
-    if status == "ok":
-        score = (result.get("metrics") or {}).get(metric)
+    if result.status == "ok":
+        score = result.metrics.get(metric)
         score = None if score is None else float(score)
         detail = "" if score is not None and math.isfinite(score) else f"has no finite {metric} ({score})"
         return Candidate(values, label, cell, "ok", score, detail)
-    if status == "diverged":
-        return Candidate(values, label, cell, "diverged", detail=f"diverged at step {result.get('diverged_at_step', '?')}")
-    return Candidate(values, label, cell, "failed", detail=f"failed ({str(result.get('error', 'no error recorded'))[:200]})")
+    if result.status == "diverged":
+        step = "?" if result.diverged_at_step is None else result.diverged_at_step
+        return Candidate(values, label, cell, "diverged", detail=f"diverged at step {step}")
+    error = "no error recorded" if result.error is None else result.error
+    return Candidate(values, label, cell, "failed", detail=f"failed ({error[:200]})")
 
 
 def choose(candidates: Sequence[Candidate], higher_is_better: bool) -> Candidate | None:

@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from tasks.lens import LENS_METRIC_PATTERN, lens_metric
 
-if TYPE_CHECKING:
-    from .results import Group
+from ..record import CellRecord
+from .results import Group
 
 #: a block's lens loss within this share of the last block's: the prediction has formed (the table's last column)
 SETTLED = 0.1
 
 
-def last_lens(result: dict[str, Any]) -> list[float] | None:
+def last_lens(result: CellRecord) -> list[float] | None:
     """The lens losses of a result's last validation, block 0 first; None if it logged none (or not
     every block's)."""
-    history = result.get("history") or []
-    if not history:
+    if not result.history:
         return None
-    metrics = history[-1].get("metrics", {})
+    metrics = result.history[-1].metrics
     layers = sorted(int(m.group(1)) for name in metrics if (m := LENS_METRIC_PATTERN.fullmatch(name)))
     if not layers or layers != list(range(len(layers))):
         return None

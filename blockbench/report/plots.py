@@ -12,14 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..layout import atomic_path
+from ..record import CellRecord, HistoryPoint
 
-History = list[dict[str, Any]]  # [{"step": int, "time_s": float, "metrics": {name: float}}, ...]
+History = list[HistoryPoint]  # a cell's validations: step, seconds since training began, every metric
 
 
 @dataclass
@@ -31,23 +32,23 @@ class VariantCurves:
     diverged: list[History] = field(default_factory=list)  # may be empty: diverged before the first validation
 
 
-#: the panel of the loss-curve points (``result.json`` ``curve``, see ``blockbench.callbacks.LossCurve``)
+#: the panel of the loss-curve points (``result.json`` ``curve``, see ``blockbench.cell.callbacks.LossCurve``)
 CURVE_METRIC = "curve_loss"
 
 
-def plotted_history(result: dict[str, Any]) -> History:
+def plotted_history(result: CellRecord) -> History:
     """A cell's validations with its loss-curve points as validations of ``CURVE_METRIC`` alone."""
-    points = (result.get("curve") or {}).get("points", [])
-    return [*(result.get("history") or []), *({"step": step, "metrics": {CURVE_METRIC: loss}} for step, loss in points)]
+    points = result.curve.points if result.curve else []
+    return [*result.history, *(HistoryPoint(step=int(step), metrics={CURVE_METRIC: loss}) for step, loss in points)]
 
 
 def metric_points(history: History, metric: str) -> list[tuple[int, float]]:
     """(step, value) of every validation that recorded a finite ``metric``."""
     points = []
     for validation in history:
-        value = validation.get("metrics", {}).get(metric)
+        value = validation.metrics.get(metric)
         if value is not None and math.isfinite(value):
-            points.append((int(validation["step"]), float(value)))
+            points.append((int(validation.step), float(value)))
     return points
 
 

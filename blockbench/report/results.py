@@ -1,5 +1,8 @@
-"""The results of a matrix read back: its settings (the runner's copy of the matrix file) and its
-cells' records grouped by task x variant, the input of every statistic of the report.
+"""The results of a matrix read back: its settings (the runner's copy of the matrix file), its cells'
+records grouped by task x variant (the input of every statistic of the report), its tuning cells'
+records, and what made them: the code versions and the machines that both a summary's header and the
+index of every matrix name. The one module of the report that reads the files of a results folder, so
+that the statistics and the rendering work on typed records (``blockbench.record``), never on paths.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from ..layout import CONFIG_FILE, MATRIX_FILE, RESULT_FILE, cell_files
+from ..layout import CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
+from ..provenance import code_fingerprint
 from ..record import CellRecord, load_record
 
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
@@ -156,3 +160,54 @@ def _model_family(config_file: Path) -> str | None:
         return None
     config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     return (config.get("model") or {}).get("family")
+
+
+def tuning_records(matrix_dir: Path) -> list[CellRecord]:
+    """The records of a matrix's tuning cells (``<matrix>/tune/cells``): no statistic reads them, but
+    their code, machine and time are part of the matrix's."""
+    return [load_record(path) for path in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
+
+
+def machines(records: list[CellRecord]) -> list[str]:
+    """The machines the cells ran on (``provenance.machine_description``), each once."""
+    return sorted({r.machine for r in records if r.machine is not None})
+
+
+def code_versions(records: list[CellRecord]) -> list[str]:
+    """``commit 595b935 (clean tree)`` per distinct code version the cells ran with (with its count
+    if there are several): a summary says which code made its numbers, and whether it was committed.
+    Cells whose code fingerprint is not this checkout's are marked stale: the numbers are still those
+    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale")."""
+    current = code_fingerprint()
+    versions: dict[str, int] = {}
+    for r in records:
+        git = r.git
+        if not git.commit:
+            continue
+        text = f"commit {git.commit[:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.dirty, "")
+        if r.code_fingerprint not in (None, current):
+            text += ", stale at this checkout (its model, task or runner code has changed since)"
+        versions[text] = versions.get(text, 0) + 1
+    if len(versions) <= 1:
+        return list(versions)
+    return [f"{text} ({n} cell{'s' if n != 1 else ''})" for text, n in versions.items()]
+
+
+def first_cell(matrix_dir: Path) -> dict[str, Any]:
+    """The ``cell.json`` of a matrix's first cell ({} without one): the runner's record of the cell."""
+    files = cell_files(matrix_dir)
+    return json.loads(files[0].read_text()) if files else {}
+
+
+def matrix_file_keys(matrix_file: Path) -> dict[str, Any]:
+    """A matrix file's top-level keys, unvalidated ({} when it is missing or does not parse)."""
+    try:
+        raw = yaml.safe_load(matrix_file.read_text()) if matrix_file.is_file() else None
+    except yaml.YAMLError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def gives_verdicts(matrix_file: Path) -> bool:
+    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a demonstration)."""
+    return matrix_file_keys(matrix_file).get("verdicts") is not False

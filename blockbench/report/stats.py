@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Any, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from scipy import stats as scipy_stats
+
+from ..record import HistoryPoint
 
 #: a value of a metric bounded on both sides is clamped to this share of its range from either
 #: edge before the logit (a share of exactly 0 or 1 has no logit): 0.1 BLEU, an accuracy of 0.001
@@ -218,12 +220,12 @@ def reaches(value: float, target: float, higher_is_better: bool) -> bool:
 
 
 def time_to_target(
-    history: Iterable[dict[str, Any]], metric: str, target: float, higher_is_better: bool
+    history: Iterable[HistoryPoint], metric: str, target: float, higher_is_better: bool
 ) -> tuple[int, float | None] | None:
     """(step, seconds since training started) of the first validation whose ``metric`` reaches
     ``target`` in the metric's direction; None if none does. Validations without the metric are skipped."""
     for validation in history:
-        value = validation.get("metrics", {}).get(metric)
+        value = validation.metrics.get(metric)
         if value is not None and reaches(float(value), target, higher_is_better):
-            return int(validation["step"]), validation.get("time_s")
+            return int(validation.step), validation.time_s
     return None

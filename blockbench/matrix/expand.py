@@ -1,0 +1,256 @@
+"""A matrix file expanded into cells: every reported cell (the axes' product) and, with ``tune:``,
+every tuning cell, each validated before anything is written; their labels (variant, candidate,
+TensorBoard run) and the folder each cell gets (``cells/<task>/<variant>/seed<k>``, a tuning cell's
+under ``tune/cells/``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..config import ConfigError, MatrixConfig, RunConfig, build_run_config, describe_validation_error, load_yaml
+from ..layout import TUNE_DIR, cell_directory, cell_folder, folder_name, tuning_cell_directory
+from .tuning import REPORT, TUNE
+
+#: axes that identify a cell's row (task) and repetition (seed) rather than its variant
+NON_VARIANT_AXES = ("task", "task.name", "seed")
+#: the HParams column that says whether a run tuned or is reported (a matrix with ``tune:``)
+PHASE_HPARAM = "phase"
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int
+    run: RunConfig
+    task: str
+    variant: str
+    seed: int
+    axes: dict[str, Any]
+    #: the cell's TensorBoard run, ``<task>/<short variant>/seed<k>`` (see :func:`tensorboard_run_names`)
+    tb_run: str = ""
+    #: in a matrix with ``tune:``, ``tune`` for a tuning cell and ``report`` for a reported one; else None
+    phase: str | None = None
+    #: the tuned keys' values the cell trains with: a tuning cell's candidate, a reported cell's choice
+    #: (empty until tuning has chosen)
+    tuned: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``task/variant/seed<k>``: the cell's readable name in messages; a tuning cell's is
+        ``tune/task/variant/<candidate>/seed<k>``."""
+        if self.phase == TUNE:
+            return f"{TUNE_DIR}/{self.task}/{self.variant}/{self.candidate}/seed{self.seed}"
+        return f"{self.task}/{self.variant}/seed{self.seed}"
+
+    @property
+    def candidate(self) -> str:
+        """The tuned values as a label, ``lr=0.001`` (see :func:`candidate_label`)."""
+        return candidate_label(self.tuned)
+
+    @property
+    def folder(self) -> str:
+        """The variant's folder name: ``variant`` made one safe path part (see ``layout.folder_name``)."""
+        return folder_name(self.variant)
+
+    def directory(self, matrix_dir: Path) -> Path:
+        """``cells/<task>/<variant folder>/seed<k>`` (see ``layout.cell_directory``); a tuning cell's
+        ``tune/cells/<task>/<variant folder>/<candidate folder>/seed<k>``."""
+        if self.phase == TUNE:
+            return tuning_cell_directory(matrix_dir, self.task, self.variant, self.candidate, self.seed)
+        return cell_directory(matrix_dir, self.task, self.variant, self.seed)
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The cell's axes for TensorBoard's HParams table, a task axis shown by its label (``lm``)
+        rather than the mapping that configures it (``{name: lm, n_train_tokens: 100000}``); in a
+        matrix with ``tune:``, also the tuned values and the phase."""
+        hparams = {key: self.task if key in ("task", "task.name") else value for key, value in self.axes.items()}
+        return {**hparams, **self.tuned, **({PHASE_HPARAM: self.phase} if self.phase else {})}
+
+
+def candidate_label(tuned: dict[str, Any]) -> str:
+    """``{"optimizer.lr": 0.001}`` -> ``lr=0.001``: tuned values named as variants are (:func:`axis_names`)."""
+    keys = list(tuned)
+    return ",".join(f"{name}={tuned[key]}" for name, key in zip(axis_names(keys), keys))
+
+
+def variant_label(axes: dict[str, Any]) -> str:
+    """``{"model.norm_placement": "pre"}`` -> ``norm_placement=pre``; the last key part unless ambiguous."""
+    keys = [k for k in axes if k not in NON_VARIANT_AXES]
+    return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys)) or "default"
+
+
+def axis_names(keys: list[str]) -> list[str]:
+    """The names of variant axes in labels: the last key part (``norm_placement``), unless two keys share it."""
+    leaves = [k.rsplit(".", 1)[-1] for k in keys]
+    return leaves if len(set(leaves)) == len(leaves) else keys
+
+
+def tensorboard_run_names(cells: list[Cell]) -> list[str]:
+    """Each cell's TensorBoard run, ``<task>/<short variant>/seed<k>``: the variant's axis values alone
+    (``translation/post/seed0``), so that a run list which cuts long names still tells the variants
+    apart; the full keys are in the HParams table. A value that does not name itself (a number, a
+    bool, None, a mapping) keeps its key (``lm/n_kv_heads=4/seed0``), as does a value that another axis
+    takes too; a character that cannot be part of a folder name is percent-encoded as in the cell's
+    folder (``layout.folder_name``). Should the short names still collide, every run is named after
+    its cell folder (``layout.cell_folder``)."""
+    keys = [k for k in (cells[0].axes if cells else {}) if k not in NON_VARIANT_AXES]
+    values = {key: [cell.axes[key] for cell in cells] for key in keys}
+
+    def names_itself(key: str) -> bool:
+        taken_elsewhere = {str(v) for other in keys if other != key for v in values[other]}
+        return all(isinstance(v, str) and v not in taken_elsewhere for v in values[key])
+
+    bare = {key: names_itself(key) for key in keys}
+    names = []
+    for cell in cells:
+        parts = [str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
+                 for name, key in zip(axis_names(keys), keys)]
+        names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
+    if len(set(names)) < len(names):
+        names = [cell_folder(cell.task, cell.variant, cell.seed).as_posix() for cell in cells]
+    return names
+
+
+def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
+    """Read and validate a matrix file and every cell it expands to (its tuning cells too, see
+    :func:`expand_matrix`); return the matrix and its reported cells; raise ConfigError listing all problems."""
+    expansion = expand_matrix(path)
+    return expansion.matrix, expansion.cells
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A matrix file, read and validated: its reported cells (the axes' product), its tuning cells
+    (``tune:``, see :mod:`blockbench.matrix.tuning`) and what builds a cell's config."""
+
+    path: Path
+    matrix: MatrixConfig
+    base: dict[str, Any]
+    cells: list[Cell] = field(default_factory=list)
+    tuning: list[Cell] = field(default_factory=list)
+
+    def run_config(self, axes: dict[str, Any], extra: dict[str, Any] | None = None) -> RunConfig:
+        """The config of the cell at ``axes`` with ``extra`` keys set (tuned values, a tuning seed);
+        raises ConfigError."""
+        # whole sections first ("task: wikitext103"), so that deeper keys ("task.seq_len") refine them
+        settings = {**self.matrix.overrides, **axes, **(extra or {})}
+        return build_run_config(self.base, dict(sorted(settings.items(), key=lambda item: item[0].count("."))))
+
+    def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
+        """The reported ``cell`` with the values tuning ``chosen`` set in its config (and so in its hash)."""
+        return replace(cell, run=self.run_config(cell.axes, chosen), tuned=dict(chosen))
+
+
+def expand_matrix(path: str | Path) -> Expansion:
+    """Read and validate a matrix file, every reported cell and every tuning cell; raise ConfigError
+    listing all problems, before anything is written."""
+    path = Path(path)
+    raw = load_yaml(path)
+    try:
+        matrix = MatrixConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(f"{path}: {line}" for line in describe_validation_error(exc))) from None
+    base: dict[str, Any] = {}
+    if matrix.base:
+        base = load_yaml((path.parent / matrix.base).resolve())
+    expansion = Expansion(path, matrix, base)
+
+    cells, problems = [], []
+    phase = REPORT if matrix.tune else None
+    for index, values in enumerate(itertools.product(*matrix.axes.values())):
+        axes = dict(zip(matrix.axes, values))
+        try:
+            run = expansion.run_config(axes)
+        except ConfigError as exc:
+            problems += [f"{path} [cell {axes_text(axes)}]: {line}" for line in str(exc).splitlines()]
+            continue
+        cells.append(Cell(index, run, run.task.display_name, variant_label(axes), run.seed, axes, phase=phase))
+    tuning, tuning_problems = tuning_cells(expansion, cells)
+    problems += folder_problems(path, cells) + tuning_problems + folder_problems(path, tuning)
+    if problems:
+        # the same mistake usually breaks every cell: report each distinct problem once
+        raise ConfigError("\n".join(dict.fromkeys(problems)))
+    cells = [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells))]
+    # a tuning cell's run: tune/<its variant's run>/<candidate>/seed<k>, e.g. tune/lm/post/lr=0.001/seed1000
+    variant_runs = {(cell.task, cell.variant): cell.tb_run.rsplit("/", 1)[0] for cell in cells}
+    tuning = [replace(cell, tb_run=f"{TUNE_DIR}/{variant_runs[cell.task, cell.variant]}/{folder_name(cell.candidate)}/"
+                                   f"seed{cell.seed}") for cell in tuning]
+    return replace(expansion, cells=cells, tuning=tuning)
+
+
+def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], list[str]]:
+    """The tuning cells of a matrix with ``tune:``: for each task x variant of ``cells``, one per
+    combination of the candidates, at ``tune_seed``; and the problems that keep them from running
+    (a candidate the config rejects, a tuning seed that is also a reported one)."""
+    matrix, path = expansion.matrix, expansion.path
+    if not matrix.tune:
+        return [], []
+    problems = []
+    seeds = sorted({cell.seed for cell in cells})
+    if matrix.tune_seed in seeds:
+        problems.append(
+            f"{path}: tune_seed {matrix.tune_seed} is also a reported seed ({', '.join(map(str, seeds))}); a value "
+            "picked on a run fits that run's noise, so the tuning run must not be reported: set tune_seed to a seed "
+            f"the matrix does not report, e.g. tune_seed: {max(seeds) + 1000}"
+        )
+    variants: dict[tuple[str, str], Cell] = {}  # the first reported cell of each task x variant
+    for cell in cells:
+        variants.setdefault((cell.task, cell.variant), cell)
+    tuning = []
+    for cell in variants.values():
+        axes = {key: value for key, value in cell.axes.items() if key != "seed"}
+        for values in itertools.product(*matrix.tune.values()):
+            tuned = dict(zip(matrix.tune, values))
+            try:
+                run = expansion.run_config(axes, {**tuned, "seed": matrix.tune_seed})
+            except ConfigError as exc:
+                where = f"{path} [tuning cell {axes_text({**axes, **tuned})}]"
+                problems += [f"{where}: {line}" for line in str(exc).splitlines()]
+                continue
+            seeded = {**axes, "seed": run.seed} if "seed" in cell.axes else axes
+            tuning.append(Cell(len(tuning), run, cell.task, cell.variant, run.seed, seeded, phase=TUNE, tuned=tuned))
+    return tuning, problems
+
+
+#: longest file name most file systems allow (ext4, XFS, APFS: 255 bytes)
+MAX_FOLDER_NAME_BYTES = 255
+
+
+def folder_problems(path: Path, cells: list[Cell]) -> list[str]:
+    """What keeps the cells from each having a folder of their own: a cell whose folder another cell
+    already has would overwrite its result (e.g. ``task: [lm, {name: lm, seq_len: 64}]``, both
+    labelled ``lm``, or a repeated axis value), and a variant folder name can be too long."""
+    owners: dict[Path, Cell] = {}
+    problems = []
+    for cell in cells:
+        names = {"variant": (cell.folder, "axis")}
+        if cell.tuned:
+            names["candidate"] = (folder_name(cell.candidate), "tune")
+        for what, (name, source) in names.items():
+            if len(name.encode()) > MAX_FOLDER_NAME_BYTES:
+                problems.append(
+                    f"{path} [cell {axes_text({**cell.axes, **cell.tuned})}]: the {what}'s folder name would have "
+                    f"{len(name.encode())} characters, more than file systems allow ({MAX_FOLDER_NAME_BYTES}); use "
+                    f"shorter {source} values"
+                )
+        folder = cell.directory(Path())
+        owner = owners.setdefault(folder, cell)
+        if owner is not cell:
+            problems.append(
+                f"{path}: cells [{axes_text({**owner.axes, **owner.tuned})}] and [{axes_text({**cell.axes, **cell.tuned})}] "
+                f"would share the folder {folder}; give their tasks distinct task.label values or make the axis (or tune) "
+                "values distinct"
+            )
+    return problems
+
+
+def axes_text(axes: dict[str, Any]) -> str:
+    """``task=lm, seed=0``: a cell's axis values in messages."""
+    return ", ".join(f"{k}={v}" for k, v in axes.items())
+

@@ -1,0 +1,115 @@
+"""The index of a results root, ``results/README.md``: the verdicts of every matrix folder there, from
+the same statistics as each one's summary (``analysis.analyze``, worded as ``section.comparisons``),
+with the code, machines and cost that made them, and the matrices not run yet with the command that
+runs them. One page that says what the benchmark has found so far, refreshed by ``blockbench matrix``
+after each run and by ``blockbench report --index``; ``verdicts`` words it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomic
+from ..record import CellRecord, read_matrix_run
+from .analysis import analyze
+from .results import MatrixSettings, code_versions, first_cell, gives_verdicts, machines, matrix_file_keys, tuning_records
+from .section import comparisons
+from .verdicts import Index, MatrixVerdicts, NotRun, index_markdown
+
+
+def write_index(results_root: Path, matrices: Path | None = None, *, command: str | None = None) -> str:
+    """Write ``<results_root>/README.md``, the verdicts of every matrix folder there (see
+    ``blockbench.report.verdicts``) from the same statistics as each one's summary; return the markdown.
+
+    Matrices without a finished or diverged cell are listed as not run yet, with the command that runs
+    them: those of ``results_root`` and every matrix file in ``matrices`` (a folder such as
+    ``configs/matrix``; default: the folders of the matrix files the results were made from). Tuning
+    cells (``<matrix>/tune/``) are not the reported seeds: no verdict reads them. ``command``: the
+    command the index says made it (default ``blockbench report --index <results_root>``)."""
+    results_root = Path(results_root)
+    folders = sorted(p for p in results_root.iterdir() if p.is_dir() and ((p / CELLS_DIR).is_dir() or (p / MATRIX_FILE).is_file()))
+    index = Index(command or f"blockbench report --index {results_root}")
+    files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
+    for folder in folders:
+        if not gives_verdicts(folder / MATRIX_FILE):
+            index.demonstrations.append(folder.name)
+            continue
+        _, groups, analyses = analyze(folder)
+        results, tuning = [r for g in groups for r in g.results], tuning_records(folder)
+        if not any(g.ok or g.diverged for g in groups):
+            failed = sum(len(g.failed) for g in groups)
+            reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
+            index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason,
+                                        _description(files.get(folder.name, folder / MATRIX_FILE))))
+            continue
+        unfinished = MatrixSettings.load(folder).without_result(folder, len(results))
+        index.matrices.append(MatrixVerdicts(folder.name, [c for analysis in analyses for c in comparisons(analysis)],
+                                             has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
+                                             code=tuple(code_versions(results + tuning)),
+                                             machines=tuple(machines(results + tuning)),
+                                             cost=_cost(folder, results, tuning)))
+    ran = {folder.name for folder in folders}
+    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results", _description(path)) for name, path in files.items()
+                      if name not in ran and gives_verdicts(path)]
+    index.not_run.sort(key=lambda m: m.name)
+    markdown = index_markdown(index)
+    write_atomic(results_root / INDEX_FILE, markdown)
+    return markdown
+
+
+def _recorded_matrix_file(folder: Path) -> str | None:
+    """The path of the matrix file the results ``folder`` was made from, as its first cell records it."""
+    return (first_cell(folder).get("matrix_file") or {}).get("path")
+
+
+def _recorded_matrix_folders(folders: list[Path]) -> list[Path]:
+    """The folders of the matrix files these results were made from (``cell.json``), where they still exist."""
+    recorded = [_recorded_matrix_file(folder) for folder in folders]
+    return list(dict.fromkeys(Path(path).parent for path in recorded if path and Path(path).is_file()))
+
+
+def _matrix_files(folders: Path | list[Path]) -> dict[str, Path]:
+    """Matrix name -> its file, for every matrix file (a YAML with ``name`` and ``axes``) in ``folders``."""
+    files: dict[str, Path] = {}
+    for folder in [folders] if isinstance(folders, Path) else folders:
+        for path in sorted(folder.glob("*.y*ml")):
+            try:
+                raw = yaml.safe_load(path.read_text())
+            except yaml.YAMLError:
+                continue  # not a matrix file the runner could read either; `blockbench matrix` says why
+            if isinstance(raw, dict) and isinstance(raw.get("name"), str) and "axes" in raw:
+                files.setdefault(raw["name"], path)
+    return files
+
+
+def _description(matrix_file: Path) -> str:
+    """The matrix file's ``description`` ("" without one, or when the file does not parse)."""
+    return str(matrix_file_keys(matrix_file).get("description") or "").strip()
+
+
+def _run_command(folder: Path, files: dict[str, Path]) -> str:
+    """The command that runs the matrix of the results ``folder``: its file's, the one its cells record, or its last run's."""
+    if folder.name in files:
+        return f"blockbench matrix {files[folder.name]}"
+    recorded = _recorded_matrix_file(folder)
+    if recorded:
+        return f"blockbench matrix {recorded}"
+    run = read_matrix_run(folder)
+    return run.command if run else f"blockbench matrix <the matrix file of {folder.name}>"
+
+
+def _cost(folder: Path, results: list[CellRecord], tuning: list[CellRecord]) -> str | None:
+    """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes (36 cells)``:
+    the matrix's last run (``matrix_run.json``), then the processes' time of every cell with a result
+    (``results``, the reported cells' as loaded for the statistics, and ``tuning``, the tuning cells'): what the
+    whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
+    run = read_matrix_run(folder)
+    seconds = [r.wall_time_s for r in results + tuning if r.wall_time_s is not None]
+    parts = [f"`{run.command}`, {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells trained"] if run else []
+    if seconds:
+        total = sum(seconds)
+        took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"  # as the run's wall time
+        parts.append(f"{took} of cell processes ({len(seconds)} cells)")
+    return "; ".join(parts) or None
