@@ -27,10 +27,11 @@ import importlib.util
 import math
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -87,61 +88,136 @@ def _seq2seq_batch(torch, generator, dims: Dims) -> tuple:
 
 
 def _ours(model_fields: dict[str, Any]):
-    from models import ModelConfig, build_model
+    from blockbench.models import ModelConfig, build_model
 
     return build_model(ModelConfig(**model_fields))
 
 
 def ours_lm_gpt(torch, generator, dims: Dims) -> Run:
-    from tasks.lm import next_token_loss
+    from blockbench.tasks.lm import next_token_loss
 
-    model = _ours(dict(family="decoder_lm", vocab_size=dims.vocab, max_seq_len=dims.seq_len, d_model=dims.d_model,
-                       n_layers=dims.n_layers, n_heads=dims.n_heads, d_ff=dims.d_ff, activation="gelu",
-                       norm="layernorm", norm_placement="pre", pos_encoding="learned", bias=True, tie_embeddings=True))
+    model = _ours(
+        dict(
+            family="decoder_lm",
+            vocab_size=dims.vocab,
+            max_seq_len=dims.seq_len,
+            d_model=dims.d_model,
+            n_layers=dims.n_layers,
+            n_heads=dims.n_heads,
+            d_ff=dims.d_ff,
+            activation="gelu",
+            norm="layernorm",
+            norm_placement="pre",
+            pos_encoding="learned",
+            bias=True,
+            tie_embeddings=True,
+        )
+    )
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), dims.batch * dims.seq_len,
-               "blockbench decoder_lm; loss: tasks.lm.next_token_loss (as the LM tasks train)")
+    return Run(
+        model,
+        (rows,),
+        lambda m, b: next_token_loss(m, b[0]),
+        dims.batch * dims.seq_len,
+        "blockbench decoder_lm; loss: tasks.lm.next_token_loss (as the LM tasks train)",
+    )
 
 
 def ours_lm_llama(torch, generator, dims: Dims) -> Run:
-    from tasks.lm import next_token_loss
+    from blockbench.tasks.lm import next_token_loss
 
-    model = _ours(dict(family="decoder_lm", vocab_size=dims.vocab, max_seq_len=dims.seq_len, d_model=dims.d_model,
-                       n_layers=dims.n_layers, n_heads=dims.n_heads, n_kv_heads=dims.n_kv_heads, d_ff=dims.d_ff,
-                       ffn="swiglu", norm="rmsnorm", norm_eps=1e-6, norm_placement="pre", pos_encoding="rope",
-                       bias=False, tie_embeddings=False))
+    model = _ours(
+        dict(
+            family="decoder_lm",
+            vocab_size=dims.vocab,
+            max_seq_len=dims.seq_len,
+            d_model=dims.d_model,
+            n_layers=dims.n_layers,
+            n_heads=dims.n_heads,
+            n_kv_heads=dims.n_kv_heads,
+            d_ff=dims.d_ff,
+            ffn="swiglu",
+            norm="rmsnorm",
+            norm_eps=1e-6,
+            norm_placement="pre",
+            pos_encoding="rope",
+            bias=False,
+            tie_embeddings=False,
+        )
+    )
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), lambda m, b: next_token_loss(m, b[0]), dims.batch * dims.seq_len,
-               f"blockbench decoder_lm (rmsnorm, rope, swiglu with d_ff {dims.d_ff} = hidden {_gated(dims)}, "
-               f"n_kv_heads {dims.n_kv_heads}, no bias)")
+    return Run(
+        model,
+        (rows,),
+        lambda m, b: next_token_loss(m, b[0]),
+        dims.batch * dims.seq_len,
+        f"blockbench decoder_lm (rmsnorm, rope, swiglu with d_ff {dims.d_ff} = hidden {_gated(dims)}, "
+        f"n_kv_heads {dims.n_kv_heads}, no bias)",
+    )
 
 
 def ours_vit(torch, generator, dims: Dims) -> Run:
-    from tasks.vision import classification_loss
+    from blockbench.tasks.vision import classification_loss
 
-    model = _ours(dict(family="vit", image_size=dims.image_size, patch_size=dims.patch_size, in_channels=3,
-                       n_classes=dims.n_classes, d_model=dims.d_model, n_layers=dims.n_layers, n_heads=dims.n_heads,
-                       d_ff=dims.d_ff, activation="gelu", norm="layernorm", norm_placement="pre",
-                       pos_encoding="learned", bias=True))
-    return Run(model, _image_batch(torch, generator, dims), lambda m, b: classification_loss(m, *b), dims.batch,
-               "blockbench vit; loss: tasks.vision.classification_loss")
+    model = _ours(
+        dict(
+            family="vit",
+            image_size=dims.image_size,
+            patch_size=dims.patch_size,
+            in_channels=3,
+            n_classes=dims.n_classes,
+            d_model=dims.d_model,
+            n_layers=dims.n_layers,
+            n_heads=dims.n_heads,
+            d_ff=dims.d_ff,
+            activation="gelu",
+            norm="layernorm",
+            norm_placement="pre",
+            pos_encoding="learned",
+            bias=True,
+        )
+    )
+    return Run(
+        model,
+        _image_batch(torch, generator, dims),
+        lambda m, b: classification_loss(m, *b),
+        dims.batch,
+        "blockbench vit; loss: tasks.vision.classification_loss",
+    )
 
 
 def ours_seq2seq(torch, generator, dims: Dims) -> Run:
-    from tasks.translation import teacher_forcing_loss
+    from blockbench.tasks.translation import teacher_forcing_loss
 
-    model = _ours(dict(family="encoder_decoder", vocab_size=dims.vocab, max_seq_len=dims.seq_len + 1,
-                       d_model=dims.d_model, n_layers=dims.n_layers, n_heads=dims.n_heads, d_ff=dims.d_ff,
-                       activation=dims.activation, norm="layernorm", norm_placement=dims.norm_placement,
-                       pos_encoding="sinusoidal", bias=True, tie_embeddings=True))
-    return Run(model, _seq2seq_batch(torch, generator, dims), lambda m, b: teacher_forcing_loss(m, *b, pad_id=0),
-               dims.batch * dims.seq_len,
-               "blockbench encoder_decoder; loss: tasks.translation.teacher_forcing_loss (padding masks as in training)")
+    model = _ours(
+        dict(
+            family="encoder_decoder",
+            vocab_size=dims.vocab,
+            max_seq_len=dims.seq_len + 1,
+            d_model=dims.d_model,
+            n_layers=dims.n_layers,
+            n_heads=dims.n_heads,
+            d_ff=dims.d_ff,
+            activation=dims.activation,
+            norm="layernorm",
+            norm_placement=dims.norm_placement,
+            pos_encoding="sinusoidal",
+            bias=True,
+            tie_embeddings=True,
+        )
+    )
+    return Run(
+        model,
+        _seq2seq_batch(torch, generator, dims),
+        lambda m, b: teacher_forcing_loss(m, *b, pad_id=0),
+        dims.batch * dims.seq_len,
+        "blockbench encoder_decoder; loss: tasks.translation.teacher_forcing_loss (padding masks as in training)",
+    )
 
 
 # --------------------------------------------------------------------------------- references
 def _gated(dims: Dims) -> int:
-    from models.mlp import gated_hidden_size
+    from blockbench.models.mlp import gated_hidden_size
 
     return gated_hidden_size(dims.d_ff)
 
@@ -160,30 +236,61 @@ def _lm_logits_loss(torch):
 def hf_gpt2(torch, generator, dims: Dims) -> Run:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=dims.vocab, n_positions=dims.seq_len, n_embd=dims.d_model, n_layer=dims.n_layers,
-                        n_head=dims.n_heads, n_inner=dims.d_ff, activation_function="gelu", resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=dims.vocab,
+        n_positions=dims.seq_len,
+        n_embd=dims.d_model,
+        n_layer=dims.n_layers,
+        n_head=dims.n_heads,
+        n_inner=dims.d_ff,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), _lm_logits_loss(torch), dims.batch * dims.seq_len,
-               "transformers GPT2LMHeadModel, sdpa attention, exact GELU (GPT-2's default is the tanh approximation), tied")
+    return Run(
+        model,
+        (rows,),
+        _lm_logits_loss(torch),
+        dims.batch * dims.seq_len,
+        "transformers GPT2LMHeadModel, sdpa attention, exact GELU (GPT-2's default is the tanh approximation), tied",
+    )
 
 
 def hf_llama(torch, generator, dims: Dims) -> Run:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=dims.vocab, hidden_size=dims.d_model, intermediate_size=_gated(dims),
-                         num_hidden_layers=dims.n_layers, num_attention_heads=dims.n_heads,
-                         num_key_value_heads=dims.n_kv_heads, max_position_embeddings=dims.seq_len,
-                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    config = LlamaConfig(
+        vocab_size=dims.vocab,
+        hidden_size=dims.d_model,
+        intermediate_size=_gated(dims),
+        num_hidden_layers=dims.n_layers,
+        num_attention_heads=dims.n_heads,
+        num_key_value_heads=dims.n_kv_heads,
+        max_position_embeddings=dims.seq_len,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), _lm_logits_loss(torch), dims.batch * dims.seq_len,
-               "transformers LlamaForCausalLM, sdpa attention, rope_theta 1e4, untied")
+    return Run(
+        model,
+        (rows,),
+        _lm_logits_loss(torch),
+        dims.batch * dims.seq_len,
+        "transformers LlamaForCausalLM, sdpa attention, rope_theta 1e4, untied",
+    )
 
 
-NANOGPT_HINT = ("pass --nanogpt PATH (nanoGPT's model.py, or the folder of a clone of "
-                "https://github.com/karpathy/nanoGPT; it is a repository, not a pip package)")
+NANOGPT_HINT = (
+    "pass --nanogpt PATH (nanoGPT's model.py, or the folder of a clone of "
+    "https://github.com/karpathy/nanoGPT; it is a repository, not a pip package)"
+)
 
 
 def load_nanogpt(path: str | Path) -> ModuleType:
@@ -230,20 +337,35 @@ def nanogpt(torch, generator, dims: Dims, source: str | Path) -> Run:
     F.cross_entropy on the logits inside its forward."""
     module = load_nanogpt(source)
     if dims.d_ff != 4 * dims.d_model:
-        raise ValueError(f"nanoGPT's MLP is 4 x n_embd = {4 * dims.d_model} wide, not d_ff {dims.d_ff}: "
-                         "it cannot build this shape")
-    config = module.GPTConfig(block_size=dims.seq_len, vocab_size=dims.vocab, n_layer=dims.n_layers,
-                              n_head=dims.n_heads, n_embd=dims.d_model, dropout=0.0, bias=True)
+        raise ValueError(
+            f"nanoGPT's MLP is 4 x n_embd = {4 * dims.d_model} wide, not d_ff {dims.d_ff}: it cannot build this shape"
+        )
+    config = module.GPTConfig(
+        block_size=dims.seq_len,
+        vocab_size=dims.vocab,
+        n_layer=dims.n_layers,
+        n_head=dims.n_heads,
+        n_embd=dims.d_model,
+        dropout=0.0,
+        bias=True,
+    )
     model = module.GPT(config)
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
     inputs, targets = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # X and Y as its get_batch makes them
-    return Run(model, (inputs, targets), lambda m, b: m(*b)[1], dims.batch * dims.seq_len,
-               f"nanoGPT model.py ({Path(source).expanduser()}, sha256 {file_digest(source)}): GPTConfig(bias=True, "
-               "dropout=0.0), SDPA attention, exact GELU, learned positions, tied; loss: model(X, Y) as its train.py")
+    return Run(
+        model,
+        (inputs, targets),
+        lambda m, b: m(*b)[1],
+        dims.batch * dims.seq_len,
+        f"nanoGPT model.py ({Path(source).expanduser()}, sha256 {file_digest(source)}): GPTConfig(bias=True, "
+        "dropout=0.0), SDPA attention, exact GELU, learned positions, tied; loss: model(X, Y) as its train.py",
+    )
 
 
-LITGPT_HINT = ("pip install litgpt (not beside constraints.txt's pins: litgpt 0.5.10+ needs huggingface-hub<1.4, "
-               "transformers 5 >=1.31; 0.5.8-0.5.9 need numpy<2)")
+LITGPT_HINT = (
+    "pip install litgpt (not beside constraints.txt's pins: litgpt 0.5.10+ needs huggingface-hub<1.4, "
+    "transformers 5 >=1.31; 0.5.8-0.5.9 need numpy<2)"
+)
 
 
 def _litgpt(dims: Dims, tie: bool, **fields) -> Any:
@@ -251,9 +373,17 @@ def _litgpt(dims: Dims, tie: bool, **fields) -> Any:
     default is GPT-NeoX's parallel one) and an unpadded vocabulary (``padded_vocab_size``)."""
     from litgpt import GPT, Config
 
-    config = Config(name=f"blockbench_{dims.d_model}x{dims.n_layers}", block_size=dims.seq_len, vocab_size=dims.vocab,
-                    padded_vocab_size=dims.vocab, n_layer=dims.n_layers, n_embd=dims.d_model, n_head=dims.n_heads,
-                    parallel_residual=False, **fields)
+    config = Config(
+        name=f"blockbench_{dims.d_model}x{dims.n_layers}",
+        block_size=dims.seq_len,
+        vocab_size=dims.vocab,
+        padded_vocab_size=dims.vocab,
+        n_layer=dims.n_layers,
+        n_embd=dims.d_model,
+        n_head=dims.n_heads,
+        parallel_residual=False,
+        **fields,
+    )
     model = GPT(config)
     if tie:  # what litgpt's pretrain.py does with --train.tie_embeddings true
         model.transformer.wte.weight = model.lm_head.weight
@@ -272,27 +402,55 @@ def litgpt_gpt(torch, generator, dims: Dims) -> Run:
     GptNeoxMLP of width d_ff with exact GELU, the sequential residual, tied embeddings. litgpt has
     no learned position table: its positions are always rotary, here on a quarter of each head's
     dimensions (``rotary_percentage`` 0.25, its default and GPT-NeoX's)."""
-    model = _litgpt(dims, tie=True, norm_class_name="LayerNorm", norm_eps=1e-5, bias=True,
-                    mlp_class_name="GptNeoxMLP", intermediate_size=dims.d_ff, gelu_approximate="none",
-                    rotary_percentage=0.25)
+    model = _litgpt(
+        dims,
+        tie=True,
+        norm_class_name="LayerNorm",
+        norm_eps=1e-5,
+        bias=True,
+        mlp_class_name="GptNeoxMLP",
+        intermediate_size=dims.d_ff,
+        gelu_approximate="none",
+        rotary_percentage=0.25,
+    )
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), _litgpt_loss, dims.batch * dims.seq_len,
-               "litgpt GPT (LayerNorm, GptNeoxMLP exact GELU, biases, sequential residual, tied as pretrain.py's "
-               "tie_embeddings); differs: RoPE on 25% of each head (rotary_percentage 0.25) instead of learned "
-               "positions; loss: litgpt.utils.chunked_cross_entropy (F.cross_entropy over 128-token chunks, as pretrain.py)",
-               -dims.seq_len * dims.d_model, "no learned position table: litgpt's positions are rotary")
+    return Run(
+        model,
+        (rows,),
+        _litgpt_loss,
+        dims.batch * dims.seq_len,
+        "litgpt GPT (LayerNorm, GptNeoxMLP exact GELU, biases, sequential residual, tied as pretrain.py's "
+        "tie_embeddings); differs: RoPE on 25% of each head (rotary_percentage 0.25) instead of learned "
+        "positions; loss: litgpt.utils.chunked_cross_entropy (F.cross_entropy over 128-token chunks, as pretrain.py)",
+        -dims.seq_len * dims.d_model,
+        "no learned position table: litgpt's positions are rotary",
+    )
 
 
 def litgpt_llama(torch, generator, dims: Dims) -> Run:
     """litgpt's GPT with the Llama shape: RMSNorm (eps 1e-6), LLaMAMLP (SwiGLU) of blockbench's gated
     width, RoPE on the whole head (base 1e4), grouped-query attention, no biases, untied."""
-    model = _litgpt(dims, tie=False, norm_class_name="RMSNorm", norm_eps=1e-6, bias=False,
-                    mlp_class_name="LLaMAMLP", intermediate_size=_gated(dims), n_query_groups=dims.n_kv_heads,
-                    rotary_percentage=1.0, rope_base=10000)
+    model = _litgpt(
+        dims,
+        tie=False,
+        norm_class_name="RMSNorm",
+        norm_eps=1e-6,
+        bias=False,
+        mlp_class_name="LLaMAMLP",
+        intermediate_size=_gated(dims),
+        n_query_groups=dims.n_kv_heads,
+        rotary_percentage=1.0,
+        rope_base=10000,
+    )
     rows = _token_batch(torch, generator, dims.batch, dims.seq_len + 1, dims.vocab)
-    return Run(model, (rows,), _litgpt_loss, dims.batch * dims.seq_len,
-               f"litgpt GPT (RMSNorm, LLaMAMLP hidden {_gated(dims)}, RoPE base 1e4, n_query_groups {dims.n_kv_heads} "
-               "(keys and values repeated per query head), no bias, untied); loss: litgpt.utils.chunked_cross_entropy")
+    return Run(
+        model,
+        (rows,),
+        _litgpt_loss,
+        dims.batch * dims.seq_len,
+        f"litgpt GPT (RMSNorm, LLaMAMLP hidden {_gated(dims)}, RoPE base 1e4, n_query_groups {dims.n_kv_heads} "
+        "(keys and values repeated per query head), no bias, untied); loss: litgpt.utils.chunked_cross_entropy",
+    )
 
 
 _CLS_POSITION = "a position embedding for the CLS token, which blockbench's ViT does not give it"
@@ -302,27 +460,57 @@ def timm_vit(torch, generator, dims: Dims) -> Run:
     import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
 
-    model = VisionTransformer(img_size=dims.image_size, patch_size=dims.patch_size, embed_dim=dims.d_model,
-                              depth=dims.n_layers, num_heads=dims.n_heads, mlp_ratio=dims.d_ff / dims.d_model,
-                              num_classes=dims.n_classes, qkv_bias=True, global_pool="token")
-    return Run(model, _image_batch(torch, generator, dims), lambda m, b: F.cross_entropy(m(b[0]), b[1]), dims.batch,
-               "timm VisionTransformer (class token, fused SDPA attention, qkv bias; default weight_init, "
-               "init_weights_vit_timm)", dims.d_model, _CLS_POSITION)
+    model = VisionTransformer(
+        img_size=dims.image_size,
+        patch_size=dims.patch_size,
+        embed_dim=dims.d_model,
+        depth=dims.n_layers,
+        num_heads=dims.n_heads,
+        mlp_ratio=dims.d_ff / dims.d_model,
+        num_classes=dims.n_classes,
+        qkv_bias=True,
+        global_pool="token",
+    )
+    return Run(
+        model,
+        _image_batch(torch, generator, dims),
+        lambda m, b: F.cross_entropy(m(b[0]), b[1]),
+        dims.batch,
+        "timm VisionTransformer (class token, fused SDPA attention, qkv bias; default weight_init, "
+        "init_weights_vit_timm)",
+        dims.d_model,
+        _CLS_POSITION,
+    )
 
 
 def hf_vit(torch, generator, dims: Dims) -> Run:
     import torch.nn.functional as F
     from transformers import ViTConfig, ViTForImageClassification
 
-    config = ViTConfig(hidden_size=dims.d_model, num_hidden_layers=dims.n_layers, num_attention_heads=dims.n_heads,
-                       intermediate_size=dims.d_ff, hidden_act="gelu", hidden_dropout_prob=0.0,
-                       attention_probs_dropout_prob=0.0, image_size=dims.image_size, patch_size=dims.patch_size,
-                       num_channels=3, num_labels=dims.n_classes, qkv_bias=True)
+    config = ViTConfig(
+        hidden_size=dims.d_model,
+        num_hidden_layers=dims.n_layers,
+        num_attention_heads=dims.n_heads,
+        intermediate_size=dims.d_ff,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        image_size=dims.image_size,
+        patch_size=dims.patch_size,
+        num_channels=3,
+        num_labels=dims.n_classes,
+        qkv_bias=True,
+    )
     model = ViTForImageClassification._from_config(config, attn_implementation="sdpa")
-    return Run(model, _image_batch(torch, generator, dims),
-               lambda m, b: F.cross_entropy(m(pixel_values=b[0]).logits, b[1]), dims.batch,
-               "transformers ViTForImageClassification (CLS token, sdpa attention, LayerNorm eps 1e-12)", dims.d_model,
-               _CLS_POSITION)
+    return Run(
+        model,
+        _image_batch(torch, generator, dims),
+        lambda m, b: F.cross_entropy(m(pixel_values=b[0]).logits, b[1]),
+        dims.batch,
+        "transformers ViTForImageClassification (CLS token, sdpa attention, LayerNorm eps 1e-12)",
+        dims.d_model,
+        _CLS_POSITION,
+    )
 
 
 class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
@@ -351,9 +539,17 @@ class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
                 nn.init.normal_(self.embed.weight, std=d_model**-0.5 if embedding_rms is None else embedding_rms)
                 with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": a fast path it skips
                     warnings.filterwarnings("ignore", message="enable_nested_tensor")
-                    self.transformer = nn.Transformer(d_model, dims.n_heads, dims.n_layers, dims.n_layers, dims.d_ff,
-                                                      dropout=0.0, activation=dims.activation, batch_first=True,
-                                                      norm_first=dims.norm_placement == "pre")
+                    self.transformer = nn.Transformer(
+                        d_model,
+                        dims.n_heads,
+                        dims.n_layers,
+                        dims.n_layers,
+                        dims.d_ff,
+                        dropout=0.0,
+                        activation=dims.activation,
+                        batch_first=True,
+                        norm_first=dims.norm_placement == "pre",
+                    )
                 position = torch.arange(dims.seq_len + 1)[:, None]
                 div = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
                 table = torch.zeros(dims.seq_len + 1, d_model)
@@ -366,8 +562,14 @@ class TorchSeq2Seq:  # built lazily: torch is imported in the worker only
 
                 causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
                 pad = src == 0
-                out = self.transformer(embed(src), embed(tgt), tgt_mask=causal, tgt_is_causal=True,
-                                       src_key_padding_mask=pad, memory_key_padding_mask=pad)
+                out = self.transformer(
+                    embed(src),
+                    embed(tgt),
+                    tgt_mask=causal,
+                    tgt_is_causal=True,
+                    src_key_padding_mask=pad,
+                    memory_key_padding_mask=pad,
+                )
                 return F.linear(out, self.embed.weight)
 
         return Seq2Seq()
@@ -384,13 +586,22 @@ def torch_transformer(torch, generator, dims: Dims, embedding_rms: float | None 
         return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
 
     placement = "pre-LN" if dims.norm_placement == "pre" else "post-LN"
-    embedding = ("embedding N(0, 1/d) x sqrt(d), unit-amplitude sinusoidal positions" if embedding_rms is None else
-                 f"embedding N(0, {embedding_rms:g}) and sinusoidal positions of RMS {embedding_rms:g}")
+    embedding = (
+        "embedding N(0, 1/d) x sqrt(d), unit-amplitude sinusoidal positions"
+        if embedding_rms is None
+        else f"embedding N(0, {embedding_rms:g}) and sinusoidal positions of RMS {embedding_rms:g}"
+    )
     post = dims.norm_placement == "post"  # a pre-LN stack of blockbench's ends in a LayerNorm too
-    return Run(model, _seq2seq_batch(torch, generator, dims), loss, dims.batch * dims.seq_len,
-               f"torch.nn.Transformer ({placement}, {dims.activation}; adds a final LayerNorm to each stack) + shared "
-               f"{embedding}, tied output; padding masks and causal mask as a user passes them",
-               2 * 2 * dims.d_model if post else 0, "a final LayerNorm (weight and bias) on each post-LN stack" if post else "")
+    return Run(
+        model,
+        _seq2seq_batch(torch, generator, dims),
+        loss,
+        dims.batch * dims.seq_len,
+        f"torch.nn.Transformer ({placement}, {dims.activation}; adds a final LayerNorm to each stack) + shared "
+        f"{embedding}, tied output; padding masks and causal mask as a user passes them",
+        2 * 2 * dims.d_model if post else 0,
+        "a final LayerNorm (weight and bias) on each post-LN stack" if post else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -469,4 +680,4 @@ def require_packages(implementations: list[Implementation]) -> None:
     before any of them runs, not with a traceback after minutes of the others."""
     missing = missing_packages(implementations)
     if missing:
-        sys.exit(f"the reference implementations need {', '.join(missing)}: pip install -e \".[bench]\"")
+        sys.exit(f'the reference implementations need {", ".join(missing)}: pip install -e ".[bench]"')

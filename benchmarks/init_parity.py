@@ -80,7 +80,7 @@ def ours_seq2seq_xavier(torch, generator, dims: Dims) -> Run:
 
 def torch_transformer_small_embedding(torch, generator, dims: Dims) -> Run:
     """The torch.nn.Transformer reference with blockbench's embedding convention instead of fairseq's."""
-    from models.embedding import EMBEDDING_STD
+    from blockbench.models.embedding import EMBEDDING_STD
 
     return torch_transformer(torch, generator, dims, embedding_rms=EMBEDDING_STD)
 
@@ -110,67 +110,105 @@ _SEQ2SEQ_DIFFERENCES = (
     "blockbench's 0.02) and scales no residual projection; its embedding follows fairseq (table N(0, 1/d) times "
     "sqrt(d): unit RMS; unit-amplitude positions; so the tied output starts with logits of RMS about 1), "
     "blockbench's follows GPT-2 (tokens and positions of RMS 0.02, no multiplier, `models.embedding`; tied "
-    "logits of RMS about 0.2).")
+    "logits of RMS about 0.2)."
+)
 
 CASES = {
     c.name: c
     for c in (
-        Case("lm_gpt", "GPT: vocab 1024, d 128, 2 layers, 4 heads, FFN 512 GELU, learned positions, pre-LN, biases, "
-                       "tied embeddings; 16 random rows of 65 tokens",
-             Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, vocab=1024, seq_len=64),
-             ("blockbench", "hf_gpt2"),
-             "nothing but the order in which the init is drawn: the same architecture, the same parameter count and "
-             "the same init (N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 n_layers)), zero biases, "
-             "unit norms).",
-             "parity: the curves agree to the seed's noise at every step."),
-        Case("lm_llama", "Llama: vocab 1024, d 128, 2 layers, 4 query / 2 key-value heads, SwiGLU 341 (d_ff 512), "
-                         "RMSNorm, RoPE, no biases, untied embeddings; 16 random rows of 65 tokens",
-             Dims(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=512, batch=16, vocab=1024, seq_len=64),
-             ("blockbench_llama", "hf_llama"),
-             "the same parameter count; HF Llama draws every matrix from N(0, 0.02), blockbench also scales the "
-             "residual output projections (attention out, FFN out) to N(0, 0.02 / sqrt(2 n_layers)) as GPT-2 does.",
-             "parity: blockbench is as fast or slightly ahead; the residual scaling does not hold it back."),
-        Case("vit", "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 128, 2 layers, 4 heads, MLP 512 GELU, "
-                    "learned positions, pre-LN, 10 classes; 16 random images with random labels",
-             Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, image_size=32, patch_size=4, n_classes=10),
-             ("blockbench_vit", "timm_vit", "hf_vit", "blockbench_vit_cls_002", "blockbench_vit_zero_head"),
-             "the same sizes (blockbench has d fewer parameters: its CLS token takes no position row, as timm's "
-             "no_embed_class); the classification head is N(0, 0.02) (timm: truncated) with a zero bias in "
-             "all three (timm's default init_weights_vit_timm; HF's PreTrainedModel._init_weights). blockbench "
-             "draws the patch projection, its position table and the CLS token at RMS 1/sqrt(2) (models.embedding); "
-             "timm keeps PyTorch's Conv2d default for the patch projection, draws the position table from a "
-             "truncated N(0, 0.02) and the CLS token from N(0, 1e-6); HF draws the patch projection, the position "
-             "table and the CLS token from a truncated N(0, 0.02); neither scales a residual projection; "
-             "LayerNorm eps is 1e-5 (blockbench), 1e-6 (timm), 1e-12 (HF).",
-             "documented gap, from the CLS token's scale: the blockbench_vit_cls_002 row, the same model with its "
-             "CLS token at HF's 0.02, fits this random-label batch like timm and HF. blockbench keeps CLS at the "
-             "patches' RMS because on its vit task (pos_encoding=learned, 300 steps, seeds 0-3) it scores accuracy "
-             "0.78 on average there against 0.68 at 0.02, higher on every seed: fitting noise fast is not what "
-             "the cells are scored on. Fixed: until issue 12 the head's weight was zero (the JAX fine-tuning recipe, "
-             "timm's weight_init='jax', not its default), the blockbench_vit_zero_head row, which fits far slower "
-             "than every other row, since AdamW must first grow the head before any gradient reaches the stack."),
-        Case("seq2seq_pre", "encoder-decoder: shared vocab 1024, d 128, 2+2 layers, 4 heads, FFN 512 GELU, pre-LN, "
-                            "sinusoidal positions, tied embeddings; 16 random source rows of 64 and target rows of 65",
-             Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, vocab=1024, seq_len=64,
-                  norm_placement="pre", activation="gelu"),
-             ("blockbench_seq2seq", "torch_transformer"),
-             "the same parameter count (a pre-LN stack ends in a LayerNorm in both). " + _SEQ2SEQ_DIFFERENCES,
-             "no handicap: blockbench fits faster than the reference."),
-        Case("seq2seq_post", "encoder-decoder as seq2seq_pre but post-LN with a ReLU FFN (the original Transformer)",
-             Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, vocab=1024, seq_len=64,
-                  norm_placement="post", activation="relu"),
-             ("blockbench_seq2seq", "torch_transformer", "torch_transformer_small_embedding",
-              "blockbench_seq2seq_xavier"),
-             "torch.nn.Transformer has 4 x 128 more parameters: it adds a final LayerNorm to each stack even when "
-             "post-LN, where each block already ends in one. " + _SEQ2SEQ_DIFFERENCES,
-             "remaining, explained by the scale of the init, not a bug: post-LN, the reference fits this batch "
-             "faster. Its two differences account for the whole gap: the same reference with blockbench's "
-             "embedding convention (torch_transformer_small_embedding) fits almost as slowly as blockbench, and "
-             "blockbench with the reference's xavier_uniform_ stack weights (blockbench_seq2seq_xavier) fits like "
-             "that row; the embedding is most of it. fairseq's unit-RMS embedding, whose tied output starts with "
-             "logits of RMS 1, lets post-LN fit fast; blockbench gives every family GPT-2's scale (RMS 0.02), "
-             "which pre-LN fits well from (seq2seq_pre, where blockbench is ahead) and post-LN fits more slowly "
-             "from. Post-LN cells of a short-budget matrix start from that scale."),
+        Case(
+            "lm_gpt",
+            "GPT: vocab 1024, d 128, 2 layers, 4 heads, FFN 512 GELU, learned positions, pre-LN, biases, "
+            "tied embeddings; 16 random rows of 65 tokens",
+            Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, vocab=1024, seq_len=64),
+            ("blockbench", "hf_gpt2"),
+            "nothing but the order in which the init is drawn: the same architecture, the same parameter count and "
+            "the same init (N(0, 0.02), residual output projections N(0, 0.02 / sqrt(2 n_layers)), zero biases, "
+            "unit norms).",
+            "parity: the curves agree to the seed's noise at every step.",
+        ),
+        Case(
+            "lm_llama",
+            "Llama: vocab 1024, d 128, 2 layers, 4 query / 2 key-value heads, SwiGLU 341 (d_ff 512), "
+            "RMSNorm, RoPE, no biases, untied embeddings; 16 random rows of 65 tokens",
+            Dims(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=512, batch=16, vocab=1024, seq_len=64),
+            ("blockbench_llama", "hf_llama"),
+            "the same parameter count; HF Llama draws every matrix from N(0, 0.02), blockbench also scales the "
+            "residual output projections (attention out, FFN out) to N(0, 0.02 / sqrt(2 n_layers)) as GPT-2 does.",
+            "parity: blockbench is as fast or slightly ahead; the residual scaling does not hold it back.",
+        ),
+        Case(
+            "vit",
+            "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 128, 2 layers, 4 heads, MLP 512 GELU, "
+            "learned positions, pre-LN, 10 classes; 16 random images with random labels",
+            Dims(d_model=128, n_layers=2, n_heads=4, d_ff=512, batch=16, image_size=32, patch_size=4, n_classes=10),
+            ("blockbench_vit", "timm_vit", "hf_vit", "blockbench_vit_cls_002", "blockbench_vit_zero_head"),
+            "the same sizes (blockbench has d fewer parameters: its CLS token takes no position row, as timm's "
+            "no_embed_class); the classification head is N(0, 0.02) (timm: truncated) with a zero bias in "
+            "all three (timm's default init_weights_vit_timm; HF's PreTrainedModel._init_weights). blockbench "
+            "draws the patch projection, its position table and the CLS token at RMS 1/sqrt(2) (models.embedding); "
+            "timm keeps PyTorch's Conv2d default for the patch projection, draws the position table from a "
+            "truncated N(0, 0.02) and the CLS token from N(0, 1e-6); HF draws the patch projection, the position "
+            "table and the CLS token from a truncated N(0, 0.02); neither scales a residual projection; "
+            "LayerNorm eps is 1e-5 (blockbench), 1e-6 (timm), 1e-12 (HF).",
+            "documented gap, from the CLS token's scale: the blockbench_vit_cls_002 row, the same model with its "
+            "CLS token at HF's 0.02, fits this random-label batch like timm and HF. blockbench keeps CLS at the "
+            "patches' RMS because on its vit task (pos_encoding=learned, 300 steps, seeds 0-3) it scores accuracy "
+            "0.78 on average there against 0.68 at 0.02, higher on every seed: fitting noise fast is not what "
+            "the cells are scored on. Fixed: until issue 12 the head's weight was zero (the JAX fine-tuning recipe, "
+            "timm's weight_init='jax', not its default), the blockbench_vit_zero_head row, which fits far slower "
+            "than every other row, since AdamW must first grow the head before any gradient reaches the stack.",
+        ),
+        Case(
+            "seq2seq_pre",
+            "encoder-decoder: shared vocab 1024, d 128, 2+2 layers, 4 heads, FFN 512 GELU, pre-LN, "
+            "sinusoidal positions, tied embeddings; 16 random source rows of 64 and target rows of 65",
+            Dims(
+                d_model=128,
+                n_layers=2,
+                n_heads=4,
+                d_ff=512,
+                batch=16,
+                vocab=1024,
+                seq_len=64,
+                norm_placement="pre",
+                activation="gelu",
+            ),
+            ("blockbench_seq2seq", "torch_transformer"),
+            "the same parameter count (a pre-LN stack ends in a LayerNorm in both). " + _SEQ2SEQ_DIFFERENCES,
+            "no handicap: blockbench fits faster than the reference.",
+        ),
+        Case(
+            "seq2seq_post",
+            "encoder-decoder as seq2seq_pre but post-LN with a ReLU FFN (the original Transformer)",
+            Dims(
+                d_model=128,
+                n_layers=2,
+                n_heads=4,
+                d_ff=512,
+                batch=16,
+                vocab=1024,
+                seq_len=64,
+                norm_placement="post",
+                activation="relu",
+            ),
+            (
+                "blockbench_seq2seq",
+                "torch_transformer",
+                "torch_transformer_small_embedding",
+                "blockbench_seq2seq_xavier",
+            ),
+            "torch.nn.Transformer has 4 x 128 more parameters: it adds a final LayerNorm to each stack even when "
+            "post-LN, where each block already ends in one. " + _SEQ2SEQ_DIFFERENCES,
+            "remaining, explained by the scale of the init, not a bug: post-LN, the reference fits this batch "
+            "faster. Its two differences account for the whole gap: the same reference with blockbench's "
+            "embedding convention (torch_transformer_small_embedding) fits almost as slowly as blockbench, and "
+            "blockbench with the reference's xavier_uniform_ stack weights (blockbench_seq2seq_xavier) fits like "
+            "that row; the embedding is most of it. fairseq's unit-RMS embedding, whose tied output starts with "
+            "logits of RMS 1, lets post-LN fit fast; blockbench gives every family GPT-2's scale (RMS 0.02), "
+            "which pre-LN fits well from (seq2seq_pre, where blockbench is ahead) and post-LN fits more slowly "
+            "from. Post-LN cells of a short-budget matrix start from that scale.",
+        ),
     )
 }
 
@@ -179,12 +217,14 @@ CASES = {
 def optimizer_for(torch, model, lr: float):
     """AdamW as blockbench's tasks build it (weight decay on matrices only, their betas and decay),
     at a constant ``lr``; the same for every implementation."""
-    from tasks.base import OptimizerConfig
+    from blockbench.tasks.base import OptimizerConfig
 
     defaults = OptimizerConfig()
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": defaults.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": defaults.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=defaults.betas)
 
 
@@ -223,15 +263,21 @@ def case_table(case: Case, fits: dict[str, list[dict[str, Any]]], steps: int) ->
     the range if several), and ours / this implementation at the last step."""
     shown = [s for s in REPORT_STEPS if s <= steps] + ([steps] if steps not in REPORT_STEPS else [])
     ours_final = statistics.fmean(f["losses"][steps] for f in fits[case.impls[0]])
-    lines = ["| implementation | parameters | " + " | ".join(f"loss @{s}" for s in shown)
-             + f" | ours / this @{steps} | ours − this @{steps} |",
-             "|---|---|" + "---|" * len(shown) + "---|---|"]
+    lines = [
+        "| implementation | parameters | "
+        + " | ".join(f"loss @{s}" for s in shown)
+        + f" | ours / this @{steps} | ours − this @{steps} |",
+        "|---|---|" + "---|" * len(shown) + "---|---|",
+    ]
     for impl in case.impls:
         runs = fits[impl]
         final = statistics.fmean(f["losses"][steps] for f in runs)
         cells = [_loss([f["losses"][s] for f in runs]) for s in shown]
-        lines.append(f"| {impl} | {runs[0]['parameters']:,} | " + " | ".join(cells)
-                     + f" | {ours_final / final:.2f} | {ours_final - final:+.3f} |")
+        lines.append(
+            f"| {impl} | {runs[0]['parameters']:,} | "
+            + " | ".join(cells)
+            + f" | {ours_final / final:.2f} | {ours_final - final:+.3f} |"
+        )
     return lines
 
 
@@ -242,22 +288,29 @@ def report(fits: dict[str, dict[str, list[dict[str, Any]]]], args: argparse.Name
 
     git = git_state()
     commit = f"{git['commit'][:12]}{' + uncommitted changes' if git['dirty'] else ''}" if git["commit"] else "unknown"
-    lines = ["# Initialisation parity: fitting a fixed batch, blockbench vs the implementations people use", "",
-             f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} (code: {commit}).", "",
-             f"- CPU: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}, "
-             f"`torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}",
-             f"- torch {torch.__version__}, Python {platform.python_version()}; {package_versions()}",
-             f"- Every implementation: the same seeded random batch per family, fp32, AdamW lr {args.lr:g} constant "
-             "(no warm-up, schedule or clipping), betas and weight decay of blockbench's tasks "
-             "(`tasks.base.OptimizerConfig`) on matrices only; loss before each update (step k = after k updates), "
-             "computed as each implementation is trained (ours: the tasks' loss functions; references: "
-             "`F.cross_entropy` on the logits).",
-             f"- Init seeds {', '.join(map(str, args.seeds))}" + (": each loss is the mean over seeds, with the "
-                                                                    "range in brackets." if len(args.seeds) > 1 else "."),
-             ""]
-    lines += ["## Summary: loss after the last step", "",
-              f"| family | blockbench @{args.steps} | best reference | its loss @{args.steps} | ours / it | ours − it |",
-              "|---|---|---|---|---|---|"]
+    lines = [
+        "# Initialisation parity: fitting a fixed batch, blockbench vs the implementations people use",
+        "",
+        f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} (code: {commit}).",
+        "",
+        f"- CPU: {cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {args.threads}, "
+        f"`torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}",
+        f"- torch {torch.__version__}, Python {platform.python_version()}; {package_versions()}",
+        f"- Every implementation: the same seeded random batch per family, fp32, AdamW lr {args.lr:g} constant "
+        "(no warm-up, schedule or clipping), betas and weight decay of blockbench's tasks "
+        "(`tasks.base.OptimizerConfig`) on matrices only; loss before each update (step k = after k updates), "
+        "computed as each implementation is trained (ours: the tasks' loss functions; references: "
+        "`F.cross_entropy` on the logits).",
+        f"- Init seeds {', '.join(map(str, args.seeds))}"
+        + (": each loss is the mean over seeds, with the range in brackets." if len(args.seeds) > 1 else "."),
+        "",
+    ]
+    lines += [
+        "## Summary: loss after the last step",
+        "",
+        f"| family | blockbench @{args.steps} | best reference | its loss @{args.steps} | ours / it | ours − it |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, case_fits in fits.items():
         case = CASES[name]
 
@@ -266,8 +319,10 @@ def report(fits: dict[str, dict[str, list[dict[str, Any]]]], args: argparse.Name
 
         best = min((i for i in case.impls if i not in ABLATIONS and not CANDIDATES[i].ours), key=final)
         ours = final(case.impls[0])
-        lines.append(f"| {name} | {ours:.3f} | {best} | {final(best):.3f} | **{ours / final(best):.2f}** | "
-                     f"{ours - final(best):+.3f} |")
+        lines.append(
+            f"| {name} | {ours:.3f} | {best} | {final(best):.3f} | **{ours / final(best):.2f}** | "
+            f"{ours - final(best):+.3f} |"
+        )
     for name, case_fits in fits.items():
         case = CASES[name]
         lines += ["", f"## {name}", "", case.description + ".", ""] + case_table(case, case_fits, args.steps)

@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import torch  # noqa: E402
-
-from throughput import RATIO_METHOD, print_and_write, code_note, machine_facts, ratio_interval  # noqa: E402
+from throughput import RATIO_METHOD, code_note, machine_facts, print_and_write, ratio_interval  # noqa: E402
 
 
 def time_steps(task: str, threads: int, steps: int, warmup: int, start, results) -> None:
@@ -39,8 +38,12 @@ def time_steps(task: str, threads: int, steps: int, warmup: int, start, results)
 
     run = build_run_config(load_yaml(ROOT / "configs" / "base.yaml"), {"task": task})
     torch.manual_seed(0)
-    module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=run.trainer.max_steps,
-                                        batch_size=run.trainer.per_device_batch_size(1))
+    module, datamodule = run.task.build(
+        run.resolved_model(),
+        run.optimizer,
+        max_steps=run.trainer.max_steps,
+        batch_size=run.trainer.per_device_batch_size(1),
+    )
     datamodule.setup("fit")
     optimizer = module.configure_optimizers()["optimizer"]
     module.train()
@@ -61,8 +64,9 @@ def measure(task: str, cells: int, threads: int, steps: int, warmup: int) -> flo
     """Median step seconds of a cell while ``cells`` cells of ``threads`` threads train at once (mean over cells)."""
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(cells), context.Queue()
-    workers = [context.Process(target=time_steps, args=(task, threads, steps, warmup, start, results))
-               for _ in range(cells)]
+    workers = [
+        context.Process(target=time_steps, args=(task, threads, steps, warmup, start, results)) for _ in range(cells)
+    ]
     for worker in workers:
         worker.start()
     medians = [results.get() for _ in workers]
@@ -90,24 +94,33 @@ def main(argv: list[str] | None = None) -> None:
             for cells, threads in order:
                 seconds = measure(task, cells, threads, args.steps, args.warmup)
                 (lone_ms if cells == 1 else shared_ms)[r] = seconds * 1e3
-            print(f"{task} round {r + 1}: one cell on {n} threads {lone_ms[r]:.0f} ms/step, {n} cells on 1 thread "
-                  f"{shared_ms[r]:.0f} ms/step", flush=True)
+            print(
+                f"{task} round {r + 1}: one cell on {n} threads {lone_ms[r]:.0f} ms/step, {n} cells on 1 thread "
+                f"{shared_ms[r]:.0f} ms/step",
+                flush=True,
+            )
         # cells per second: 1 / lone vs n / shared; as a "ratio of step times" that is lone / (shared / n)
         ratio = ratio_interval({r: ms / n for r, ms in shared_ms.items()}, lone_ms)
         rows.append((task, statistics.median(lone_ms.values()), statistics.median(shared_ms.values()), ratio))
 
     machine = machine_facts("cpu", n)
     command = "python benchmarks/jobs.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = ["# One cell on every core, or one cell per core", "",
-             f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.", "",
-             f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
-             f"{machine['logical_cpus']} logical CPUs; torch {machine['torch']}, Python {machine['python']}; fp32",
-             f"- The default cell of each task (`configs/base.yaml`), {args.steps} timed optimizer steps after "
-             f"{args.warmup} warm-up steps, {args.rounds} rounds, both ways back to back in each (alternating which "
-             f"goes first). Cells per unit of time: {n} / (step time of each of {n} cells training at once) against "
-             f"1 / (step time of one cell on {n} threads); 95% interval over rounds ({RATIO_METHOD}).", "",
-             f"| task | one cell, {n} threads: ms/step | {n} cells, 1 thread each: ms/step | cells per unit of time, "
-             f"{n} at once vs one | 95% interval | verdict |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# One cell on every core, or one cell per core",
+        "",
+        f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.",
+        "",
+        f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
+        f"{machine['logical_cpus']} logical CPUs; torch {machine['torch']}, Python {machine['python']}; fp32",
+        f"- The default cell of each task (`configs/base.yaml`), {args.steps} timed optimizer steps after "
+        f"{args.warmup} warm-up steps, {args.rounds} rounds, both ways back to back in each (alternating which "
+        f"goes first). Cells per unit of time: {n} / (step time of each of {n} cells training at once) against "
+        f"1 / (step time of one cell on {n} threads); 95% interval over rounds ({RATIO_METHOD}).",
+        "",
+        f"| task | one cell, {n} threads: ms/step | {n} cells, 1 thread each: ms/step | cells per unit of time, "
+        f"{n} at once vs one | 95% interval | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for task, lone, shared, ratio in rows:
         interval = "–" if ratio.low is None else f"{ratio.low:.2f} to {ratio.high:.2f}"
         verdict = {"faster": f"{n} cells at once", "slower": "one cell at a time"}.get(ratio.verdict, ratio.verdict)

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
+from throughput import RATIO_METHOD, Ratio, code_note, machine_facts, print_and_write, ratio_interval  # noqa: E402
 
-from blockbench.config import build_run_config, load_yaml  # noqa: E402
 from blockbench.cell.train import train  # noqa: E402
-from throughput import RATIO_METHOD, print_and_write, Ratio, code_note, machine_facts, ratio_interval  # noqa: E402
+from blockbench.config import build_run_config, load_yaml  # noqa: E402
 
 
 class StepIntervalTimer(L.Callback):
@@ -62,8 +62,12 @@ class StepIntervalTimer(L.Callback):
 
 
 def run_config(task: str, steps: int):
-    overrides = {"task": task, "trainer.max_steps": steps, "trainer.val_every_n_steps": steps,
-                 "trainer.checkpoint_every_n_steps": None}
+    overrides = {
+        "task": task,
+        "trainer.max_steps": steps,
+        "trainer.val_every_n_steps": steps,
+        "trainer.checkpoint_every_n_steps": None,
+    }
     return build_run_config(load_yaml(ROOT / "configs" / "base.yaml"), overrides)
 
 
@@ -71,8 +75,9 @@ def plain_loop(task: str, steps: int, warmup: int) -> list[float]:
     """Seconds of each loop cycle of the plain PyTorch loop, from step ``warmup`` on."""
     run = run_config(task, steps)
     L.seed_everything(run.seed, workers=True, verbose=False)
-    module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=steps,
-                                        batch_size=run.trainer.per_device_batch_size(1))
+    module, datamodule = run.task.build(
+        run.resolved_model(), run.optimizer, max_steps=steps, batch_size=run.trainer.per_device_batch_size(1)
+    )
     datamodule.setup("fit")
     optimization = module.configure_optimizers()
     optimizer, scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
@@ -118,9 +123,12 @@ def measure_task(task: str, args: argparse.Namespace, workdir: Path) -> tuple[li
         plain_ms[repeat], lightning_ms[repeat] = statistics.median(p) * 1e3, statistics.median(q) * 1e3
         ratio = ratio_interval(plain_ms, lightning_ms)  # Lightning's step time over plain's
         width = None if ratio.low is None else ratio.high - ratio.low
-        print(f"{task} repeat {repeat + 1}: median plain {plain_ms[repeat]:.1f} ms/step, Lightning "
-              f"{lightning_ms[repeat]:.1f} ms/step; overhead so far {ratio.ratio - 1:+.1%}"
-              + ("" if width is None else f" ({ratio.low - 1:+.1%} to {ratio.high - 1:+.1%})"), flush=True)
+        print(
+            f"{task} repeat {repeat + 1}: median plain {plain_ms[repeat]:.1f} ms/step, Lightning "
+            f"{lightning_ms[repeat]:.1f} ms/step; overhead so far {ratio.ratio - 1:+.1%}"
+            + ("" if width is None else f" ({ratio.low - 1:+.1%} to {ratio.high - 1:+.1%})"),
+            flush=True,
+        )
         if repeat + 1 >= args.min_repeats and width is not None and width < args.target_width:
             break
     return plain, lightning, ratio
@@ -144,8 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--min-repeats", type=int, default=4)
     parser.add_argument("--max-repeats", type=int, default=16)
-    parser.add_argument("--target-width", type=float, default=0.05,
-                        help="stop repeating once the 95%% interval of the overhead is narrower than this (0.05: 5 points)")
+    parser.add_argument(
+        "--target-width",
+        type=float,
+        default=0.05,
+        help="stop repeating once the 95%% interval of the overhead is narrower than this (0.05: 5 points)",
+    )
     parser.add_argument("--target", type=float, default=0.02, help="the overhead the verdict column checks (0.02: 2%%)")
     parser.add_argument("--out", default="results/lightning_overhead.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
@@ -160,24 +172,31 @@ def main(argv: list[str] | None = None) -> None:
 
     machine = machine_facts("cpu", torch.get_num_threads())
     command = "python benchmarks/lightning_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = ["# Lightning overhead per training step", "",
-             f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.", "",
-             f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
-             f"{machine['logical_cpus']} logical CPUs, {machine['torch_threads']} torch threads; torch {machine['torch']}, "
-             f"lightning {L.__version__}, Python {machine['python']}; fp32",
-             f"- Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed. "
-             "A step's time is one cycle of the loop (batch fetch, hooks, logging, step). Each repeat runs both loops "
-             "back to back (alternating which goes first) and gives the ratio of their median cycles; the overhead is "
-             f"the geometric mean of those paired ratios with a 95% interval over the repeats ({RATIO_METHOD}). "
-             f"Repeats go on until the interval is narrower than {args.target_width * 100:.0f} points "
-             f"({args.min_repeats} to {args.max_repeats} repeats).",
-             "", f"| task | plain PyTorch ms/step | Lightning runner ms/step | overhead | 95% interval | repeats | "
-                 f"target <= {args.target:.0%} |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Lightning overhead per training step",
+        "",
+        f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.",
+        "",
+        f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
+        f"{machine['logical_cpus']} logical CPUs, {machine['torch_threads']} torch threads; torch {machine['torch']}, "
+        f"lightning {L.__version__}, Python {machine['python']}; fp32",
+        f"- Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed. "
+        "A step's time is one cycle of the loop (batch fetch, hooks, logging, step). Each repeat runs both loops "
+        "back to back (alternating which goes first) and gives the ratio of their median cycles; the overhead is "
+        f"the geometric mean of those paired ratios with a 95% interval over the repeats ({RATIO_METHOD}). "
+        f"Repeats go on until the interval is narrower than {args.target_width * 100:.0f} points "
+        f"({args.min_repeats} to {args.max_repeats} repeats).",
+        "",
+        f"| task | plain PyTorch ms/step | Lightning runner ms/step | overhead | 95% interval | repeats | "
+        f"target <= {args.target:.0%} |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for task, plain, lightning, ratio in rows:
         interval = "–" if ratio.low is None else f"{ratio.low - 1:+.1%} to {ratio.high - 1:+.1%}"
-        lines.append(f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {ratio.ratio - 1:+.1%} | {interval} | "
-                     f"{ratio.rounds} | {overhead_verdict(ratio, args.target)} |")
+        lines.append(
+            f"| {task} | {plain * 1e3:.1f} | {lightning * 1e3:.1f} | {ratio.ratio - 1:+.1%} | {interval} | "
+            f"{ratio.rounds} | {overhead_verdict(ratio, args.target)} |"
+        )
     lines.append("")
     print_and_write("\n".join(lines), args.out)
 

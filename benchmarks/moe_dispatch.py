@@ -22,8 +22,8 @@ import time
 import torch
 from torch import nn
 
-from models.mlp import FFNS, build_ffn
-from models.moe import MoEFeedForward
+from blockbench.models.mlp import FFNS, build_ffn
+from blockbench.models.moe import MoEFeedForward
 
 
 def step_ms(layers: list[nn.Module], x: torch.Tensor, warmup: int, repeats: int) -> list[float]:
@@ -83,8 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     print("|--:|--:|--:|--:|--:|--:|")
     for n_experts in args.experts:
         moe = MoEFeedForward(
-            args.d_model, d_ff, dropout=args.dropout, n_experts=n_experts, top_k=args.top_k,
-            capacity_factor=args.capacity_factor, expert_kind=args.kind,
+            args.d_model,
+            d_ff,
+            dropout=args.dropout,
+            n_experts=n_experts,
+            top_k=args.top_k,
+            capacity_factor=args.capacity_factor,
+            expert_kind=args.kind,
         )
         moe_ms, dense_ms = step_ms([moe, dense], x, args.warmup, args.repeats)
         print(

@@ -28,20 +28,35 @@ from throughput import IMPLEMENTATIONS, SHAPES, code_note  # noqa: E402
 
 #: per shape: blockbench's implementation and the reference it is profiled next to (the fastest in
 #: the committed throughput run, or the one users pick)
-PAIRS = {"lm_gpt": ("blockbench", "hf_gpt2"), "lm_llama": ("blockbench_llama", "hf_llama"),
-         "vit": ("blockbench_vit", "timm_vit"), "seq2seq": ("blockbench_seq2seq", "torch_transformer")}
+PAIRS = {
+    "lm_gpt": ("blockbench", "hf_gpt2"),
+    "lm_llama": ("blockbench_llama", "hf_llama"),
+    "vit": ("blockbench_vit", "timm_vit"),
+    "seq2seq": ("blockbench_seq2seq", "torch_transformer"),
+}
 #: operators that do the model's matrix products
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
-              "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::convolution_backward",
-              "aten::mkldnn_convolution", "aten::linear", "aten::matmul")
+MATMUL_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::convolution_backward",
+    "aten::mkldnn_convolution",
+    "aten::linear",
+    "aten::matmul",
+)
 
 
-def profile(impl_name: str, shape: str, steps: int, warmup: int, threads: int,
-            top: int) -> tuple[float, float, list[tuple[str, float, int]]]:
+def profile(
+    impl_name: str, shape: str, steps: int, warmup: int, threads: int, top: int
+) -> tuple[float, float, list[tuple[str, float, int]]]:
     """(operator ms per step, of it in matrix products, [(operator, self CPU ms per step, calls per step)]) of
     ``impl_name``, top ``top`` first."""
     import torch
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -88,33 +103,44 @@ def main(argv: list[str] | None = None) -> None:
     require_packages([IMPLEMENTATIONS[name] for shape in args.shapes for name in PAIRS[shape]])
 
     command = " ".join(["python benchmarks/profile_step.py", *(argv if argv is not None else sys.argv[1:])])
-    lines = ["# Where a training step's time goes", "",
-             f"Produced by `{command}` on {datetime.date.today()}{code_note()}.",
-             "",
-             f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}, "
-             f"{args.threads} torch threads; torch {torch.__version__}, fp32",
-             f"- Each table: the top {args.top} operators by self CPU time (their own time, children excluded) per "
-             f"training step, mean over {args.steps} profiled steps after {args.warmup} warm-up steps; the share is of "
-             "the sum of all operators' self time. Profiling adds overhead per operator call, so step times here are "
-             "above benchmarks/throughput.py's.", ""]
+    lines = [
+        "# Where a training step's time goes",
+        "",
+        f"Produced by `{command}` on {datetime.date.today()}{code_note()}.",
+        "",
+        f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}, "
+        f"{args.threads} torch threads; torch {torch.__version__}, fp32",
+        f"- Each table: the top {args.top} operators by self CPU time (their own time, children excluded) per "
+        f"training step, mean over {args.steps} profiled steps after {args.warmup} warm-up steps; the share is of "
+        "the sum of all operators' self time. Profiling adds overhead per operator call, so step times here are "
+        "above benchmarks/throughput.py's.",
+        "",
+    ]
     for shape in args.shapes:
         lines += [f"## {shape}", "", SHAPES[shape].description, ""]
         figures = {}
         for impl_name in PAIRS[shape]:
             total, matmul, top = profile(impl_name, shape, args.steps, args.warmup, args.threads, args.top)
             figures[impl_name] = (total, matmul)
-            lines += [f"**{impl_name}**: {total:.1f} ms of operator time per step; matrix products and attention "
-                      f"{matmul:.1f} ms ({100 * matmul / total:.0f}%)", "",
-                      "| operator | ms / step | share | calls / step |", "|---|---|---|---|"]
+            lines += [
+                f"**{impl_name}**: {total:.1f} ms of operator time per step; matrix products and attention "
+                f"{matmul:.1f} ms ({100 * matmul / total:.0f}%)",
+                "",
+                "| operator | ms / step | share | calls / step |",
+                "|---|---|---|---|",
+            ]
             lines += [f"| `{name}` | {ms:.2f} | {100 * ms / total:.1f}% | {calls} |" for name, ms, calls in top]
             lines.append("")
             print(f"{shape}/{impl_name}: {total:.1f} ms", flush=True)
         (ours_total, ours_matmul), (reference_total, _) = (figures[name] for name in PAIRS[shape])
         reference = PAIRS[shape][1]
-        lines += [f"**Bound**: with the same matrix products, blockbench's throughput can exceed {reference}'s by at most "
-                  f"**{lead_bound(ours_matmul, reference_total):.2f}x**, and only if every other operator of ours took no "
-                  f"time ({reference_total:.0f} ms of {reference}'s operator time / {ours_matmul:.0f} ms of our matrix "
-                  f"products and attention); today's profiled ratio is {reference_total / ours_total:.2f}x.", ""]
+        lines += [
+            f"**Bound**: with the same matrix products, blockbench's throughput can exceed {reference}'s by at most "
+            f"**{lead_bound(ours_matmul, reference_total):.2f}x**, and only if every other operator of ours took no "
+            f"time ({reference_total:.0f} ms of {reference}'s operator time / {ours_matmul:.0f} ms of our matrix "
+            f"products and attention); today's profiled ratio is {reference_total / ours_total:.2f}x.",
+            "",
+        ]
     text = "\n".join(lines)
     if args.out == "-":
         print(text)

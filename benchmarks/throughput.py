@@ -64,25 +64,61 @@ class Shape:
 SHAPES = {
     s.name: s
     for s in (
-        Shape("lm_gpt", "GPT: vocab 8192, d 256, 4 layers, 4 heads, ctx 256, batch 16, FFN 1024 GELU, "
-                        "learned positions, pre-LN, biases, tied embeddings", "tokens",
-              Dims(d_model=256, n_layers=4, n_heads=4, d_ff=1024, batch=16, vocab=8192, seq_len=256)),
-        Shape("lm_llama", "Llama: vocab 8192, d 256, 4 layers, 4 query / 2 key-value heads, ctx 256, batch 16, "
-                          "SwiGLU 704, RMSNorm, RoPE, no biases, untied embeddings", "tokens",
-              Dims(d_model=256, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=1056, batch=16, vocab=8192, seq_len=256)),
-        Shape("vit", "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 256, 6 layers, 4 heads, MLP 1024 GELU, "
-                     "10 classes, batch 64", "images",
-              Dims(d_model=256, n_layers=6, n_heads=4, d_ff=1024, batch=64, image_size=32, patch_size=4, n_classes=10)),
-        Shape("seq2seq", "encoder-decoder: shared vocab 8192, d 256, 3+3 layers, 4 heads, FFN 1024 ReLU, post-LN, "
-                         "sinusoidal positions, source/target length 64, batch 32, tied embeddings", "target tokens",
-              Dims(d_model=256, n_layers=3, n_heads=4, d_ff=1024, batch=32, vocab=8192, seq_len=64,
-                   norm_placement="post", activation="relu")),
+        Shape(
+            "lm_gpt",
+            "GPT: vocab 8192, d 256, 4 layers, 4 heads, ctx 256, batch 16, FFN 1024 GELU, "
+            "learned positions, pre-LN, biases, tied embeddings",
+            "tokens",
+            Dims(d_model=256, n_layers=4, n_heads=4, d_ff=1024, batch=16, vocab=8192, seq_len=256),
+        ),
+        Shape(
+            "lm_llama",
+            "Llama: vocab 8192, d 256, 4 layers, 4 query / 2 key-value heads, ctx 256, batch 16, "
+            "SwiGLU 704, RMSNorm, RoPE, no biases, untied embeddings",
+            "tokens",
+            Dims(d_model=256, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=1056, batch=16, vocab=8192, seq_len=256),
+        ),
+        Shape(
+            "vit",
+            "ViT: 3x32x32 images, patch 4 (64 patches + CLS), d 256, 6 layers, 4 heads, MLP 1024 GELU, "
+            "10 classes, batch 64",
+            "images",
+            Dims(d_model=256, n_layers=6, n_heads=4, d_ff=1024, batch=64, image_size=32, patch_size=4, n_classes=10),
+        ),
+        Shape(
+            "seq2seq",
+            "encoder-decoder: shared vocab 8192, d 256, 3+3 layers, 4 heads, FFN 1024 ReLU, post-LN, "
+            "sinusoidal positions, source/target length 64, batch 32, tied embeddings",
+            "target tokens",
+            Dims(
+                d_model=256,
+                n_layers=3,
+                n_heads=4,
+                d_ff=1024,
+                batch=32,
+                vocab=8192,
+                seq_len=64,
+                norm_placement="post",
+                activation="relu",
+            ),
+        ),
     )
 }
 
 #: the implementations timed (benchmarks/implementations.py builds them); each belongs to the shape of its family
-TIMED = ("blockbench", "hf_gpt2", "nanogpt", "litgpt_gpt", "blockbench_llama", "hf_llama", "litgpt_llama",
-         "blockbench_vit", "timm_vit", "blockbench_seq2seq", "torch_transformer")
+TIMED = (
+    "blockbench",
+    "hf_gpt2",
+    "nanogpt",
+    "litgpt_gpt",
+    "blockbench_llama",
+    "hf_llama",
+    "litgpt_llama",
+    "blockbench_vit",
+    "timm_vit",
+    "blockbench_seq2seq",
+    "torch_transformer",
+)
 IMPLEMENTATIONS = {name: ALL_IMPLEMENTATIONS[name] for name in TIMED}
 
 
@@ -128,7 +164,9 @@ def worker(args: argparse.Namespace) -> None:
     synchronize()
     times: list[float] = []
     started = time.perf_counter()
-    while len(times) < args.max_steps and (len(times) < args.min_steps or time.perf_counter() - started < args.min_seconds):
+    while len(times) < args.max_steps and (
+        len(times) < args.min_steps or time.perf_counter() - started < args.min_seconds
+    ):
         t0 = time.perf_counter()
         step()
         synchronize()
@@ -136,19 +174,47 @@ def worker(args: argparse.Namespace) -> None:
     peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(device, dtype).tflops * 1e12
     params = {id(p): p.numel() for p in model.parameters() if p.requires_grad}
     record = {
-        "impl": args.impl, "shape": shape, "dtype": args.dtype, "device": str(device), "step_s": times,
-        "flops_per_step": flops, "peak_flops": peak, "parameters": sum(params.values()), "items": run.items,
-        "note": run.note, "param_difference": run.param_difference, "param_difference_why": run.param_difference_why,
-        "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "impl": args.impl,
+        "shape": shape,
+        "dtype": args.dtype,
+        "device": str(device),
+        "step_s": times,
+        "flops_per_step": flops,
+        "peak_flops": peak,
+        "parameters": sum(params.values()),
+        "items": run.items,
+        "note": run.note,
+        "param_difference": run.param_difference,
+        "param_difference_why": run.param_difference_why,
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     print("RESULT " + json.dumps(record), flush=True)
 
 
 # ------------------------------------------------------------------------------------- driver
 def run_worker(impl: str, dtype: str, args: argparse.Namespace) -> dict[str, Any] | str:
-    command = [sys.executable, __file__, "--worker", "--impl", impl, "--dtype", dtype, "--device", args.device,
-               "--threads", str(args.threads), "--warmup", str(args.warmup), "--min-steps", str(args.min_steps),
-               "--max-steps", str(args.max_steps), "--min-seconds", str(args.min_seconds)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--impl",
+        impl,
+        "--dtype",
+        dtype,
+        "--device",
+        args.device,
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--min-steps",
+        str(args.min_steps),
+        "--max-steps",
+        str(args.max_steps),
+        "--min-seconds",
+        str(args.min_seconds),
+    ]
     if args.peak_tflops:
         command += ["--peak-tflops", str(args.peak_tflops)]
     if args.nanogpt:
@@ -157,7 +223,7 @@ def run_worker(impl: str, dtype: str, args: argparse.Namespace) -> dict[str, Any
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return f"{impl} {dtype} failed (exit {proc.returncode}): " + " | ".join(tail)
 
@@ -168,8 +234,23 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
     first = records[0]
     median = statistics.median(times)
     return {
-        **{k: first[k] for k in ("impl", "shape", "dtype", "device", "flops_per_step", "parameters", "items", "note",
-                                 "param_difference", "param_difference_why", "cpu", "cpu_capability")},
+        **{
+            k: first[k]
+            for k in (
+                "impl",
+                "shape",
+                "dtype",
+                "device",
+                "flops_per_step",
+                "parameters",
+                "items",
+                "note",
+                "param_difference",
+                "param_difference_why",
+                "cpu",
+                "cpu_capability",
+            )
+        },
         "steps": len(times),
         "step_ms_median": median * 1e3,
         "step_ms_min": min(times) * 1e3,
@@ -234,15 +315,25 @@ def bf16_skip_note(capability: str, native: bool | None, slowdown: Callable[[], 
     "DEFAULT", "SVE256", "VSX", "Z VECTOR"), ``slowdown`` times a bf16 matmul against fp32."""
     anyway = "(--emulated-bf16 runs it anyway)"
     if capability in NO_NATIVE_BF16:
-        return (f"bf16 skipped: this CPU ({capability}) has no native bf16 (AVX512-BF16 or AMX); its bf16 matmuls are "
-                f"emulated, many times slower than fp32 {anyway}")
+        return (
+            f"bf16 skipped: this CPU ({capability}) has no native bf16 (AVX512-BF16 or AMX); its bf16 matmuls are "
+            f"emulated, many times slower than fp32 {anyway}"
+        )
     if native is not None:
-        return None if native else (f"bf16 skipped: this CPU ({capability}) has neither AVX512-BF16 nor AMX; its bf16 "
-                                    f"matmuls are emulated {anyway}")
+        return (
+            None
+            if native
+            else (
+                f"bf16 skipped: this CPU ({capability}) has neither AVX512-BF16 nor AMX; its bf16 "
+                f"matmuls are emulated {anyway}"
+            )
+        )
     factor = slowdown()
     if factor > EMULATED_BF16_SLOWDOWN:
-        return (f"bf16 skipped: a bf16 matmul took {factor:.1f}x as long as fp32 on this CPU ({capability}), so its bf16 "
-                f"is emulated {anyway}")
+        return (
+            f"bf16 skipped: a bf16 matmul took {factor:.1f}x as long as fp32 on this CPU ({capability}), so its bf16 "
+            f"is emulated {anyway}"
+        )
     return None
 
 
@@ -270,10 +361,18 @@ def machine_facts(device: str, threads: int) -> dict[str, Any]:
 
     from blockbench.provenance import cpu_model
 
-    return {"device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
-            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "native_bf16": native_bf16_instructions(), "logical_cpus": os.cpu_count(), "torch_threads": threads,
-            "torch": torch.__version__, "python": platform.python_version(), "packages": package_versions()}
+    return {
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native_bf16_instructions(),
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "packages": package_versions(),
+    }
 
 
 # ------------------------------------------------------------------------------------ ratios
@@ -289,7 +388,7 @@ class Ratio:
 
     @property
     def verdict(self) -> str:
-        """"faster" or "slower" only when the interval excludes 1; otherwise a tie."""
+        """ "faster" or "slower" only when the interval excludes 1; otherwise a tie."""
         if self.low is None or self.high is None:
             return f"no interval ({self.rounds} round)"
         if self.low > 1:
@@ -300,9 +399,11 @@ class Ratio:
 
 
 #: why the interval is computed as it is, for the report
-RATIO_METHOD = ("each round times every implementation back to back, so a slow phase of the machine slows both "
-                "medians of a round alike and their ratio cancels it; ratios multiply, so the 95% interval is a "
-                "t interval over rounds on the log of the round ratios (symmetric for ours/theirs and theirs/ours)")
+RATIO_METHOD = (
+    "each round times every implementation back to back, so a slow phase of the machine slows both "
+    "medians of a round alike and their ratio cancels it; ratios multiply, so the 95% interval is a "
+    "t interval over rounds on the log of the round ratios (symmetric for ours/theirs and theirs/ours)"
+)
 
 
 def ratio_interval(ours_ms: Mapping[int, float], theirs_ms: Mapping[int, float], level: float = 0.95) -> Ratio:
@@ -334,9 +435,19 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     ratio = ratio_interval(per_round, dict(zip(reference["rounds"], reference["round_medians_ms"])))
                 except ValueError:
                     continue
-                rows.append({"shape": shape, "dtype": dtype, "ours": ours[0]["impl"], "reference": reference["impl"],
-                             "fastest": rank == 0, "ours_ms": ours[0]["step_ms_median"],
-                             "reference_ms": reference["step_ms_median"], **asdict(ratio), "verdict": ratio.verdict})
+                rows.append(
+                    {
+                        "shape": shape,
+                        "dtype": dtype,
+                        "ours": ours[0]["impl"],
+                        "reference": reference["impl"],
+                        "fastest": rank == 0,
+                        "ours_ms": ours[0]["step_ms_median"],
+                        "reference_ms": reference["step_ms_median"],
+                        **asdict(ratio),
+                        "verdict": ratio.verdict,
+                    }
+                )
     return rows
 
 
@@ -355,55 +466,96 @@ def _params_vs_ours(reference: dict[str, Any], ours: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------ report
-def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, command: str,
-           machine: dict[str, Any], not_run: list[str]) -> str:
-    lines = ["# Training-step throughput: blockbench vs the implementations people use", "",
-             f"Produced by `{command}` on {time.strftime('%Y-%m-%d')}{code_note()}.", ""]
+def report(
+    results: list[dict[str, Any]],
+    failures: list[str],
+    args: argparse.Namespace,
+    command: str,
+    machine: dict[str, Any],
+    not_run: list[str],
+) -> str:
+    lines = [
+        "# Training-step throughput: blockbench vs the implementations people use",
+        "",
+        f"Produced by `{command}` on {time.strftime('%Y-%m-%d')}{code_note()}.",
+        "",
+    ]
     native = {True: "yes", False: "no", None: "unknown"}[machine["native_bf16"]]
-    lines += [f"- Device: {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else "") +
-              f"; CPU {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
-              f"`torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, AVX512-BF16/AMX: {native}; "
-              f"torch threads {machine['torch_threads']}",
-              f"- torch {machine['torch']}, Python {machine['python']}; {machine['packages']}",
-              f"- {args.rounds} interleaved round{'s' if args.rounds != 1 else ''}; per run {args.warmup} warm-up steps, then timed steps until "
-              f">= {args.min_steps} steps and >= {args.min_seconds} s (at most {args.max_steps}).",
-              "- Step = zero_grad + forward + loss + backward + AdamW (fused) step; bf16 = `torch.autocast` "
-              "(parameters, gradients and optimizer state stay fp32).",
-              f"- Ratio = our throughput / the reference's, with a 95% interval over rounds: {RATIO_METHOD}. "
-              "A ratio whose interval includes 1.0 is a tie."]
+    lines += [
+        f"- Device: {machine['device']}"
+        + (f" ({machine['gpu']})" if machine["gpu"] else "")
+        + f"; CPU {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
+        f"`torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, AVX512-BF16/AMX: {native}; "
+        f"torch threads {machine['torch_threads']}",
+        f"- torch {machine['torch']}, Python {machine['python']}; {machine['packages']}",
+        f"- {args.rounds} interleaved round{'s' if args.rounds != 1 else ''}; per run {args.warmup} warm-up steps, then timed steps until "
+        f">= {args.min_steps} steps and >= {args.min_seconds} s (at most {args.max_steps}).",
+        "- Step = zero_grad + forward + loss + backward + AdamW (fused) step; bf16 = `torch.autocast` "
+        "(parameters, gradients and optimizer state stay fp32).",
+        f"- Ratio = our throughput / the reference's, with a 95% interval over rounds: {RATIO_METHOD}. "
+        "A ratio whose interval includes 1.0 is a tie.",
+    ]
     lines += [f"- {note}" for note in not_run]
     rows = ratios(results)
-    lines += ["", "## Ours / fastest reference", "",
-              "| shape | dtype | blockbench step ms | fastest reference | its step ms | ratio ours/theirs (throughput) | "
-              "95% interval | verdict |", "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['dtype']} | {r['ours_ms']:.0f} | {r['reference']} | {r['reference_ms']:.0f} | "
-              f"**{r['ratio']:.2f}** | {_interval(r)} | {r['verdict']} |" for r in rows if r["fastest"]]
+    lines += [
+        "",
+        "## Ours / fastest reference",
+        "",
+        "| shape | dtype | blockbench step ms | fastest reference | its step ms | ratio ours/theirs (throughput) | "
+        "95% interval | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['shape']} | {r['dtype']} | {r['ours_ms']:.0f} | {r['reference']} | {r['reference_ms']:.0f} | "
+        f"**{r['ratio']:.2f}** | {_interval(r)} | {r['verdict']} |"
+        for r in rows
+        if r["fastest"]
+    ]
     if any(r["low"] is None for r in rows):
         lines += ["", "A single round timed these: no interval, so no verdict (run `--rounds 3` or more)."]
     by_key = {(r["impl"], r["dtype"]): r for r in results}
-    lines += ["", "## Ours / every reference", "",
-              "| shape | dtype | reference | its step ms | ratio ours/theirs | 95% interval | verdict | "
-              "parameters - blockbench's |", "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['dtype']} | {r['reference']} | {r['reference_ms']:.0f} | {r['ratio']:.2f} | "
-              f"{_interval(r)} | {r['verdict']} | "
-              f"{_params_vs_ours(by_key[(r['reference'], r['dtype'])], by_key[(r['ours'], r['dtype'])])} |" for r in rows]
-    spreads = sorted((max(r["round_medians_ms"]) - min(r["round_medians_ms"])) / r["step_ms_median"]
-                     for r in results if len(r["round_medians_ms"]) > 1)
+    lines += [
+        "",
+        "## Ours / every reference",
+        "",
+        "| shape | dtype | reference | its step ms | ratio ours/theirs | 95% interval | verdict | "
+        "parameters - blockbench's |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['shape']} | {r['dtype']} | {r['reference']} | {r['reference_ms']:.0f} | {r['ratio']:.2f} | "
+        f"{_interval(r)} | {r['verdict']} | "
+        f"{_params_vs_ours(by_key[(r['reference'], r['dtype'])], by_key[(r['ours'], r['dtype'])])} |"
+        for r in rows
+    ]
+    spreads = sorted(
+        (max(r["round_medians_ms"]) - min(r["round_medians_ms"])) / r["step_ms_median"]
+        for r in results
+        if len(r["round_medians_ms"]) > 1
+    )
     if spreads:
-        lines += ["", f"Noise: the spread of a run's round medians, (max - min) / median, is "
-                      f"{statistics.median(spreads):.0%} for the typical run and up to {spreads[-1]:.0%}; the "
-                      "intervals above, over the rounds' paired ratios, decide what is a tie."]
-    lines += ["", "## Every run", "",
-              "| implementation | shape | dtype | params | step ms median (min–max) | round medians ms | throughput | "
-              "GFLOP/step | achieved TFLOP/s | peak TFLOP/s | MFU | steps |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Noise: the spread of a run's round medians, (max - min) / median, is "
+            f"{statistics.median(spreads):.0%} for the typical run and up to {spreads[-1]:.0%}; the "
+            "intervals above, over the rounds' paired ratios, decide what is a tie.",
+        ]
+    lines += [
+        "",
+        "## Every run",
+        "",
+        "| implementation | shape | dtype | params | step ms median (min–max) | round medians ms | throughput | "
+        "GFLOP/step | achieved TFLOP/s | peak TFLOP/s | MFU | steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(results, key=lambda r: (list(SHAPES).index(r["shape"]), r["dtype"], r["impl"])):
         unit = SHAPES[r["shape"]].unit
         lines.append(
             f"| {r['impl']} | {r['shape']} | {r['dtype']} | {r['parameters']:,} | {r['step_ms_median']:.0f} "
             f"({r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}) | {'/'.join(f'{m:.0f}' for m in r['round_medians_ms'])} | "
             f"{r['throughput']:,.0f} {unit}/s | {r['flops_per_step'] / 1e9:.1f} | {r['achieved_tflops']:.3f} | "
-            f"{r['peak_tflops']:.3f} | {r['achieved_tflops'] / r['peak_tflops']:.1%} | {r['steps']} |")
+            f"{r['peak_tflops']:.3f} | {r['achieved_tflops'] / r['peak_tflops']:.1%} | {r['steps']} |"
+        )
     if failures:
         lines += ["", "## Failed runs", ""] + [f"- {f}" for f in failures]
     lines += ["", "## Shapes and implementations", ""]
@@ -416,8 +568,13 @@ def report(results: list[dict[str, Any]], failures: list[str], args: argparse.Na
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--impls", nargs="+", default=None, choices=list(IMPLEMENTATIONS),
-                        help="default: every implementation of the chosen shapes")
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        default=None,
+        choices=list(IMPLEMENTATIONS),
+        help="default: every implementation of the chosen shapes",
+    )
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     # 5: the t quantile of a 95% interval is 4.30 with 3 rounds and 2.78 with 5, an interval 1.5x
     # narrower for 5/3 of the time; 1 round gives no interval at all
@@ -428,12 +585,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-seconds", type=float, default=8.0)
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="device peak for MFU (default: measured by a matmul probe in each run's dtype)")
-    parser.add_argument("--nanogpt", default=None, metavar="PATH",
-                        help="nanoGPT's model.py, or the folder of a clone of it: times nanoGPT on the GPT shape")
-    parser.add_argument("--emulated-bf16", action="store_true",
-                        help="run bf16 on a CPU without native bf16 too (emulated: many times slower than fp32)")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="device peak for MFU (default: measured by a matmul probe in each run's dtype)",
+    )
+    parser.add_argument(
+        "--nanogpt",
+        default=None,
+        metavar="PATH",
+        help="nanoGPT's model.py, or the folder of a clone of it: times nanoGPT on the GPT shape",
+    )
+    parser.add_argument(
+        "--emulated-bf16",
+        action="store_true",
+        help="run bf16 on a CPU without native bf16 too (emulated: many times slower than fp32)",
+    )
     parser.add_argument("--out", default="results/throughput.md", help="markdown report ('-': print only)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
@@ -478,7 +646,9 @@ def main(argv: list[str] | None = None) -> None:
     for round_index in range(args.rounds):
         order = runs if round_index % 2 == 0 else runs[::-1]
         for i, (impl, dtype) in enumerate(order, 1):
-            print(f"round {round_index + 1}/{args.rounds} run {i}/{len(order)}: {impl} {dtype} ...", end=" ", flush=True)
+            print(
+                f"round {round_index + 1}/{args.rounds} run {i}/{len(order)}: {impl} {dtype} ...", end=" ", flush=True
+            )
             outcome = run_worker(impl, dtype, args)
             if isinstance(outcome, str):
                 print("FAILED")
@@ -494,8 +664,13 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-        summary = {"machine": machine, "not_run": not_run, "failures": failures, "ratios": ratios(results),
-                   "runs": results}
+        summary = {
+            "machine": machine,
+            "not_run": not_run,
+            "failures": failures,
+            "ratios": ratios(results),
+            "runs": results,
+        }
         out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
         print(f"wrote {out} and {out.with_suffix('.json')}")
 

@@ -10,13 +10,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from tasks.data import DataError
+from blockbench.tasks.data import DataError
 
 from .config import ConfigError, RunConfig, build_run_config, load_yaml, parse_overrides
-from .layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_json
+from .layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE
 from .lifeline import RUNNER_ENV, FolderHeld, die_with_parent, hold, watch_runner
 from .record import read_record, write_record
-
 
 #: the longest run-folder label ``blockbench train`` derives from the overrides (the config hash follows it)
 MAX_LABEL_CHARS = 60
@@ -28,8 +27,11 @@ def run_folder_name(config_file: str | None, overrides: dict[str, object], confi
     overrides than fit): runs of other configs never share a folder, and the name still says what each
     one is, as a matrix cell's folder does."""
     parts = [Path(config_file).stem] if config_file and Path(config_file).stem != "base" else []
-    parts += [f"{key.rsplit('.', 1)[-1]}={value}".replace("/", "_").replace(" ", "")
-              for key, value in overrides.items() if key not in ("task", "task.name")]
+    parts += [
+        f"{key.rsplit('.', 1)[-1]}={value}".replace("/", "_").replace(" ", "")
+        for key, value in overrides.items()
+        if key not in ("task", "task.name")
+    ]
     shown: list[str] = []
     for part in parts:
         if len(",".join([*shown, part])) > MAX_LABEL_CHARS:
@@ -62,7 +64,6 @@ def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
-    from .cell.train import error_record, train
     from .matrix.launch import accept_interrupts
 
     accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
@@ -80,7 +81,10 @@ def _train(args: argparse.Namespace) -> int:
     root = Path(args.results_dir) / "train"
     out = Path(args.out) if args.out else root / run.task.display_name / name
     tb_dir = Path(args.tb_dir or root / "tb")
-    tb_name, tb_version = args.tb_name or run.task.display_name, args.tb_version or (name if not args.out else f"seed{run.seed}")
+    tb_name, tb_version = (
+        args.tb_name or run.task.display_name,
+        args.tb_version or (name if not args.out else f"seed{run.seed}"),
+    )
     talk = rank_zero_only.rank == 0 and not args.quiet
     # one process per folder: rank 0 holds its lock (DDP ranks share the folder with it) before it
     # looks at what the folder holds
@@ -88,8 +92,9 @@ def _train(args: argparse.Namespace) -> int:
         return _train_into(args, run, out, tb_dir, tb_name, tb_version, talk)
 
 
-def _train_into(args: argparse.Namespace, run: RunConfig, out: Path, tb_dir: Path, tb_name: str, tb_version: str,
-                talk: bool) -> int:
+def _train_into(
+    args: argparse.Namespace, run: RunConfig, out: Path, tb_dir: Path, tb_name: str, tb_version: str, talk: bool
+) -> int:
     """Train ``run`` into ``out`` unless the folder holds what ``--force`` alone may replace."""
     from lightning.pytorch.utilities import rank_zero_only
 
@@ -102,21 +107,33 @@ def _train_into(args: argparse.Namespace, run: RunConfig, out: Path, tb_dir: Pat
         shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
         shutil.rmtree(tb_dir / tb_name / tb_version, ignore_errors=True)
     elif state == "other":
-        raise ConfigError(f"{out}: {why}; training here would replace it. Pass --force to replace it, or choose "
-                          "another folder with --out (without --out every config gets a folder of its own)")
+        raise ConfigError(
+            f"{out}: {why}; training here would replace it. Pass --force to replace it, or choose "
+            "another folder with --out (without --out every config gets a folder of its own)"
+        )
     elif state == "done":
         if talk:
-            print(f"blockbench: {out} already holds this config's result ({out / RESULT_FILE}); "
-                  "pass --force to train it again", flush=True)
+            print(
+                f"blockbench: {out} already holds this config's result ({out / RESULT_FILE}); "
+                "pass --force to train it again",
+                flush=True,
+            )
         return 0
     if talk:
         print(f"blockbench: training into {out} (TensorBoard: tensorboard --logdir {tb_dir})", flush=True)
     try:
         hparams = json.loads(args.hparams) if args.hparams else {"task": run.task.display_name, "seed": run.seed}
         result = train(
-            run, out, tb_dir=tb_dir, tb_name=tb_name, tb_version=tb_version, hparams=hparams, tb_scope=args.tb_scope,
+            run,
+            out,
+            tb_dir=tb_dir,
+            tb_name=tb_name,
+            tb_version=tb_version,
+            hparams=hparams,
+            tb_scope=args.tb_scope,
             tb_views=json.loads(Path(args.tb_views).read_text()) if args.tb_views else None,
-            progress_every=args.progress_every, from_process_start=True,  # this process is the run's: its start-up counts
+            progress_every=args.progress_every,
+            from_process_start=True,  # this process is the run's: its start-up counts
         )
     except Exception as error:  # recorded as a failed cell; the matrix goes on
         if rank_zero_only.rank == 0:
@@ -127,8 +144,10 @@ def _train_into(args: argparse.Namespace, run: RunConfig, out: Path, tb_dir: Pat
     if result.ok:
         print(json.dumps({"metrics": result.metrics, "baselines": result.baselines}, indent=2))
     else:
-        print(f"diverged at step {result.diverged_at_step} (loss {result.diverging_loss}, "
-              f"last finite loss {result.last_finite_loss})")
+        print(
+            f"diverged at step {result.diverged_at_step} (loss {result.diverging_loss}, "
+            f"last finite loss {result.last_finite_loss})"
+        )
     print(f"blockbench: result in {out / RESULT_FILE} (config: {out / CONFIG_FILE})", flush=True)
     return 0
 
@@ -146,10 +165,23 @@ def _matrix(args: argparse.Namespace) -> int:
     from .matrix.jobs import ClusterOptions
     from .matrix.run import run_matrix
 
-    options = ClusterOptions(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
-                             cpus_per_task=args.slurm_cpus_per_task)
-    return run_matrix(args.matrix, Path(args.results_dir), force=args.force, jobs=args.jobs, launcher=args.launcher,
-                      cluster_options=options, reuse_stale=args.reuse_stale, dry_run=args.dry_run, from_process_start=True)
+    options = ClusterOptions(
+        partition=args.slurm_partition,
+        time_min=args.slurm_time,
+        account=args.slurm_account,
+        cpus_per_task=args.slurm_cpus_per_task,
+    )
+    return run_matrix(
+        args.matrix,
+        Path(args.results_dir),
+        force=args.force,
+        jobs=args.jobs,
+        launcher=args.launcher,
+        cluster_options=options,
+        reuse_stale=args.reuse_stale,
+        dry_run=args.dry_run,
+        from_process_start=True,
+    )
 
 
 #: where ``blockbench report --index`` looks for the matrix files to list those not run yet (from the repo root)
@@ -162,11 +194,15 @@ def _report(args: argparse.Namespace) -> int:
     if args.index is not None:
         return _index(args)
     if args.matrix_dir is None:
-        raise ConfigError("blockbench report: pass a matrix results folder such as results/<matrix name>, "
-                          "or --index results for the verdicts of every matrix")
+        raise ConfigError(
+            "blockbench report: pass a matrix results folder such as results/<matrix name>, "
+            "or --index results for the verdicts of every matrix"
+        )
     matrix_dir = Path(args.matrix_dir)
     if not (matrix_dir / CELLS_DIR).is_dir():
-        raise ConfigError(f"{matrix_dir}: no {CELLS_DIR}/ folder; pass a matrix results folder such as results/<matrix name>")
+        raise ConfigError(
+            f"{matrix_dir}: no {CELLS_DIR}/ folder; pass a matrix results folder such as results/<matrix name>"
+        )
     print(write_report(matrix_dir))
     return 0
 
@@ -176,14 +212,22 @@ def _index(args: argparse.Namespace) -> int:
     from .report.index import write_index
 
     if args.matrix_dir is not None:
-        raise ConfigError(f"blockbench report: give a matrix folder ({args.matrix_dir}) or --index {args.index}, not both")
+        raise ConfigError(
+            f"blockbench report: give a matrix folder ({args.matrix_dir}) or --index {args.index}, not both"
+        )
     root = Path(args.index)
     if not root.is_dir():
-        raise ConfigError(f"--index {root}: no such folder; pass the folder that holds the matrix results, e.g. --index results")
+        raise ConfigError(
+            f"--index {root}: no such folder; pass the folder that holds the matrix results, e.g. --index results"
+        )
     if args.matrices is not None and not Path(args.matrices).is_dir():
-        raise ConfigError(f"--matrices {args.matrices}: no such folder; pass the folder of the matrix files, e.g. configs/matrix")
+        raise ConfigError(
+            f"--matrices {args.matrices}: no such folder; pass the folder of the matrix files, e.g. configs/matrix"
+        )
     matrices = Path(args.matrices) if args.matrices is not None else MATRICES_DIR if MATRICES_DIR.is_dir() else None
-    command = f"blockbench report --index {args.index}" + (f" --matrices {args.matrices}" if args.matrices is not None else "")
+    command = f"blockbench report --index {args.index}" + (
+        f" --matrices {args.matrices}" if args.matrices is not None else ""
+    )
     print(write_index(root, matrices, command=command))
     return 0
 
@@ -191,13 +235,17 @@ def _index(args: argparse.Namespace) -> int:
 def _peak(args: argparse.Namespace) -> int:
     import torch
 
-    from .config import TrainerConfig
     from .cell.perf import peak_flops
+    from .config import TrainerConfig
 
     trainer = TrainerConfig(accelerator=args.accelerator, precision=args.precision)
-    accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+    accelerator = (
+        trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+    )
     device = torch.device("cuda", 0) if accelerator in ("gpu", "cuda") else torch.device(accelerator)
-    peak = peak_flops(None, device, trainer.resolved_precision(accelerator), threads=args.threads, remeasure=args.remeasure)
+    peak = peak_flops(
+        None, device, trainer.resolved_precision(accelerator), threads=args.threads, remeasure=args.remeasure
+    )
     print(json.dumps({"peak_tflops": peak.tflops, "peak_source": peak.source, "peak_probe": peak.probe}, indent=2))
     return 0
 
@@ -207,8 +255,9 @@ def _list(args: argparse.Namespace) -> int:
 
     keys = select(config_keys(), args.query)
     if not keys:
-        print(f"blockbench list: no config key matches '{args.query}'; `blockbench list` shows them all",
-              file=sys.stderr)
+        print(
+            f"blockbench list: no config key matches '{args.query}'; `blockbench list` shows them all", file=sys.stderr
+        )
         return 1
     try:
         print(format_listing(keys), flush=True)
@@ -220,7 +269,10 @@ def _list(args: argparse.Namespace) -> int:
 def _env(args: argparse.Namespace) -> int:
     from .provenance import constraints_text, environment_report
 
-    print(constraints_text() if args.constraints else json.dumps(environment_report(), indent=2), end="" if args.constraints else "\n")
+    print(
+        constraints_text() if args.constraints else json.dumps(environment_report(), indent=2),
+        end="" if args.constraints else "\n",
+    )
     return 0
 
 
@@ -231,88 +283,154 @@ RUNS_DIR, BOOK_DIR = "runs", "results"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="blockbench", description=__doc__)
-    parser.add_argument("--results-dir", default=RUNS_DIR,
-                        help=f"where runs go (default: {RUNS_DIR}/, which git ignores; --results-dir {BOOK_DIR} "
-                             "updates the committed results)")
+    parser.add_argument(
+        "--results-dir",
+        default=RUNS_DIR,
+        help=f"where runs go (default: {RUNS_DIR}/, which git ignores; --results-dir {BOOK_DIR} "
+        "updates the committed results)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train one config (a YAML file and/or key=value overrides)")
-    train.add_argument("config_or_overrides", nargs="*", metavar="CONFIG.yaml | key=value",
-                       help="an optional run config file, then dotted overrides such as task=vit model.norm_placement=post")
-    train.add_argument("--out", help="folder for config.yaml and result.json (default: RESULTS/train/<task>/<what the "
-                                     "overrides change>-<config hash>, a folder per config)")
-    train.add_argument("--force", action="store_true",
-                       help="replace what the folder holds (another config's run, or this config's finished one)")
+    train.add_argument(
+        "config_or_overrides",
+        nargs="*",
+        metavar="CONFIG.yaml | key=value",
+        help="an optional run config file, then dotted overrides such as task=vit model.norm_placement=post",
+    )
+    train.add_argument(
+        "--out",
+        help="folder for config.yaml and result.json (default: RESULTS/train/<task>/<what the "
+        "overrides change>-<config hash>, a folder per config)",
+    )
+    train.add_argument(
+        "--force",
+        action="store_true",
+        help="replace what the folder holds (another config's run, or this config's finished one)",
+    )
     train.add_argument("--tb-dir", help="TensorBoard root (default: RESULTS/train/tb)")
     train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
     train.add_argument("--tb-version", help="TensorBoard run version (default: the run's folder name)")
-    train.add_argument("--tb-scope", help="name the TensorBoard tags after this scope, val/<scope>/loss (the matrix "
-                                          "runner passes the task, so that each chart holds one task's runs)")
-    train.add_argument("--tb-views", help="JSON file of the HParams columns and Custom Scalars charts to write into "
-                                          "the run (the matrix runner's tb/views.json)")
+    train.add_argument(
+        "--tb-scope",
+        help="name the TensorBoard tags after this scope, val/<scope>/loss (the matrix "
+        "runner passes the task, so that each chart holds one task's runs)",
+    )
+    train.add_argument(
+        "--tb-views",
+        help="JSON file of the HParams columns and Custom Scalars charts to write into "
+        "the run (the matrix runner's tb/views.json)",
+    )
     train.add_argument("--hparams", help="JSON of the cell's varied keys, listed in TensorBoard's HParams dashboard")
-    train.add_argument("--progress-every", type=int, metavar="N",
-                       help="when stdout is not a terminal, print a progress line every N optimizer steps "
-                            "(default: 10 lines over trainer.max_steps)")
-    train.add_argument("--quiet", action="store_true", help="do not print the metrics at the end (the matrix runner "
-                                                            "prints its own line per cell)")
+    train.add_argument(
+        "--progress-every",
+        type=int,
+        metavar="N",
+        help="when stdout is not a terminal, print a progress line every N optimizer steps "
+        "(default: 10 lines over trainer.max_steps)",
+    )
+    train.add_argument(
+        "--quiet",
+        action="store_true",
+        help="do not print the metrics at the end (the matrix runner prints its own line per cell)",
+    )
     train.set_defaults(func=_train)
 
     matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
     matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
     rerun = matrix.add_mutually_exclusive_group()
-    rerun.add_argument("--force", action="store_true", help="rerun cells from scratch, even those that already have a result")
-    rerun.add_argument("--reuse-stale", action="store_true",
-                       help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
-                            "models/ or tasks/) instead of retraining those cells")
-    matrix.add_argument("--dry-run", action="store_true",
-                        help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
-                             "estimate of the wall time, then exit without training or writing anything")
-    matrix.add_argument("--jobs", type=_jobs, default="auto", metavar="N",
-                        help="run up to N cells at once (CPU threads split between them; one GPU each if there are "
-                             "GPUs); auto (default): one per GPU, else one per CPU core, each on one thread")
-    matrix.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
-                        help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
-                             "submitit-local: the job path as local processes, to try it out")
+    rerun.add_argument(
+        "--force", action="store_true", help="rerun cells from scratch, even those that already have a result"
+    )
+    rerun.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
+        "models/ or tasks/) instead of retraining those cells",
+    )
+    matrix.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
+        "estimate of the wall time, then exit without training or writing anything",
+    )
+    matrix.add_argument(
+        "--jobs",
+        type=_jobs,
+        default="auto",
+        metavar="N",
+        help="run up to N cells at once (CPU threads split between them; one GPU each if there are "
+        "GPUs); auto (default): one per GPU, else one per CPU core, each on one thread",
+    )
+    matrix.add_argument(
+        "--launcher",
+        choices=["local", "slurm", "submitit-local"],
+        default="local",
+        help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
+        "submitit-local: the job path as local processes, to try it out",
+    )
     matrix.add_argument("--slurm-partition", help="SLURM partition for --launcher slurm")
     matrix.add_argument("--slurm-account", help="SLURM account for --launcher slurm")
     matrix.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit of each cell's job")
     matrix.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPUs per task (data loading)")
     matrix.set_defaults(func=_matrix)
 
-    report = commands.add_parser("report", help="rebuild summary.md/summary.csv of a matrix results folder, or with "
-                                                "--index the verdicts of every matrix (results/README.md)")
+    report = commands.add_parser(
+        "report",
+        help="rebuild summary.md/summary.csv of a matrix results folder, or with "
+        "--index the verdicts of every matrix (results/README.md)",
+    )
     report.add_argument("matrix_dir", nargs="?", help="e.g. results/prenorm_vs_postnorm")
-    report.add_argument("--index", metavar="RESULTS",
-                        help="write RESULTS/README.md instead: one row per variant vs baseline of every matrix in "
-                             "RESULTS, a verdict per model family and whether it transfers, and the matrices not run yet")
-    report.add_argument("--matrices", metavar="DIR",
-                        help="with --index: the folder of the matrix files to list as not run yet (default: "
-                             f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)")
+    report.add_argument(
+        "--index",
+        metavar="RESULTS",
+        help="write RESULTS/README.md instead: one row per variant vs baseline of every matrix in "
+        "RESULTS, a verdict per model family and whether it transfers, and the matrices not run yet",
+    )
+    report.add_argument(
+        "--matrices",
+        metavar="DIR",
+        help="with --index: the folder of the matrix files to list as not run yet (default: "
+        f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)",
+    )
     report.set_defaults(func=_report)
 
     peak = commands.add_parser("peak", help="show the cached peak FLOP/s that MFU divides by (measured on first use)")
-    peak.add_argument("--precision", default="auto", help="a Lightning precision (auto: bf16-mixed on a GPU, 32-true on a CPU)")
+    peak.add_argument(
+        "--precision", default="auto", help="a Lightning precision (auto: bf16-mixed on a GPU, 32-true on a CPU)"
+    )
     peak.add_argument("--accelerator", default="auto", help="cpu or gpu (auto: a GPU if there is one)")
-    peak.add_argument("--threads", type=int, metavar="N",
-                      help="torch intra-op threads on a CPU (default: torch's default, what a cell without "
-                           "trainer.num_threads uses; --jobs N gives each cell cores/N)")
+    peak.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch intra-op threads on a CPU (default: torch's default, what a cell without "
+        "trainer.num_threads uses; --jobs N gives each cell cores/N)",
+    )
     peak.add_argument("--remeasure", action="store_true", help="measure again and replace the cached peak")
     peak.set_defaults(func=_peak)
 
-    env = commands.add_parser("env", help="print the package versions, hardware and code version results record "
-                                         "(paste it into bug reports)")
-    env.add_argument("--constraints", action="store_true",
-                     help="print a pip constraints file pinning every installed dependency instead "
-                          "(how constraints.txt is made)")
+    env = commands.add_parser(
+        "env", help="print the package versions, hardware and code version results record (paste it into bug reports)"
+    )
+    env.add_argument(
+        "--constraints",
+        action="store_true",
+        help="print a pip constraints file pinning every installed dependency instead (how constraints.txt is made)",
+    )
     env.set_defaults(func=_env)
 
     listing = commands.add_parser(
-        "list", help="print every config key (a run config's or a matrix axis's) with its default, type and meaning, "
-                     "and the names each variant key, task.name and task preset accept")
-    listing.add_argument("query", nargs="?",
-                         help="show only a section or key prefix (model, trainer, task.augment) or the keys whose "
-                              "key, meaning or names contain QUERY (moe, kv, attention)")
+        "list",
+        help="print every config key (a run config's or a matrix axis's) with its default, type and meaning, "
+        "and the names each variant key, task.name and task preset accept",
+    )
+    listing.add_argument(
+        "query",
+        nargs="?",
+        help="show only a section or key prefix (model, trainer, task.augment) or the keys whose "
+        "key, meaning or names contain QUERY (moe, kv, attention)",
+    )
     listing.set_defaults(func=_list)
     return parser
 

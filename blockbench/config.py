@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Union, get_args
+from typing import Annotated, Any, Union, get_args
 
 import yaml
 from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
@@ -20,12 +21,13 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from models import ModelConfig
-from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
-from tasks.data.images import IMAGE_SOURCES
-from tasks.lm import LMTaskConfig
+from blockbench.models import ModelConfig
+from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
+from blockbench.tasks.data.images import IMAGE_SOURCES
+from blockbench.tasks.lm import LMTaskConfig
 
-TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]
+# Union of the registered task configs, built at import: the | operator cannot spell a union of a runtime tuple
+TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]  # noqa: UP007
 
 
 #: (section, tag) pairs of the config's tagged unions: the task by name, an image task's data by source
@@ -67,29 +69,41 @@ class TrainerConfig(BaseModel):
     )
     val_every_n_steps: int = Field(100, gt=0, description="validate (every validation metric) every this many steps")
     curve_every_n_steps: int | None = Field(
-        None, ge=0, description="between full validations, the validation loss on trainer.curve_items validation "
+        None,
+        ge=0,
+        description="between full validations, the validation loss on trainer.curve_items validation "
         "items (spread evenly over the set) this often, before the first step and at the last: the loss curve's "
-        "points (null: max_steps // 10, so 11 points from 10 steps on; 0: none)"
+        "points (null: max_steps // 10, so 11 points from 10 steps on; 0: none)",
     )
-    curve_items: int = Field(256, gt=0, description="validation items (sequences, sentence pairs, images) of each loss-curve point")
+    curve_items: int = Field(
+        256, gt=0, description="validation items (sequences, sentence pairs, images) of each loss-curve point"
+    )
     log_every_n_steps: int = Field(10, gt=0, description="log the training loss, learning rate and speed this often")
     grad_clip: float | None = Field(1.0, gt=0, description="clip the gradient norm to this (null: no clipping)")
     checkpoint_every_n_steps: int | None = Field(
         50, gt=0, description="save checkpoints/last.ckpt this often; an interrupted cell resumes from it (null: never)"
     )
     divergence_threshold: float | None = Field(
-        1000.0, gt=0, description="stop and record the cell as diverged when the training loss exceeds this (or is not finite)"
+        1000.0,
+        gt=0,
+        description="stop and record the cell as diverged when the training loss exceeds this (or is not finite)",
     )
-    accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step (the global batch stays batch_size)")
+    accumulate_grad_batches: int = Field(
+        1, ge=1, description="micro-batches per optimizer step (the global batch stays batch_size)"
+    )
     accelerator: str = Field("auto", description="cpu, gpu, ... (auto: a GPU if there is one)")
     devices: int | str = Field(1, description="devices per node: a number, a list like '0,1', or 'auto' / -1 for all")
     num_nodes: int = Field(1, ge=1, description="machines (with torchrun or SLURM, see the README)")
     strategy: str = Field("auto", description="auto (DDP with more than one device), ddp, fsdp, ...")
-    precision: str = Field("auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision")
+    precision: str = Field(
+        "auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision"
+    )
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
     peak_tflops: float | None = Field(
-        None, gt=0, description="peak TFLOP/s of one device, the denominator of MFU; null: this machine's matmul "
-        "probe in the run's compute dtype, measured once and cached (see `blockbench peak`)"
+        None,
+        gt=0,
+        description="peak TFLOP/s of one device, the denominator of MFU; null: this machine's matmul "
+        "probe in the run's compute dtype, measured once and cached (see `blockbench peak`)",
     )
 
     @field_validator(*LIGHTNING_FIELDS)
@@ -97,12 +111,14 @@ class TrainerConfig(BaseModel):
     def _lightning_accepts(cls, value: str, info: ValidationInfo) -> str:
         """A value Lightning would reject when the Trainer is built stops the config now, with the choices."""
         choices = lightning_choices(info.field_name)
-        if (value.lower() if info.field_name == "strategy" else value) not in choices:  # Lightning lowercases strategies
+        if (
+            value.lower() if info.field_name == "strategy" else value
+        ) not in choices:  # Lightning lowercases strategies
             raise ValueError(f"'{value}' is not a Lightning {info.field_name}; choose one of: {', '.join(choices)}")
         return value
 
     @model_validator(mode="after")
-    def _batch_splits(self) -> "TrainerConfig":
+    def _batch_splits(self) -> TrainerConfig:
         """Check the global batch split before training when the device count is in the config."""
         if isinstance(self.devices, int) and self.devices > 0:
             try:
@@ -117,12 +133,14 @@ class TrainerConfig(BaseModel):
         return max(1, self.max_steps // 10) if self.curve_every_n_steps is None else self.curve_every_n_steps
 
     @model_validator(mode="after")
-    def _curve_needs_whole_models(self) -> "TrainerConfig":
+    def _curve_needs_whole_models(self) -> TrainerConfig:
         """The loss curve runs each process's whole model outside Lightning's step (see
         ``blockbench.cell.callbacks.LossCurve``); a sharding strategy holds a part of it."""
         if self.curve_interval and self.strategy.lower().startswith(SHARDING_STRATEGIES):
-            raise ValueError(f"the loss curve (trainer.curve_every_n_steps) needs the whole model in every process, "
-                             f"which strategy={self.strategy} shards; set trainer.curve_every_n_steps: 0 with it")
+            raise ValueError(
+                f"the loss curve (trainer.curve_every_n_steps) needs the whole model in every process, "
+                f"which strategy={self.strategy} shards; set trainer.curve_every_n_steps: 0 with it"
+            )
         return self
 
     def per_device_batch_size(self, world_size: int) -> int:
@@ -168,7 +186,9 @@ class RunConfig(BaseModel):
         if isinstance(value, dict):
             name = value.get("name")
             if name in TASK_PRESETS:
-                value = deep_merge({**TASK_PRESETS[name].task, "label": name}, {k: v for k, v in value.items() if k != "name"})
+                value = deep_merge(
+                    {**TASK_PRESETS[name].task, "label": name}, {k: v for k, v in value.items() if k != "name"}
+                )
             elif name not in TASK_CONFIGS:
                 problem = "task.name is missing" if name is None else f"unknown task '{name}'"
                 raise ValueError(
@@ -177,7 +197,7 @@ class RunConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _model_fits_task(self) -> "RunConfig":
+    def _model_fits_task(self) -> RunConfig:
         data_decided = [k for k in self.task.data_decided_fields if getattr(self.model, k) is not None]
         if data_decided:
             raise ValueError(
@@ -185,7 +205,9 @@ class RunConfig(BaseModel):
                 "when its data is prepared; remove it from the config"
             )
         decided = self.task.model_overrides()
-        clashes = [k for k in sorted(decided) if k in self.model.model_fields_set and getattr(self.model, k) != decided[k]]
+        clashes = [
+            k for k in sorted(decided) if k in self.model.model_fields_set and getattr(self.model, k) != decided[k]
+        ]
         if clashes:
             keys = ", ".join(f"model.{k}={getattr(self.model, k)!r}" for k in clashes)
             raise ValueError(
@@ -248,8 +270,9 @@ class MatrixConfig(BaseModel):
     )
     tune_seed: int = Field(DEFAULT_TUNE_SEED, description="the seed the tuning cells train with; not a reported seed")
     verdicts: bool = Field(
-        True, description="false: a demonstration (e.g. smoke.yaml, too small to decide anything); results/README.md "
-        "leaves it out of the verdicts and names it under its demonstrations"
+        True,
+        description="false: a demonstration (e.g. smoke.yaml, too small to decide anything); results/README.md "
+        "leaves it out of the verdicts and names it under its demonstrations",
     )
 
     @field_validator("axes")
@@ -277,19 +300,25 @@ class MatrixConfig(BaseModel):
         return tune
 
     @model_validator(mode="after")
-    def _tuned_keys_are_not_compared(self) -> "MatrixConfig":
+    def _tuned_keys_are_not_compared(self) -> MatrixConfig:
         """A key is either compared (an axis) or tuned, and a tuning seed needs something to tune."""
         for key in self.tune:
             axis = next((axis for axis in self.axes if _same_setting(key, axis)), None)
             if axis == key:
-                raise ValueError(f"tune: '{key}' is also an axis; a setting is either compared (axes) or tuned for "
-                                 "each variant (tune): remove it from one of them")
+                raise ValueError(
+                    f"tune: '{key}' is also an axis; a setting is either compared (axes) or tuned for "
+                    "each variant (tune): remove it from one of them"
+                )
             if axis is not None:
-                raise ValueError(f"tune: '{key}' and the axis '{axis}' set the same value (one is a section of the "
-                                 "other); a setting is either compared (axes) or tuned (tune): remove it from one of them")
+                raise ValueError(
+                    f"tune: '{key}' and the axis '{axis}' set the same value (one is a section of the "
+                    "other); a setting is either compared (axes) or tuned (tune): remove it from one of them"
+                )
         if "tune_seed" in self.model_fields_set and not self.tune:
-            raise ValueError("tune_seed is set but nothing is tuned; add a tune: section (e.g. tune: {optimizer.lr: "
-                             "[3.0e-4, 1.0e-3]}) or remove tune_seed")
+            raise ValueError(
+                "tune_seed is set but nothing is tuned; add a tune: section (e.g. tune: {optimizer.lr: "
+                "[3.0e-4, 1.0e-3]}) or remove tune_seed"
+            )
         return self
 
 

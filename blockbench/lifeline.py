@@ -100,8 +100,12 @@ class FolderHeld(RuntimeError):
     def __init__(self, held: dict[str, Holder]):
         pids = " ".join(str(h.pid) for h in held.values() if h.pid is not None)
         lines = [f"{name} is being trained by {holder}" for name, holder in held.items()]
-        super().__init__("; ".join(lines) + "; wait for that run to finish, or stop it"
-                         + (f" (kill {pids})" if pids else "") + " and run again: its checkpoints resume")
+        super().__init__(
+            "; ".join(lines)
+            + "; wait for that run to finish, or stop it"
+            + (f" (kill {pids})" if pids else "")
+            + " and run again: its checkpoints resume"
+        )
         self.held = held
 
 

@@ -20,9 +20,9 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from models import ModelConfig
-from models.config import VARIANT_REGISTRIES
-from tasks import TASK_PRESETS
+from blockbench.models import ModelConfig
+from blockbench.models.config import VARIANT_REGISTRIES
+from blockbench.tasks import TASK_PRESETS
 
 from .config import LIGHTNING_FIELDS, RunConfig, TrainerConfig, lightning_choices
 
@@ -92,8 +92,10 @@ def section_titles() -> dict[str, str]:
     for name, info in RunConfig.model_fields.items():
         members = _config_classes(info.annotation)
         if info.discriminator:
-            titles[name] = (f"keys of the {name} chosen by {name}.{info.discriminator}; each key lists the "
-                            f"{name}s that have it, with their defaults")
+            titles[name] = (
+                f"keys of the {name} chosen by {name}.{info.discriminator}; each key lists the "
+                f"{name}s that have it, with their defaults"
+            )
         elif members:
             title = _first_line(members[0].__doc__)
             first_word = title.split(" ")[0]
@@ -101,8 +103,14 @@ def section_titles() -> dict[str, str]:
     return titles
 
 
-def _walk(cls: type[BaseModel], prefix: str, owner: str | None, instance: BaseModel | None,
-          keys: dict[str, Key], skip: str | None = None) -> None:
+def _walk(
+    cls: type[BaseModel],
+    prefix: str,
+    owner: str | None,
+    instance: BaseModel | None,
+    keys: dict[str, Key],
+    skip: str | None = None,
+) -> None:
     """Add the keys of config class ``cls`` under ``prefix``; ``instance`` supplies the defaults of a
     section whose parent default differs from the class defaults."""
     for name, info in cls.model_fields.items():
@@ -119,8 +127,14 @@ def _walk(cls: type[BaseModel], prefix: str, owner: str | None, instance: BaseMo
             _add(keys, f"{key}.{tag}", Definition(owner, tag_default, "str", info.description or ""), choices)
             for member in members:
                 member_tag = member.model_fields[tag].default
-                _walk(member, f"{key}.", member_tag if owner is None else f"{owner} ({member_tag})",
-                      default if isinstance(default, member) else None, keys, skip=tag)
+                _walk(
+                    member,
+                    f"{key}.",
+                    member_tag if owner is None else f"{owner} ({member_tag})",
+                    default if isinstance(default, member) else None,
+                    keys,
+                    skip=tag,
+                )
         elif members:
             _walk(members[0], f"{key}.", owner, default if isinstance(default, BaseModel) else None, keys)
         else:
@@ -192,8 +206,12 @@ def _kind(info: FieldInfo) -> str:
     """``int >0 or null``: the type, its bounds (pydantic's gt/ge/lt/le), and whether null is allowed."""
     options = get_args(info.annotation) if _is_union(info.annotation) else (info.annotation,)
     kind = " | ".join(_type_name(option) for option in options if option is not type(None))
-    bounds = [f"{symbol}{value_text(getattr(m, attr))}" for m in info.metadata
-              for attr, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if hasattr(m, attr)]
+    bounds = [
+        f"{symbol}{value_text(getattr(m, attr))}"
+        for m in info.metadata
+        for attr, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+        if hasattr(m, attr)
+    ]
     return " ".join([kind, *bounds]) + (" or null" if type(None) in options else "")
 
 
@@ -270,8 +288,13 @@ def _format_choices(choices: list[Choice], indent: int, width: int) -> list[str]
     if not choices:
         return []
     if not any(c.description for c in choices):
-        return textwrap.wrap("choices: " + ", ".join(c.name for c in choices), width,
-                             initial_indent=" " * indent, subsequent_indent=" " * (indent + 9), **WRAP)
+        return textwrap.wrap(
+            "choices: " + ", ".join(c.name for c in choices),
+            width,
+            initial_indent=" " * indent,
+            subsequent_indent=" " * (indent + 9),
+            **WRAP,
+        )
     # ``name   description`` rows, the descriptions in one column and wrapped under themselves
     column = indent + max(len(c.name) for c in choices) + 2
     lines = []

@@ -85,8 +85,14 @@ class StepProgress(ProgressBar):
     ETA 1:02``.
     """
 
-    def __init__(self, headline: str, *, every_n_steps: int | None = None, stream: TextIO | None = None,
-                 interactive: bool | None = None):
+    def __init__(
+        self,
+        headline: str,
+        *,
+        every_n_steps: int | None = None,
+        stream: TextIO | None = None,
+        interactive: bool | None = None,
+    ):
         super().__init__()
         self.headline = headline
         self.every_n_steps = every_n_steps
@@ -123,11 +129,18 @@ class StepProgress(ProgressBar):
         self._start_time, self._start_step = time.perf_counter(), trainer.global_step
         self._shown_step = trainer.global_step
         if self.interactive:
-            self._bar = tqdm(total=trainer.max_steps, initial=trainer.global_step, unit="step", file=out,
-                             dynamic_ncols=True, leave=True)
+            self._bar = tqdm(
+                total=trainer.max_steps,
+                initial=trainer.global_step,
+                unit="step",
+                file=out,
+                dynamic_ncols=True,
+                leave=True,
+            )
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if not self.is_enabled or step == self._shown_step:  # a micro-batch of gradient accumulation
             return
@@ -160,8 +173,11 @@ class StepProgress(ProgressBar):
     def status(self, trainer: L.Trainer) -> str:
         """``loss 3.912  val/perplexity 50.09``: the latest training loss and headline value."""
         metrics = trainer.callback_metrics
-        parts = [f"{name} {float(metrics[key]):.4g}" for name, key in (("loss", "train/loss"), (self.headline,) * 2)
-                 if key in metrics]
+        parts = [
+            f"{name} {float(metrics[key]):.4g}"
+            for name, key in (("loss", "train/loss"), (self.headline,) * 2)
+            if key in metrics
+        ]
         return "  ".join(parts)
 
     def _print_line(self, trainer: L.Trainer) -> None:

@@ -17,12 +17,22 @@ from typing import Any
 import torch
 
 #: packages whose versions can change results
-PACKAGES = ("torch", "lightning", "torchmetrics", "torchdata", "numpy", "sacrebleu", "tiktoken", "datasets", "torchvision")
+PACKAGES = (
+    "torch",
+    "lightning",
+    "torchmetrics",
+    "torchdata",
+    "numpy",
+    "sacrebleu",
+    "tiktoken",
+    "datasets",
+    "torchvision",
+)
 REPO = Path(__file__).resolve().parents[1]
 #: the code that can change a cell's numbers, as importable names: the block library, the tasks, the
 #: trainer (``blockbench.cell``) and what resolves a cell's config. The runner, the planner, the CLI,
 #: the records' reader and the report are left out: editing them leaves every committed result current.
-FINGERPRINTED = ("models", "tasks", "blockbench.cell", "blockbench.config")
+FINGERPRINTED = ("blockbench.models", "blockbench.tasks", "blockbench.cell", "blockbench.config")
 
 
 def cpu_model() -> str:
@@ -35,7 +45,9 @@ def cpu_model() -> str:
 
 
 def hardware() -> dict[str, Any]:
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "gpu_count": len(gpus)}
 
 
@@ -167,8 +179,8 @@ def constraints_text() -> str:
     """A pip constraints file pinning :func:`installed_requirements`, headed by the machine and Python."""
     header = [
         "# The exact package versions behind the committed results; install with them to reproduce",
-        "# the numbers bit for bit (same versions and same CPU; see the README, \"Reproducing the numbers\"):",
-        "#   pip install -c constraints.txt -e \".[dev,bench]\"",
+        '# the numbers bit for bit (same versions and same CPU; see the README, "Reproducing the numbers"):',
+        '#   pip install -c constraints.txt -e ".[dev,bench]"',
         f"# Written by `blockbench env --constraints > constraints.txt` with Python {sys.version.split()[0]} on",
         f"# {machine_description()}.",
     ]
@@ -177,9 +189,13 @@ def constraints_text() -> str:
 
 def environment_report() -> dict[str, Any]:
     """What ``blockbench env`` prints: versions, hardware, the CPU's vector extensions, the code's commit."""
-    return {"packages": package_versions(), "hardware": hardware(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "git": git_state(),
-            "code_fingerprint": code_fingerprint()}
+    return {
+        "packages": package_versions(),
+        "hardware": hardware(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "git": git_state(),
+        "code_fingerprint": code_fingerprint(),
+    }
 
 
 def provenance() -> dict[str, Any]:

@@ -137,12 +137,20 @@ class CellRecord(_Open):
     provenance: Provenance | None = None
 
     @classmethod
-    def failure(cls, task: str, seed: int | None, config_hash: str, fingerprint: str, error: str,
-                traceback: str | None = None) -> CellRecord:
+    def failure(
+        cls, task: str, seed: int | None, config_hash: str, fingerprint: str, error: str, traceback: str | None = None
+    ) -> CellRecord:
         """The record of a cell that failed (raised, or died without writing a result): the matrix goes
         on, and the report lists it as failed and leaves it out of the statistics."""
-        return cls(status="failed", task=task, seed=seed, config_hash=config_hash, code_fingerprint=fingerprint,
-                   error=error, **({} if traceback is None else {"traceback": traceback}))
+        return cls(
+            status="failed",
+            task=task,
+            seed=seed,
+            config_hash=config_hash,
+            code_fingerprint=fingerprint,
+            error=error,
+            **({} if traceback is None else {"traceback": traceback}),
+        )
 
     @property
     def ok(self) -> bool:

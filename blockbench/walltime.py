@@ -38,7 +38,7 @@ def process_age() -> float | None:
     try:
         stat = Path("/proc/self/stat").read_text()
         # fields after the command name, which is in parentheses and may hold spaces: state is field 3, starttime 22
-        started = int(stat[stat.rindex(")") + 2:].split()[22 - 3]) / os.sysconf("SC_CLK_TCK")
+        started = int(stat[stat.rindex(")") + 2 :].split()[22 - 3]) / os.sysconf("SC_CLK_TCK")
         if hasattr(time, "CLOCK_BOOTTIME"):
             now = time.clock_gettime(time.CLOCK_BOOTTIME)
         else:

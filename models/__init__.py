@@ -1,7 +1,7 @@
 """blockbench's block library: plain PyTorch modules, every variant selected by name.
 
-    from models import build_model
-    model = build_model({"family": "decoder_lm", "vocab_size": 1000, "norm_placement": "post"})
+from blockbench.models import build_model
+model = build_model({"family": "decoder_lm", "vocab_size": 1000, "norm_placement": "post"})
 """
 
 from . import attention, lm, mlp, norm, placement, position, translator, vit  # noqa: F401  (register variants)

@@ -264,14 +264,25 @@ class MultiHeadAttention(nn.Module):
         else:
             with sdpa_backends(q, k_len):
                 out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=simple_causal,
+                    q,
+                    k,
+                    v,
+                    attn_mask=mask,
+                    dropout_p=dropout_p,
+                    is_causal=simple_causal,
                     enable_gqa=self.n_kv_heads != self.n_heads,
                 )
         out = self.out_proj(out.transpose(1, 2).reshape(x.shape[0], q_len, d_model))
         return (out, weights) if need_weights else out
 
     def _math_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, causal: bool,
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        causal: bool,
         dropout_p: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """softmax(score(Q, K) + mask) V with plain matmuls; for the dot score, the SDPA path's result,

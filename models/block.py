@@ -27,9 +27,16 @@ def build_feed_forward(cfg: ModelConfig) -> nn.Module:
     """The block's feed-forward sublayer: a dense FFN of kind ``cfg.ffn`` or an MoE of such experts."""
     if cfg.n_experts:
         return MoEFeedForward(
-            cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.bias, cfg.dropout,
-            n_experts=cfg.n_experts, top_k=cfg.moe_top_k, capacity_factor=cfg.moe_capacity_factor,
-            n_shared_experts=cfg.moe_shared_experts, expert_kind=cfg.ffn,
+            cfg.d_model,
+            cfg.ffn_dim,
+            cfg.activation,
+            cfg.bias,
+            cfg.dropout,
+            n_experts=cfg.n_experts,
+            top_k=cfg.moe_top_k,
+            capacity_factor=cfg.moe_capacity_factor,
+            n_shared_experts=cfg.moe_shared_experts,
+            expert_kind=cfg.ffn,
         )
     return build_ffn(cfg.ffn, cfg.d_model, cfg.ffn_dim, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
 
@@ -59,12 +66,20 @@ class TransformerBlock(nn.Module):
             )
 
         # the sparse pattern restricts self-attention only; cross-attention sees the whole source
-        sparsity = SparsePattern(cfg.attention_pattern, cfg.attention_window, cfg.attention_stride, cfg.attention_summary)
+        sparsity = SparsePattern(
+            cfg.attention_pattern, cfg.attention_window, cfg.attention_stride, cfg.attention_summary
+        )
 
         def attention(cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
-                cfg.d_model, cfg.n_heads, n_kv_heads=cfg.n_kv_heads, cross=cross, bias=cfg.bias, dropout=cfg.dropout,
-                score=cfg.attention_score, sparsity=None if cross else sparsity,
+                cfg.d_model,
+                cfg.n_heads,
+                n_kv_heads=cfg.n_kv_heads,
+                cross=cross,
+                bias=cfg.bias,
+                dropout=cfg.dropout,
+                score=cfg.attention_score,
+                sparsity=None if cross else sparsity,
             )
 
         self.self_attn = wrap(attention(cross=False))
@@ -94,7 +109,10 @@ class TransformerBlock(nn.Module):
         hides later positions from every real token, but its MoE layers still must not route the
         padding."""
         x = self.self_attn(
-            x, causal=self.causal, key_padding_mask=padding_mask, positional=positional,
+            x,
+            causal=self.causal,
+            key_padding_mask=padding_mask,
+            positional=positional,
             cache=cache.self_attn if cache else None,
         )
         if self.cross_attn is not None:
@@ -115,8 +133,14 @@ class TransformerStack(nn.Module):
     """
 
     def __init__(
-        self, cfg: ModelConfig, n_layers: int, *, causal: bool, cross_attention: bool = False,
-        architecture: str = "encoder", stack: str = "encoder",
+        self,
+        cfg: ModelConfig,
+        n_layers: int,
+        *,
+        causal: bool,
+        cross_attention: bool = False,
+        architecture: str = "encoder",
+        stack: str = "encoder",
     ):
         super().__init__()
         placement = PLACEMENTS.get(cfg.norm_placement)
@@ -126,7 +150,9 @@ class TransformerStack(nn.Module):
             TransformerBlock(cfg, causal=causal, cross_attention=cross_attention, residual_scale=alpha)
             for _ in range(n_layers)
         )
-        self.final_norm = build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if placement.final_norm else nn.Identity()
+        self.final_norm = (
+            build_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if placement.final_norm else nn.Identity()
+        )
         self.scaled_residual_init = placement.scaled_residual_init
 
     def scale_init(self) -> None:

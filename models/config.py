@@ -16,7 +16,6 @@ from pydantic_core import InitErrorDetails
 
 from .registry import ACTIVATIONS, ATTENTION_SCORES, FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONAL, SPARSITY, Registry
 
-
 #: config fields that select a variant by name, and the registry each name must be in
 VARIANT_REGISTRIES: dict[str, Registry] = {
     "family": FAMILIES,
@@ -35,7 +34,9 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    family: str | None = Field(None, description="which model to build (decoder_lm, encoder_decoder, vit); set by the task")
+    family: str | None = Field(
+        None, description="which model to build (decoder_lm, encoder_decoder, vit); set by the task"
+    )
     # widths and depths, shared by all families so tasks stay comparable
     d_model: int = Field(128, gt=0, description="width: the size of each token's (or patch's) vector between blocks")
     n_layers: int = Field(4, gt=0, description="blocks per stack (the translator has an encoder and a decoder stack)")
@@ -52,12 +53,17 @@ class ModelConfig(BaseModel):
     )
     d_ff: int | None = Field(None, gt=0, description="feed-forward hidden size; default 4 * d_model")
     dropout: float = Field(
-        0.0, ge=0.0, lt=1.0, description="dropout probability of embeddings, attention, FFN and residual branches; 0 = off"
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="dropout probability of embeddings, attention, FFN and residual branches; 0 = off",
     )
     bias: bool = Field(True, description="biases in the Linear layers and norms (false: none, as in PaLM and LLaMA)")
     # variants, selected by name (see `blockbench list`)
     norm: str = Field("layernorm", description="normalization layer")
-    norm_eps: float = Field(1e-5, gt=0, description="epsilon the norm adds to the variance (or mean square) for stability")
+    norm_eps: float = Field(
+        1e-5, gt=0, description="epsilon the norm adds to the variance (or mean square) for stability"
+    )
     norm_placement: str = Field("pre", description="where the norm sits around each residual branch")
     activation: str = Field(
         "gelu", description="activation of the mlp feed-forward (swiglu and geglu have their own gate)"
@@ -67,7 +73,8 @@ class ModelConfig(BaseModel):
     n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0 = dense feed-forward")
     moe_top_k: int = Field(2, gt=0, description="experts each token is routed to")
     moe_capacity_factor: float | None = Field(
-        1.25, gt=0,
+        1.25,
+        gt=0,
         description="expert capacity factor in training, over the real (non-padding) tokens; null = no limit. "
         "Evaluation never drops tokens, so validation metrics do not depend on the batch size",
     )
@@ -79,7 +86,8 @@ class ModelConfig(BaseModel):
     # token models
     vocab_size: int | None = Field(None, gt=0, description="token vocabulary size; set by the task from its data")
     max_seq_len: int = Field(
-        256, gt=0,
+        256,
+        gt=0,
         description="longest sequence (size of learned position tables); the token tasks set it to their sequence length",
     )
     tie_embeddings: bool = Field(True, description="the output projection shares the token embedding's weights")
@@ -90,7 +98,8 @@ class ModelConfig(BaseModel):
     n_classes: int | None = Field(None, gt=1, description="classes of the ViT head; set by the task from its data")
     # execution (same math, different speed)
     compile: bool = Field(
-        False, description="compile the model with torch.compile (nn.Module.compile): faster steps after a compile warm-up"
+        False,
+        description="compile the model with torch.compile (nn.Module.compile): faster steps after a compile warm-up",
     )
 
     @field_validator(*VARIANT_REGISTRIES)
@@ -102,7 +111,7 @@ class ModelConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _shapes(self) -> "ModelConfig":
+    def _shapes(self) -> ModelConfig:
         """Shape checks every model shares; a variant's own checks are its ``check`` (``_variant_checks``)."""
         if self.d_model % self.n_heads:
             divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and h <= 64]
@@ -125,7 +134,7 @@ class ModelConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _variant_checks(self) -> "ModelConfig":
+    def _variant_checks(self) -> ModelConfig:
         """Every selected variant's own checks (``Registry.check``: RoPE's even head dimension,
         sincos2d's vit-only grid, ...), each reported at the field that selected the variant
         (``pos_encoding: ...``). Runs after ``_shapes``, so the checks may assume the shapes fit."""

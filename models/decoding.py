@@ -11,7 +11,7 @@ Here are the loops around them: ``generate`` (prompt prefill, then one token per
 temperature / top-k sampling) for the LM, ``greedy_decode`` and ``beam_search`` (with the GNMT
 length penalty) for the translator.
 
-    from models import beam_search, generate
+    from blockbench.models import beam_search, generate
     sample = generate(lm, prompt, 20, temperature=0.8, top_k=50)
     translation = beam_search(translator, src, bos_id=1, eos_id=2, max_len=40, src_padding_mask=mask)
 """

@@ -17,7 +17,8 @@ one, and returns the loss each would give.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -106,7 +107,11 @@ def logit_lens_depth(model: nn.Module) -> int:
 
 
 def logit_lens_losses(
-    model: nn.Module, *inputs: Any, targets: torch.Tensor, ignore_index: int = -100, reduction: str = "mean",
+    model: nn.Module,
+    *inputs: Any,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
     **kwargs: Any,
 ) -> list[torch.Tensor]:
     """The logit lens (nostalgebraist 2020): the cross-entropy of ``targets`` when the output of each
@@ -124,8 +129,9 @@ def logit_lens_losses(
     time, never all blocks' at once. Call it under ``torch.no_grad()`` to measure (validation)."""
     stack = _lens_stack(model)
     outputs: list[torch.Tensor] = []
-    handles = [block.register_forward_hook(lambda _module, _args, output: outputs.append(output))
-               for block in stack.blocks]
+    handles = [
+        block.register_forward_hook(lambda _module, _args, output: outputs.append(output)) for block in stack.blocks
+    ]
     try:
         final = model(*inputs, head=False, **kwargs)
     finally:

@@ -46,7 +46,10 @@ class DecoderLM(nn.Module):
         # attention masks every key, the feed-forward (MoE routing) sees only the new tokens
         new_padding = None if padding_mask is None else padding_mask[:, -idx.shape[1] :]
         x = self.stack(
-            self.drop(x), caches=caches, padding_mask=padding_mask, ffn_padding_mask=new_padding,
+            self.drop(x),
+            caches=caches,
+            padding_mask=padding_mask,
+            ffn_padding_mask=new_padding,
             positional=self.positions,
         )
         return self.lm_head(x) if head else x

@@ -40,9 +40,15 @@ def linear_cross_entropy(
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad) and len(targets):
-        return _FusedLinearCrossEntropy.apply(hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens)
+        return _FusedLinearCrossEntropy.apply(
+            hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens
+        )
     return F.cross_entropy(
-        F.linear(hidden, weight), targets, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction
+        F.linear(hidden, weight),
+        targets,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
     )
 
 
@@ -57,8 +63,16 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         compute_dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
         with torch.autocast(device_type, enabled=False):
             loss, grad_hidden, grad_weight = _loss_and_gradients(
-                hidden, weight.to(compute_dtype), targets, ignore_index, label_smoothing, reduction, chunk_tokens,
-                hidden_grad=hidden.requires_grad, weight_grad=weight.requires_grad, compute_dtype=compute_dtype,
+                hidden,
+                weight.to(compute_dtype),
+                targets,
+                ignore_index,
+                label_smoothing,
+                reduction,
+                chunk_tokens,
+                hidden_grad=hidden.requires_grad,
+                weight_grad=weight.requires_grad,
+                compute_dtype=compute_dtype,
             )
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
@@ -70,12 +84,25 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return (
             None if grad_hidden is None else grad_hidden * grad_output.to(grad_hidden.dtype),
             None if grad_weight is None else (grad_weight * grad_output).to(ctx.weight_dtype),
-            None, None, None, None, None,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
 
 
 def _loss_and_gradients(
-    hidden, weight, targets, ignore_index, label_smoothing, reduction, chunk_tokens, *, hidden_grad, weight_grad,
+    hidden,
+    weight,
+    targets,
+    ignore_index,
+    label_smoothing,
+    reduction,
+    chunk_tokens,
+    *,
+    hidden_grad,
+    weight_grad,
     compute_dtype,
 ):
     """The loss and, chunk by chunk of tokens, its gradients for ``hidden`` and ``weight``."""
@@ -83,7 +110,11 @@ def _loss_and_gradients(
     counted = targets != ignore_index
     softmax_dtype = torch.promote_types(compute_dtype, torch.float32)  # the softmax never below float32
     # mean: F.cross_entropy divides by the tokens not ignored (NaN if there are none)
-    scale = (1.0 / counted.sum().to(softmax_dtype)) if reduction == "mean" else torch.ones((), dtype=softmax_dtype, device=hidden.device)
+    scale = (
+        (1.0 / counted.sum().to(softmax_dtype))
+        if reduction == "mean"
+        else torch.ones((), dtype=softmax_dtype, device=hidden.device)
+    )
     grad_hidden = torch.empty_like(hidden) if hidden_grad else None
     grad_weight = torch.zeros(weight.shape, dtype=softmax_dtype, device=weight.device) if weight_grad else None
     total = torch.zeros((), dtype=softmax_dtype, device=hidden.device)
@@ -106,7 +137,7 @@ def _loss_and_gradients(
         total += losses.masked_fill(~keep, 0).sum()
         # d loss / d logits = (softmax - (1 - eps) * onehot - eps / V) * row weight (0 for ignored tokens)
         row_weight = keep * scale
-        grad_logits = exp.mul_((row_weight[:, None] / sum_exp))
+        grad_logits = exp.mul_(row_weight[:, None] / sum_exp)
         grad_logits[rows, target] -= (1 - label_smoothing) * row_weight
         if label_smoothing:
             grad_logits -= (label_smoothing / vocab) * row_weight[:, None]

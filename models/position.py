@@ -32,7 +32,7 @@ class PositionalEncoding(nn.Module):
     extrapolates: bool = True
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "PositionalEncoding":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> PositionalEncoding:
         """``rms``: the RMS at init of the token signal a table is added to, which the table takes
         (``models.embedding``); encodings without a table ignore it."""
         return cls(max_len, cfg.d_model, rms)
@@ -137,7 +137,7 @@ class RotaryPositionalEmbedding(PositionalEncoding):
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "RotaryPositionalEmbedding":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> RotaryPositionalEmbedding:
         return cls(cfg.d_model // cfg.n_heads, base=cfg.rope_base)
 
     def __init__(self, head_dim: int, base: float = 10000.0):
@@ -185,7 +185,7 @@ class ALiBi(PositionalEncoding):
     """Adds ``-slope_h * (i - j)`` to the score of query i and key j (``|i - j|`` when bidirectional)."""
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "ALiBi":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> ALiBi:
         return cls(cfg.n_heads)
 
     def __init__(self, n_heads: int):
@@ -197,8 +197,6 @@ class ALiBi(PositionalEncoding):
         distance = (query_positions - torch.arange(k_len, device=device)[None, :]).float()
         distance = distance.clamp(min=0) if causal else distance.abs()
         return -self.slopes.to(device)[:, None, None] * distance
-
-
 
 
 def t5_relative_position_bucket(
@@ -240,7 +238,7 @@ class T5RelativePositionBias(PositionalEncoding):
     """
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "T5RelativePositionBias":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> T5RelativePositionBias:
         return cls(cfg.n_heads)
 
     def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02):
@@ -302,7 +300,7 @@ class SinCos2DPositionalEncoding(PositionalEncoding):
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> "SinCos2DPositionalEncoding":
+    def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> SinCos2DPositionalEncoding:
         return cls(cfg.image_size // cfg.patch_size, cfg.d_model, rms)  # checked by ``check`` and the vit family
 
     def __init__(self, grid_size: int, dim: int, rms: float = EMBEDDING_STD):

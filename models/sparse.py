@@ -72,7 +72,7 @@ def strided(q_len: int, k_len: int, *, window: int, stride: int, summary: int, d
     return (diff.abs() < stride) | (torch.remainder(diff, stride) == 0)
 
 
-def check_fixed(cfg: "ModelConfig") -> None:
+def check_fixed(cfg: ModelConfig) -> None:
     """The fixed pattern's summary positions are part of a block of ``attention_stride`` positions."""
     if cfg.attention_summary > cfg.attention_stride:
         raise ValueError(

@@ -60,8 +60,12 @@ class EncoderDecoder(nn.Module):
         # Only the feed-forward gets it: an MoE must not give padding expert capacity.
         offset = caches[0].self_attn.length if caches else 0
         x = self.decoder(
-            self._embed(tgt, offset), caches=caches, memory=memory, memory_padding_mask=src_padding_mask,
-            ffn_padding_mask=tgt_padding_mask, positional=self.positions,
+            self._embed(tgt, offset),
+            caches=caches,
+            memory=memory,
+            memory_padding_mask=src_padding_mask,
+            ffn_padding_mask=tgt_padding_mask,
+            positional=self.positions,
         )
         return self.lm_head(x) if head else x
 
@@ -100,7 +104,10 @@ class EncoderDecoder(nn.Module):
         ``tgt_padding_mask`` marks the positions of ``tgt_in`` that are padding (see ``decode``)."""
         hidden = self(src, tgt_in, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=False)
         return linear_cross_entropy(
-            hidden, self.lm_head.weight, tgt_out, ignore_index=ignore_index, label_smoothing=label_smoothing,
+            hidden,
+            self.lm_head.weight,
+            tgt_out,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
             reduction=reduction,
         )
-

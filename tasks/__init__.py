@@ -17,9 +17,13 @@ TASK_CONFIGS: dict[str, type[TaskConfig]] = {
     cfg.model_fields["name"].default: cfg
     for cfg in (
         # embedded: generated from a seed, no download
-        LMTaskConfig, TranslationTaskConfig, VisionTaskConfig,
+        LMTaskConfig,
+        TranslationTaskConfig,
+        VisionTaskConfig,
         # real data: HF hub datasets or local files
-        TextLMTaskConfig, TextTranslationTaskConfig, ImageTaskConfig,
+        TextLMTaskConfig,
+        TextTranslationTaskConfig,
+        ImageTaskConfig,
     )
 }
 

@@ -13,7 +13,8 @@ import random
 import re
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -26,7 +27,7 @@ from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 # torchdata calls a deprecated torch function on every new loader; nothing for users to act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
-from models import (
+from blockbench.models import (
     ModelConfig,
     add_auxiliary_losses,
     attended_fraction,
@@ -73,7 +74,7 @@ class Metric(BaseModel):
     high: float = Field(math.inf, description="largest value the metric can take")
 
     @model_validator(mode="after")
-    def _check_range(self) -> "Metric":
+    def _check_range(self) -> Metric:
         if not self.low < self.high:
             raise ValueError(f"metric {self.name!r}: low={self.low} must be below high={self.high}")
         return self
@@ -131,7 +132,7 @@ class TaskConfig(BaseModel, ABC):
     @abstractmethod
     def build(
         self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int
-    ) -> tuple["TaskModule", "TaskDataModule"]:
+    ) -> tuple[TaskModule, TaskDataModule]:
         """The LightningModule and LightningDataModule of one run."""
 
 
@@ -211,20 +212,27 @@ class TaskDataModule(L.LightningDataModule, ABC):
         trainer = getattr(self, "trainer", None)
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    def training_sampler(self, dataset: Dataset) -> "EpochSampler":
+    def training_sampler(self, dataset: Dataset) -> EpochSampler:
         """This process's share of a shuffled epoch: a permutation drawn from the run's seed and the
         epoch (Lightning calls ``set_epoch``), dealt out to the processes in turn. With one process
         it is the whole permutation, so one process with batch B and N processes with batch B/N see
         the same global batches."""
         rank, world = self.rank_and_world
-        return EpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=torch.initial_seed(), drop_last=True)
+        return EpochSampler(
+            dataset, num_replicas=world, rank=rank, shuffle=True, seed=torch.initial_seed(), drop_last=True
+        )
 
     def training_loader(self, dataset: Dataset, **kwargs: Any) -> StatefulDataLoader:
         """The training DataLoader: this process's shuffled, seeded batches (unless a ``batch_sampler``
         is given) from a torchdata ``StatefulDataLoader``, whose position Lightning saves in
         checkpoints, so a resumed run continues mid-epoch with the batches an uninterrupted run sees."""
         if "batch_sampler" not in kwargs:
-            kwargs = {"batch_size": self.batch_size, "sampler": self.training_sampler(dataset), "drop_last": True, **kwargs}
+            kwargs = {
+                "batch_size": self.batch_size,
+                "sampler": self.training_sampler(dataset),
+                "drop_last": True,
+                **kwargs,
+            }
         return StatefulDataLoader(dataset, **kwargs)
 
     def validation_loader(self, dataset: Dataset, **kwargs: Any) -> DataLoader:
@@ -244,7 +252,9 @@ class TaskDataModule(L.LightningDataModule, ABC):
         if loader is None or len(loader.dataset) == 0:
             return None
         size = len(loader.dataset)
-        sample = Subset(loader.dataset, [i * size // n_items for i in range(n_items)] if n_items < size else range(size))
+        sample = Subset(
+            loader.dataset, [i * size // n_items for i in range(n_items)] if n_items < size else range(size)
+        )
         # its own generator: starting the loader then draws nothing from the training's random numbers
         return DataLoader(sample, batch_size=self.batch_size, collate_fn=loader.collate_fn, generator=torch.Generator())
 
@@ -340,7 +350,9 @@ class TaskModule(L.LightningModule, ABC):
         with gradient clipping under Lightning's mixed precision, which refuses to clip for optimizers
         that unscale gradients themselves (there the default implementation runs)."""
         trainer = self._trainer
-        clipping_in_mixed = trainer is not None and bool(trainer.gradient_clip_val) and str(trainer.precision).endswith("-mixed")
+        clipping_in_mixed = (
+            trainer is not None and bool(trainer.gradient_clip_val) and str(trainer.precision).endswith("-mixed")
+        )
         return not clipping_in_mixed and all(p.device.type in ("cpu", "cuda") for p in params)
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -12,7 +12,8 @@ always predicting the class most frequent in the training labels.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -20,13 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
-from models import ModelConfig
+from blockbench.models import ModelConfig
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, WorkerRngState, with_data_fields
 from .baselines import majority_class_accuracy
 from .data.images import ImageSource, PreparedImages, prepare_images
 from .vision import VisionTask
-
 
 # --------------------------------------------------------------------------- config
 
@@ -42,7 +42,9 @@ class AugmentConfig(BaseModel):
     randaugment_num_ops: int = Field(2, ge=1, description="RandAugment: operations applied to each image")
     randaugment_magnitude: int = Field(9, ge=0, le=30, description="RandAugment: strength of every operation (0 to 30)")
     mixup_alpha: float = Field(0.0, ge=0, description="MixUp Beta(alpha, alpha) per batch; 0 = off")
-    cutmix_alpha: float = Field(0.0, ge=0, description="CutMix Beta(alpha, alpha) per batch; 0 = off (both on: one at random)")
+    cutmix_alpha: float = Field(
+        0.0, ge=0, description="CutMix Beta(alpha, alpha) per batch; 0 = off (both on: one at random)"
+    )
 
 
 class ImageTaskConfig(TaskConfig):
@@ -157,8 +159,9 @@ class ImageDataModule(TaskDataModule):
                 f"{self.batch_size}); lower the batch size or add images"
             )
         normalize = normalization(images.mean, images.std)
-        self.train_set = self._dataset(images.train_images, images.train_labels,
-                                       augmentation(self.cfg.augment, self.cfg.image_size) + normalize)
+        self.train_set = self._dataset(
+            images.train_images, images.train_labels, augmentation(self.cfg.augment, self.cfg.image_size) + normalize
+        )
         self.val_set = self._dataset(images.val_images, images.val_labels, normalize)
 
     @staticmethod
@@ -170,7 +173,10 @@ class ImageDataModule(TaskDataModule):
         mix = batch_mixing(self.cfg.augment, len(self.load().class_names))
         workers = self.cfg.num_workers
         return self.training_loader(
-            self.train_set, num_workers=workers, persistent_workers=workers > 0, collate_fn=MixBatch(mix) if mix else None,
+            self.train_set,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            collate_fn=MixBatch(mix) if mix else None,
         )
 
     def val_dataloader(self) -> DataLoader:
@@ -178,8 +184,11 @@ class ImageDataModule(TaskDataModule):
 
     def data_summary(self) -> dict[str, Any]:
         images = self.load()
-        return {"n_classes": len(images.class_names), "train_images": len(images.train_labels),
-                "val_images": len(images.val_labels)}
+        return {
+            "n_classes": len(images.class_names),
+            "train_images": len(images.train_labels),
+            "val_images": len(images.val_labels),
+        }
 
     def baselines(self) -> dict[str, float]:
         images = self.load()

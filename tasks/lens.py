@@ -29,8 +29,9 @@ class LogitLensConfig(TaskConfig):
     """The ``task.logit_lens`` switch of the tasks whose model decodes a vocabulary."""
 
     logit_lens: bool = Field(
-        True, description="at each validation, the loss of every decoder block's output decoded through the final norm "
-        "and the output head (val/lens/layer{i}); false: off"
+        True,
+        description="at each validation, the loss of every decoder block's output decoded through the final norm "
+        "and the output head (val/lens/layer{i}); false: off",
     )
 
 

@@ -16,7 +16,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig, extrapolating_pos_encodings, logit_lens_depth, logit_lens_losses
+from blockbench.models import ModelConfig, extrapolating_pos_encodings, logit_lens_depth, logit_lens_losses
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
@@ -91,7 +91,10 @@ class AgreementDataModule(TaskDataModule):
         self.val_rows = _blocks(self.corpus.val, (self.cfg.eval_seq_len or self.cfg.seq_len) + 1)
         corpus = self.corpus
         self.probes = TensorDataset(
-            *(torch.from_numpy(a) for a in (corpus.probes, corpus.probe_position, corpus.probe_correct, corpus.probe_wrong))
+            *(
+                torch.from_numpy(a)
+                for a in (corpus.probes, corpus.probe_position, corpus.probe_correct, corpus.probe_wrong)
+            )
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -159,8 +162,6 @@ class LMTask(TaskModule):
         super().on_validation_epoch_end()
         loss = self.val_loss.compute()
         lens = self.lens.pop() if self.lens is not None else {}
-        self.log_validation(
-            {"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute(), **lens}
-        )
+        self.log_validation({"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute(), **lens})
         self.val_loss.reset()
         self.agreement.reset()

@@ -17,7 +17,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import SumMetric
 
-from models import ModelConfig, logit_lens_depth
+from blockbench.models import ModelConfig, logit_lens_depth
 
 from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule, with_data_fields
 from .data.text import TextData
@@ -33,8 +33,9 @@ class TextLMTaskConfig(LogitLensConfig, TaskConfig):
     baseline_description = "an add-one unigram model of the training tokens, scored on the validation tokens"
     metrics = (
         Metric(name="perplexity", higher_is_better=False, description="validation perplexity (per token)", low=1),
-        Metric(name="bits_per_byte", higher_is_better=False, low=0,
-               description="validation loss in bits per UTF-8 byte"),
+        Metric(
+            name="bits_per_byte", higher_is_better=False, low=0, description="validation loss in bits per UTF-8 byte"
+        ),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
     )
     data_decided_fields = ("vocab_size",)
@@ -55,8 +56,13 @@ class TextLMTaskConfig(LogitLensConfig, TaskConfig):
         datamodule.prepare_data()
         datamodule.setup()
         model = with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size)
-        task = TextLMTask(model, optimizer, max_steps, bytes_per_token=datamodule.tokenizer.bytes_per_token(),
-                          logit_lens=self.logit_lens)
+        task = TextLMTask(
+            model,
+            optimizer,
+            max_steps,
+            bytes_per_token=datamodule.tokenizer.bytes_per_token(),
+            logit_lens=self.logit_lens,
+        )
         return task, datamodule
 
 
@@ -91,7 +97,10 @@ class TextLMDataModule(TaskDataModule):
             self._loaded_streams = {}
             for split in data.splits:
                 self._loaded_streams[split], self.cache_hits[split] = tokenized_documents(
-                    "lm-tokens", data.describe(split), lambda split=split: data.documents(split), tokenizer.encoding,
+                    "lm-tokens",
+                    data.describe(split),
+                    lambda split=split: data.documents(split),
+                    tokenizer.encoding,
                     end_of_document=data.end_of_document,
                 )
         return self._loaded_streams
@@ -116,7 +125,9 @@ class TextLMDataModule(TaskDataModule):
                     f"the {split} text has {len(stream)} tokens, fewer than one block of task.seq_len={seq_len} + 1; "
                     "use more text or a shorter task.seq_len"
                 )
-        self.tokenizer = Tokenizer.for_training_tokens(self.cfg.tokenizer.encoding, self.cfg.tokenizer.compact_vocab, [train])
+        self.tokenizer = Tokenizer.for_training_tokens(
+            self.cfg.tokenizer.encoding, self.cfg.tokenizer.compact_vocab, [train]
+        )
         self.train_tokens = self.tokenizer.compact(train) if self.tokenizer.original_ids is not None else train
         self.val_tokens = self.tokenizer.compact(val)[: (self.cfg.max_val_tokens or len(val)) + 1]
 
@@ -127,8 +138,12 @@ class TextLMDataModule(TaskDataModule):
         return self.validation_loader(TokenBlocks(self.val_tokens, self.cfg.seq_len))
 
     def data_summary(self) -> dict[str, Any]:
-        return {"encoding": self.tokenizer.encoding_name, "vocab_size": self.tokenizer.vocab_size,
-                "train_tokens": len(self.train_tokens), "val_tokens": len(self.val_tokens)}
+        return {
+            "encoding": self.tokenizer.encoding_name,
+            "vocab_size": self.tokenizer.vocab_size,
+            "train_tokens": len(self.train_tokens),
+            "val_tokens": len(self.val_tokens),
+        }
 
     def baselines(self) -> dict[str, float]:
         assert self.tokenizer is not None, "call setup() first"
@@ -136,12 +151,23 @@ class TextLMDataModule(TaskDataModule):
         targets = np.asarray(self.val_tokens[1 : blocks.n_blocks * self.cfg.seq_len + 1], dtype=np.int64)
         loss = unigram_cross_entropy(np.asarray(self.train_tokens, dtype=np.int64), targets, self.tokenizer.vocab_size)
         n_bytes = int(self.tokenizer.bytes_per_token()[targets].sum())
-        return {"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bits_per_byte(loss * len(targets), n_bytes)}
+        return {
+            "loss": loss,
+            "perplexity": math.exp(loss),
+            "bits_per_byte": bits_per_byte(loss * len(targets), n_bytes),
+        }
 
 
 class TextLMTask(TaskModule):
-    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, max_steps: int, *, bytes_per_token: np.ndarray,
-                 logit_lens: bool = True):
+    def __init__(
+        self,
+        model: ModelConfig,
+        optimizer: OptimizerConfig,
+        max_steps: int,
+        *,
+        bytes_per_token: np.ndarray,
+        logit_lens: bool = True,
+    ):
         super().__init__(model, optimizer, max_steps)
         self.register_buffer("bytes_per_token", torch.from_numpy(bytes_per_token), persistent=False)
         # sums, reduced over all processes: the metrics cover the whole validation set

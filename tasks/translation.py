@@ -17,13 +17,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, Literal, NamedTuple
 
-from sacrebleu.metrics import BLEU
 import torch
 from pydantic import Field
+from sacrebleu.metrics import BLEU
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from models import ModelConfig, beam_search, greedy_decode, logit_lens_depth, logit_lens_losses
+from blockbench.models import ModelConfig, beam_search, greedy_decode, logit_lens_depth, logit_lens_losses
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.synthetic_translation import (
@@ -40,7 +40,12 @@ from .lens import LensLosses, LogitLensConfig
 
 
 def teacher_forcing_loss(
-    model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int, label_smoothing: float = 0.0,
+    model: torch.nn.Module,
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    *,
+    pad_id: int,
+    label_smoothing: float = 0.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Cross-entropy of predicting ``tgt[:, 1:]`` from ``src`` and ``tgt[:, :-1]`` (BOS first), padding
@@ -51,8 +56,14 @@ def teacher_forcing_loss(
     row alone would feed."""
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
     return model.loss(
-        src, tgt_in, tgt_out, src_padding_mask=src == pad_id, tgt_padding_mask=tgt_out == pad_id,
-        ignore_index=pad_id, label_smoothing=label_smoothing, reduction=reduction,
+        src,
+        tgt_in,
+        tgt_out,
+        src_padding_mask=src == pad_id,
+        tgt_padding_mask=tgt_out == pad_id,
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
     )
 
 
@@ -63,7 +74,13 @@ def teacher_forcing_lens(
     every decoder block, with the same inputs, masks and ignored targets; the last block's is the loss."""
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
     return logit_lens_losses(
-        model, src, tgt_in, src == pad_id, tgt_padding_mask=tgt_out == pad_id, targets=tgt_out, ignore_index=pad_id,
+        model,
+        src,
+        tgt_in,
+        src == pad_id,
+        tgt_padding_mask=tgt_out == pad_id,
+        targets=tgt_out,
+        ignore_index=pad_id,
         reduction=reduction,
     )
 
@@ -102,28 +119,36 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
         "in the source's word order (no reordering, no agreement)"
     )
     metrics = (
-        Metric(name="bleu", higher_is_better=True, low=0, high=100,
-               description="corpus BLEU (sacrebleu), greedy decoding"),
-        Metric(name="exact_match", higher_is_better=True, low=0, high=1,
-               description="share of translations exactly right"),
+        Metric(
+            name="bleu", higher_is_better=True, low=0, high=100, description="corpus BLEU (sacrebleu), greedy decoding"
+        ),
+        Metric(
+            name="exact_match", higher_is_better=True, low=0, high=1, description="share of translations exactly right"
+        ),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
     )
 
     name: Literal["translation"] = "translation"
     n_train: int = Field(40_000, gt=0, description="training sentence pairs")
     n_val: int = Field(512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU)")
-    max_len: int = Field(
-        24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included"
+    max_len: int = Field(24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included")
+    label_smoothing: float = Field(
+        0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
     )
-    label_smoothing: float = Field(0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)")
 
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}
 
     def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
         task = TranslationTask(
-            model, optimizer, max_steps, label_smoothing=self.label_smoothing, max_len=self.max_len,
-            special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID), beam_size=self.beam_size, length_penalty=self.length_penalty,
+            model,
+            optimizer,
+            max_steps,
+            label_smoothing=self.label_smoothing,
+            max_len=self.max_len,
+            special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID),
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
             logit_lens=self.logit_lens,
         )
         return task, ParallelDataModule(self, batch_size)
@@ -208,7 +233,9 @@ class TranslationTask(TaskModule):
     def items_in_batch(self, batch: Any) -> int:
         return int((batch[1][:, 1:] != self.ids.pad).sum())
 
-    def _loss(self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float, reduction: str = "mean") -> torch.Tensor:
+    def _loss(
+        self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float, reduction: str = "mean"
+    ) -> torch.Tensor:
         return teacher_forcing_loss(
             self.model, src, tgt, pad_id=self.ids.pad, label_smoothing=label_smoothing, reduction=reduction
         )
@@ -217,10 +244,18 @@ class TranslationTask(TaskModule):
         """Decoded target ids (no BOS; EOS-padded after the first EOS): greedy or beam search."""
         ids, mask = self.ids, src == self.ids.pad
         if self.beam_size == 1:
-            return greedy_decode(self.model, src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, src_padding_mask=mask)
+            return greedy_decode(
+                self.model, src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, src_padding_mask=mask
+            )
         return beam_search(
-            self.model, src, bos_id=ids.bos, eos_id=ids.eos, max_len=self.max_len, beam_size=self.beam_size,
-            length_penalty=self.length_penalty, src_padding_mask=mask,
+            self.model,
+            src,
+            bos_id=ids.bos,
+            eos_id=ids.eos,
+            max_len=self.max_len,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            src_padding_mask=mask,
         )
 
     def training_loss(self, batch: Any) -> torch.Tensor:
@@ -250,7 +285,9 @@ class TranslationTask(TaskModule):
         self.val_loss.update(loss, weight=n_targets)
         data: TranslationDataModule = self.trainer.datamodule
         for i, row in zip(index.tolist(), self.translate(src).tolist()):
-            self.translations.append((i, data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row)))
+            self.translations.append(
+                (i, data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row))
+            )
 
     def result_extras(self) -> dict[str, Any]:
         return {**super().result_extras(), "bleu_signature": self.bleu_signature}

@@ -11,14 +11,15 @@ The LightningModule is the same ``TranslationTask`` as the embedded task's.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from models import ModelConfig
+from blockbench.models import ModelConfig
 
 from .base import Metric, OptimizerConfig, with_data_fields
 from .data.text import ParallelData
@@ -29,11 +30,18 @@ from .translation import DecodingConfig, SpecialIds, TranslationDataModule, Tran
 class TextTranslationTaskConfig(DecodingConfig):
     family = "encoder_decoder"
     throughput_unit = "target tokens"
-    description = "encoder-decoder translation of real parallel text (HF hub dataset or local files), shared tiktoken BPE"
+    description = (
+        "encoder-decoder translation of real parallel text (HF hub dataset or local files), shared tiktoken BPE"
+    )
     baseline_description = "copying the source sentence as its translation"
     metrics = (
-        Metric(name="bleu", higher_is_better=True, low=0, high=100,
-               description="corpus BLEU (sacrebleu) of the detokenized output"),
+        Metric(
+            name="bleu",
+            higher_is_better=True,
+            low=0,
+            high=100,
+            description="corpus BLEU (sacrebleu) of the detokenized output",
+        ),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
     )
     data_decided_fields = ("vocab_size",)
@@ -41,8 +49,12 @@ class TextTranslationTaskConfig(DecodingConfig):
     name: Literal["translation_text"] = "translation_text"
     data: ParallelData
     tokenizer: TokenizerConfig = TokenizerConfig()
-    max_len: int = Field(128, ge=3, description="tokens per sentence, BOS/EOS included; longer training pairs are dropped")
-    label_smoothing: float = Field(0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)")
+    max_len: int = Field(
+        128, ge=3, description="tokens per sentence, BOS/EOS included; longer training pairs are dropped"
+    )
+    label_smoothing: float = Field(
+        0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
+    )
     max_val_pairs: int | None = Field(None, gt=0, description="decode at most this many validation pairs (null: all)")
     beam_size: int = Field(4, ge=1, description="1: greedy decoding; more: beam search")
 
@@ -54,9 +66,15 @@ class TextTranslationTaskConfig(DecodingConfig):
         datamodule.prepare_data()
         datamodule.setup()
         task = TranslationTask(
-            with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size), optimizer, max_steps,
-            label_smoothing=self.label_smoothing, max_len=self.max_len, special_ids=datamodule.special_ids,
-            beam_size=self.beam_size, length_penalty=self.length_penalty, logit_lens=self.logit_lens,
+            with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size),
+            optimizer,
+            max_steps,
+            label_smoothing=self.label_smoothing,
+            max_len=self.max_len,
+            special_ids=datamodule.special_ids,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            logit_lens=self.logit_lens,
         )
         return task, datamodule
 
@@ -65,8 +83,16 @@ class TokenizedPairs(Dataset):
     """Sentence pairs as flat id arrays with offsets; item i is (source + EOS, BOS + target + EOS, i),
     each side cut to ``max_len`` tokens."""
 
-    def __init__(self, src: np.ndarray, src_offsets: np.ndarray, tgt: np.ndarray, tgt_offsets: np.ndarray,
-                 ids: SpecialIds, max_len: int, rows: np.ndarray | None = None):
+    def __init__(
+        self,
+        src: np.ndarray,
+        src_offsets: np.ndarray,
+        tgt: np.ndarray,
+        tgt_offsets: np.ndarray,
+        ids: SpecialIds,
+        max_len: int,
+        rows: np.ndarray | None = None,
+    ):
         self.src, self.src_offsets, self.tgt, self.tgt_offsets = src, src_offsets, tgt, tgt_offsets
         self.ids, self.max_len = ids, max_len
         self.rows = np.arange(len(src_offsets) - 1) if rows is None else rows
@@ -96,8 +122,16 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     a generator seeded by ``seed`` and the epoch. Its state (epoch, batches yielded) is saved in
     checkpoints, so a run resumed mid-epoch sees the same batches as an uninterrupted one."""
 
-    def __init__(self, sampler: Sampler[int], batch_size: int, *, drop_last: bool, lengths: np.ndarray, seed: int,
-                 pool_batches: int = 50):
+    def __init__(
+        self,
+        sampler: Sampler[int],
+        batch_size: int,
+        *,
+        drop_last: bool,
+        lengths: np.ndarray,
+        seed: int,
+        pool_batches: int = 50,
+    ):
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
         self.lengths, self.seed, self.pool_batches = lengths, seed, pool_batches
         self.epoch, self.yielded, self._skip = 0, 0, 0
@@ -154,7 +188,10 @@ class TextTranslationDataModule(TranslationDataModule):
             self._loaded_splits = {}
             for split in data.splits:
                 arrays, texts, self.cache_hits[split] = tokenized_pairs(
-                    "translation-tokens", data.describe(split), lambda split=split: data.pairs(split), encoding,
+                    "translation-tokens",
+                    data.describe(split),
+                    lambda split=split: data.pairs(split),
+                    encoding,
                     keep_texts=split == data.val_split,
                 )
                 self._loaded_splits[split] = arrays, texts
@@ -170,13 +207,23 @@ class TextTranslationDataModule(TranslationDataModule):
         splits = self._tokenized()
         train, _ = splits[cfg.data.train_split]
         val, self.val_texts = splits[cfg.data.val_split]
-        self.tokenizer = Tokenizer.for_training_tokens(cfg.tokenizer.encoding, cfg.tokenizer.compact_vocab, [train["src"], train["tgt"]])
+        self.tokenizer = Tokenizer.for_training_tokens(
+            cfg.tokenizer.encoding, cfg.tokenizer.compact_vocab, [train["src"], train["tgt"]]
+        )
         tok = self.tokenizer
-        self.special_ids = SpecialIds(pad=tok.pad_id, bos=tok.eot_id, eos=tok.eot_id)  # GPT-style: end-of-text opens and closes
+        self.special_ids = SpecialIds(
+            pad=tok.pad_id, bos=tok.eot_id, eos=tok.eot_id
+        )  # GPT-style: end-of-text opens and closes
 
         # training: every training id is in the vocabulary, so compaction keeps the offsets
-        train_set = TokenizedPairs(tok.compact(train["src"]), train["src_offsets"], tok.compact(train["tgt"]),
-                                   train["tgt_offsets"], self.special_ids, cfg.max_len)
+        train_set = TokenizedPairs(
+            tok.compact(train["src"]),
+            train["src_offsets"],
+            tok.compact(train["tgt"]),
+            train["tgt_offsets"],
+            self.special_ids,
+            cfg.max_len,
+        )
         fits = (np.diff(train["src_offsets"]) + 1 <= cfg.max_len) & (np.diff(train["tgt_offsets"]) + 2 <= cfg.max_len)
         self.n_train_dropped = int((~fits).sum())
         if not fits.any():
@@ -188,15 +235,21 @@ class TextTranslationDataModule(TranslationDataModule):
         n_val = min(len(val["src_offsets"]) - 1, cfg.max_val_pairs or len(val["src_offsets"]))
         sides = {}
         for side in ("src", "tgt"):
-            rows = [tok.compact(val[side][val[f"{side}_offsets"][i] : val[f"{side}_offsets"][i + 1]]) for i in range(n_val)]
+            rows = [
+                tok.compact(val[side][val[f"{side}_offsets"][i] : val[f"{side}_offsets"][i + 1]]) for i in range(n_val)
+            ]
             sides[side] = np.concatenate(rows) if rows else np.zeros(0, np.int64)
             sides[f"{side}_offsets"] = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
-        val_set = TokenizedPairs(sides["src"], sides["src_offsets"], sides["tgt"], sides["tgt_offsets"], self.special_ids, cfg.max_len)
+        val_set = TokenizedPairs(
+            sides["src"], sides["src_offsets"], sides["tgt"], sides["tgt_offsets"], self.special_ids, cfg.max_len
+        )
         val_set.rows = np.argsort(val_set.lengths(), kind="stable")  # similar lengths decode together
         self.val_set = val_set
         self.val_texts = {k: v[:n_val] for k, v in self.val_texts.items()}
 
-    def _collate(self, items: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _collate(
+        self, items: list[tuple[torch.Tensor, torch.Tensor, int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pad = self.special_ids.pad
         sources, targets, rows = zip(*items)
         src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=pad)
@@ -205,8 +258,13 @@ class TextTranslationDataModule(TranslationDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # seeded by the run (Lightning's seed_everything sets torch.initial_seed)
-        batches = LengthGroupedBatchSampler(self.training_sampler(self.train_set), self.batch_size, drop_last=True,
-                                            lengths=self.train_set.lengths(), seed=torch.initial_seed())
+        batches = LengthGroupedBatchSampler(
+            self.training_sampler(self.train_set),
+            self.batch_size,
+            drop_last=True,
+            lengths=self.train_set.lengths(),
+            seed=torch.initial_seed(),
+        )
         return self.training_loader(self.train_set, batch_sampler=batches, collate_fn=self._collate)
 
     def val_dataloader(self) -> DataLoader:
@@ -219,9 +277,13 @@ class TextTranslationDataModule(TranslationDataModule):
         return self.val_texts["target"][index]
 
     def data_summary(self) -> dict[str, Any]:
-        return {"encoding": self.tokenizer.encoding_name, "vocab_size": self.tokenizer.vocab_size,
-                "train_pairs": len(self.train_set), "train_pairs_dropped_over_max_len": self.n_train_dropped,
-                "val_pairs": len(self.val_set)}
+        return {
+            "encoding": self.tokenizer.encoding_name,
+            "vocab_size": self.tokenizer.vocab_size,
+            "train_pairs": len(self.train_set),
+            "train_pairs_dropped_over_max_len": self.n_train_dropped,
+            "val_pairs": len(self.val_set),
+        }
 
     def baselines(self) -> dict[str, float]:
         return {"bleu": corpus_bleu(self.val_texts["source"], self.val_texts["target"])[0]}

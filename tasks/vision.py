@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from models import ModelConfig
+from blockbench.models import ModelConfig
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .baselines import majority_class_accuracy

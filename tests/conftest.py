@@ -18,7 +18,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENSORS, EventAccumulator
 from torch import nn
 
-from models import build_model
+from blockbench.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 #: the real data sets beside the repo (tinyshakespeare, multi30k_de_en, cifar10_subset; see its README)
@@ -120,10 +120,13 @@ def write_matrix(folder: Path, axes: dict, base: dict = TINY_LM, name: str = "m"
     return path
 
 
-def blockbench(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def blockbench(
+    *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``python -m blockbench *args`` in ``cwd``, as users run it, its output captured as text."""
-    return subprocess.run([sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def tensorboard_events(run_dir: Path) -> EventAccumulator:

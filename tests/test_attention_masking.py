@@ -13,11 +13,11 @@ import math
 
 import pytest
 import torch
-
 from conftest import DT, randomize_, tiny_model
-from models import MultiHeadAttention
-from models.attention import SparsePattern
-from models.position import ALiBi, alibi_slopes
+
+from blockbench.models import MultiHeadAttention
+from blockbench.models.attention import SparsePattern
+from blockbench.models.position import ALiBi, alibi_slopes
 
 D, HEADS, KV_HEADS = 16, 4, 2
 T, LENGTHS = 11, (11, 4, 1)
@@ -43,14 +43,17 @@ def padding_mask(side: str) -> torch.Tensor:
 def allowed_keys(pattern: str, padding: torch.Tensor, causal: bool) -> list[list[list[int]]]:
     """[batch][query] -> the keys that query may attend."""
     return [
-        [[j for j in range(T) if pattern_allows(pattern, i, j) and not padding[b, j] and (j <= i or not causal)]
-         for i in range(T)]
+        [
+            [j for j in range(T) if pattern_allows(pattern, i, j) and not padding[b, j] and (j <= i or not causal)]
+            for i in range(T)
+        ]
         for b in range(len(LENGTHS))
     ]
 
 
-def brute_force(attn: MultiHeadAttention, x: torch.Tensor, keys: list[list[list[int]]], *, causal: bool,
-                alibi: bool, additive: bool) -> torch.Tensor:
+def brute_force(
+    attn: MultiHeadAttention, x: torch.Tensor, keys: list[list[list[int]]], *, causal: bool, alibi: bool, additive: bool
+) -> torch.Tensor:
     """The attention output row by row: softmax over the allowed keys only, zero without any."""
     hd = D // HEADS
     q, k, v = attn.qkv_proj(x).split([D, KV_HEADS * hd, KV_HEADS * hd], dim=-1)
@@ -79,8 +82,9 @@ def brute_force(attn: MultiHeadAttention, x: torch.Tensor, keys: list[list[list[
 
 def attention(pattern: str, score: str) -> MultiHeadAttention:
     torch.manual_seed(0)
-    attn = MultiHeadAttention(D, HEADS, n_kv_heads=KV_HEADS, score=score,
-                              sparsity=SparsePattern(pattern, WINDOW, STRIDE, SUMMARY)).to(DT)
+    attn = MultiHeadAttention(
+        D, HEADS, n_kv_heads=KV_HEADS, score=score, sparsity=SparsePattern(pattern, WINDOW, STRIDE, SUMMARY)
+    ).to(DT)
     with torch.no_grad():  # no trivial 0 or 1 (the out_proj bias then marks a zero attention output)
         for p in attn.parameters():
             p.normal_(0.0, 0.5)
@@ -118,7 +122,11 @@ def test_fully_masked_queries_give_zero_attention_on_every_path(pattern, side, c
     with torch.no_grad():
         want_dot = brute_force(dot, x, keys, causal=causal, alibi=alibi, additive=False)
         want_additive = brute_force(additive_attn, x, keys, causal=causal, alibi=alibi, additive=True)
-    for got, want, module in [(fused, want_dot, dot), (math_path, want_dot, dot), (additive, want_additive, additive_attn)]:
+    for got, want, module in [
+        (fused, want_dot, dot),
+        (math_path, want_dot, dot),
+        (additive, want_additive, additive_attn),
+    ]:
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got[has_keys], want[has_keys])
         # no key: a zero attention output, as SDPA gives, so the layer returns its output bias
@@ -137,7 +145,9 @@ def test_math_path_weights_of_a_fully_masked_query_are_zero():
     _, weights = attn(x, causal=True, key_padding_mask=padding, need_weights=True)
     has_keys = torch.tensor([[bool(js) for js in row] for row in allowed_keys("local", padding, True)])
     assert torch.all(weights.permute(0, 2, 1, 3)[~has_keys] == 0)
-    torch.testing.assert_close(weights.sum(-1).permute(0, 2, 1)[has_keys], torch.ones(int(has_keys.sum()), HEADS, dtype=DT))
+    torch.testing.assert_close(
+        weights.sum(-1).permute(0, 2, 1)[has_keys], torch.ones(int(has_keys.sum()), HEADS, dtype=DT)
+    )
 
 
 # --------------------------------------------------------------------------- padding with KV caches
@@ -149,13 +159,22 @@ def tiny_lm(**fields) -> torch.nn.Module:
     return randomize_(tiny_model("decoder_lm", vocab_size=13, max_seq_len=16, **fields), std=0.3)
 
 
-@pytest.mark.parametrize("fields", [
-    {"pos_encoding": "learned"},
-    {"pos_encoding": "rope", "attention_pattern": "local", "attention_window": 3},
-    {"pos_encoding": "alibi", "attention_pattern": "strided", "attention_stride": 3},
-    {"pos_encoding": "sinusoidal", "attention_score": "additive", "attention_pattern": "fixed", "attention_stride": 3},
-    {"pos_encoding": "rope", "n_experts": 2, "moe_top_k": 1, "moe_capacity_factor": None},  # routes new tokens only
-], ids=["learned", "rope-local", "alibi-strided", "sinusoidal-additive-fixed", "rope-moe"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"pos_encoding": "learned"},
+        {"pos_encoding": "rope", "attention_pattern": "local", "attention_window": 3},
+        {"pos_encoding": "alibi", "attention_pattern": "strided", "attention_stride": 3},
+        {
+            "pos_encoding": "sinusoidal",
+            "attention_score": "additive",
+            "attention_pattern": "fixed",
+            "attention_stride": 3,
+        },
+        {"pos_encoding": "rope", "n_experts": 2, "moe_top_k": 1, "moe_capacity_factor": None},  # routes new tokens only
+    ],
+    ids=["learned", "rope-local", "alibi-strided", "sinusoidal-additive-fixed", "rope-moe"],
+)
 def test_incremental_decoding_of_a_left_padded_prompt_equals_the_full_forward(fields):
     model = tiny_lm(**fields)
     prompt_len, total = 5, 9
@@ -180,8 +199,11 @@ def test_padding_mask_of_only_the_new_tokens_is_rejected_with_a_cache():
     padding = torch.tensor([[True, False, False, False], [False] * 4])
     caches = model.new_caches()
     model(idx, padding_mask=padding, caches=caches)
-    with pytest.raises(ValueError, match=r"covers 1 keys, but this attention has 5 keys \(4 cached \+ 1 new\).*"
-                                         r"\(batch, cached \+ new\) mask"):
+    with pytest.raises(
+        ValueError,
+        match=r"covers 1 keys, but this attention has 5 keys \(4 cached \+ 1 new\).*"
+        r"\(batch, cached \+ new\) mask",
+    ):
         model(idx[:, :1], padding_mask=torch.tensor([[False], [False]]), caches=caches)
     with pytest.raises(ValueError, match=r"covers 3 keys, but this attention has 4 keys;"):
         model(idx, padding_mask=padding[:, :3])

@@ -12,11 +12,11 @@ from pathlib import Path
 import pydantic
 import pytest
 import torch
-
 from conftest import DT
-from models import ModelConfig, MultiHeadAttention, build_model, count_parameters
-from models.decoding import generate, greedy_decode
-from models.position import (
+
+from blockbench.models import ModelConfig, MultiHeadAttention, build_model, count_parameters
+from blockbench.models.decoding import generate, greedy_decode
+from blockbench.models.position import (
     ALiBi,
     RotaryPositionalEmbedding,
     SinCos2DPositionalEncoding,
@@ -37,7 +37,9 @@ def test_gqa_equals_mha_with_repeated_key_value_heads():
         b_q, b_k, b_v = gqa.qkv_proj.bias.split([d, kv_heads * hd, kv_heads * hd])
 
         def repeat(t):  # each kv head serves heads // kv_heads consecutive query heads
-            return t.reshape(kv_heads, hd, *t.shape[1:]).repeat_interleave(heads // kv_heads, 0).reshape(d, *t.shape[1:])
+            return (
+                t.reshape(kv_heads, hd, *t.shape[1:]).repeat_interleave(heads // kv_heads, 0).reshape(d, *t.shape[1:])
+            )
 
         mha.qkv_proj.weight.copy_(torch.cat([w_q, repeat(w_k), repeat(w_v)]))
         mha.qkv_proj.bias.copy_(torch.cat([b_q, repeat(b_k), repeat(b_v)]))
@@ -66,8 +68,10 @@ def test_attention_parameter_count_formula(kv_heads):
 
 
 @pytest.mark.parametrize("kv_heads", [4, 1])
-@pytest.mark.parametrize("causal, padded, alibi", [(False, False, False), (True, False, False), (True, True, False),
-                                                    (False, True, True), (True, True, True)])
+@pytest.mark.parametrize(
+    "causal, padded, alibi",
+    [(False, False, False), (True, False, False), (True, True, False), (False, True, True), (True, True, True)],
+)
 def test_math_path_equals_sdpa_and_returns_weights(kv_heads, causal, padded, alibi):
     torch.manual_seed(2)
     attn = MultiHeadAttention(32, 4, n_kv_heads=kv_heads).to(DT)
@@ -140,8 +144,18 @@ def test_alibi_bias_is_minus_slope_times_distance():
 @pytest.mark.parametrize("pos", ["rope", "alibi", "nope", "sinusoidal"])
 def test_lm_is_causal_and_evaluates_beyond_its_training_length(pos):
     torch.manual_seed(5)
-    model = build_model({"family": "decoder_lm", "vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "max_seq_len": 8, "pos_encoding": pos, "n_kv_heads": 2}).eval()
+    model = build_model(
+        {
+            "family": "decoder_lm",
+            "vocab_size": 50,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 4,
+            "max_seq_len": 8,
+            "pos_encoding": pos,
+            "n_kv_heads": 2,
+        }
+    ).eval()
     idx = torch.randint(0, 50, (2, 16))  # twice the training context
     logits = model(idx)
     changed = idx.clone()
@@ -197,8 +211,9 @@ def run_bidirectional_stack(model: torch.nn.Module, family: str) -> None:
 def recorded_call(module: torch.nn.Module, run) -> tuple[torch.Tensor, dict, torch.Tensor]:
     """(input, keyword arguments, output) of ``module``'s first call while ``run()`` runs."""
     calls = []
-    handle = module.register_forward_hook(lambda m, args, kwargs, out: calls.append((args[0], kwargs, out)),
-                                          with_kwargs=True)
+    handle = module.register_forward_hook(
+        lambda m, args, kwargs, out: calls.append((args[0], kwargs, out)), with_kwargs=True
+    )
     try:
         run()
     finally:
@@ -250,7 +265,10 @@ def assert_stack_attention_is(model: torch.nn.Module, family: str, *, rotate=Non
     x, kwargs, out = recorded_call(attn, lambda: run_bidirectional_stack(model, family))
     assert kwargs["causal"] is False  # a bidirectional stack
     expected_out, expected_weights, _ = attention_by_hand(
-        attn, x, rotate=rotate, bias=None if bias is None else bias(x.shape[1]),
+        attn,
+        x,
+        rotate=rotate,
+        bias=None if bias is None else bias(x.shape[1]),
         key_padding_mask=kwargs.get("key_padding_mask"),
     )
     torch.testing.assert_close(out, expected_out, rtol=tol, atol=tol)
@@ -366,8 +384,22 @@ def test_config_rejects_impossible_head_layouts():
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "alibi", "nope"])
 def test_kv_cache_gives_the_logits_and_tokens_of_full_recomputation(pos):
     torch.manual_seed(7)
-    model = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "n_kv_heads": 2, "max_seq_len": 12, "pos_encoding": pos}).to(DT).eval()
+    model = (
+        build_model(
+            {
+                "family": "decoder_lm",
+                "vocab_size": 40,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "n_kv_heads": 2,
+                "max_seq_len": 12,
+                "pos_encoding": pos,
+            }
+        )
+        .to(DT)
+        .eval()
+    )
     idx = torch.randint(0, 40, (2, 10))
     full = model(idx)
     caches = model.new_caches()
@@ -376,15 +408,29 @@ def test_kv_cache_gives_the_logits_and_tokens_of_full_recomputation(pos):
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     # generation past the learned window (12) too: cached and uncached agree token for token
     prompt = idx[:, :3]
-    torch.testing.assert_close(generate(model, prompt, 15, temperature=0),
-                               generate(model, prompt, 15, temperature=0, use_cache=False))
+    torch.testing.assert_close(
+        generate(model, prompt, 15, temperature=0), generate(model, prompt, 15, temperature=0, use_cache=False)
+    )
 
 
 @pytest.mark.parametrize("pos", ["learned", "rope", "alibi"])
 def test_translator_kv_cache_equals_full_recomputation(pos):
     torch.manual_seed(8)
-    model = build_model({"family": "encoder_decoder", "vocab_size": 30, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "max_seq_len": 16, "pos_encoding": pos}).to(DT).eval()
+    model = (
+        build_model(
+            {
+                "family": "encoder_decoder",
+                "vocab_size": 30,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "max_seq_len": 16,
+                "pos_encoding": pos,
+            }
+        )
+        .to(DT)
+        .eval()
+    )
     src = torch.randint(3, 30, (3, 7))
     padding = torch.zeros(3, 7, dtype=torch.bool)
     padding[1, 5:] = True
@@ -420,8 +466,17 @@ def test_additive_score_equals_bahdanau_formula_pair_by_pair():
 
 def test_additive_lm_learns_and_stays_causal():
     torch.manual_seed(10)
-    model = build_model({"family": "decoder_lm", "vocab_size": 20, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                         "attention_score": "additive", "max_seq_len": 8})
+    model = build_model(
+        {
+            "family": "decoder_lm",
+            "vocab_size": 20,
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "attention_score": "additive",
+            "max_seq_len": 8,
+        }
+    )
     idx = torch.randint(0, 20, (4, 8))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
@@ -437,10 +492,12 @@ def test_additive_lm_learns_and_stays_causal():
     torch.testing.assert_close(model(changed)[:, :5], model(idx)[:, :5])
 
 
-@pytest.mark.parametrize("pattern, extra", [("local", {"window": 3}), ("strided", {"stride": 3}), ("fixed", {"stride": 3})])
+@pytest.mark.parametrize(
+    "pattern, extra", [("local", {"window": 3}), ("strided", {"stride": 3}), ("fixed", {"stride": 3})]
+)
 def test_sparse_attention_attends_exactly_the_pattern(pattern, extra):
-    from models.attention import SparsePattern
-    from models.sparse import sparse_mask
+    from blockbench.models.attention import SparsePattern
+    from blockbench.models.sparse import sparse_mask
 
     torch.manual_seed(11)
     sizes = {"window": 4, "stride": 4, "summary": 1, **extra}
@@ -458,8 +515,22 @@ def test_sparse_attention_attends_exactly_the_pattern(pattern, extra):
 
 def test_sparse_lm_kv_cache_and_config_checks():
     torch.manual_seed(12)
-    model = build_model({"family": "decoder_lm", "vocab_size": 30, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "attention_pattern": "strided", "attention_stride": 3, "pos_encoding": "rope"}).to(DT).eval()
+    model = (
+        build_model(
+            {
+                "family": "decoder_lm",
+                "vocab_size": 30,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "attention_pattern": "strided",
+                "attention_stride": 3,
+                "pos_encoding": "rope",
+            }
+        )
+        .to(DT)
+        .eval()
+    )
     idx = torch.randint(0, 30, (2, 9))
     caches = model.new_caches()
     steps = [model(idx[:, :2], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(2, 9)]
@@ -555,16 +626,31 @@ def test_relative_table_is_one_module_shared_by_all_layers(monkeypatch):
 
 def test_relative_lm_kv_cache_and_extrapolation():
     torch.manual_seed(3)
-    model = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                         "n_kv_heads": 2, "max_seq_len": 8, "pos_encoding": "relative"}).to(torch.float64).eval()
+    model = (
+        build_model(
+            {
+                "family": "decoder_lm",
+                "vocab_size": 40,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "n_kv_heads": 2,
+                "max_seq_len": 8,
+                "pos_encoding": "relative",
+            }
+        )
+        .to(torch.float64)
+        .eval()
+    )
     idx = torch.randint(0, 40, (2, 12))  # beyond max_seq_len: relative bias extrapolates
     full = model(idx)
     caches = model.new_caches()
     steps = [model(idx[:, :4], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(4, 12)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     prompt = idx[:, :3]
-    torch.testing.assert_close(generate(model, prompt, 12, temperature=0),
-                               generate(model, prompt, 12, temperature=0, use_cache=False))
+    torch.testing.assert_close(
+        generate(model, prompt, 12, temperature=0), generate(model, prompt, 12, temperature=0, use_cache=False)
+    )
 
 
 #: bidirectional T5 buckets (num_buckets 32, max_distance 128) of a key n = 0 .. 20 positions before
@@ -605,8 +691,9 @@ def test_t5_buckets_equal_hf_transformers(num_buckets, max_distance):
     hf_bucket = hf_t5_relative_position_bucket()
     relative = torch.arange(-300, 301)
     for bidirectional in (True, False):
-        ours = t5_relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets,
-                                           max_distance=max_distance)
+        ours = t5_relative_position_bucket(
+            relative, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+        )
         theirs = hf_bucket(relative, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
         assert torch.equal(ours, theirs), bidirectional
 
@@ -660,18 +747,36 @@ def test_sincos2d_matches_the_2d_formula():
 
 def test_vit_with_sincos2d_runs_without_positional_parameters():
     torch.manual_seed(5)
-    cfg = {"family": "vit", "d_model": 32, "n_layers": 1, "n_heads": 4, "image_size": 8, "patch_size": 4,
-           "n_classes": 3}
+    cfg = {
+        "family": "vit",
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 4,
+        "image_size": 8,
+        "patch_size": 4,
+        "n_classes": 3,
+    }
     model = build_model({**cfg, "pos_encoding": "sincos2d"})
     assert model(torch.randn(2, 3, 8, 8)).shape == (2, 3)
     assert list(model.positions.parameters()) == []
     assert count_parameters(model) == count_parameters(build_model({**cfg, "pos_encoding": "nope"}))
-    assert count_parameters(build_model({**cfg, "pos_encoding": "learned"})) - count_parameters(model) == 4 * 32  # 2x2 patches
+    assert (
+        count_parameters(build_model({**cfg, "pos_encoding": "learned"})) - count_parameters(model) == 4 * 32
+    )  # 2x2 patches
 
 
 def test_sincos2d_outside_vit_or_with_bad_width_raises_a_clear_error():
     with pytest.raises(ValueError, match=r"pos_encoding=sincos2d is for the vit family \(it needs model.image_size\)"):
         build_model({"family": "decoder_lm", "vocab_size": 20, "d_model": 32, "n_heads": 4, "pos_encoding": "sincos2d"})
     with pytest.raises(ValueError, match="divisible by 4"):
-        build_model({"family": "vit", "d_model": 18, "n_heads": 2, "image_size": 8, "patch_size": 4, "n_classes": 3,
-                     "pos_encoding": "sincos2d"})
+        build_model(
+            {
+                "family": "vit",
+                "d_model": 18,
+                "n_heads": 2,
+                "image_size": 8,
+                "patch_size": 4,
+                "n_classes": 3,
+                "pos_encoding": "sincos2d",
+            }
+        )

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 #: a copy of github.com/karpathy/nanoGPT's model.py to test the loader with (never part of the repo)
@@ -41,27 +40,66 @@ def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
     both implementations count the same model FLOPs (their configurations match), the report has
     the ratio row (one round: no interval, and it says so) and the JSON the machine and the runs."""
     out = tmp_path / "throughput.md"
-    run_script(str(REPO / "benchmarks" / "throughput.py"), "--shapes", "seq2seq", "--dtypes", "fp32", "--rounds", "1",
-               "--warmup", "0", "--min-steps", "1", "--max-steps", "1", "--min-seconds", "0", "--peak-tflops", "1",
-               "--out", str(out), cwd=tmp_path)
+    run_script(
+        str(REPO / "benchmarks" / "throughput.py"),
+        "--shapes",
+        "seq2seq",
+        "--dtypes",
+        "fp32",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--min-steps",
+        "1",
+        "--max-steps",
+        "1",
+        "--min-seconds",
+        "0",
+        "--peak-tflops",
+        "1",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     summary = json.loads(out.with_suffix(".json").read_text())
     records = {r["impl"]: r for r in summary["runs"]}
     assert set(records) == {"blockbench_seq2seq", "torch_transformer"}
     assert records["blockbench_seq2seq"]["flops_per_step"] == records["torch_transformer"]["flops_per_step"] > 0
     assert all(r["cpu_capability"] == summary["machine"]["cpu_capability"] for r in records.values())
-    assert re.search(r"\| seq2seq \| fp32 \| \d+ \| torch_transformer \| \d+ \| \*\*\d+\.\d\d\*\* \| – \| "
-                     r"no interval \(1 round\) \|", out.read_text())
+    assert re.search(
+        r"\| seq2seq \| fp32 \| \d+ \| torch_transformer \| \d+ \| \*\*\d+\.\d\d\*\* \| – \| "
+        r"no interval \(1 round\) \|",
+        out.read_text(),
+    )
     assert [(r["reference"], r["rounds"], r["low"]) for r in summary["ratios"]] == [("torch_transformer", 1, None)]
 
 
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
     out = tmp_path / "overhead.md"
-    run_script(str(REPO / "benchmarks" / "lightning_overhead.py"), "--tasks", "vit", "--steps", "4", "--warmup", "1",
-               "--min-repeats", "2", "--max-repeats", "2", "--out", str(out), cwd=tmp_path)
+    run_script(
+        str(REPO / "benchmarks" / "lightning_overhead.py"),
+        "--tasks",
+        "vit",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--min-repeats",
+        "2",
+        "--max-repeats",
+        "2",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     # two paired repeats: the overhead, its 95% interval over them, and the verdict against the 2% target
-    assert re.search(r"\| vit \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \| [+-][\d.]+% to [+-][\d.]+% \| 2 \| "
-                     r"(within|above|undecided)", out.read_text())
+    assert re.search(
+        r"\| vit \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \| [+-][\d.]+% to [+-][\d.]+% \| 2 \| "
+        r"(within|above|undecided)",
+        out.read_text(),
+    )
 
 
 def test_overhead_verdict_follows_the_interval():
@@ -81,13 +119,34 @@ def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
     counts differ by exactly the final LayerNorm that nn.Transformer adds to each of its post-LN
     stacks (2 x 2 x d_model); an ablation changes the init, not the model."""
     out = tmp_path / "init_parity.md"
-    run_script(str(REPO / "benchmarks" / "init_parity.py"), "--cases", "seq2seq_post", "--steps", "2",
-               "--threads", "1", "--out", str(out), cwd=tmp_path)
+    run_script(
+        str(REPO / "benchmarks" / "init_parity.py"),
+        "--cases",
+        "seq2seq_post",
+        "--steps",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     text = out.read_text()
-    rows = {m[0]: m[1:] for m in re.findall(r"^\| (\w+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
-                                            r"([\d.]+) \| ([+-][\d.]+) \|$", text, flags=re.M)}
-    assert set(rows) == {"blockbench_seq2seq", "torch_transformer", "torch_transformer_small_embedding",
-                         "blockbench_seq2seq_xavier"}, text
+    rows = {
+        m[0]: m[1:]
+        for m in re.findall(
+            r"^\| (\w+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| "
+            r"([\d.]+) \| ([+-][\d.]+) \|$",
+            text,
+            flags=re.M,
+        )
+    }
+    assert set(rows) == {
+        "blockbench_seq2seq",
+        "torch_transformer",
+        "torch_transformer_small_embedding",
+        "blockbench_seq2seq_xavier",
+    }, text
     params = {name: int(row[0].replace(",", "")) for name, row in rows.items()}
     assert params["torch_transformer"] - params["blockbench_seq2seq"] == 2 * 2 * 128
     assert params["torch_transformer_small_embedding"] == params["torch_transformer"]
@@ -105,8 +164,18 @@ def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path
     pytest.importorskip("timm", reason='the reference ViTs need the bench extra: pip install -e ".[bench]"')
     pytest.importorskip("transformers", reason='the reference ViTs need the bench extra: pip install -e ".[bench]"')
     out = tmp_path / "init_parity.md"
-    run_script(str(REPO / "benchmarks" / "init_parity.py"), "--cases", "vit", "--steps", "1", "--threads", "1",
-               "--out", str(out), cwd=tmp_path)
+    run_script(
+        str(REPO / "benchmarks" / "init_parity.py"),
+        "--cases",
+        "vit",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     counts = dict(re.findall(r"^\| (blockbench_vit|timm_vit|hf_vit) \| ([\d,]+) \|", out.read_text(), flags=re.M))
     counts = {name: int(count.replace(",", "")) for name, count in counts.items()}
     assert set(counts) == {"blockbench_vit", "timm_vit", "hf_vit"}, counts
@@ -188,16 +257,28 @@ def test_litgpt_builders_match_the_gpt_and_llama_shapes():
     assert litgpt_gpt.param_difference == -gpt.seq_len * gpt.d_model
     config = litgpt_gpt.model.config
     assert litgpt_gpt.model.transformer.wte.weight is litgpt_gpt.model.lm_head.weight
-    assert (config.norm_class_name, config.mlp_class_name, config.bias, config.parallel_residual,
-            config.intermediate_size, config.padded_vocab_size) == ("LayerNorm", "GptNeoxMLP", True, False, 1024, 8192)
+    assert (
+        config.norm_class_name,
+        config.mlp_class_name,
+        config.bias,
+        config.parallel_residual,
+        config.intermediate_size,
+        config.padded_vocab_size,
+    ) == ("LayerNorm", "GptNeoxMLP", True, False, 1024, 8192)
     litgpt_llama = _build("litgpt_llama", llama)
     assert parameters(litgpt_llama.model) == parameters(_build("blockbench_llama", llama).model) == 7_145_728
     config = litgpt_llama.model.config
     assert (config.norm_class_name, config.mlp_class_name, config.bias, config.n_query_groups, config.rope_n_elem) == (
-        "RMSNorm", "LLaMAMLP", False, 2, llama.d_model // llama.n_heads)
+        "RMSNorm",
+        "LLaMAMLP",
+        False,
+        2,
+        llama.d_model // llama.n_heads,
+    )
 
-    tiny = benchmark_module("implementations").Dims(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=128,
-                                                   batch=2, vocab=512, seq_len=8)
+    tiny = benchmark_module("implementations").Dims(
+        d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=128, batch=2, vocab=512, seq_len=8
+    )
     run = _build("litgpt_llama", tiny)
     rows = run.batch[0]
     expected = F.cross_entropy(run.model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
@@ -218,7 +299,9 @@ def test_ratio_interval_against_a_hand_computed_example_and_the_tie_rule():
     assert (faster.ratio, faster.low, faster.high) == pytest.approx((1.24933, 1.13109, 1.37993), rel=1e-4)
     assert faster.verdict == "faster"
     slower = throughput.ratio_interval({0: 120.0, 1: 125.0, 2: 130.0}, {0: 100.0, 1: 100.0, 2: 100.0})
-    assert (slower.low, slower.high) == pytest.approx((1 / 1.37993, 1 / 1.13109), rel=1e-4) and slower.verdict == "slower"
+    assert (slower.low, slower.high) == pytest.approx(
+        (1 / 1.37993, 1 / 1.13109), rel=1e-4
+    ) and slower.verdict == "slower"
     # rounds pair by index: round 3 has no partner; a single round has no interval and no verdict
     paired = throughput.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {1: 125.0, 2: 130.0, 3: 500.0})
     assert paired.rounds == 2 and paired.ratio == pytest.approx(math.sqrt(1.25 * 1.3))
@@ -228,12 +311,29 @@ def test_ratio_interval_against_a_hand_computed_example_and_the_tie_rule():
 
 def _merged(impl: str, shape: str, round_ms: list[float], parameters: int, difference: int = 0) -> dict:
     median = sorted(round_ms)[len(round_ms) // 2]
-    return {"impl": impl, "shape": shape, "dtype": "fp32", "device": "cpu", "flops_per_step": 1e9,
-            "parameters": parameters, "items": 4096, "note": f"{impl} note", "param_difference": difference,
-            "param_difference_why": "no learned position table" if difference else "", "cpu": "x",
-            "cpu_capability": "AVX2", "steps": 3 * len(round_ms), "step_ms_median": median, "step_ms_min": min(round_ms),
-            "step_ms_max": max(round_ms), "round_medians_ms": round_ms, "rounds": list(range(len(round_ms))),
-            "throughput": 4096 / median * 1e3, "achieved_tflops": 1e9 / median / 1e9, "peak_tflops": 1.0}
+    return {
+        "impl": impl,
+        "shape": shape,
+        "dtype": "fp32",
+        "device": "cpu",
+        "flops_per_step": 1e9,
+        "parameters": parameters,
+        "items": 4096,
+        "note": f"{impl} note",
+        "param_difference": difference,
+        "param_difference_why": "no learned position table" if difference else "",
+        "cpu": "x",
+        "cpu_capability": "AVX2",
+        "steps": 3 * len(round_ms),
+        "step_ms_median": median,
+        "step_ms_min": min(round_ms),
+        "step_ms_max": max(round_ms),
+        "round_medians_ms": round_ms,
+        "rounds": list(range(len(round_ms))),
+        "throughput": 4096 / median * 1e3,
+        "achieved_tflops": 1e9 / median / 1e9,
+        "peak_tflops": 1.0,
+    }
 
 
 def test_report_calls_a_ratio_whose_interval_includes_one_a_tie_and_checks_parameter_counts():
@@ -241,17 +341,31 @@ def test_report_calls_a_ratio_whose_interval_includes_one_a_tie_and_checks_param
     interval of the hand-computed example above and "tie", never "faster"; a reference whose
     parameter count differs from ours by more than its builder explains is flagged."""
     throughput = benchmark_module("throughput")
-    results = [_merged("blockbench", "lm_gpt", [100.0, 110.0, 90.0], 5_322_240),
-               _merged("nanogpt", "lm_gpt", [120.0, 121.0, 117.0], 5_322_240),
-               _merged("hf_gpt2", "lm_gpt", [140.0, 150.0, 130.0], 5_322_241),
-               _merged("litgpt_gpt", "lm_gpt", [150.0, 150.0, 150.0], 5_256_704, difference=-65_536)]
+    results = [
+        _merged("blockbench", "lm_gpt", [100.0, 110.0, 90.0], 5_322_240),
+        _merged("nanogpt", "lm_gpt", [120.0, 121.0, 117.0], 5_322_240),
+        _merged("hf_gpt2", "lm_gpt", [140.0, 150.0, 130.0], 5_322_241),
+        _merged("litgpt_gpt", "lm_gpt", [150.0, 150.0, 150.0], 5_256_704, difference=-65_536),
+    ]
     args = throughput.build_parser().parse_args(["--rounds", "3"])
-    machine = {"device": "cpu", "gpu": None, "cpu": "AMD EPYC", "cpu_capability": "AVX2", "native_bf16": False,
-               "logical_cpus": 2, "torch_threads": 2, "torch": "2.14.1", "python": "3.11", "packages": "x"}
+    machine = {
+        "device": "cpu",
+        "gpu": None,
+        "cpu": "AMD EPYC",
+        "cpu_capability": "AVX2",
+        "native_bf16": False,
+        "logical_cpus": 2,
+        "torch_threads": 2,
+        "torch": "2.14.1",
+        "python": "3.11",
+        "packages": "x",
+    }
     text = throughput.report(results, [], args, "cmd", machine, ["bf16 skipped: this CPU (AVX2) has no native bf16"])
     assert "| lm_gpt | fp32 | 100 | nanogpt | 120 | **1.20** | 0.97–1.47 | tie |" in text
     assert "faster" not in text.split("## Ours / every reference")[0]
-    assert "| lm_gpt | fp32 | litgpt_gpt | 150 | 1.51 | 1.17–1.93 | faster | -65,536 (no learned position table) |" in text
+    assert (
+        "| lm_gpt | fp32 | litgpt_gpt | 150 | 1.51 | 1.17–1.93 | faster | -65,536 (no learned position table) |" in text
+    )
     assert "| lm_gpt | fp32 | nanogpt | 120 | 1.20 | 0.97–1.47 | tie | same |" in text
     assert "| hf_gpt2 | 140 | 1.40 | 1.31–1.51 | faster | **+1, expected +0**: the shapes do not match |" in text
     assert "`torch.backends.cpu.get_cpu_capability()` = AVX2" in text and "CPU AMD EPYC" in text
@@ -299,7 +413,10 @@ def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_
 
     throughput = benchmark_module("throughput")
     capability = torch.backends.cpu.get_cpu_capability()
-    if throughput.bf16_skip_note(capability, throughput.native_bf16_instructions(), throughput.bf16_matmul_slowdown) is None:
+    if (
+        throughput.bf16_skip_note(capability, throughput.native_bf16_instructions(), throughput.bf16_matmul_slowdown)
+        is None
+    ):
         pytest.skip("this CPU has native bf16: bf16 would run")
     out = tmp_path / "throughput.md"
     throughput.main(["--shapes", "seq2seq", "--dtypes", "bf16", "--rounds", "1", "--device", "cpu", "--out", str(out)])
@@ -331,15 +448,29 @@ def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_pat
     of the step (they sum to at most 100%), and the header names the command and the CPU capability."""
     pytest.importorskip("timm", reason='the reference ViT needs the bench extra: pip install -e ".[bench]"')
     out = tmp_path / "profile.md"
-    run_script(str(REPO / "benchmarks" / "profile_step.py"), "--shapes", "vit", "--steps", "1", "--warmup", "1",
-               "--threads", "1", "--out", str(out), cwd=tmp_path)
+    run_script(
+        str(REPO / "benchmarks" / "profile_step.py"),
+        "--shapes",
+        "vit",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     text = out.read_text()
     tables = re.split(r"^\*\*(\w+)\*\*", text, flags=re.M)[1:]
     assert tables[0::2] == ["blockbench_vit", "timm_vit", "Bound"], text
     # Amdahl: the reference's operator time over our matrix products alone, at least today's ratio
     bound, reference_ms, ours_matmul_ms, ratio = re.search(
         r"by at most \*\*([\d.]+)x\*\*.*\((\d+) ms of timm_vit's operator time / (\d+) ms of our matrix products "
-        r"and attention\); today's profiled ratio is ([\d.]+)x", text).groups()
+        r"and attention\); today's profiled ratio is ([\d.]+)x",
+        text,
+    ).groups()
     assert float(bound) == pytest.approx(float(reference_ms) / float(ours_matmul_ms), abs=0.02)
     assert float(bound) >= float(ratio)
     tables = tables[:4]
@@ -354,9 +485,25 @@ def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_pat
 @pytest.mark.slow  # spawns four training processes; run with -m slow
 def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(tmp_path):
     out = tmp_path / "jobs.md"
-    run_script(str(REPO / "benchmarks" / "jobs.py"), "--tasks", "vit", "--cores", "2", "--steps", "2", "--warmup", "1",
-               "--rounds", "2", "--out", str(out), cwd=tmp_path)
-    row = re.search(r"^\| vit \| (\d+) \| (\d+) \| \*\*([\d.]+)\*\* \| ([\d.]+) to ([\d.]+) \| (.+) \|$", out.read_text(), re.M)
+    run_script(
+        str(REPO / "benchmarks" / "jobs.py"),
+        "--tasks",
+        "vit",
+        "--cores",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
+    row = re.search(
+        r"^\| vit \| (\d+) \| (\d+) \| \*\*([\d.]+)\*\* \| ([\d.]+) to ([\d.]+) \| (.+) \|$", out.read_text(), re.M
+    )
     assert row, out.read_text()
     lone, shared, ratio, low, high = (float(x) for x in row.groups()[:5])
     assert low <= ratio <= high and row.group(6) in ("2 cells at once", "one cell at a time", "tie")

@@ -14,6 +14,7 @@ import lightning as L
 import pydantic
 import pytest
 import torch
+from conftest import REPO, TINY_LM, blockbench, write_matrix
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -21,12 +22,10 @@ from blockbench.config import ConfigError, TrainerConfig, build_run_config, ligh
 from blockbench.layout import write_atomic, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import cell_command
+from blockbench.models import ModelConfig, build_model
+from blockbench.models.config import VARIANT_REGISTRIES
+from blockbench.models.registry import Registry
 from blockbench.report.summary import write_report
-from models import ModelConfig, build_model
-from models.config import VARIANT_REGISTRIES
-from models.registry import Registry
-
-from conftest import REPO, TINY_LM, blockbench, write_matrix
 
 # the tiny LM, two steps on one thread
 TINY = {**TINY_LM, "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1}}
@@ -40,12 +39,17 @@ BAD_CONFIGS = {
     "bad n_kv_heads": ({"model.n_kv_heads": 3}, "n_kv_heads=3 does not divide n_heads=2"),
     "top_k above n_experts": ({"model.n_experts": 2, "model.moe_top_k": 3}, "moe_top_k=3 exceeds n_experts=2"),
     "learned positions with eval_seq_len": (
-        {"task.eval_seq_len": 64}, "task.eval_seq_len=64 exceeds task.seq_len=32, but model.pos_encoding=learned"
+        {"task.eval_seq_len": 64},
+        "task.eval_seq_len=64 exceeds task.seq_len=32, but model.pos_encoding=learned",
     ),
     "rope with odd head dim": (
-        {"model.pos_encoding": "rope", "model.d_model": 30}, "model.pos_encoding: pos_encoding=rope needs an even head"
+        {"model.pos_encoding": "rope", "model.d_model": 30},
+        "model.pos_encoding: pos_encoding=rope needs an even head",
     ),
-    "sincos2d on lm": ({"model.pos_encoding": "sincos2d"}, "model.pos_encoding: pos_encoding=sincos2d is for the vit family"),
+    "sincos2d on lm": (
+        {"model.pos_encoding": "sincos2d"},
+        "model.pos_encoding: pos_encoding=sincos2d is for the vit family",
+    ),
     "sincos2d on translation": (
         {"task": "translation", "model.pos_encoding": "sincos2d"},
         "model.pos_encoding: pos_encoding=sincos2d is for the vit family (it needs model.image_size), not encoder_decoder",
@@ -58,17 +62,29 @@ BAD_CONFIGS = {
         {"model.attention_pattern": "fixed", "model.attention_stride": 4, "model.attention_summary": 5},
         "model.attention_pattern: attention_pattern=fixed: attention_summary=5 exceeds attention_stride=4",
     ),
-    "patch_size does not divide image_size": ({"task": "vit", "model.patch_size": 5}, "patch_size=5 does not divide image_size=32"),
+    "patch_size does not divide image_size": (
+        {"task": "vit", "model.patch_size": 5},
+        "patch_size=5 does not divide image_size=32",
+    ),
     "data-decided field": ({"model.vocab_size": 10}, "model.vocab_size=10: decided by task 'lm'"),
-    "bad precision": ({"trainer.precision": "fp7"}, "trainer.precision: 'fp7' is not a Lightning precision; choose one of: auto,"),
+    "bad precision": (
+        {"trainer.precision": "fp7"},
+        "trainer.precision: 'fp7' is not a Lightning precision; choose one of: auto,",
+    ),
     "bad accelerator": ({"trainer.accelerator": "npu"}, "trainer.accelerator: 'npu' is not a Lightning accelerator"),
     "bad strategy": ({"trainer.strategy": "horovod"}, "trainer.strategy: 'horovod' is not a Lightning strategy"),
     "label with /": ({"task.label": "runs/a"}, "task.label: 'runs/a' cannot name a results folder"),
     "label ..": ({"task.label": ".."}, "task.label: '..' cannot name a results folder"),
     "empty label": ({"task.label": ""}, "task.label: '' cannot name a results folder"),
-    "batch not divisible by devices": ({"trainer.devices": 3}, "trainer: batch_size=8 is not divisible by 3 process(es)"),
+    "batch not divisible by devices": (
+        {"trainer.devices": 3},
+        "trainer: batch_size=8 is not divisible by 3 process(es)",
+    ),
     "unknown task": ({"task": "chess"}, "task: unknown task 'chess'; choose a task (lm, translation, vit"),
-    "unknown variant name": ({"model.norm": "batchnorm"}, "model.norm: unknown norm 'batchnorm'; choose one of: layernorm"),
+    "unknown variant name": (
+        {"model.norm": "batchnorm"},
+        "model.norm: unknown norm 'batchnorm'; choose one of: layernorm",
+    ),
 }
 
 
@@ -103,7 +119,9 @@ def test_sincos2d_on_a_non_vit_family_fails_at_validation_not_at_build():
     assert info.value.errors()[0]["loc"] == ("pos_encoding",)
     # without a family (a model: section before the task fills it in) only the width is checked
     assert ModelConfig(pos_encoding="sincos2d", d_model=32).pos_encoding == "sincos2d"
-    vit = build_model({"family": "vit", "d_model": 32, "n_heads": 4, "image_size": 8, "n_classes": 3, "pos_encoding": "sincos2d"})
+    vit = build_model(
+        {"family": "vit", "d_model": 32, "n_heads": 4, "image_size": 8, "n_classes": 3, "pos_encoding": "sincos2d"}
+    )
     assert vit.positions.table.shape == (2 * 2, 32)  # the 2x2 patch grid
 
 
@@ -160,7 +178,7 @@ def test_model_config_calls_the_check_of_every_selected_variant(field, monkeypat
 def test_model_config_has_no_variant_special_cases():
     """The variant-specific checks live in the variants: ModelConfig's source names no variant."""
     source = Path(sys.modules[ModelConfig.__module__].__file__).read_text()
-    validators = source[source.index("def _shapes"):source.index("def ffn_dim")]
+    validators = source[source.index("def _shapes") : source.index("def ffn_dim")]
     for special_case in ('"rope"', '"sincos2d"', '"fixed"', "attention_summary"):
         assert special_case not in validators, special_case
 
@@ -172,8 +190,9 @@ def lightning_accepts(key: str, value: str) -> bool:
     """Whether lightning.Trainer itself accepts ``key=value`` (the reference for our check)."""
     settings = {"accelerator": "cpu", "devices": 1, key: value}
     try:
-        L.Trainer(**settings, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+        L.Trainer(
+            **settings, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+        )
     except ValueError:
         return False
     except Exception:  # accepted by name, but not runnable here (no GPU, no DeepSpeed installed, ...)
@@ -182,11 +201,21 @@ def lightning_accepts(key: str, value: str) -> bool:
 
 
 @pytest.mark.filterwarnings("ignore:`precision=bf16` is supported for historical reasons")
-@pytest.mark.parametrize("key, value", [
-    ("precision", "fp7"), ("precision", "bf16-mixed"), ("precision", "64-true"), ("precision", "bf16"),
-    ("accelerator", "npu"), ("accelerator", "cpu"),
-    ("strategy", "horovod"), ("strategy", "ddp"), ("strategy", "single_device"), ("strategy", "Ddp_Spawn"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("precision", "fp7"),
+        ("precision", "bf16-mixed"),
+        ("precision", "64-true"),
+        ("precision", "bf16"),
+        ("accelerator", "npu"),
+        ("accelerator", "cpu"),
+        ("strategy", "horovod"),
+        ("strategy", "ddp"),
+        ("strategy", "single_device"),
+        ("strategy", "Ddp_Spawn"),
+    ],
+)
 def test_trainer_settings_are_accepted_exactly_when_lightning_accepts_them(key, value):
     try:
         TrainerConfig(**{key: value})
@@ -205,7 +234,9 @@ def test_lightning_choices_come_from_lightning():
     assert set(lightning_choices("strategy")) == {"auto", *StrategyRegistry.available_strategies()}
     for key in ("precision", "accelerator", "strategy"):
         for value in lightning_choices(key):
-            TrainerConfig(**{key: value, "curve_every_n_steps": 0})  # every listed choice validates (sharding: without the curve)
+            TrainerConfig(
+                **{key: value, "curve_every_n_steps": 0}
+            )  # every listed choice validates (sharding: without the curve)
 
 
 # results folders -------------------------------------------------------------------------------
@@ -213,9 +244,21 @@ def test_lightning_choices_come_from_lightning():
 
 def fake_result(task: str, seed: int, perplexity: float) -> dict:
     """A finished lm_text cell's result.json, as the training process writes it."""
-    return {"status": "ok", "task": task, "seed": seed, "config_hash": "x", "primary_metric": "perplexity",
-            "metrics": {"perplexity": perplexity, "bits_per_byte": 1.0, "loss": 2.0}, "baselines": {}, "data": {},
-            "steps": 2, "wall_time_s": 1.0, "parameters": 10, "throughput": 1.0, "throughput_unit": "tokens/s"}
+    return {
+        "status": "ok",
+        "task": task,
+        "seed": seed,
+        "config_hash": "x",
+        "primary_metric": "perplexity",
+        "metrics": {"perplexity": perplexity, "bits_per_byte": 1.0, "loss": 2.0},
+        "baselines": {},
+        "data": {},
+        "steps": 2,
+        "wall_time_s": 1.0,
+        "parameters": 10,
+        "throughput": 1.0,
+        "throughput_unit": "tokens/s",
+    }
 
 
 def test_axis_value_with_a_slash_keeps_one_folder_per_cell_and_shows_in_the_summary(tmp_path):
@@ -228,12 +271,17 @@ def test_axis_value_with_a_slash_keeps_one_folder_per_cell_and_shows_in_the_summ
     write_atomic(matrix_dir / "matrix.yaml", path.read_text())
     for perplexity, cell in zip([11.0, 22.0], cells):
         cell_dir = cell.directory(matrix_dir)
-        assert cell_dir.relative_to(matrix_dir).parts[:2] == ("cells", "lm_text") and len(cell_dir.relative_to(matrix_dir).parts) == 4
+        assert (
+            cell_dir.relative_to(matrix_dir).parts[:2] == ("cells", "lm_text")
+            and len(cell_dir.relative_to(matrix_dir).parts) == 4
+        )
         cell_command(cell, matrix_dir, path)  # writes cell.json and config.yaml, as before training
         write_json(cell_dir / "result.json", fake_result("lm_text", 0, perplexity))
     assert [c.variant for c in cells] == ["hf_path=Salesforce/wikitext", "hf_path=roneneldan/TinyStories"]
-    assert [c.directory(matrix_dir).parent.name for c in cells] == ["hf_path=Salesforce%2Fwikitext",
-                                                                   "hf_path=roneneldan%2FTinyStories"]
+    assert [c.directory(matrix_dir).parent.name for c in cells] == [
+        "hf_path=Salesforce%2Fwikitext",
+        "hf_path=roneneldan%2FTinyStories",
+    ]
     summary = write_report(matrix_dir)
     assert re.search(r"\| hf_path=Salesforce/wikitext \| 11\.0+ ", summary), summary
     assert re.search(r"\| hf_path=roneneldan/TinyStories \| 22\.0+ ", summary), summary
@@ -241,16 +289,21 @@ def test_axis_value_with_a_slash_keeps_one_folder_per_cell_and_shows_in_the_summ
 
 def test_usual_variant_folders_are_unchanged(tmp_path):
     """Folders of labels without unsafe characters stay as they were, so earlier results are reused."""
-    path = write_matrix(tmp_path, {"model.norm_placement": ["pre"], "optimizer.lr": [0.001], "model.n_kv_heads": [None]}, TINY)
+    path = write_matrix(
+        tmp_path, {"model.norm_placement": ["pre"], "optimizer.lr": [0.001], "model.n_kv_heads": [None]}, TINY
+    )
     [cell] = load_matrix(path)[1]
     assert cell.directory(Path("r")) == Path("r/cells/lm/norm_placement=pre,lr=0.001,n_kv_heads=None/seed0")
 
 
-@pytest.mark.parametrize("axes", [
-    {"task": ["lm", {"name": "lm", "seq_len": 16}]},  # two tasks both labelled lm
-    {"model.norm": ["rmsnorm", "rmsnorm"]},  # a repeated axis value
-    {"optimizer.lr": [1, "1"]},  # values that print alike
-])
+@pytest.mark.parametrize(
+    "axes",
+    [
+        {"task": ["lm", {"name": "lm", "seq_len": 16}]},  # two tasks both labelled lm
+        {"model.norm": ["rmsnorm", "rmsnorm"]},  # a repeated axis value
+        {"optimizer.lr": [1, "1"]},  # values that print alike
+    ],
+)
 def test_cells_that_would_share_a_folder_are_a_config_error(tmp_path, axes):
     path = write_matrix(tmp_path, axes, TINY)
     with pytest.raises(ConfigError, match="would share the folder cells/lm/"):
@@ -264,7 +317,9 @@ def test_distinct_task_labels_separate_the_cells(tmp_path):
 
 def test_matrix_with_a_bad_cell_fails_before_anything_is_written(tmp_path):
     path = write_matrix(tmp_path, {"model.pos_encoding": ["learned", "sincos2d"]}, TINY)
-    with pytest.raises(ConfigError, match=r"\[cell model.pos_encoding=sincos2d\]: model.pos_encoding: pos_encoding=sincos2d"):
+    with pytest.raises(
+        ConfigError, match=r"\[cell model.pos_encoding=sincos2d\]: model.pos_encoding: pos_encoding=sincos2d"
+    ):
         load_matrix(path)
 
 
@@ -273,8 +328,16 @@ def test_matrix_with_a_bad_cell_fails_before_anything_is_written(tmp_path):
 
 def test_cli_train_with_sincos2d_on_the_lm_exits_2_without_a_traceback(tmp_path):
     results = tmp_path / "results"
-    process = blockbench("--results-dir", str(results), "train", "task=lm", "model.pos_encoding=sincos2d",
-                         "trainer.max_steps=1", cwd=tmp_path, timeout=120)
+    process = blockbench(
+        "--results-dir",
+        str(results),
+        "train",
+        "task=lm",
+        "model.pos_encoding=sincos2d",
+        "trainer.max_steps=1",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert process.returncode == 2, process.stderr
     assert process.stderr.startswith("blockbench: config error:\n")
     assert "model.pos_encoding: pos_encoding=sincos2d is for the vit family" in process.stderr
@@ -333,7 +396,9 @@ def pyproject_floors() -> dict[str, Version]:
 
 def test_torch_floor_covers_every_torch_api_the_code_uses():
     needed = max(Version(version) for version, _ in TORCH_APIS.values())
-    assert pyproject_floors()["torch"] >= needed, f"pyproject says torch>={pyproject_floors()['torch']}; the code needs {needed}"
+    assert pyproject_floors()["torch"] >= needed, (
+        f"pyproject says torch>={pyproject_floors()['torch']}; the code needs {needed}"
+    )
     for name, (_, probe) in TORCH_APIS.items():
         probe()  # the API exists in the installed torch
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.data.agreement import (
+from blockbench.tasks.data.agreement import (
     COPULA,
     NOUNS,
     SPECIALS,
@@ -50,7 +50,7 @@ def has_attractor(sentence: list[str], verb_index: int) -> bool:
 
 
 def test_vocab_is_fixed_with_specials_first():
-    assert VOCAB == agreement_vocab()
+    assert agreement_vocab() == VOCAB
     assert tuple(VOCAB[:2]) == SPECIALS == ("<pad>", ".")
     assert len(VOCAB) == len(set(VOCAB)) == 67
     assert small_corpus().vocab == VOCAB

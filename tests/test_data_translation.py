@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from tasks.data.synthetic_translation import (
+from blockbench.tasks.data.synthetic_translation import (
     BOS_ID,
     EOS_ID,
     FEMININE,
@@ -218,9 +218,11 @@ def test_word_by_word_dictionary_takes_each_words_most_frequent_target_form():
 def test_word_by_word_baseline_on_hand_made_pairs_matches_sacrebleu():
     from sacrebleu import corpus_bleu
 
-    from tasks.translation import ParallelDataModule, TranslationTaskConfig
+    from blockbench.tasks.translation import ParallelDataModule, TranslationTaskConfig
 
-    train = _split(["the big cat", "the big house", "the big dog sees"], ["ta vurib rava", "ta kubuv rava", "el fozug ravo kodut"])
+    train = _split(
+        ["the big cat", "the big house", "the big dog sees"], ["ta vurib rava", "ta kubuv rava", "el fozug ravo kodut"]
+    )
     val = _split(
         ["the big dog sees the cat", "the cat"],
         ["el fozug ravo ta vurib kodut", "ta vurib"],  # references (SOV, adjectives after the noun, agreement)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
 from blockbench.config import ConfigError, TrainerConfig
 from blockbench.matrix.jobs import DISTRIBUTED_ENV
-from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
 TASKS = {
     "lm": {**TINY_LM_TASK, "n_train_tokens": 20000},
@@ -31,8 +31,12 @@ DDP = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
 
 
 def config(task: str, **trainer) -> dict:
-    return {"model": TINY_MODEL, "task": TASKS[task], "optimizer": {"warmup_steps": 1},
-            "trainer": {"max_steps": 6, "batch_size": 8, "val_every_n_steps": 3, "log_every_n_steps": 1, **trainer}}
+    return {
+        "model": TINY_MODEL,
+        "task": TASKS[task],
+        "optimizer": {"warmup_steps": 1},
+        "trainer": {"max_steps": 6, "batch_size": 8, "val_every_n_steps": 3, "log_every_n_steps": 1, **trainer},
+    }
 
 
 def clean_env() -> dict[str, str]:
@@ -43,8 +47,9 @@ def train(tmp_path: Path, name: str, cfg: dict) -> dict:
     folder = tmp_path / name
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
-    done = blockbench("train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run", cwd=folder,
-                      env=clean_env())
+    done = blockbench(
+        "train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run", cwd=folder, env=clean_env()
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "out" / "result.json").read_text())
 
@@ -64,9 +69,15 @@ def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tm
     for name, value in last.items():
         assert ddp_last[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     assert ddp["curve"]["items"] == single["curve"]["items"] and len(ddp["curve"]["points"]) == 7  # every step's
-    torch.testing.assert_close(torch.tensor(ddp["curve"]["points"]), torch.tensor(single["curve"]["points"]), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
-                               torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(ddp["curve"]["points"]), torch.tensor(single["curve"]["points"]), rtol=1e-4, atol=1e-5
+    )
+    torch.testing.assert_close(
+        torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
+        torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
     # rank 0 alone wrote: one result, TensorBoard events from one process, no checkpoint left
     out = tmp_path / "ddp" / "out"
@@ -91,7 +102,10 @@ def test_each_process_gets_a_disjoint_share_of_training_and_validation_data():
     shares = {}
     for rank in range(2):
         datamodule.trainer = FakeTrainer(rank, 2)
-        shares[rank] = (list(datamodule.training_sampler(datamodule.train_set)), list(datamodule.val_dataloader().sampler))
+        shares[rank] = (
+            list(datamodule.training_sampler(datamodule.train_set)),
+            list(datamodule.val_dataloader().sampler),
+        )
     datamodule.trainer = FakeTrainer(0, 1)
     whole_epoch = list(datamodule.training_sampler(datamodule.train_set))
     (train0, val0), (train1, val1) = shares[0], shares[1]
@@ -104,7 +118,9 @@ def test_each_process_gets_a_disjoint_share_of_training_and_validation_data():
 def test_global_batch_must_divide_over_processes_and_accumulation():
     cfg = TrainerConfig(batch_size=32, accumulate_grad_batches=2)
     assert cfg.per_device_batch_size(4) == 4
-    with pytest.raises(ConfigError, match=r"trainer.batch_size=32 is not divisible by 3 process\(es\) x 2 accumulation"):
+    with pytest.raises(
+        ConfigError, match=r"trainer.batch_size=32 is not divisible by 3 process\(es\) x 2 accumulation"
+    ):
         cfg.per_device_batch_size(3)
     assert TrainerConfig().resolved_precision("cpu") == "32-true"
     assert TrainerConfig().resolved_precision("gpu") == "bf16-mixed"
@@ -114,8 +130,14 @@ def test_global_batch_must_divide_over_processes_and_accumulation():
 def test_a_two_process_matrix_cell_resumes_after_sigkill(tmp_path):
     base = config("lm", **DDP, max_steps=60, val_every_n_steps=20, checkpoint_every_n_steps=10)
     folder = write_matrix(tmp_path / "m", {"seed": [0]}, base).parent
-    process = subprocess.Popen([sys.executable, "-m", "blockbench", "matrix", "m.yaml"], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True, env=clean_env())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", "matrix", "m.yaml"],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=clean_env(),
+    )
     checkpoint = folder / "results/m/cells/lm/default/seed0/checkpoints/last.ckpt"
     deadline = time.monotonic() + 180
     while not checkpoint.exists() and time.monotonic() < deadline and process.poll() is None:
@@ -167,8 +189,15 @@ def test_a_loss_diverging_in_one_process_stops_every_process(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "nan_on_rank_one.py").write_text(NAN_ON_RANK_ONE)
     # Lightning relaunches this script for process 1; a new session lets the timeout end both
-    process = subprocess.Popen([sys.executable, "nan_on_rank_one.py"], cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=clean_env(), start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "nan_on_rank_one.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,
+    )
     try:
         _, stderr = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:

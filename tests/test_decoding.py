@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import EncoderDecoder, build_model
-from models.decoding import beam_search, greedy_decode
+from blockbench.models import EncoderDecoder, build_model
+from blockbench.models.decoding import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -28,7 +28,8 @@ def test_family_files_leave_the_search_to_models_decoding(family_file):
     tree = ast.parse((MODELS / family_file).read_text())
     loops = [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.For, ast.While))]
     choices = [
-        f"{node.attr} (line {node.lineno})" for node in ast.walk(tree)
+        f"{node.attr} (line {node.lineno})"
+        for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and node.attr in {"argmax", "topk", "multinomial", "log_softmax"}
     ]
     assert not loops and not choices, (
@@ -42,8 +43,15 @@ def random_translator(seed: int, vocab_size: int = 23, max_seq_len: int = 16) ->
     are peaked (no near-ties between hypotheses) and EOS is sometimes, not always, the argmax."""
     torch.manual_seed(seed)
     model = build_model(
-        {"family": "encoder_decoder", "vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "n_layers": 2,
-         "d_ff": 64, "max_seq_len": max_seq_len}
+        {
+            "family": "encoder_decoder",
+            "vocab_size": vocab_size,
+            "d_model": 32,
+            "n_heads": 2,
+            "n_layers": 2,
+            "d_ff": 64,
+            "max_seq_len": max_seq_len,
+        }
     )
     with torch.no_grad():
         for p in model.parameters():
@@ -186,7 +194,13 @@ def test_exhaustive_beam_finds_brute_force_optimum(length_penalty, eos_possible)
         forbid_token(model, EOS)
     src, mask = random_source(2, 4, vocab)
     beam = beam_search(
-        model, src, bos_id=BOS, eos_id=EOS, max_len=max_len, beam_size=vocab**max_len, length_penalty=length_penalty,
+        model,
+        src,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_len=max_len,
+        beam_size=vocab**max_len,
+        length_penalty=length_penalty,
         src_padding_mask=mask,
     )
     assert beam.shape[1] <= max_len

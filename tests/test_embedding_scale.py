@@ -16,17 +16,17 @@ import math
 import pytest
 import torch
 
-from models import build_model
-from models.embedding import EMBEDDING_STD, PATCH_RMS
-from models.position import (
+from blockbench.models import build_model
+from blockbench.models.embedding import EMBEDDING_STD, PATCH_RMS
+from blockbench.models.position import (
     SinCos2DPositionalEncoding,
     SinusoidalPositionalEncoding,
     sincos_2d_table,
     sinusoidal_table,
 )
-from tasks.lm import AgreementDataModule, LMTaskConfig
-from tasks.translation import ParallelDataModule, TranslationTaskConfig
-from tasks.vision import ShapesDataModule, VisionTaskConfig
+from blockbench.tasks.lm import AgreementDataModule, LMTaskConfig
+from blockbench.tasks.translation import ParallelDataModule, TranslationTaskConfig
+from blockbench.tasks.vision import ShapesDataModule, VisionTaskConfig
 
 #: sampling noise of an RMS over a few thousand N(0, 0.02) draws, with margin; the old conventions
 #: were off by a factor of 0.03 to 30 (the closest, the ViT's sine-cosine tables, by 0.82)
@@ -65,9 +65,15 @@ def vision_inputs():
 
 INPUTS = {"decoder_lm": lm_inputs, "encoder_decoder": translation_inputs, "vit": vision_inputs}
 TOKEN_RMS = {"decoder_lm": EMBEDDING_STD, "encoder_decoder": EMBEDDING_STD, "vit": PATCH_RMS}
-ADDITIVE = [("decoder_lm", "learned"), ("decoder_lm", "sinusoidal"),
-            ("encoder_decoder", "learned"), ("encoder_decoder", "sinusoidal"),
-            ("vit", "learned"), ("vit", "sinusoidal"), ("vit", "sincos2d")]
+ADDITIVE = [
+    ("decoder_lm", "learned"),
+    ("decoder_lm", "sinusoidal"),
+    ("encoder_decoder", "learned"),
+    ("encoder_decoder", "sinusoidal"),
+    ("vit", "learned"),
+    ("vit", "sinusoidal"),
+    ("vit", "sincos2d"),
+]
 
 
 def first_block_inputs(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
@@ -87,8 +93,9 @@ def first_block_inputs(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...])
 def build(family: str, pos_encoding: str, seed: int) -> torch.nn.Module:
     task, _ = INPUTS[family]()
     torch.manual_seed(seed)
-    return build_model({**task.model_overrides(), "d_model": 256, "n_layers": 1, "n_heads": 4,
-                        "pos_encoding": pos_encoding}).eval()
+    return build_model(
+        {**task.model_overrides(), "d_model": 256, "n_layers": 1, "n_heads": 4, "pos_encoding": pos_encoding}
+    ).eval()
 
 
 def signal_rms(family: str, pos_encoding: str, seed: int = 0) -> list[tuple[float, float]]:
@@ -131,8 +138,17 @@ def test_vit_cls_token_enters_without_a_position(pos_encoding):
 
 def test_patch_projection_on_unit_variance_pixels_has_the_patch_rms():
     torch.manual_seed(2)
-    model = build_model({"family": "vit", "d_model": 256, "n_layers": 1, "n_heads": 4, "image_size": 32,
-                         "patch_size": 4, "n_classes": 3})
+    model = build_model(
+        {
+            "family": "vit",
+            "d_model": 256,
+            "n_layers": 1,
+            "n_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+            "n_classes": 3,
+        }
+    )
     with torch.no_grad():
         patches = model.patch_embed(torch.randn(8, 3, 32, 32))
     assert rms(patches) == pytest.approx(PATCH_RMS, rel=0.03)
@@ -148,8 +164,18 @@ def test_fixed_tables_are_the_unit_tables_scaled_to_the_token_rms():
         assert rms(row) == pytest.approx(EMBEDDING_STD, rel=1e-5)
     # at the ViT's patch RMS the tables keep Vaswani et al.'s and MAE's unit amplitude
     torch.testing.assert_close(SinusoidalPositionalEncoding(10, 8, rms=PATCH_RMS)(10), sinusoidal_table(10, 8))
-    vit = build_model({"family": "vit", "d_model": 16, "n_layers": 1, "n_heads": 4, "image_size": 12,
-                       "patch_size": 4, "n_classes": 3, "pos_encoding": "sincos2d"})
+    vit = build_model(
+        {
+            "family": "vit",
+            "d_model": 16,
+            "n_layers": 1,
+            "n_heads": 4,
+            "image_size": 12,
+            "patch_size": 4,
+            "n_classes": 3,
+            "pos_encoding": "sincos2d",
+        }
+    )
     torch.testing.assert_close(vit.positions.embedding(9), sincos_2d_table(3, 16))
 
 

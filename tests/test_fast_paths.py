@@ -9,15 +9,15 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-
-from blockbench.config import build_run_config
-from blockbench.cell.train import train
 from conftest import TINY_LM_TASK, TINY_MODEL, tiny
-from models import build_model
-from models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends
-from models.loss import linear_cross_entropy
-from tasks.lm import next_token_loss
-from tasks.translation import teacher_forcing_loss
+
+from blockbench.cell.train import train
+from blockbench.config import build_run_config
+from blockbench.models import build_model
+from blockbench.models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends
+from blockbench.models.loss import linear_cross_entropy
+from blockbench.tasks.lm import next_token_loss
+from blockbench.tasks.translation import teacher_forcing_loss
 
 TINY_TASKS = {
     "lm": TINY_LM_TASK,
@@ -25,9 +25,15 @@ TINY_TASKS = {
     "vit": {"name": "vit", "n_train": 256, "n_val": 32},
 }
 # a configured peak skips the peak FLOP/s probe (a 512^2 matmul, emulated and slow in bf16 on AVX2)
-TINY_TRAINER = {"trainer.max_steps": 4, "trainer.batch_size": 8, "trainer.val_every_n_steps": 4,
-                "trainer.log_every_n_steps": 1, "optimizer.warmup_steps": 1, "trainer.peak_tflops": 1.0,
-                "trainer.checkpoint_every_n_steps": None}
+TINY_TRAINER = {
+    "trainer.max_steps": 4,
+    "trainer.batch_size": 8,
+    "trainer.val_every_n_steps": 4,
+    "trainer.log_every_n_steps": 1,
+    "optimizer.warmup_steps": 1,
+    "trainer.peak_tflops": 1.0,
+    "trainer.checkpoint_every_n_steps": None,
+}
 
 
 def reference_loss(hidden, weight, targets, **kwargs):
@@ -84,7 +90,9 @@ def test_linear_cross_entropy_without_gradients_and_with_nothing_to_count():
     hidden, weight = torch.randn(10, 8, generator=generator), torch.randn(12, 8, generator=generator)
     targets = torch.randint(0, 12, (10,), generator=generator)
     with torch.no_grad():
-        torch.testing.assert_close(linear_cross_entropy(hidden, weight, targets), reference_loss(hidden, weight, targets))
+        torch.testing.assert_close(
+            linear_cross_entropy(hidden, weight, targets), reference_loss(hidden, weight, targets)
+        )
     all_ignored = torch.full((10,), -100)
     assert linear_cross_entropy(hidden.requires_grad_(), weight, all_ignored).isnan()  # as F.cross_entropy: 0 / 0
     with pytest.raises(ValueError, match="reduction"):
@@ -121,7 +129,9 @@ def test_translation_loss_equals_cross_entropy_of_its_logits():
     tgt[1, -2:] = 0
     logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
     expected = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0, label_smoothing=0.1)
-    assert_same_loss_and_gradients(model, teacher_forcing_loss(model, src, tgt, pad_id=0, label_smoothing=0.1), expected)
+    assert_same_loss_and_gradients(
+        model, teacher_forcing_loss(model, src, tgt, pad_id=0, label_smoothing=0.1), expected
+    )
 
 
 def test_tasks_train_with_the_fused_adamw_kernel():
@@ -134,8 +144,11 @@ def test_tasks_train_with_the_fused_adamw_kernel():
 #: bf16 keeps 8 significant bits (7 stored and the implicit one): its unit roundoff is 2^-8
 BF16_UNIT_ROUNDOFF = 2.0**-8
 #: the argmax metrics and the number of items each counts in TINY_TASKS
-COUNTED_METRICS = {"accuracy": TINY_TASKS["vit"]["n_val"], "agreement_acc": TINY_TASKS["lm"]["n_probes"],
-                   "exact_match": TINY_TASKS["translation"]["n_val"]}
+COUNTED_METRICS = {
+    "accuracy": TINY_TASKS["vit"]["n_val"],
+    "agreement_acc": TINY_TASKS["lm"]["n_probes"],
+    "exact_match": TINY_TASKS["translation"]["n_val"],
+}
 
 
 class PrecisionSpy(L.Callback):
@@ -166,8 +179,14 @@ def train_tiny(tmp_path, task: str, precision: str) -> tuple[dict, PrecisionSpy]
     """Four steps of ``task`` at ``precision`` (lr 1e-2, so that the four losses move apart)."""
     overrides = {**TINY_TRAINER, "optimizer.lr": 1e-2, "trainer.precision": precision}
     spy = PrecisionSpy()
-    result = train(build_run_config({"model": TINY_MODEL, "task": TINY_TASKS[task]}, overrides), tmp_path / precision, tb_dir=tmp_path / "tb", tb_name=task,
-                   tb_version=precision, extra_callbacks=[spy]).to_json()
+    result = train(
+        build_run_config({"model": TINY_MODEL, "task": TINY_TASKS[task]}, overrides),
+        tmp_path / precision,
+        tb_dir=tmp_path / "tb",
+        tb_name=task,
+        tb_version=precision,
+        extra_callbacks=[spy],
+    ).to_json()
     assert result["status"] == "ok" and result["precision"] == precision
     return result, spy
 

@@ -17,16 +17,16 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DT
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import DT
-from models import add_auxiliary_losses, build_model, expert_load, moe_layers
-from models.block import init_weights
-from models.mlp import FFNS, FeedForward, GEGLUFeedForward, SwiGLUFeedForward, build_ffn, gated_hidden_size
-from models.moe import MoEFeedForward, StackedLinear, stack_experts
-from models.placement import deepnorm_alpha_beta
-from models.registry import ACTIVATIONS, ALL_REGISTRIES
+from blockbench.models import add_auxiliary_losses, build_model, expert_load, moe_layers
+from blockbench.models.block import init_weights
+from blockbench.models.mlp import FFNS, FeedForward, GEGLUFeedForward, SwiGLUFeedForward, build_ffn, gated_hidden_size
+from blockbench.models.moe import MoEFeedForward, StackedLinear, stack_experts
+from blockbench.models.placement import deepnorm_alpha_beta
+from blockbench.models.registry import ACTIVATIONS, ALL_REGISTRIES
 
 TOL = dict(rtol=1e-10, atol=1e-12)
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -334,8 +334,16 @@ def test_batched_dispatch_matches_per_assignment_loop(kind, top_k, capacity_fact
     """Output, dropped count and every gradient (input, router, each expert, shared experts)
     equal a per-assignment loop over standalone copies of the experts."""
     moe = randomize(
-        MoEFeedForward(8, 24, activation="silu", n_experts=4, top_k=top_k, capacity_factor=capacity_factor,
-                       n_shared_experts=n_shared, expert_kind=kind),
+        MoEFeedForward(
+            8,
+            24,
+            activation="silu",
+            n_experts=4,
+            top_k=top_k,
+            capacity_factor=capacity_factor,
+            n_shared_experts=n_shared,
+            expert_kind=kind,
+        ),
         seed=11,
     )
     with torch.no_grad():
@@ -456,8 +464,18 @@ def test_model_init_reaches_every_stacked_expert(placement):
     """``init_weights`` gives each expert matrix the std its ``nn.Linear`` would get (GPT-2
     residual shrink on ``fc_out`` for pre-norm) and zero biases; DeepNet's init redraws them."""
     torch.manual_seed(0)
-    lm = build_model({"family": "decoder_lm", "vocab_size": 40, "d_model": 64, "n_heads": 4, "d_ff": 256,
-                      "n_layers": 4, "n_experts": 4, "norm_placement": placement})
+    lm = build_model(
+        {
+            "family": "decoder_lm",
+            "vocab_size": 40,
+            "d_model": 64,
+            "n_heads": 4,
+            "d_ff": 256,
+            "n_layers": 4,
+            "n_experts": 4,
+            "norm_placement": placement,
+        }
+    )
     moe = lm.stack.blocks[0].ffn.sublayer
     assert isinstance(moe, MoEFeedForward)
     beta = deepnorm_alpha_beta("decoder", 4, 4)["decoder"][1]
@@ -548,8 +566,9 @@ def test_evaluation_drops_nothing_and_output_is_per_token(top_k, n_shared):
     """In evaluation a token's output does not depend on the other tokens of its batch, however
     small the capacity factor: it is the capacity-free per-token reference, alone or in any batch.
     Training keeps the capacity (the same batch drops assignments there)."""
-    moe = randomize(MoEFeedForward(8, 24, n_experts=4, top_k=top_k, capacity_factor=0.5, n_shared_experts=n_shared),
-                    seed=23)
+    moe = randomize(
+        MoEFeedForward(8, 24, n_experts=4, top_k=top_k, capacity_factor=0.5, n_shared_experts=n_shared), seed=23
+    )
     with torch.no_grad():
         moe.router.weight[0] += 0.4  # crowd expert 0
     x = torch.randn(24, 8, generator=torch.Generator().manual_seed(24), dtype=DT)
@@ -570,8 +589,19 @@ def overflowing_moe_model(family: str, n_layers: int) -> tuple[torch.nn.Module, 
     """A tiny float64 MoE model (seed 0) whose routers are scaled up so routing is peaked and
     experts overflow their capacity (factor 1) in training; with its MoE layers."""
     torch.manual_seed(0)
-    model = build_model({"family": family, "vocab_size": 40, "d_model": 32, "n_heads": 2, "d_ff": 64,
-                         "n_layers": n_layers, "n_experts": 4, "moe_top_k": 2, "moe_capacity_factor": 1.0}).double()
+    model = build_model(
+        {
+            "family": family,
+            "vocab_size": 40,
+            "d_model": 32,
+            "n_heads": 2,
+            "d_ff": 64,
+            "n_layers": n_layers,
+            "n_experts": 4,
+            "moe_top_k": 2,
+            "moe_capacity_factor": 1.0,
+        }
+    ).double()
     layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
     with torch.no_grad():
         for layer in layers:
@@ -584,7 +614,7 @@ def test_translator_loss_ignores_padding_in_moe_routing():
     loss and every layer's balancing losses of a batch are those of the same batch with extra
     padding columns on the source and the target, i.e. padding never takes capacity in the encoder
     or the decoder (through ``teacher_forcing_loss``, as the tasks train)."""
-    from tasks.translation import teacher_forcing_loss
+    from blockbench.tasks.translation import teacher_forcing_loss
 
     model, layers = overflowing_moe_model("encoder_decoder", n_layers=1)
     gen = torch.Generator().manual_seed(1)
@@ -616,11 +646,23 @@ def test_moe_translator_validation_does_not_depend_on_batch_size(tmp_path):
     import lightning as L
 
     from blockbench.config import build_run_config
-    from tasks.translation import ParallelDataModule
+    from blockbench.tasks.translation import ParallelDataModule
 
-    run = build_run_config({}, {"task": "translation", "task.n_train": 64, "task.n_val": 64, "model.d_model": 32,
-                                "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64, "model.n_experts": 4,
-                                "model.moe_top_k": 2, "model.moe_capacity_factor": 1.0})
+    run = build_run_config(
+        {},
+        {
+            "task": "translation",
+            "task.n_train": 64,
+            "task.n_val": 64,
+            "model.d_model": 32,
+            "model.n_layers": 1,
+            "model.n_heads": 2,
+            "model.d_ff": 64,
+            "model.n_experts": 4,
+            "model.moe_top_k": 2,
+            "model.moe_capacity_factor": 1.0,
+        },
+    )
     torch.manual_seed(0)
     module, _ = run.task.build(run.resolved_model(), run.optimizer, max_steps=1, batch_size=8)
     with torch.no_grad():
@@ -635,8 +677,13 @@ def test_moe_translator_validation_does_not_depend_on_batch_size(tmp_path):
         gathered = module._all_translations
         translations: list[list[tuple[int, str]]] = []
         module._all_translations = lambda: translations.append(gathered()) or translations[-1]
-        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, default_root_dir=tmp_path)
+        trainer = L.Trainer(
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path,
+        )
         trainer.validate(module, datamodule=datamodule, verbose=False)
         del module._all_translations
         metrics = {name: float(trainer.callback_metrics[f"val/{name}"]) for name in ("loss", "bleu", "exact_match")}
@@ -691,7 +738,9 @@ def test_auxiliary_losses_and_expert_load_are_read_from_each_layers_last_forward
     assert list(logged) == ["moe/aux_loss", "moe/z_loss"]
     assert logged["moe/aux_loss"].item() == pytest.approx((aux[0] + aux[1]) / 2, rel=1e-12)
     assert logged["moe/z_loss"].item() == pytest.approx((z[0] + z[1]) / 2, rel=1e-12)
-    assert total.item() == pytest.approx(task_loss.item() + 0.5 * (aux[0] + aux[1]) / 2 + 0.25 * (z[0] + z[1]) / 2, rel=1e-12)
+    assert total.item() == pytest.approx(
+        task_loss.item() + 0.5 * (aux[0] + aux[1]) / 2 + 0.25 * (z[0] + z[1]) / 2, rel=1e-12
+    )
     assert torch.equal(total, task_loss + 0.5 * logged["moe/aux_loss"] + 0.25 * logged["moe/z_loss"])
     total.backward()
     assert all(layer.router.weight.grad is not None for layer in layers)

@@ -19,10 +19,14 @@ def tree(tmp_path: Path) -> dict[str, Path]:
     sources = fingerprinted_sources()
     root = sources["blockbench.cell"].parent  # the blockbench package
     shutil.copytree(root, tmp_path / "blockbench", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("models", "tasks"):
-        shutil.copytree(sources[name], tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    return {"models": tmp_path / "models", "tasks": tmp_path / "tasks", "blockbench.cell": tmp_path / "blockbench" / "cell",
-            "blockbench.config": tmp_path / "blockbench" / "config.py"}
+    for name in ("models", "tasks"):  # the repository's top-level folders, installed as blockbench.models, .tasks
+        shutil.copytree(sources[f"blockbench.{name}"], tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return {
+        "blockbench.models": tmp_path / "models",
+        "blockbench.tasks": tmp_path / "tasks",
+        "blockbench.cell": tmp_path / "blockbench" / "cell",
+        "blockbench.config": tmp_path / "blockbench" / "config.py",
+    }
 
 
 def test_the_fingerprint_is_of_the_installed_sources(tree):
@@ -30,23 +34,47 @@ def test_the_fingerprint_is_of_the_installed_sources(tree):
     assert source_fingerprint(tree) == code_fingerprint()  # a copy of the same code: the same digest
 
 
-@pytest.mark.parametrize("place", ["blockbench/cli.py", "blockbench/listing.py", "blockbench/record.py",
-                                   "blockbench/progress.py", "blockbench/layout.py", "blockbench/matrix/plan.py",
-                                   "blockbench/matrix/run.py", "blockbench/report/summary.py",
-                                   "blockbench/report/stats.py", "blockbench/matrix/launch.py"])
+@pytest.mark.parametrize(
+    "place",
+    [
+        "blockbench/cli.py",
+        "blockbench/listing.py",
+        "blockbench/record.py",
+        "blockbench/progress.py",
+        "blockbench/layout.py",
+        "blockbench/matrix/plan.py",
+        "blockbench/matrix/run.py",
+        "blockbench/report/summary.py",
+        "blockbench/report/stats.py",
+        "blockbench/matrix/launch.py",
+        "blockbench/matrix/expand.py",
+        "blockbench/matrix/jobs.py",
+        "blockbench/lifeline.py",
+    ],
+)
 def test_a_change_outside_the_fingerprint_keeps_it(tree, place):
     before = source_fingerprint(tree)
-    file = tree["models"].parent / place
+    file = tree["blockbench.models"].parent / place
     assert file.is_file(), f"{place} moved: update this test's list of unfingerprinted places"
     file.write_text(file.read_text() + "\n# an edit\n")
     assert source_fingerprint(tree) == before
 
 
-@pytest.mark.parametrize("place", ["models/attention.py", "models/__init__.py", "tasks/lm.py", "tasks/data/text.py",
-                                   "blockbench/cell/train.py", "blockbench/cell/callbacks.py", "blockbench/config.py"])
+@pytest.mark.parametrize(
+    "place",
+    [
+        "models/attention.py",
+        "models/__init__.py",
+        "tasks/lm.py",
+        "tasks/data/text.py",
+        "blockbench/cell/train.py",
+        "blockbench/cell/callbacks.py",
+        "blockbench/config.py",
+    ],
+)
 def test_a_change_inside_the_fingerprint_changes_it(tree, place):
     before = source_fingerprint(tree)
-    file = tree["models"].parent / place
+    file = tree["blockbench.models"].parent / place
     assert file.is_file(), f"{place} moved: update this test's list of fingerprinted places"
     file.write_text(file.read_text() + "\n# an edit\n")
     assert source_fingerprint(tree) != before

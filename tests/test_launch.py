@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_LM, blockbench, write_matrix
 
 from blockbench import walltime
 from blockbench.cli import build_parser
@@ -25,8 +26,6 @@ from blockbench.config import ConfigError, build_run_config
 from blockbench.matrix import jobs, launch
 from blockbench.matrix.jobs import forks, resolve_jobs
 from blockbench.matrix.run import run_matrix
-from conftest import TINY_LM, blockbench, write_matrix
-
 
 PRELOADED = ["lightning", "torchmetrics", "blockbench.cell.train"]
 
@@ -37,8 +36,15 @@ def _child_entry(path: str, environment: dict[str, str]) -> None:
     preloaded = {name: name in sys.modules for name in PRELOADED}
     launch._enter_cell(environment, None)
     with open(path, "w") as f:
-        json.dump({"preloaded": preloaded, "forked": walltime.FORKED, "marker": os.environ.get("BLOCKBENCH_TEST_MARKER"),
-                   "threads": torch.get_num_threads()}, f)
+        json.dump(
+            {
+                "preloaded": preloaded,
+                "forked": walltime.FORKED,
+                "marker": os.environ.get("BLOCKBENCH_TEST_MARKER"),
+                "threads": torch.get_num_threads(),
+            },
+            f,
+        )
 
 
 def test_a_forked_child_has_the_imports_done_and_its_own_environment(tmp_path):
@@ -74,8 +80,16 @@ def test_forked_cell_computes_what_a_fresh_interpreter_computes(tmp_path):
     assert forked["wall_time_breakdown"]["measured_from"].startswith("process start (forked")
 
     fresh_dir = tmp_path / "fresh"
-    process = blockbench("train", str(cell_dir / "config.yaml"), "--out", str(fresh_dir), "--tb-dir",
-                         str(tmp_path / "tb"), "--quiet", cwd=tmp_path)
+    process = blockbench(
+        "train",
+        str(cell_dir / "config.yaml"),
+        "--out",
+        str(fresh_dir),
+        "--tb-dir",
+        str(tmp_path / "tb"),
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert process.returncode == 0, process.stderr[-2000:]
     fresh = json.loads((fresh_dir / "result.json").read_text())
     assert fresh["wall_time_breakdown"]["measured_from"] == "process start"
@@ -114,16 +128,21 @@ def test_jobs_flag_takes_auto_by_default_and_rejects_words():
 
 #: a cell process that would run for a minute and takes Ctrl-C as Python's default does, whatever this
 #: process does with SIGINT; it touches the file named by its argument when it is ready
-SLEEPER = [sys.executable, "-c", "import pathlib, signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
-           "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"]
+SLEEPER = [
+    sys.executable,
+    "-c",
+    "import pathlib, signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+]
 
 
 def _start_cell(command: list[str], ready: Path) -> tuple[threading.Thread, dict[str, int]]:
     """``command`` (given ``ready`` as its argument) started as the runner starts a cell, in a thread;
     returns once it is ready."""
     ended: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: ended.setdefault(
-        "code", launch.run_subprocess([*command, str(ready)], dict(os.environ))))
+    thread = threading.Thread(
+        target=lambda: ended.setdefault("code", launch.run_subprocess([*command, str(ready)], dict(os.environ)))
+    )
     thread.start()
     deadline = time.monotonic() + 30
     while not ready.exists() and time.monotonic() < deadline and thread.is_alive():
@@ -143,8 +162,10 @@ def test_stopping_the_cells_signals_each_running_one_and_starts_no_other(tmp_pat
         launch.run_subprocess(["true"], dict(os.environ))
 
 
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread() or not Path("/proc/self/stat").exists(),
-                    reason="signal handlers: main thread only; the process table from /proc (Linux)")
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread() or not Path("/proc/self/stat").exists(),
+    reason="signal handlers: main thread only; the process table from /proc (Linux)",
+)
 def test_sigterm_stops_the_running_cells_and_interrupts_the_runner(tmp_path):
     """The first SIGTERM ends the cells as Ctrl-C would and interrupts the runner; a second, while the
     runner waits for them, kills them and what they started; after a SIGTERM no cell starts."""
@@ -161,9 +182,13 @@ def test_sigterm_stops_the_running_cells_and_interrupts_the_runner(tmp_path):
 
     # a cell that ignores SIGINT (stuck where Ctrl-C does not reach it) and has a child of its own (a DDP rank)
     pid_file = tmp_path / "grandchild"
-    stubborn = [sys.executable, "-c", "import pathlib, signal, subprocess, sys, time; signal.signal(signal.SIGINT, "
-                "signal.SIG_IGN); child = subprocess.Popen(['sleep', '60']); "
-                f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"]
+    stubborn = [
+        sys.executable,
+        "-c",
+        "import pathlib, signal, subprocess, sys, time; signal.signal(signal.SIGINT, "
+        "signal.SIG_IGN); child = subprocess.Popen(['sleep', '60']); "
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+    ]
     thread, ended = _start_cell(stubborn, tmp_path / "ready2")
     grandchild = int(pid_file.read_text())
     with pytest.raises(KeyboardInterrupt), launch.stop_cells_on_sigterm() as received:
@@ -193,7 +218,9 @@ def _alive(pid: int) -> bool:
 def test_a_forked_cell_takes_ctrl_c_even_when_the_runner_was_started_with_it_ignored(tmp_path):
     """A shell without job control starts a background job (``blockbench matrix ... &`` in a script)
     with SIGINT ignored, and every child inherits that: the cells must still stop on the runner's SIGINT."""
-    (tmp_path / "sleeper.py").write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1]).touch()\ntime.sleep(60)\n")
+    (tmp_path / "sleeper.py").write_text(
+        "import pathlib, sys, time\npathlib.Path(sys.argv[1]).touch()\ntime.sleep(60)\n"
+    )
     ready = tmp_path / "ready"
     runner = f"""
 import os, signal, sys, threading, time

@@ -40,25 +40,38 @@ class Import:
         return f"{self.where}: {self.statement}"
 
 
+#: folders at the top of the repository that install inside the blockbench namespace (pyproject's package-dir)
+NAMESPACED = ("models", "tasks")
+
+
 def module_name(path: Path) -> str:
-    """``blockbench/report.py`` -> ``blockbench.report``; a package's ``__init__.py`` -> the package."""
+    """``blockbench/report/summary.py`` -> ``blockbench.report.summary``; ``models/attention.py`` ->
+    ``blockbench.models.attention`` (installed inside the namespace); a package's ``__init__.py`` -> the package."""
     parts = path.relative_to(REPO).with_suffix("").parts
+    parts = ("blockbench", *parts) if parts[0] in NAMESPACED else parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @cache
 def modules() -> dict[str, Path]:
     """Every module of the layers, by name."""
-    return {module_name(path): path for layer in LAYERS for path in sorted((REPO / layer).rglob("*.py"))
-            if "__pycache__" not in path.parts}
+    return {
+        module_name(path): path
+        for layer in LAYERS
+        for path in sorted((REPO / layer).rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
 
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
-def _import_nodes(nodes: Iterable[ast.AST], type_only: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+def _import_nodes(
+    nodes: Iterable[ast.AST], type_only: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement in ``nodes``, at any depth, and whether it is under ``if TYPE_CHECKING:``."""
     for node in nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -105,40 +118,70 @@ def all_imports() -> list[Import]:
 
 
 def layer(module: str) -> str:
-    return module.split(".")[0]
+    """``blockbench.models.attention`` -> ``models``, ``blockbench.report`` -> ``blockbench``."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "blockbench" and len(parts) > 1 and parts[1] in NAMESPACED else parts[0]
 
 
 def test_the_graph_is_read():
-    assert {"blockbench.report.summary", "blockbench.layout", "tasks.base", "tasks.data.cache", "models"} <= modules().keys()
-    assert any(i.source == "blockbench.report.verdicts" and i.target == "blockbench.report.stats" for i in all_imports())
+    assert {
+        "blockbench.report.summary",
+        "blockbench.layout",
+        "blockbench.tasks.base",
+        "blockbench.tasks.data.cache",
+        "blockbench.models",
+    } <= modules().keys()
+    assert any(
+        i.source == "blockbench.report.verdicts" and i.target == "blockbench.report.stats" for i in all_imports()
+    )
     source = """
-import models
+from blockbench import models
 from ..base import Metric
-from blockbench import layout, report
+from blockbench import layout
+from blockbench.report import summary
 from . import text
 
 def load():
-    from models.attention import MultiHeadAttention
+    from blockbench.models.attention import MultiHeadAttention
 
 if TYPE_CHECKING:
-    from tasks import TaskConfig
+    from blockbench.tasks import TaskConfig
 """
-    found = [(i.target, i.names, i.type_only) for i in imports_in("tasks.data.images", source, "tasks/data/images.py")]
-    assert found == [
-        ("models", (), False),
-        ("tasks.base", ("Metric",), False),  # relative imports resolved
-        ("blockbench.layout", (), False), ("blockbench.report", (), False),  # submodules, not names
-        ("tasks.data.text", (), False),
-        ("models.attention", ("MultiHeadAttention",), False),  # a function's local import
-        ("tasks", ("TaskConfig",), True),
+    found = [
+        (i.target, i.names, i.type_only)
+        for i in imports_in("blockbench.tasks.data.images", source, "tasks/data/images.py")
     ]
+    assert found == [
+        ("blockbench.models", (), False),
+        ("blockbench.tasks.base", ("Metric",), False),  # relative imports resolved
+        ("blockbench.layout", (), False),
+        ("blockbench.report.summary", (), False),  # submodules, not names
+        ("blockbench.tasks.data.text", (), False),
+        ("blockbench.models.attention", ("MultiHeadAttention",), False),  # a function's local import
+        ("blockbench.tasks", ("TaskConfig",), True),
+    ]
+    assert [
+        layer(m) for m in ("blockbench.models.attention", "blockbench.tasks", "blockbench.report", "benchmarks.jobs")
+    ] == ["models", "tasks", "blockbench", "benchmarks"]
+
+
+def test_the_library_and_the_tasks_are_imported_through_the_blockbench_namespace():
+    """``models`` and ``tasks`` install as ``blockbench.models`` and ``blockbench.tasks``: an import of a
+    top-level ``models`` or ``tasks`` would find another project's package, or none."""
+    top_level = [str(i) for i in all_imports() if i.target.split(".")[0] in NAMESPACED]
+    assert not top_level, "import blockbench.models / blockbench.tasks instead:\n" + "\n".join(top_level)
 
 
 def test_no_package_imports_a_layer_above_it():
-    upward = [f"{i} ({layer(i.source)} is below {layer(i.target)})" for i in all_imports()
-              if layer(i.target) in LAYERS and LAYERS.index(layer(i.target)) < LAYERS.index(layer(i.source))]
-    assert not upward, (f"the layers are {' -> '.join(LAYERS)}, and nothing imports upwards; move what the lower "
-                        "layer needs down into it:\n" + "\n".join(upward))
+    upward = [
+        f"{i} ({layer(i.source)} is below {layer(i.target)})"
+        for i in all_imports()
+        if layer(i.target) in LAYERS and LAYERS.index(layer(i.target)) < LAYERS.index(layer(i.source))
+    ]
+    assert not upward, (
+        f"the layers are {' -> '.join(LAYERS)}, and nothing imports upwards; move what the lower "
+        "layer needs down into it:\n" + "\n".join(upward)
+    )
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -192,10 +235,14 @@ def test_no_import_cycle_between_modules():
     problems = []
     for component in cycles(edges):
         members = set(component)
-        problems.append(f"{' <-> '.join(component)}:\n" + "\n".join(
-            f"  {i}" for i in inside if i.source in members and i.target in members))
-    assert not problems, ("modules that import each other (a function-local import too); move what both need into "
-                          "a module of its own that both import:\n" + "\n".join(problems))
+        problems.append(
+            f"{' <-> '.join(component)}:\n"
+            + "\n".join(f"  {i}" for i in inside if i.source in members and i.target in members)
+        )
+    assert not problems, (
+        "modules that import each other (a function-local import too); move what both need into "
+        "a module of its own that both import:\n" + "\n".join(problems)
+    )
 
 
 def test_cycles_are_found():
@@ -215,11 +262,18 @@ def models_public_api() -> set[str]:
 
 def test_tasks_use_only_the_public_api_of_models():
     public = models_public_api()
-    private = [f"{i}" for i in all_imports() if layer(i.source) == "tasks" and layer(i.target) == "models"
-               and (i.target != "models" or not set(i.names) <= public)]
-    assert not private, ("tasks import from models only what `models` exports (`from models import X`, X in "
-                         "models.__all__); import these from `models`, adding them to its API if they belong there:\n"
-                         + "\n".join(private))
+    private = [
+        f"{i}"
+        for i in all_imports()
+        if layer(i.source) == "tasks"
+        and layer(i.target) == "models"
+        and (i.target != "blockbench.models" or not set(i.names) <= public)
+    ]
+    assert not private, (
+        "tasks import from models only what `models` exports (`from blockbench.models import X`, X in "
+        "models.__all__); import these from `models`, adding them to its API if they belong there:\n"
+        + "\n".join(private)
+    )
 
 
 def reachable(module: str) -> set[str]:
@@ -268,8 +322,10 @@ def test_each_wing_imports_only_the_ground_floor_and_the_wings_below_it():
         if target in TOP:
             wrong.append(f"{i} (nothing imports the command line)")
         elif source in WINGS and target in WINGS and target not in WINGS[source]:
-            wrong.append(f"{i} ({source} may import only the ground floor{' and ' if WINGS[source] else ''}"
-                         f"{', '.join(WINGS[source])})")
+            wrong.append(
+                f"{i} ({source} may import only the ground floor{' and ' if WINGS[source] else ''}"
+                f"{', '.join(WINGS[source])})"
+            )
         elif source not in WINGS and target in WINGS:
             wrong.append(f"{i} (the ground floor imports no wing: move what it needs down into the ground floor)")
     assert not wrong, "imports across the wings of blockbench against the rule:\n" + "\n".join(wrong)
@@ -302,21 +358,41 @@ def floors() -> dict[str, int]:
 def test_blockbench_stands_on_few_floors():
     found = floors()
     assert found["blockbench.layout"] == 1 and found["blockbench.matrix"] > found["blockbench.cell"]
-    assert max(found.values()) <= MAX_FLOORS, ("blockbench stands on more floors than "
-                                               f"{MAX_FLOORS}: " + ", ".join(f"{p} {f}" for p, f in sorted(found.items(), key=lambda x: -x[1])))
+    assert max(found.values()) <= MAX_FLOORS, f"blockbench stands on more floors than {MAX_FLOORS}: " + ", ".join(
+        f"{p} {f}" for p, f in sorted(found.items(), key=lambda x: -x[1])
+    )
 
 
 def test_no_module_of_blockbench_is_long():
-    long = {name: n for name, path in modules().items() if layer(name) == "blockbench"
-            and (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        name: n
+        for name, path in modules().items()
+        if layer(name) == "blockbench" and (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules of blockbench over {MAX_LINES} lines; split them along their jobs: {long}"
 
 
 #: fields of a cell's ``result.json`` that only its record names: read them as attributes of
 #: ``blockbench.record.CellRecord``, never by string from a dict
-RECORD_ONLY_KEYS = {"metrics", "primary_metric", "baselines", "diverged_at_step", "diverging_loss", "last_finite_loss",
-                    "resumed_from_step", "resume_error", "throughput_per_process", "throughput_unit", "performance",
-                    "peak_memory", "code_fingerprint", "config_hash", "curve", "record_version", "traceback"}
+RECORD_ONLY_KEYS = {
+    "metrics",
+    "primary_metric",
+    "baselines",
+    "diverged_at_step",
+    "diverging_loss",
+    "last_finite_loss",
+    "resumed_from_step",
+    "resume_error",
+    "throughput_per_process",
+    "throughput_unit",
+    "performance",
+    "peak_memory",
+    "code_fingerprint",
+    "config_hash",
+    "curve",
+    "record_version",
+    "traceback",
+}
 
 
 def string_keyed_reads(source: str) -> list[tuple[int, str]]:
@@ -326,10 +402,19 @@ def string_keyed_reads(source: str) -> list[tuple[int, str]]:
         key = None
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
             key = node.slice.value
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop")
-              and node.args and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             key = node.args[0].value
-        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+        ):
             key = node.left.value
         if isinstance(key, str) and key in RECORD_ONLY_KEYS:
             found.append((node.lineno, node.col_offset, key))
@@ -338,18 +423,26 @@ def string_keyed_reads(source: str) -> list[tuple[int, str]]:
 
 def test_string_keyed_reads_are_found():
     assert string_keyed_reads('r["metrics"]; r.get("performance") or {}; "curve" in r; d["other"]') == [
-        (1, "metrics"), (1, "performance"), (1, "curve")]
+        (1, "metrics"),
+        (1, "performance"),
+        (1, "curve"),
+    ]
 
 
 def test_only_the_record_reads_result_json_by_key():
     """The readers of results (the runner, the report, the CLI) read records as types. The trainer
     (``blockbench.cell``) is left out: it builds the record, and its checkpoint and callback states are
     dicts that share some of its names (``config_hash``, ``metrics``)."""
-    reads = [f"{path.relative_to(REPO)}:{line}: [{key!r}]" for name, path in modules().items()
-             if layer(name) == "blockbench" and name != "blockbench.record" and unit(name) != "blockbench.cell"
-             for line, key in string_keyed_reads(path.read_text())]
-    assert not reads, ("result.json read by string keys; read the field of blockbench.record.CellRecord "
-                       "(load_record / read_record) instead:\n" + "\n".join(reads))
+    reads = [
+        f"{path.relative_to(REPO)}:{line}: [{key!r}]"
+        for name, path in modules().items()
+        if layer(name) == "blockbench" and name != "blockbench.record" and unit(name) != "blockbench.cell"
+        for line, key in string_keyed_reads(path.read_text())
+    ]
+    assert not reads, (
+        "result.json read by string keys; read the field of blockbench.record.CellRecord "
+        "(load_record / read_record) instead:\n" + "\n".join(reads)
+    )
 
 
 def test_the_report_reads_results_without_the_runner_or_the_trainer():

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from blockbench.lifeline import FolderHeld, hold, holder
 from conftest import write_matrix
 from test_resilience import LONG_LM, curves, matrix_args, results, run_matrix
+
+from blockbench.lifeline import FolderHeld, hold, holder
 
 
 def _python(code: str, **kwargs) -> subprocess.Popen:
@@ -86,22 +86,36 @@ def _running(pid: int) -> bool:
 def test_sigkill_of_the_runner_alone_leaves_no_process_and_the_rerun_equals_an_uninterrupted_run(tmp_path):
     axes = {"model.norm_placement": ["pre", "post"]}
     # long enough that both cells are mid-run when the runner dies (150 steps take under a second on AVX-512)
-    base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 1500, "val_every_n_steps": 500,
-                                   "checkpoint_every_n_steps": 100}}
+    base = {
+        **LONG_LM,
+        "trainer": {**LONG_LM["trainer"], "max_steps": 1500, "val_every_n_steps": 500, "checkpoint_every_n_steps": 100},
+    }
     killed = write_matrix(tmp_path / "killed", axes, base=base)
-    runner = subprocess.Popen([sys.executable, "-m", "blockbench", *matrix_args(killed), "--jobs", "2"], cwd=killed.parent,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", *matrix_args(killed), "--jobs", "2"],
+        cwd=killed.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     cells = killed.parent / "results/m/cells"
-    _wait(lambda: len(list(cells.glob("*/*/*/checkpoints/last.ckpt"))) == 2, timeout=180, what="both cells' checkpoints")
+    _wait(
+        lambda: len(list(cells.glob("*/*/*/checkpoints/last.ckpt"))) == 2, timeout=180, what="both cells' checkpoints"
+    )
     processes = _descendants(runner.pid)
     assert len(processes) >= 3  # the fork server and the two cells forked from it
     os.kill(runner.pid, signal.SIGKILL)  # the runner's own pid, not its group: as the OOM killer does
     runner.wait()
-    unfinished = [str(c.parents[1].relative_to(cells)) for c in cells.glob("*/*/*/checkpoints/last.ckpt")
-                  if not (c.parents[1] / "result.json").exists()]
+    unfinished = [
+        str(c.parents[1].relative_to(cells))
+        for c in cells.glob("*/*/*/checkpoints/last.ckpt")
+        if not (c.parents[1] / "result.json").exists()
+    ]
     assert unfinished
-    _wait(lambda: not any(_running(pid) for pid in processes), timeout=10,
-          what=f"the runner's processes to end ({[pid for pid in processes if _running(pid)]})")
+    _wait(
+        lambda: not any(_running(pid) for pid in processes),
+        timeout=10,
+        what=f"the runner's processes to end ({[pid for pid in processes if _running(pid)]})",
+    )
 
     rerun = run_matrix(killed)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

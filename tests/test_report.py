@@ -9,15 +9,14 @@ import statistics
 
 import pytest
 import yaml
+from conftest import T_975_DF2, T_975_DF4
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
 from blockbench.layout import write_json
 from blockbench.record import HistoryPoint
-from blockbench.report.summary import write_report
 from blockbench.report.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
-from conftest import T_975_DF2, T_975_DF4
-
+from blockbench.report.summary import write_report
 
 # statistics -------------------------------------------------------------------------------------
 
@@ -53,7 +52,9 @@ def test_welch_difference_with_unequal_spreads_and_sizes():
     half_width = scipy_stats.t.ppf(0.975, dof) * math.sqrt(se2_a + se2_b)
     result = welch_difference(a, b)
     assert result.difference == -1.5
-    assert result.ci_low == pytest.approx(-1.5 - half_width, rel=1e-9) and result.ci_high == pytest.approx(-1.5 + half_width, rel=1e-9)
+    assert result.ci_low == pytest.approx(-1.5 - half_width, rel=1e-9) and result.ci_high == pytest.approx(
+        -1.5 + half_width, rel=1e-9
+    )
     assert result.p_value == pytest.approx(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
     assert not result.excludes_zero and result.p_value > 0.05
     # the interval excludes zero exactly when the p-value is below 1 - level
@@ -78,7 +79,10 @@ def _history(metric: str, values: list[float]) -> list[HistoryPoint]:
 def test_time_to_target_takes_the_first_validation_in_the_metrics_direction():
     perplexity = _history("perplexity", [50.0, 20.0, 9.0, 12.0, 8.0])
     assert time_to_target(perplexity, "perplexity", 10.0, higher_is_better=False) == (30, 4.5)
-    assert time_to_target(perplexity, "perplexity", 20.0, higher_is_better=False) == (20, 3.0)  # reaching = equal is enough
+    assert time_to_target(perplexity, "perplexity", 20.0, higher_is_better=False) == (
+        20,
+        3.0,
+    )  # reaching = equal is enough
     assert time_to_target(perplexity, "perplexity", 5.0, higher_is_better=False) is None
     accuracy = _history("accuracy", [0.4, 0.6, 0.55, 0.8])
     assert time_to_target(accuracy, "accuracy", 0.6, higher_is_better=True) == (20, 3.0)
@@ -93,26 +97,51 @@ def test_time_to_target_takes_the_first_validation_in_the_metrics_direction():
 LM_BASELINES = {"perplexity": 30.0, "agreement_acc": 0.5, "loss": 3.4}
 
 
-def _ok(task: str, seed: int, metrics: dict[str, float], history: list[dict] | None, baselines: dict[str, float]) -> dict:
-    result = {"status": "ok", "task": task, "seed": seed, "config_hash": "abc", "metrics": metrics,
-              "primary_metric": next(iter(metrics)), "baselines": baselines, "data": {}, "steps": 30,
-              "wall_time_s": 4.0, "parameters": 1000, "throughput": 100.0, "throughput_unit": "tokens/s", "machine": "test"}
+def _ok(
+    task: str, seed: int, metrics: dict[str, float], history: list[dict] | None, baselines: dict[str, float]
+) -> dict:
+    result = {
+        "status": "ok",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "metrics": metrics,
+        "primary_metric": next(iter(metrics)),
+        "baselines": baselines,
+        "data": {},
+        "steps": 30,
+        "wall_time_s": 4.0,
+        "parameters": 1000,
+        "throughput": 100.0,
+        "throughput_unit": "tokens/s",
+        "machine": "test",
+    }
     if history is not None:
         result["history"] = history
     return result
 
 
 def _lm_history(perplexities: list[float], accuracies: list[float], losses: list[float]) -> list[dict]:
-    return [{"step": 10 * (i + 1), "time_s": float(i + 1), "metrics": {"perplexity": p, "agreement_acc": a, "loss": l}}
-            for i, (p, a, l) in enumerate(zip(perplexities, accuracies, losses))]
+    return [
+        {"step": 10 * (i + 1), "time_s": float(i + 1), "metrics": {"perplexity": p, "agreement_acc": a, "loss": l}}
+        for i, (p, a, l) in enumerate(zip(perplexities, accuracies, losses))
+    ]
 
 
 def _speed(seed: int) -> dict:
     """Speed figures of a seed: step time 10 + seed ms, MFU 10 + seed %, data wait 2%, peak memory 500 + 10 seed MB."""
-    performance = {"step_time_ms": {"median": 10.0 + seed, "mean": 12.0 + seed}, "data_wait_ms": 0.2,
-                   "data_wait_fraction": 0.02, "flops_per_step": 10**9, "achieved_tflops": 0.1 + 0.01 * seed,
-                   "peak_tflops": 1.0 + 0.1 * seed, "peak_source": "measured: fp32 matmul 1024^2 median of 5",
-                   "mfu": 0.1 + 0.01 * seed, "timed_steps": 27, "warmup_steps": 3}
+    performance = {
+        "step_time_ms": {"median": 10.0 + seed, "mean": 12.0 + seed},
+        "data_wait_ms": 0.2,
+        "data_wait_fraction": 0.02,
+        "flops_per_step": 10**9,
+        "achieved_tflops": 0.1 + 0.01 * seed,
+        "peak_tflops": 1.0 + 0.1 * seed,
+        "peak_source": "measured: fp32 matmul 1024^2 median of 5",
+        "mfu": 0.1 + 0.01 * seed,
+        "timed_steps": 27,
+        "warmup_steps": 3,
+    }
     return {"performance": performance, "peak_memory": {"cpu_rss_mb": 500.0 + 10 * seed}}
 
 
@@ -125,8 +154,10 @@ def _lm_ok(seed: int, perplexity: list[float], agreement: list[float], loss: lis
 def _write_cells(matrix_dir, cells: list[tuple[str, str, int, dict]]) -> None:
     for index, (task, variant, seed, result) in enumerate(cells):
         cell_dir = matrix_dir / "cells" / task / variant / f"seed{seed}"
-        write_json(cell_dir / "cell.json", {"index": index, "task": task, "task_name": task, "variant": variant,
-                                            "seed": seed, "axes": {}})
+        write_json(
+            cell_dir / "cell.json",
+            {"index": index, "task": task, "task_name": task, "variant": variant, "seed": seed, "axes": {}},
+        )
         write_json(cell_dir / "result.json", result)
 
 
@@ -147,25 +178,90 @@ def matrix_dir(tmp_path_factory):
         ("lm", PRE, 0, _lm_ok(0, [30.0, 9.5, 7.0], [0.40, 0.65, 0.70], [3.0, 2.5, 1.9])),
         ("lm", PRE, 1, _lm_ok(1, [30.0, 12.0, 8.0], [0.40, 0.65, 0.75], [3.0, 2.5, 2.0])),
         ("lm", PRE, 2, _lm_ok(2, [30.0, 12.0, 9.0], [0.40, 0.65, 0.80], [3.0, 2.5, 2.1])),
-        ("lm", SANDWICH, 0, {"status": "diverged", "task": "lm", "seed": 0, "config_hash": "abc", "diverged_at_step": 20,
-                             "last_finite_loss": 5.5, "history": _lm_history([40.0], [0.3], [3.7])}),
-        ("lm", SANDWICH, 1, {"status": "diverged", "task": "lm", "seed": 1, "config_hash": "abc", "diverged_at_step": 30,
-                             "last_finite_loss": None, "history": []}),
-        ("lm", SANDWICH, 2, {"status": "diverged", "task": "lm", "seed": 2, "config_hash": "abc", "diverged_at_step": 40,
-                             "last_finite_loss": 6.25, "history": _lm_history([40.0, 60.0], [0.3, 0.2], [3.7, 4.1])}),
+        (
+            "lm",
+            SANDWICH,
+            0,
+            {
+                "status": "diverged",
+                "task": "lm",
+                "seed": 0,
+                "config_hash": "abc",
+                "diverged_at_step": 20,
+                "last_finite_loss": 5.5,
+                "history": _lm_history([40.0], [0.3], [3.7]),
+            },
+        ),
+        (
+            "lm",
+            SANDWICH,
+            1,
+            {
+                "status": "diverged",
+                "task": "lm",
+                "seed": 1,
+                "config_hash": "abc",
+                "diverged_at_step": 30,
+                "last_finite_loss": None,
+                "history": [],
+            },
+        ),
+        (
+            "lm",
+            SANDWICH,
+            2,
+            {
+                "status": "diverged",
+                "task": "lm",
+                "seed": 2,
+                "config_hash": "abc",
+                "diverged_at_step": 40,
+                "last_finite_loss": 6.25,
+                "history": _lm_history([40.0, 60.0], [0.3, 0.2], [3.7, 4.1]),
+            },
+        ),
         ("lm", DEEP, 0, _lm_ok(0, [30.0, 100.0], [0.5, 0.5], [3.0, 4.6])),
         ("lm", DEEP, 1, _lm_ok(1, [30.0, 200.0], [0.5, 0.5], [3.0, 5.3])),
         # metrics in a diverged or failed record must not leak into the statistics
-        ("lm", DEEP, 2, {"status": "diverged", "task": "lm", "seed": 2, "config_hash": "abc", "diverged_at_step": 15,
-                         "last_finite_loss": 9.0, "history": [], "metrics": {"perplexity": 1e9, "agreement_acc": 0.0, "loss": 1e9}}),
-        ("lm", DEEP, 3, {"status": "failed", "task": "lm", "seed": 3, "config_hash": "abc", "error": "RuntimeError: boom",
-                         "metrics": {"perplexity": 1e9, "agreement_acc": 0.0, "loss": 1e9}}),
+        (
+            "lm",
+            DEEP,
+            2,
+            {
+                "status": "diverged",
+                "task": "lm",
+                "seed": 2,
+                "config_hash": "abc",
+                "diverged_at_step": 15,
+                "last_finite_loss": 9.0,
+                "history": [],
+                "metrics": {"perplexity": 1e9, "agreement_acc": 0.0, "loss": 1e9},
+            },
+        ),
+        (
+            "lm",
+            DEEP,
+            3,
+            {
+                "status": "failed",
+                "task": "lm",
+                "seed": 3,
+                "config_hash": "abc",
+                "error": "RuntimeError: boom",
+                "metrics": {"perplexity": 1e9, "agreement_acc": 0.0, "loss": 1e9},
+            },
+        ),
         ("vit", POST, 0, _ok("vit", 0, {"accuracy": 0.5, "loss": 1.2}, None, {"accuracy": 0.2})),
         ("vit", PRE, 0, _ok("vit", 0, {"accuracy": 0.6, "loss": 1.0}, None, {"accuracy": 0.2})),
     ]
     _write_cells(matrix_dir, cells)
-    matrix = {"name": "synthetic", "description": "A synthetic matrix.", "axes": {"task": ["lm", "vit"]},
-              "baseline_variant": PRE, "targets": {"lm": {"perplexity": 10, "agreement_acc": 0.6}, "vit": {"accuracy": 0.55}}}
+    matrix = {
+        "name": "synthetic",
+        "description": "A synthetic matrix.",
+        "axes": {"task": ["lm", "vit"]},
+        "baseline_variant": PRE,
+        "targets": {"lm": {"perplexity": 10, "agreement_acc": 0.6}, "vit": {"accuracy": 0.55}},
+    }
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix))
     write_report(matrix_dir)
     return matrix_dir
@@ -190,11 +286,46 @@ def _section(summary: str, heading_start: str) -> str:
 
 
 def test_summary_csv_columns(rows):
-    expected = ["task", "variant", "metric", "mean", "std", "ci_low", "ci_high", "mean_finished", "seeds", "seeds_diverged",
-                "seeds_failed", "diverged_value", "higher_is_better", "baseline_variant", "diff_vs_baseline", "diff_ci_low",
-                "diff_ci_high", "diff_test", "diff_p_value", "diff_p_holm", "significant", "direction", "baseline", "steps", "wall_time_s", "parameters", "throughput",
-                "throughput_unit", "step_time_ms", "achieved_tflops", "peak_tflops", "mfu", "data_wait_fraction",
-                "peak_memory_mb", "target", "target_reached", "steps_to_target", "seconds_to_target"]
+    expected = [
+        "task",
+        "variant",
+        "metric",
+        "mean",
+        "std",
+        "ci_low",
+        "ci_high",
+        "mean_finished",
+        "seeds",
+        "seeds_diverged",
+        "seeds_failed",
+        "diverged_value",
+        "higher_is_better",
+        "baseline_variant",
+        "diff_vs_baseline",
+        "diff_ci_low",
+        "diff_ci_high",
+        "diff_test",
+        "diff_p_value",
+        "diff_p_holm",
+        "significant",
+        "direction",
+        "baseline",
+        "steps",
+        "wall_time_s",
+        "parameters",
+        "throughput",
+        "throughput_unit",
+        "step_time_ms",
+        "achieved_tflops",
+        "peak_tflops",
+        "mfu",
+        "data_wait_fraction",
+        "peak_memory_mb",
+        "target",
+        "target_reached",
+        "steps_to_target",
+        "seconds_to_target",
+    ]
     assert list(next(iter(rows.values()))) == expected
     assert len(rows) == 4 * 3 + 2 * 2  # every task x variant x metric, diverged groups included
 
@@ -202,7 +333,9 @@ def test_summary_csv_columns(rows):
 def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
     pre = rows["lm", PRE, "perplexity"]
     assert float(pre["mean"]) == 8.0 and float(pre["std"]) == 1.0 and pre["seeds"] == "3"
-    assert float(pre["ci_low"]) == pytest.approx(8 - T_975_DF2 / math.sqrt(3)) and float(pre["ci_high"]) == pytest.approx(8 + T_975_DF2 / math.sqrt(3))
+    assert float(pre["ci_low"]) == pytest.approx(8 - T_975_DF2 / math.sqrt(3)) and float(
+        pre["ci_high"]
+    ) == pytest.approx(8 + T_975_DF2 / math.sqrt(3))
     assert "| norm_placement=pre | [5.516, 10.48] |" not in summary  # digits follow the mean: 3 below 10
     assert "| norm_placement=pre | [5.516, 10.484] |" in summary
     # post vs the baseline pre share seeds 0, 1, 2: paired differences (these assertions were Welch's before
@@ -216,22 +349,37 @@ def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
     half_width = T_975_DF2 * statistics.stdev([-0.20, -0.23, -0.32]) / math.sqrt(3)
     assert float(agreement["diff_ci_low"]) == pytest.approx(-0.25 - half_width)
     assert float(agreement["diff_ci_high"]) == pytest.approx(-0.25 + half_width)
-    assert float(agreement["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([0.50, 0.52, 0.48], [0.70, 0.75, 0.80]).pvalue)
-    assert ("| norm_placement=post | +3.00 (no interval: the same difference in every seed pair) | -0.250 [-0.405, -0.095] "
-            "| +0.100 [-1.142, +1.342] |") in summary
+    assert float(agreement["diff_p_value"]) == pytest.approx(
+        scipy_stats.ttest_rel([0.50, 0.52, 0.48], [0.70, 0.75, 0.80]).pvalue
+    )
+    assert (
+        "| norm_placement=post | +3.00 (no interval: the same difference in every seed pair) | -0.250 [-0.405, -0.095] "
+        "| +0.100 [-1.142, +1.342] |"
+    ) in summary
     assert rows["lm", PRE, "perplexity"]["diff_vs_baseline"] == ""  # the baseline is not compared with itself
 
 
 def test_speed_figures_are_means_over_the_finished_seeds(summary, rows):
     lm = _section(summary, "## lm:")
-    assert ("| seeds | steps | wall time (s) | parameters | step time (ms) | throughput (tokens/s) | MFU | data wait "
-            "| peak memory (MB) |") in lm
+    assert (
+        "| seeds | steps | wall time (s) | parameters | step time (ms) | throughput (tokens/s) | MFU | data wait "
+        "| peak memory (MB) |"
+    ) in lm
     # pre: seeds 0, 1, 2; deepnorm: seeds 0 and 1 finished (its diverged and failed seeds are left out)
-    assert "| 3 | 30 | 4.0 | 1,000 | 11.0 | 100 | 11.0% | 2.0% | 510 |" in lm.split("| norm_placement=pre |")[1].split("\n")[0]
-    assert "| 30 | 4.0 | 1,000 | 10.5 | 100 | 10.5% | 2.0% | 505 |" in lm.split("| norm_placement=deepnorm |")[1].split("\n")[0]
+    assert (
+        "| 3 | 30 | 4.0 | 1,000 | 11.0 | 100 | 11.0% | 2.0% | 510 |"
+        in lm.split("| norm_placement=pre |")[1].split("\n")[0]
+    )
+    assert (
+        "| 30 | 4.0 | 1,000 | 10.5 | 100 | 10.5% | 2.0% | 505 |"
+        in lm.split("| norm_placement=deepnorm |")[1].split("\n")[0]
+    )
     assert "| *trivial baseline* | 30.00 | 0.500 | 3.400 |" + " |" * 9 + "\n" in lm  # a cell under each other column
     # the peak: mean over the 8 finished cells (1.0, 1.1, 1.2 for post and pre; 1.0, 1.1 for deepnorm)
-    assert "MFU is model FLOP/s over the peak of 1.087 TFLOP/s per device (cells: 1.000 to 1.200), measured by a fp32 matmul probe" in lm
+    assert (
+        "MFU is model FLOP/s over the peak of 1.087 TFLOP/s per device (cells: 1.000 to 1.200), measured by a fp32 matmul probe"
+        in lm
+    )
     pre = rows["lm", PRE, "loss"]
     assert float(pre["step_time_ms"]) == 11.0 and float(pre["mfu"]) == pytest.approx(0.11)
     assert float(pre["data_wait_fraction"]) == pytest.approx(0.02) and float(pre["peak_memory_mb"]) == 510.0
@@ -257,14 +405,16 @@ def test_marker_appears_exactly_when_the_holm_adjusted_p_value_is_below_005(summ
     smallest = min(raw, key=raw.get)
     assert float(rows[smallest]["diff_p_holm"]) == pytest.approx(len(raw) * raw[smallest])  # Holm's first step
     assert not any(r["significant"] == "True" for r in rows.values() if not r["diff_p_value"])
-    assert summary.count("✓") - summary.count("✓ = Holm-adjusted p < 0.05") == sum(r["significant"] == "True" for r in compared)
+    assert summary.count("✓") - summary.count("✓ = Holm-adjusted p < 0.05") == sum(
+        r["significant"] == "True" for r in compared
+    )
     assert f"Holm over {len(raw)} comparisons" in summary
 
 
 def test_baseline_variant_comes_from_the_matrix_file(summary):
     lm = _section(summary, "## lm:")
     assert "Difference from the baseline variant `norm_placement=pre`" in lm
-    differences = lm[lm.index("Difference from"):]
+    differences = lm[lm.index("Difference from") :]
     assert "| norm_placement=post |" in differences and "| norm_placement=pre |" not in differences.split("\n\n")[1]
 
 
@@ -276,13 +426,22 @@ def test_diverged_seeds_count_and_failed_cells_are_left_out_of_the_statistics(su
     assert "| norm_placement=sandwich | diverged | diverged | diverged | 3 (3 diverged) |" in lm
     # a diverged lm seed counts with the worse of the baseline and the task's worst finished seed:
     # perplexity max(30, 200) = 200, agreement min(0.5, 0.48) = 0.48, loss max(3.4, 5.3) = 5.3
-    assert ("perplexity 200.0 (worst finished seed), agreement_acc 0.480 (worst finished seed), "
-            "loss 5.300 (worst finished seed)") in lm
-    assert ("| norm_placement=deepnorm | 166.7 ± 57.7 (finished 150.0) | 0.493 ± 0.012 (finished 0.500) "
-            "| 5.067 ± 0.404 (finished 4.950) | 3 (1 diverged; 1 failed, not counted) | 30 |") in lm
+    assert (
+        "perplexity 200.0 (worst finished seed), agreement_acc 0.480 (worst finished seed), "
+        "loss 5.300 (worst finished seed)"
+    ) in lm
+    assert (
+        "| norm_placement=deepnorm | 166.7 ± 57.7 (finished 150.0) | 0.493 ± 0.012 (finished 0.500) "
+        "| 5.067 ± 0.404 (finished 4.950) | 3 (1 diverged; 1 failed, not counted) | 30 |"
+    ) in lm
     deep = rows["lm", DEEP, "perplexity"]
     assert float(deep["mean"]) == pytest.approx(500 / 3) and float(deep["mean_finished"]) == 150.0
-    assert (deep["seeds"], deep["seeds_diverged"], deep["seeds_failed"], deep["diverged_value"]) == ("3", "1", "1", "200.0")
+    assert (deep["seeds"], deep["seeds_diverged"], deep["seeds_failed"], deep["diverged_value"]) == (
+        "3",
+        "1",
+        "1",
+        "200.0",
+    )
     # deepnorm's seeds in the statistics (0, 1, 2; the failed seed 3 is out) match pre's: paired
     assert deep["diff_test"] == "paired" and float(deep["diff_vs_baseline"]) == pytest.approx(500 / 3 - 8)
     sandwich = rows["lm", SANDWICH, "perplexity"]
@@ -307,7 +466,9 @@ def test_time_to_target_table(summary, rows):
     assert "| norm_placement=deepnorm | 0/3 seeds | 0/3 seeds |" in lm  # its diverged seed counts (was 0/2)
     pre = rows["lm", PRE, "perplexity"]
     assert pre["target"] == "10.0" and pre["target_reached"] == "3/3"
-    assert float(pre["steps_to_target"]) == pytest.approx(80 / 3) and float(pre["seconds_to_target"]) == pytest.approx(8 / 3)
+    assert float(pre["steps_to_target"]) == pytest.approx(80 / 3) and float(pre["seconds_to_target"]) == pytest.approx(
+        8 / 3
+    )
     assert rows["lm", PRE, "loss"]["target"] == ""
     assert "| norm_placement=pre | no history |" in _section(summary, "## vit:")  # old results
 
@@ -361,7 +522,9 @@ def test_the_markdown_and_the_csv_show_the_same_numbers_for_each_group(summary, 
 
     def agree(text: str, row: dict[str, str], column: str) -> None:
         nonlocal checked
-        assert _shows(text, row[column]), f"{row['task']}/{row['variant']}/{row['metric']}: {column} {text} vs {row[column]!r}"
+        assert _shows(text, row[column]), (
+            f"{row['task']}/{row['variant']}/{row['metric']}: {column} {text} vs {row[column]!r}"
+        )
         checked += 1
 
     for task in ("lm", "vit"):
@@ -380,12 +543,22 @@ def test_the_markdown_and_the_csv_show_the_same_numbers_for_each_group(summary, 
                         agree(parts[3], row, "mean_finished")
             for metric in dict.fromkeys(metrics):
                 row = rows[task, variant, metric]
-                seeds = re.fullmatch(r"(\d+)(?: \((?:(\d+) diverged)?(?:; )?(?:(\d+) failed, not counted)?\))?", line["seeds"])
+                seeds = re.fullmatch(
+                    r"(\d+)(?: \((?:(\d+) diverged)?(?:; )?(?:(\d+) failed, not counted)?\))?", line["seeds"]
+                )
                 counts = (row["seeds"], row["seeds_diverged"], row["seeds_failed"])
-                assert (seeds[1], seeds[2] or "0", seeds[3] or "0") == counts, f"{task}/{variant}: seeds {line['seeds']} vs {counts}"
-                columns = {"steps": "steps", "wall time (s)": "wall_time_s", "parameters": "parameters",
-                           "step time (ms)": "step_time_ms", "MFU": "mfu", "data wait": "data_wait_fraction",
-                           "peak memory (MB)": "peak_memory_mb"}
+                assert (seeds[1], seeds[2] or "0", seeds[3] or "0") == counts, (
+                    f"{task}/{variant}: seeds {line['seeds']} vs {counts}"
+                )
+                columns = {
+                    "steps": "steps",
+                    "wall time (s)": "wall_time_s",
+                    "parameters": "parameters",
+                    "step time (ms)": "step_time_ms",
+                    "MFU": "mfu",
+                    "data wait": "data_wait_fraction",
+                    "peak memory (MB)": "peak_memory_mb",
+                }
                 columns |= {column: "throughput" for column in line if column.startswith("throughput (")}
                 for column, name in columns.items():
                     if line.get(column) not in (None, "", "–"):
@@ -405,12 +578,16 @@ def test_the_markdown_and_the_csv_show_the_same_numbers_for_each_group(summary, 
                 if parts[2]:
                     agree(parts[2], row, "diff_ci_low"), agree(parts[3], row, "diff_ci_high")
                 mark = (parts[4] is not None, parts[5] or row["direction"])
-                assert mark == (row["significant"] == "True", row["direction"]), f"{task}/{line['variant']}/{column}: {cell}"
+                assert mark == (row["significant"] == "True", row["direction"]), (
+                    f"{task}/{line['variant']}/{column}: {cell}"
+                )
         for line in tables.get("target", []):
             for column, cell in line.items():
                 if parts := re.fullmatch(r"(\d+/\d+) seeds(?:: (\S+) steps(?:, (\S+) s)?)?", cell):
                     row = rows[task, line["variant"], column.split(" ")[0]]
-                    assert parts[1] == row["target_reached"], f"{task}/{line['variant']}: reached {parts[1]} vs {row['target_reached']}"
+                    assert parts[1] == row["target_reached"], (
+                        f"{task}/{line['variant']}: reached {parts[1]} vs {row['target_reached']}"
+                    )
                     if parts[2]:
                         agree(parts[2], row, "steps_to_target")
                     if parts[3]:
@@ -426,8 +603,10 @@ def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):
     assert "Difference from the baseline variant `norm_placement=post`" in summary
     assert "| norm_placement=pre | +0.200 " in summary
     # both variants have seeds 0 and 1: paired, and each pair differs by the same amount (was Welch's [-0.104, +0.504])
-    assert ("| norm_placement=pre | +0.200 (no interval: the same difference in every seed pair) "
-            "| +0.000 (no interval: the same difference in every seed pair) |") in summary
+    assert (
+        "| norm_placement=pre | +0.200 (no interval: the same difference in every seed pair) "
+        "| +0.000 (no interval: the same difference in every seed pair) |"
+    ) in summary
     assert not (tmp_path / "plots").exists()
 
 
@@ -437,7 +616,9 @@ TRANSLATION_BASELINES = {"bleu": 0.93, "exact_match": 0.0}  # word-by-word trans
 
 
 def _translation(seed: int, bleu: float, exact_match: float = 0.1, loss: float = 1.0) -> dict:
-    return _ok("translation", seed, {"bleu": bleu, "exact_match": exact_match, "loss": loss}, None, TRANSLATION_BASELINES)
+    return _ok(
+        "translation", seed, {"bleu": bleu, "exact_match": exact_match, "loss": loss}, None, TRANSLATION_BASELINES
+    )
 
 
 def _vit(seed: int, accuracy: float) -> dict:
@@ -445,8 +626,15 @@ def _vit(seed: int, accuracy: float) -> dict:
 
 
 def _diverged(task: str, seed: int) -> dict:
-    return {"status": "diverged", "task": task, "seed": seed, "config_hash": "abc", "diverged_at_step": 20,
-            "last_finite_loss": 7.5, "history": []}
+    return {
+        "status": "diverged",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "diverged_at_step": 20,
+        "last_finite_loss": 7.5,
+        "history": [],
+    }
 
 
 def _report(matrix_dir, cells: list[tuple[str, str, int, dict]], baseline_variant: str) -> tuple[str, dict]:
@@ -459,8 +647,11 @@ def _report(matrix_dir, cells: list[tuple[str, str, int, dict]], baseline_varian
 
 def test_a_variant_with_two_of_three_seeds_diverged_does_not_look_as_good_as_its_good_seed(tmp_path):
     cells = [("translation", PRE, s, _translation(s, bleu)) for s, bleu in enumerate([60.0, 62.0, 64.0])]
-    cells += [("translation", POST, 0, _translation(0, 80.0)), ("translation", POST, 1, _diverged("translation", 1)),
-              ("translation", POST, 2, _diverged("translation", 2))]
+    cells += [
+        ("translation", POST, 0, _translation(0, 80.0)),
+        ("translation", POST, 1, _diverged("translation", 1)),
+        ("translation", POST, 2, _diverged("translation", 2)),
+    ]
     summary, rows = _report(tmp_path, cells, PRE)
     # the diverged seeds count with the word-by-word baseline's BLEU 0.93 (every finished seed is better)
     post = rows["translation", POST, "bleu"]
@@ -471,7 +662,9 @@ def test_a_variant_with_two_of_three_seeds_diverged_does_not_look_as_good_as_its
     assert "bleu 0.930 (trivial baseline)" in summary
     # the difference counts them too: seed-matched differences +20, 0.93 - 62, 0.93 - 64
     differences = [20.0, 0.93 - 62, 0.93 - 64]
-    assert post["diff_test"] == "paired" and float(post["diff_vs_baseline"]) == pytest.approx(statistics.fmean(differences))
+    assert post["diff_test"] == "paired" and float(post["diff_vs_baseline"]) == pytest.approx(
+        statistics.fmean(differences)
+    )
     assert post["direction"] == "worse"
     assert float(post["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([80, 0.93, 0.93], [60, 62, 64]).pvalue)
     # the intervals count them as well, and stay in BLEU's range
@@ -486,18 +679,25 @@ def test_seed_matched_variants_get_a_paired_test_and_others_welch_and_the_summar
     summary, rows = _report(tmp_path, cells, PRE)
     post, sandwich = rows["vit", POST, "accuracy"], rows["vit", SANDWICH, "accuracy"]
     assert post["diff_test"] == "paired"
-    assert float(post["diff_p_value"]) == pytest.approx(scipy_stats.ttest_rel([0.525, 0.63, 0.72], [0.5, 0.6, 0.7]).pvalue)
+    assert float(post["diff_p_value"]) == pytest.approx(
+        scipy_stats.ttest_rel([0.525, 0.63, 0.72], [0.5, 0.6, 0.7]).pvalue
+    )
     half_width = T_975_DF2 * 0.005 / math.sqrt(3)
-    assert (float(post["diff_ci_low"]), float(post["diff_ci_high"])) == pytest.approx((0.025 - half_width, 0.025 + half_width))
+    assert (float(post["diff_ci_low"]), float(post["diff_ci_high"])) == pytest.approx(
+        (0.025 - half_width, 0.025 + half_width)
+    )
     assert sandwich["diff_test"] == "welch"
     assert float(sandwich["diff_p_value"]) == pytest.approx(
-        scipy_stats.ttest_ind([0.60, 0.75], [0.5, 0.6, 0.7], equal_var=False).pvalue)
+        scipy_stats.ttest_ind([0.60, 0.75], [0.5, 0.6, 0.7], equal_var=False).pvalue
+    )
     # two comparisons with a p-value (the losses are all equal): Holm over 2
     assert float(post["diff_p_holm"]) == pytest.approx(2 * float(post["diff_p_value"]))
     assert post["significant"] == "True"
     assert "| norm_placement=post | +0.025 [+0.013, +0.037] ✓ better |" in summary
-    assert ("Tests: paired t over 3 seed-matched pairs for `norm_placement=post`; Welch t (seeds differ from the "
-            "baseline variant's: 2 vs 3) for `norm_placement=sandwich`. Family-wise error: Holm over 2 comparisons") in summary
+    assert (
+        "Tests: paired t over 3 seed-matched pairs for `norm_placement=post`; Welch t (seeds differ from the "
+        "baseline variant's: 2 vs 3) for `norm_placement=sandwich`. Family-wise error: Holm over 2 comparisons"
+    ) in summary
 
 
 def test_holm_removes_marks_that_several_comparisons_would_earn_by_chance(tmp_path):
@@ -505,7 +705,9 @@ def test_holm_removes_marks_that_several_comparisons_would_earn_by_chance(tmp_pa
     cells += [("vit", POST, s, _vit(s, a)) for s, a in enumerate([0.52, 0.625, 0.735])]  # paired p = 0.026
     cells += [("vit", SANDWICH, s, _vit(s, a)) for s, a in enumerate([0.53, 0.62, 0.74])]  # paired p = 0.035
     summary, rows = _report(tmp_path, cells, PRE)
-    p_post, p_sandwich = (scipy_stats.ttest_rel(v, [0.5, 0.6, 0.7]).pvalue for v in ([0.52, 0.625, 0.735], [0.53, 0.62, 0.74]))
+    p_post, p_sandwich = (
+        scipy_stats.ttest_rel(v, [0.5, 0.6, 0.7]).pvalue for v in ([0.52, 0.625, 0.735], [0.53, 0.62, 0.74])
+    )
     assert p_post < p_sandwich < 0.05  # each alone would be marked, and each interval excludes zero
     # Holm by hand: 2 x 0.026 = 0.053 for the smaller; max(0.053, 1 x 0.035) for the larger
     post, sandwich = rows["vit", POST, "accuracy"], rows["vit", SANDWICH, "accuracy"]
@@ -517,8 +719,14 @@ def test_holm_removes_marks_that_several_comparisons_would_earn_by_chance(tmp_pa
 
 
 def test_intervals_of_bounded_metrics_stay_inside_their_range(tmp_path):
-    cells = [("translation", PRE, s, _translation(s, bleu, exact)) for s, (bleu, exact) in enumerate([(70.0, 0.9), (75.0, 0.9), (80.0, 0.0)])]
-    cells += [("translation", POST, s, _translation(s, bleu, exact)) for s, (bleu, exact) in enumerate([(1.0, 0.0), (2.0, 0.0), (12.0, 0.9)])]
+    cells = [
+        ("translation", PRE, s, _translation(s, bleu, exact))
+        for s, (bleu, exact) in enumerate([(70.0, 0.9), (75.0, 0.9), (80.0, 0.0)])
+    ]
+    cells += [
+        ("translation", POST, s, _translation(s, bleu, exact))
+        for s, (bleu, exact) in enumerate([(1.0, 0.0), (2.0, 0.0), (12.0, 0.9)])
+    ]
     summary, rows = _report(tmp_path, cells, PRE)
     post = rows["translation", POST, "bleu"]
     # the plain t interval of BLEU 1, 2, 12 is [-10.1, 20.1]; on the logit scale of BLEU / 100 it is [0.107, 46.3]
@@ -551,7 +759,9 @@ def test_an_mfu_above_100_percent_is_never_printed(tmp_path):
     assert "| 100 | – | 2.0% |" in pre_row and "150" not in summary
     assert "| 100 | 40.0% | 2.0% |" in summary.split("| norm_placement=post |")[1].split("\n")[0]
     assert "An MFU above 100% says the peak was measured too low" in summary
-    assert rows["lm", PRE, "perplexity"]["mfu"] == "" and float(rows["lm", POST, "perplexity"]["mfu"]) == pytest.approx(0.4)
+    assert rows["lm", PRE, "perplexity"]["mfu"] == "" and float(rows["lm", POST, "perplexity"]["mfu"]) == pytest.approx(
+        0.4
+    )
 
 
 def test_the_header_says_which_commit_made_the_numbers_and_whether_it_was_committed(tmp_path):
@@ -562,21 +772,35 @@ def test_the_header_says_which_commit_made_the_numbers_and_whether_it_was_commit
     clean = "595b935" + "0" * 33
     _write_cells(tmp_path / "a", [("vit", PRE, s, cell(s, clean, False)) for s in range(2)])
     assert "Code: commit 595b935 (clean tree)  \n" in write_report(tmp_path / "a")
-    _write_cells(tmp_path / "b", [("vit", PRE, 0, cell(0, clean, False)), ("vit", PRE, 1, cell(1, "f42b178" + "0" * 33, True)),
-                                  ("vit", PRE, 2, cell(2, None, None))])
+    _write_cells(
+        tmp_path / "b",
+        [
+            ("vit", PRE, 0, cell(0, clean, False)),
+            ("vit", PRE, 1, cell(1, "f42b178" + "0" * 33, True)),
+            ("vit", PRE, 2, cell(2, None, None)),
+        ],
+    )
     summary = write_report(tmp_path / "b")
-    assert "Code: commit 595b935 (clean tree) (1 cell)  \nCode: commit f42b178 + uncommitted changes (1 cell)  \n" in summary
+    assert (
+        "Code: commit 595b935 (clean tree) (1 cell)  \nCode: commit f42b178 + uncommitted changes (1 cell)  \n"
+        in summary
+    )
 
 
 def test_the_header_marks_cells_of_other_code_than_the_checkout_stale(tmp_path):
     from blockbench.provenance import code_fingerprint
 
     def cell(seed: int, fingerprint: str) -> dict:
-        return {**_ok("vit", seed, {"accuracy": 0.5, "loss": 1.0}, None, {}), "code_fingerprint": fingerprint,
-                "provenance": {"git": {"commit": "e9ffbeb" + "0" * 33, "dirty": False}}}
+        return {
+            **_ok("vit", seed, {"accuracy": 0.5, "loss": 1.0}, None, {}),
+            "code_fingerprint": fingerprint,
+            "provenance": {"git": {"commit": "e9ffbeb" + "0" * 33, "dirty": False}},
+        }
 
     _write_cells(tmp_path / "a", [("vit", PRE, s, cell(s, code_fingerprint())) for s in range(2)])
     assert "Code: commit e9ffbeb (clean tree)  \n" in write_report(tmp_path / "a")
     _write_cells(tmp_path / "b", [("vit", PRE, 0, cell(0, code_fingerprint())), ("vit", PRE, 1, cell(1, "0" * 64))])
-    assert ("Code: commit e9ffbeb (clean tree) (1 cell)  \nCode: commit e9ffbeb (clean tree), stale at this checkout "
-            "(its model, task or runner code has changed since) (1 cell)  \n") in write_report(tmp_path / "b")
+    assert (
+        "Code: commit e9ffbeb (clean tree) (1 cell)  \nCode: commit e9ffbeb (clean tree), stale at this checkout "
+        "(its model, task or runner code has changed since) (1 cell)  \n"
+    ) in write_report(tmp_path / "b")

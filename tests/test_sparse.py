@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.attention import attention_mask
-from models.sparse import SPARSITY, attended_fraction, sparse_mask
+from blockbench.models.attention import attention_mask
+from blockbench.models.sparse import SPARSITY, attended_fraction, sparse_mask
 
 PATTERNS = ("dense", "local", "strided", "fixed")
 SPARSE = ("local", "strided", "fixed")
@@ -36,14 +36,16 @@ def test_dense_gives_none():
 
 
 def test_local_matches_hand_written():
-    expected = as_mask([
-        "1 1 0 0 0 0",
-        "1 1 1 0 0 0",
-        "0 1 1 1 0 0",
-        "0 0 1 1 1 0",
-        "0 0 0 1 1 1",
-        "0 0 0 0 1 1",
-    ])
+    expected = as_mask(
+        [
+            "1 1 0 0 0 0",
+            "1 1 1 0 0 0",
+            "0 1 1 1 0 0",
+            "0 0 1 1 1 0",
+            "0 0 0 1 1 1",
+            "0 0 0 0 1 1",
+        ]
+    )
     assert torch.equal(sparse_mask("local", 6, 6, window=2), expected)
 
 
@@ -53,59 +55,67 @@ def test_local_window_one_is_the_diagonal():
 
 def test_strided_matches_hand_written():
     # stride 3: attended distances |i - j| in {0, 1, 2} (local) and {3, 6} (strided); not 4, 5, 7
-    expected = as_mask([
-        "1 1 1 1 0 0 1 0",
-        "1 1 1 1 1 0 0 1",
-        "1 1 1 1 1 1 0 0",
-        "1 1 1 1 1 1 1 0",
-        "0 1 1 1 1 1 1 1",
-        "0 0 1 1 1 1 1 1",
-        "1 0 0 1 1 1 1 1",
-        "0 1 0 0 1 1 1 1",
-    ])
+    expected = as_mask(
+        [
+            "1 1 1 1 0 0 1 0",
+            "1 1 1 1 1 0 0 1",
+            "1 1 1 1 1 1 0 0",
+            "1 1 1 1 1 1 1 0",
+            "0 1 1 1 1 1 1 1",
+            "0 0 1 1 1 1 1 1",
+            "1 0 0 1 1 1 1 1",
+            "0 1 0 0 1 1 1 1",
+        ]
+    )
     assert torch.equal(sparse_mask("strided", 8, 8, stride=3), expected)
 
 
 def test_fixed_matches_hand_written():
     # blocks {0,1,2} {3,4,5} {6,7}; summary positions (last 1 of each block): 2, 5
-    expected = as_mask([
-        "1 1 1 0 0 1 0 0",
-        "1 1 1 0 0 1 0 0",
-        "1 1 1 0 0 1 0 0",
-        "0 0 1 1 1 1 0 0",
-        "0 0 1 1 1 1 0 0",
-        "0 0 1 1 1 1 0 0",
-        "0 0 1 0 0 1 1 1",
-        "0 0 1 0 0 1 1 1",
-    ])
+    expected = as_mask(
+        [
+            "1 1 1 0 0 1 0 0",
+            "1 1 1 0 0 1 0 0",
+            "1 1 1 0 0 1 0 0",
+            "0 0 1 1 1 1 0 0",
+            "0 0 1 1 1 1 0 0",
+            "0 0 1 1 1 1 0 0",
+            "0 0 1 0 0 1 1 1",
+            "0 0 1 0 0 1 1 1",
+        ]
+    )
     assert torch.equal(sparse_mask("fixed", 8, 8, stride=3, summary=1), expected)
 
 
 def test_fixed_with_two_summary_positions_matches_hand_written():
     # blocks {0..3} {4..7}; summary positions (last 2 of each block): 2, 3, 6, 7
-    expected = as_mask([
-        "1 1 1 1 0 0 1 1",
-        "1 1 1 1 0 0 1 1",
-        "1 1 1 1 0 0 1 1",
-        "1 1 1 1 0 0 1 1",
-        "0 0 1 1 1 1 1 1",
-        "0 0 1 1 1 1 1 1",
-        "0 0 1 1 1 1 1 1",
-        "0 0 1 1 1 1 1 1",
-    ])
+    expected = as_mask(
+        [
+            "1 1 1 1 0 0 1 1",
+            "1 1 1 1 0 0 1 1",
+            "1 1 1 1 0 0 1 1",
+            "1 1 1 1 0 0 1 1",
+            "0 0 1 1 1 1 1 1",
+            "0 0 1 1 1 1 1 1",
+            "0 0 1 1 1 1 1 1",
+            "0 0 1 1 1 1 1 1",
+        ]
+    )
     assert torch.equal(sparse_mask("fixed", 8, 8, stride=4, summary=2), expected)
 
 
 def test_causal_fixed_matches_hand_written():
     # causal & fixed(stride=3, summary=1) at T=6: own block up to i, plus summary position 2 once past it
-    expected = as_mask([
-        "1 0 0 0 0 0",
-        "1 1 0 0 0 0",
-        "1 1 1 0 0 0",
-        "0 0 1 1 0 0",
-        "0 0 1 1 1 0",
-        "0 0 1 1 1 1",
-    ])
+    expected = as_mask(
+        [
+            "1 0 0 0 0 0",
+            "1 1 0 0 0 0",
+            "1 1 1 0 0 0",
+            "0 0 1 1 0 0",
+            "0 0 1 1 1 0",
+            "0 0 1 1 1 1",
+        ]
+    )
     assert torch.equal(causal(6, 6) & sparse_mask("fixed", 6, 6, stride=3, summary=1), expected)
 
 
@@ -117,9 +127,7 @@ def reference(pattern: str, q_len: int, k_len: int, window: int, stride: int, su
         "fixed": lambda i, j: j // stride == i // stride or j % stride >= stride - summary,
     }
     offset = k_len - q_len
-    return torch.tensor(
-        [[rules[pattern](offset + r, j) for j in range(k_len)] for r in range(q_len)], dtype=torch.bool
-    )
+    return torch.tensor([[rules[pattern](offset + r, j) for j in range(k_len)] for r in range(q_len)], dtype=torch.bool)
 
 
 @pytest.mark.parametrize("pattern", SPARSE)

@@ -4,10 +4,20 @@ the value a diverged seed counts with, paired vs Welch differences, and Holm's a
 import math
 
 import pytest
+from conftest import T_975_DF2
 from scipy import stats as scipy_stats
 
-from blockbench.report.stats import LOGIT_EPSILON, PAIRED, WELCH, compare, diverged_value, holm_adjust, paired_difference, t_confidence_interval, with_diverged
-from conftest import T_975_DF2
+from blockbench.report.stats import (
+    LOGIT_EPSILON,
+    PAIRED,
+    WELCH,
+    compare,
+    diverged_value,
+    holm_adjust,
+    paired_difference,
+    t_confidence_interval,
+    with_diverged,
+)
 
 
 def _logit(share: float) -> float:
@@ -44,12 +54,14 @@ def test_values_at_the_edge_of_the_range_are_clamped_before_the_logit():
     half_width = T_975_DF2 * math.sqrt(sum((x - mean) ** 2 for x in logits) / 2) / math.sqrt(3)
     low, high = t_confidence_interval(accuracy, 0.95, low=0, high=1)
     assert (low, high) == pytest.approx((_expit(mean - half_width), _expit(mean + half_width)), rel=1e-9)
-    assert 0 <= low and high <= 1
+    assert low >= 0 and high <= 1
     assert t_confidence_interval([1.0, 1.0, 1.0], 0.95, low=0, high=1) == (1.0, 1.0)  # no spread: the value itself
     assert t_confidence_interval([0.7], 0.95, low=0, high=1) is None  # one seed: no interval
     # a range other than [0, 1]: the share is (value - low) / (high - low)
     shifted = t_confidence_interval([11.0, 12.0, 20.0], 0.95, low=10, high=110)
-    assert shifted == pytest.approx(tuple(10 + v for v in t_confidence_interval([1.0, 2.0, 10.0], 0.95, low=0, high=100)))
+    assert shifted == pytest.approx(
+        tuple(10 + v for v in t_confidence_interval([1.0, 2.0, 10.0], 0.95, low=0, high=100))
+    )
 
 
 def test_interval_of_a_metric_bounded_on_one_side_is_cut_at_the_bound():
@@ -110,11 +122,15 @@ def test_compare_pairs_by_seed_when_the_seeds_match_and_uses_welch_otherwise():
     a = {0: 0.525, 1: 0.63, 2: 0.72}
     b = {2: 0.70, 0: 0.50, 1: 0.60}  # another order: pairs go by seed, not by position
     paired = compare(a, b)
-    assert paired.test == PAIRED and paired.p_value == pytest.approx(scipy_stats.ttest_rel([0.525, 0.63, 0.72], [0.5, 0.6, 0.7]).pvalue)
+    assert paired.test == PAIRED and paired.p_value == pytest.approx(
+        scipy_stats.ttest_rel([0.525, 0.63, 0.72], [0.5, 0.6, 0.7]).pvalue
+    )
     other_seeds = {0: 0.50, 1: 0.60, 3: 0.70}
     welch = compare(a, other_seeds)
     assert welch.test == WELCH and welch.n == (3, 3)
-    assert welch.p_value == pytest.approx(scipy_stats.ttest_ind([0.525, 0.63, 0.72], [0.5, 0.6, 0.7], equal_var=False).pvalue)
+    assert welch.p_value == pytest.approx(
+        scipy_stats.ttest_ind([0.525, 0.63, 0.72], [0.5, 0.6, 0.7], equal_var=False).pvalue
+    )
     fewer = compare({0: 0.9, 1: 0.95}, b)
     assert fewer.test == WELCH and fewer.n == (2, 3)
     one_seed = compare({0: 0.9}, {0: 0.5})
@@ -145,10 +161,17 @@ def test_holm_adjustment_by_hand():
 
 
 def test_every_metric_declares_the_range_its_values_can_take():
-    from tasks import TASK_CONFIGS, Metric
+    from blockbench.tasks import TASK_CONFIGS, Metric
 
-    expected = {"accuracy": (0, 1), "agreement_acc": (0, 1), "exact_match": (0, 1), "bleu": (0, 100),
-                "perplexity": (1, math.inf), "loss": (0, math.inf), "bits_per_byte": (0, math.inf)}
+    expected = {
+        "accuracy": (0, 1),
+        "agreement_acc": (0, 1),
+        "exact_match": (0, 1),
+        "bleu": (0, 100),
+        "perplexity": (1, math.inf),
+        "loss": (0, math.inf),
+        "bits_per_byte": (0, math.inf),
+    }
     declared = {(task, m.name): (m.low, m.high) for task, cfg in TASK_CONFIGS.items() for m in cfg.metrics}
     assert declared and all(bounds == expected[metric] for (_, metric), bounds in declared.items())
     assert Metric(name="bleu", higher_is_better=True, description="", low=0, high=100).span == 100

@@ -9,17 +9,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-from blockbench.config import build_run_config
-from blockbench.cell.train import train
 from conftest import scalars
-from models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
-from models.moe import MoEFeedForward
-from models.registry import POSITIONAL
+
+from blockbench.cell.train import train
+from blockbench.config import build_run_config
+from blockbench.models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
+from blockbench.models.moe import MoEFeedForward
+from blockbench.models.registry import POSITIONAL
 
 TINY_VIT = {
-    "task": "vit", "task.n_train": 16, "task.n_val": 8,
-    "model.d_model": 32, "model.n_layers": 2, "model.n_heads": 2,
+    "task": "vit",
+    "task.n_train": 16,
+    "task.n_val": 8,
+    "model.d_model": 32,
+    "model.n_layers": 2,
+    "model.n_heads": 2,
 }
 
 
@@ -37,8 +41,15 @@ def test_dense_training_step_is_the_task_loss():
 
 
 def test_moe_auxiliary_losses_join_the_training_loss():
-    _, module, (images, labels) = build({**TINY_VIT, "model.n_experts": 4, "model.moe_top_k": 1,
-                                           "model.moe_aux_loss_weight": 0.5, "model.moe_z_loss_weight": 0.25})
+    _, module, (images, labels) = build(
+        {
+            **TINY_VIT,
+            "model.n_experts": 4,
+            "model.moe_top_k": 1,
+            "model.moe_aux_loss_weight": 0.5,
+            "model.moe_z_loss_weight": 0.25,
+        }
+    )
     torch.manual_seed(0)
     loss = module.training_step((images, labels), 0)
     layers = [m for m in module.model.modules() if isinstance(m, MoEFeedForward)]
@@ -57,8 +68,15 @@ def test_moe_training_step_returns_and_logs_what_it_did_before_the_helpers_moved
     arithmetic and the logs of the code it replaced (issue 13): the returned loss is bit for bit
     ``(task loss + 0.5 * mean aux) + 0.25 * mean z`` over the layers, and the step logs the task
     loss, the two mean losses, then every layer's expert shares and dropped tokens, in this order."""
-    _, module, (images, labels) = build({**TINY_VIT, "model.n_experts": 4, "model.moe_top_k": 1,
-                                           "model.moe_aux_loss_weight": 0.5, "model.moe_z_loss_weight": 0.25})
+    _, module, (images, labels) = build(
+        {
+            **TINY_VIT,
+            "model.n_experts": 4,
+            "model.moe_top_k": 1,
+            "model.moe_aux_loss_weight": 0.5,
+            "model.moe_z_loss_weight": 0.25,
+        }
+    )
     logged = []
     module.log = lambda name, value, **kwargs: logged.append((name, value))
     module.log_dict = lambda values, **kwargs: logged.extend(values.items())
@@ -72,7 +90,9 @@ def test_moe_training_step_returns_and_logs_what_it_did_before_the_helpers_moved
     assert torch.equal(loss, task_loss + 0.5 * aux + 0.25 * z)
     expected = [("train/loss", task_loss), ("moe/aux_loss", aux), ("moe/z_loss", z)]
     for i, layer in enumerate(layers):
-        expected += [(f"moe/layer{i}/expert{j}_token_share", share) for j, share in enumerate(layer.tokens_per_expert.tolist())]
+        expected += [
+            (f"moe/layer{i}/expert{j}_token_share", share) for j, share in enumerate(layer.tokens_per_expert.tolist())
+        ]
         expected.append((f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens)))
     assert [name for name, _ in logged] == [name for name, _ in expected]
     for (name, got), (_, want) in zip(logged, expected):
@@ -85,8 +105,17 @@ def test_attended_fraction_is_the_mean_over_the_sparse_attention_layers():
     7 of the 16 (query, key) pairs of a 4-token row in every layer (the diagonal and the one before,
     minus the first row's missing neighbour); the task's result keeps it rounded to 4 places.
     Dense attention, or no forward yet: None, and no entry in the result."""
-    local = build_model({"family": "decoder_lm", "vocab_size": 20, "d_model": 32, "n_layers": 2, "n_heads": 2,
-                         "attention_pattern": "local", "attention_window": 2})
+    local = build_model(
+        {
+            "family": "decoder_lm",
+            "vocab_size": 20,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "attention_pattern": "local",
+            "attention_window": 2,
+        }
+    )
     assert attended_fraction(local) is None
     local(torch.randint(0, 20, (2, 4)))
     per_layer = [m.attended_fraction for m in local.modules() if isinstance(m, MultiHeadAttention)]
@@ -107,10 +136,13 @@ def test_extrapolating_pos_encodings_are_those_defined_beyond_the_training_lengt
     assert set(POSITIONAL.names()) - set(extrapolating_pos_encodings()) == {"learned", "sincos2d"}
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"model.n_experts": 2, "model.moe_top_k": 3}, "moe_top_k=3 exceeds n_experts=2"),
-    ({"model.ffn": "swiglu2"}, "unknown feed-forward 'swiglu2'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"model.n_experts": 2, "model.moe_top_k": 3}, "moe_top_k=3 exceeds n_experts=2"),
+        ({"model.ffn": "swiglu2"}, "unknown feed-forward 'swiglu2'"),
+    ],
+)
 def test_bad_moe_or_ffn_config_names_the_key(overrides, message):
     from blockbench.config import ConfigError
 
@@ -119,10 +151,23 @@ def test_bad_moe_or_ffn_config_names_the_key(overrides, message):
 
 
 LONG_CONTEXT_LM = {
-    "task": "lm", "task.seq_len": 16, "task.eval_seq_len": 48, "task.n_train_tokens": 4000, "task.n_val_tokens": 2000,
-    "task.n_probes": 8, "model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64,
-    "trainer.max_steps": 3, "trainer.batch_size": 8, "trainer.val_every_n_steps": 3, "optimizer.lr": 1e-2,
-    "optimizer.warmup_steps": 1, "trainer.peak_tflops": 1.0, "trainer.checkpoint_every_n_steps": None,
+    "task": "lm",
+    "task.seq_len": 16,
+    "task.eval_seq_len": 48,
+    "task.n_train_tokens": 4000,
+    "task.n_val_tokens": 2000,
+    "task.n_probes": 8,
+    "model.d_model": 32,
+    "model.n_layers": 1,
+    "model.n_heads": 2,
+    "model.d_ff": 64,
+    "trainer.max_steps": 3,
+    "trainer.batch_size": 8,
+    "trainer.val_every_n_steps": 3,
+    "optimizer.lr": 1e-2,
+    "optimizer.warmup_steps": 1,
+    "trainer.peak_tflops": 1.0,
+    "trainer.checkpoint_every_n_steps": None,
 }
 
 
@@ -165,7 +210,9 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_pat
     model scored at the training length gives another number, so the comparison tells them apart."""
     run = build_run_config({}, {**LONG_CONTEXT_LM, "model.pos_encoding": pos})
     spy = LMValidationSpy()
-    result = train(run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=pos, tb_version="0", extra_callbacks=[spy]).to_json()
+    result = train(
+        run, tmp_path / "out", tb_dir=tmp_path / "tb", tb_name=pos, tb_version="0", extra_callbacks=[spy]
+    ).to_json()
     assert result["status"] == "ok"
 
     stream, eval_len = spy.datamodule.corpus.val, LONG_CONTEXT_LM["task.eval_seq_len"]

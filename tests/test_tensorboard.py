@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
 from tensorboard.backend.event_processing import data_provider, io_wrapper, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.custom_scalar import custom_scalars_plugin, layout_pb2
@@ -24,13 +25,25 @@ from tensorboard.plugins.scalar import scalars_plugin
 from werkzeug.test import Client
 
 from blockbench import cli
+from blockbench.cell.tensorboard import (
+    LENS_CHART,
+    PRIMARY_METRIC_TAG,
+    CellLogger,
+    hparam_value,
+    log_cell_hparams,
+    log_views,
+    matrix_views,
+    publish_views,
+    refresh_run_views,
+    run_views,
+    scoped_tag,
+    view_summaries,
+)
 from blockbench.layout import TB_VIEWS_FILE
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.run import run_matrix
 from blockbench.record import FINAL_FIGURES
-from blockbench.cell.tensorboard import LENS_CHART, PRIMARY_METRIC_TAG, CellLogger, hparam_value, log_cell_hparams, log_views, matrix_views, publish_views, refresh_run_views, run_views, scoped_tag, view_summaries
-from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
-from tasks.base import Metric
+from blockbench.tasks.base import Metric
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 #: how many metric columns the HParams dashboard ticks by default (tensorboard 2.21's frontend,
@@ -71,8 +84,11 @@ class Dashboards:
 
     def chart_runs(self, regex: str) -> set[str]:
         """The runs a custom-scalar chart of ``regex`` draws: those with a scalar tag it matches."""
-        return {run for run in self.runs()
-                if self.custom_scalars.get("/scalars", query_string={"run": run, "tag": regex}).json["tag_to_events"]}
+        return {
+            run
+            for run in self.runs()
+            if self.custom_scalars.get("/scalars", query_string={"run": run, "tag": regex}).json["tag_to_events"]
+        }
 
 
 def _routes(plugin: base_plugin.TBPlugin):
@@ -91,9 +107,19 @@ def metric_values(group: dict[str, Any]) -> dict[str, float]:
 # --- a tiny matrix (2 tasks x 2 variants x 1 seed) through the runner ------------------------------
 
 TINY_VIT_TASK = {"name": "vit", "n_train": 256, "n_val": 32}
-TINY_BASE = {"model": TINY_MODEL, "optimizer": {"warmup_steps": 1},
-             "trainer": {"max_steps": 4, "batch_size": 8, "val_every_n_steps": 2, "log_every_n_steps": 1,
-                         "num_threads": 1, "peak_tflops": 1.0, "checkpoint_every_n_steps": None}}
+TINY_BASE = {
+    "model": TINY_MODEL,
+    "optimizer": {"warmup_steps": 1},
+    "trainer": {
+        "max_steps": 4,
+        "batch_size": 8,
+        "val_every_n_steps": 2,
+        "log_every_n_steps": 1,
+        "num_threads": 1,
+        "peak_tflops": 1.0,
+        "checkpoint_every_n_steps": None,
+    },
+}
 TINY_RUNS = {"lm/pre/seed0", "lm/post/seed0", "vit/pre/seed0", "vit/post/seed0"}
 
 
@@ -117,8 +143,11 @@ def cells_in_this_process() -> Iterator[None]:
 def tiny_matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The results folder of a trained matrix: lm and vit x pre and post, seed 0."""
     folder = tmp_path_factory.mktemp("tb_matrix")
-    path = write_matrix(folder, {"task": [TINY_LM_TASK, TINY_VIT_TASK], "model.norm_placement": ["pre", "post"], "seed": [0]},
-                        base=TINY_BASE)
+    path = write_matrix(
+        folder,
+        {"task": [TINY_LM_TASK, TINY_VIT_TASK], "model.norm_placement": ["pre", "post"], "seed": [0]},
+        base=TINY_BASE,
+    )
     with cells_in_this_process():
         assert run_matrix(path, folder / "results") == 0
     return folder / "results" / "m"
@@ -146,7 +175,14 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
         for tag in tags["tensors"]:  # the scalars, as the data provider reads them
             runs_by_tag.setdefault(tag, set()).add(run)
     curves = {tag: runs for tag, runs in runs_by_tag.items() if tag.startswith(("train/", "val/", "lr/", "perf/"))}
-    assert {"train/lm/loss", "val/lm/loss", "val/lm/perplexity", "val/vit/loss", "val/vit/accuracy", "lr/vit/decay"} <= set(curves)
+    assert {
+        "train/lm/loss",
+        "val/lm/loss",
+        "val/lm/perplexity",
+        "val/vit/loss",
+        "val/vit/accuracy",
+        "lr/vit/decay",
+    } <= set(curves)
     for tag, runs in curves.items():
         assert len({task_of[run] for run in runs}) == 1, (tag, runs)
 
@@ -155,11 +191,18 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
     assert [category["title"] for category in categories] == ["lm", "vit"]
     for category in categories:
         titles = [chart["title"] for chart in category["chart"]]
-        assert titles == {"lm": ["val/curve_loss", "val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
-                          "vit": ["val/curve_loss", "val/accuracy", "val/loss", "train/loss"]}[category["title"]]
+        assert (
+            titles
+            == {
+                "lm": ["val/curve_loss", "val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
+                "vit": ["val/curve_loss", "val/accuracy", "val/loss", "train/loss"],
+            }[category["title"]]
+        )
         for chart in category["chart"]:
             [regex] = chart["multiline"]["tag"]
-            assert dashboards.chart_runs(regex) == {run for run in TINY_RUNS if task_of[run] == category["title"]}, regex
+            assert dashboards.chart_runs(regex) == {run for run in TINY_RUNS if task_of[run] == category["title"]}, (
+                regex
+            )
 
 
 def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> None:
@@ -180,8 +223,16 @@ def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> Non
         assert group["hparams"]["model.norm_placement"] == run.split("/")[1]
         values = metric_values(group)
         assert set(columns[:DEFAULT_METRIC_COLUMNS]) <= set(values), (run, values)  # no blank in the default view
-        result = json.loads((tiny_matrix / "cells" / run.split("/")[0] / f"norm_placement={run.split('/')[1]}" / "seed0"
-                             / "result.json").read_text())
+        result = json.loads(
+            (
+                tiny_matrix
+                / "cells"
+                / run.split("/")[0]
+                / f"norm_placement={run.split('/')[1]}"
+                / "seed0"
+                / "result.json"
+            ).read_text()
+        )
         assert values[PRIMARY_METRIC_TAG] == pytest.approx(result["metrics"][result["primary_metric"]], rel=1e-6)
         assert values["final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
     # sorting by the headline metric works across tasks
@@ -197,62 +248,107 @@ def run_names(tmp_path: Path, axes: dict[str, list[Any]], base: dict[str, Any] |
 
 
 def test_run_names_are_the_values_alone_when_those_name_themselves(tmp_path: Path) -> None:
-    names = run_names(tmp_path, {"task": ["lm", "translation"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]})
+    names = run_names(
+        tmp_path, {"task": ["lm", "translation"], "model.norm_placement": ["pre", "post"], "seed": [0, 1]}
+    )
     assert names[:3] == ["lm/pre/seed0", "lm/pre/seed1", "lm/post/seed0"] and len(set(names)) == 8
     two_axes = run_names(tmp_path, {"model.norm": ["layernorm", "rmsnorm"], "model.ffn": ["mlp", "swiglu"]})
-    assert two_axes == ["lm/layernorm,mlp/seed0", "lm/layernorm,swiglu/seed0", "lm/rmsnorm,mlp/seed0",
-                        "lm/rmsnorm,swiglu/seed0"]
+    assert two_axes == [
+        "lm/layernorm,mlp/seed0",
+        "lm/layernorm,swiglu/seed0",
+        "lm/rmsnorm,mlp/seed0",
+        "lm/rmsnorm,swiglu/seed0",
+    ]
     assert run_names(tmp_path, {"seed": [0, 1]}) == ["lm/default/seed0", "lm/default/seed1"]
 
 
 def test_run_names_keep_the_key_of_values_that_do_not_name_themselves(tmp_path: Path) -> None:
     assert run_names(tmp_path, {"model.n_kv_heads": [2, 1], "model.norm": ["rmsnorm"]}) == [
-        "lm/n_kv_heads=2,rmsnorm/seed0", "lm/n_kv_heads=1,rmsnorm/seed0"]
+        "lm/n_kv_heads=2,rmsnorm/seed0",
+        "lm/n_kv_heads=1,rmsnorm/seed0",
+    ]
     assert run_names(tmp_path, {"model.n_kv_heads": [None, 1]}) == ["lm/n_kv_heads=None/seed0", "lm/n_kv_heads=1/seed0"]
     # a value two axes take: which axis says "pre"?
     base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
-    both = run_names(tmp_path, {"task.data.hf_path": ["wikitext", "body"], "task.data.text_field": ["body", "text"],
-                                "model.norm_placement": ["pre"]}, base)
-    assert both == ["lm_text/hf_path=wikitext,text_field=body,pre/seed0", "lm_text/hf_path=wikitext,text_field=text,pre/seed0",
-                    "lm_text/hf_path=body,text_field=body,pre/seed0", "lm_text/hf_path=body,text_field=text,pre/seed0"]
+    both = run_names(
+        tmp_path,
+        {
+            "task.data.hf_path": ["wikitext", "body"],
+            "task.data.text_field": ["body", "text"],
+            "model.norm_placement": ["pre"],
+        },
+        base,
+    )
+    assert both == [
+        "lm_text/hf_path=wikitext,text_field=body,pre/seed0",
+        "lm_text/hf_path=wikitext,text_field=text,pre/seed0",
+        "lm_text/hf_path=body,text_field=body,pre/seed0",
+        "lm_text/hf_path=body,text_field=text,pre/seed0",
+    ]
 
 
 def test_run_names_encode_unsafe_characters_like_the_cell_folders(tmp_path: Path) -> None:
     base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
     assert run_names(tmp_path, {"task.data.hf_path": ["Salesforce/wikitext", "roneneldan/TinyStories"]}, base) == [
-        "lm_text/Salesforce%2Fwikitext/seed0", "lm_text/roneneldan%2FTinyStories/seed0"]
+        "lm_text/Salesforce%2Fwikitext/seed0",
+        "lm_text/roneneldan%2FTinyStories/seed0",
+    ]
 
 
 def test_run_names_fall_back_to_the_cell_folders_when_short_ones_collide(tmp_path: Path) -> None:
     # "a,b" + "c" and "a" + "b,c" would both be "a,b,c"
     base = {"task": {"name": "lm_text", "data": {"hf_path": "x"}}}
     names = run_names(tmp_path, {"task.data.hf_path": ["a,b", "a"], "task.data.text_field": ["c", "b,c"]}, base)
-    assert names == [f"lm_text/{folder}/seed0" for folder in ("hf_path=a,b,text_field=c", "hf_path=a,b,text_field=b,c",
-                                                                "hf_path=a,text_field=c", "hf_path=a,text_field=b,c")]
+    assert names == [
+        f"lm_text/{folder}/seed0"
+        for folder in (
+            "hf_path=a,b,text_field=c",
+            "hf_path=a,b,text_field=b,c",
+            "hf_path=a,text_field=c",
+            "hf_path=a,text_field=b,c",
+        )
+    ]
 
 
 # --- one cell's run: tags, one event file, the HParams session -------------------------------------
 
 
-LM_METRICS = [Metric(name="perplexity", higher_is_better=False, description="validation perplexity"),
-              Metric(name="loss", higher_is_better=False, description="cross-entropy")]
-MT_METRICS = [Metric(name="bleu", higher_is_better=True, description="corpus BLEU"),
-              Metric(name="loss", higher_is_better=False, description="cross-entropy")]
-LM_CURVES = {10: {"val/perplexity": 9.0, "val/loss": 2.2}, 20: {"val/perplexity": 8.0, "val/loss": 2.1},
-             30: {"val/perplexity": 7.0, "val/loss": 1.9}}
+LM_METRICS = [
+    Metric(name="perplexity", higher_is_better=False, description="validation perplexity"),
+    Metric(name="loss", higher_is_better=False, description="cross-entropy"),
+]
+MT_METRICS = [
+    Metric(name="bleu", higher_is_better=True, description="corpus BLEU"),
+    Metric(name="loss", higher_is_better=False, description="cross-entropy"),
+]
+LM_CURVES = {
+    10: {"val/perplexity": 9.0, "val/loss": 2.2},
+    20: {"val/perplexity": 8.0, "val/loss": 2.1},
+    30: {"val/perplexity": 7.0, "val/loss": 1.9},
+}
 
 
 def views_of(tasks: dict[str, list[Metric]], cell_hparams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    cell_hparams = cell_hparams or [{"task": t, "model.norm_placement": v, "seed": 0} for t in tasks for v in ("pre", "post")]
+    cell_hparams = cell_hparams or [
+        {"task": t, "model.norm_placement": v, "seed": 0} for t in tasks for v in ("pre", "post")
+    ]
     return matrix_views(cell_hparams, {task: (metrics, "tokens") for task, metrics in tasks.items()})
 
 
 MATRIX_VIEWS = views_of({"lm": LM_METRICS, "mt": MT_METRICS})
 
 
-def run_cell(tb_dir: Path, task: str, variant: str, seed: int, curves: dict[int, dict[str, float]],
-             final: dict[str, float] | None = None, status: str = "ok", views: dict[str, Any] | None = MATRIX_VIEWS,
-             **hparams: Any) -> CellLogger:
+def run_cell(
+    tb_dir: Path,
+    task: str,
+    variant: str,
+    seed: int,
+    curves: dict[int, dict[str, float]],
+    final: dict[str, float] | None = None,
+    status: str = "ok",
+    views: dict[str, Any] | None = MATRIX_VIEWS,
+    **hparams: Any,
+) -> CellLogger:
     """Log ``curves`` (step -> val metrics) as a matrix cell does, finish the logger as Lightning does
     after fit, log once more (the final validation), then record the cell; ``final`` defaults to the
     last step's metrics."""
@@ -267,8 +363,9 @@ def run_cell(tb_dir: Path, task: str, variant: str, seed: int, curves: dict[int,
     logger.log_metrics(curves[last_step], step=last_step)
     hparams = {"task": task, "model.norm_placement": variant, "seed": seed, **hparams}
     primary = "val/perplexity" if task == "lm" else "val/bleu"
-    log_cell_hparams(logger, hparams, curves[last_step] if final is None else final, primary=primary, status=status,
-                     step=last_step)
+    log_cell_hparams(
+        logger, hparams, curves[last_step] if final is None else final, primary=primary, status=status, step=last_step
+    )
     logger.close()
     return logger
 
@@ -294,14 +391,21 @@ def test_tags_are_scoped_by_task_second(tmp_path: Path) -> None:
 
 
 def test_session_start_holds_the_hparams_as_text(tmp_path: Path) -> None:
-    logger = run_cell(tmp_path, "lm", "post", 1, LM_CURVES, **{"model.dropout": 0.1, "model.tied": True, "model.window": None})
+    logger = run_cell(
+        tmp_path, "lm", "post", 1, LM_CURVES, **{"model.dropout": 0.1, "model.tied": True, "model.window": None}
+    )
     content = hparams_content(Path(logger.log_dir))
     start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
     values = {name: (value.WhichOneof("kind"), value.string_value) for name, value in start.hparams.items()}
-    assert values == {"task": ("string_value", "lm"), "model.norm_placement": ("string_value", "post"),
-                      "seed": ("string_value", "1"), "model.dropout": ("string_value", "0.1"),
-                      "model.tied": ("string_value", "True"), "model.window": ("string_value", "None"),
-                      "status": ("string_value", "ok")}
+    assert values == {
+        "task": ("string_value", "lm"),
+        "model.norm_placement": ("string_value", "post"),
+        "seed": ("string_value", "1"),
+        "model.dropout": ("string_value", "0.1"),
+        "model.tied": ("string_value", "True"),
+        "model.window": ("string_value", "None"),
+        "status": ("string_value", "ok"),
+    }
     assert start.group_name == "lm/post/seed1"  # one row per cell, named after its run
     end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
     assert end.status == api_pb2.STATUS_SUCCESS
@@ -313,7 +417,8 @@ def test_final_metrics_are_own_scalars_and_curves_are_untouched(tmp_path: Path) 
     for name in ("val/perplexity", "val/loss"):
         curve = [(e.step, e.value) for e in acc.Scalars(scoped_tag(name, "lm"))]
         assert curve == [(step, pytest.approx(values[name])) for step, values in LM_CURVES.items()] + [
-            (30, pytest.approx(LM_CURVES[30][name]))]  # the final validation's point, logged after fit
+            (30, pytest.approx(LM_CURVES[30][name]))
+        ]  # the final validation's point, logged after fit
         assert [(e.step, e.value) for e in acc.Scalars(f"final/{name}")] == [(30, pytest.approx(LM_CURVES[30][name]))]
     assert [(e.step, e.value) for e in acc.Scalars(PRIMARY_METRIC_TAG)] == [(30, 7.0)]
 
@@ -329,8 +434,10 @@ def test_diverged_cell_has_a_session_and_no_non_finite_metrics(tmp_path: Path, f
     assert not [tag for tag in tensorboard_events(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("final/")]
 
 
-@pytest.mark.parametrize(("value", "expected"), [("pre", "pre"), (3, "3"), (0.001, "0.001"), (True, "True"),
-                                                 (None, "None"), (math.nan, "nan"), ([1, 2], "[1, 2]")])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("pre", "pre"), (3, "3"), (0.001, "0.001"), (True, "True"), (None, "None"), (math.nan, "nan"), ([1, 2], "[1, 2]")],
+)
 def test_hparam_values_are_their_text(value: Any, expected: str) -> None:
     assert hparam_value(value) == expected
 
@@ -341,10 +448,24 @@ def test_hparam_values_are_their_text(value: Any, expected: str) -> None:
 def write_matrix_runs(tb_dir: Path, views: dict[str, Any] | None = MATRIX_VIEWS) -> None:
     """Two tasks sharing val/loss; one diverged cell."""
     run_cell(tb_dir, "lm", "pre", 0, LM_CURVES, views=views)
-    run_cell(tb_dir, "lm", "post", 0, {10: {"val/perplexity": 50.0, "val/loss": 4.0}}, status="diverged",
-             final={"val/perplexity": math.nan, "val/loss": math.nan}, views=views)
-    run_cell(tb_dir, "mt", "pre", 0, {10: {"val/bleu": 3.0, "val/loss": 2.0}, 20: {"val/bleu": 12.5, "val/loss": 1.5}},
-             views=views)
+    run_cell(
+        tb_dir,
+        "lm",
+        "post",
+        0,
+        {10: {"val/perplexity": 50.0, "val/loss": 4.0}},
+        status="diverged",
+        final={"val/perplexity": math.nan, "val/loss": math.nan},
+        views=views,
+    )
+    run_cell(
+        tb_dir,
+        "mt",
+        "pre",
+        0,
+        {10: {"val/bleu": 3.0, "val/loss": 2.0}, 20: {"val/bleu": 12.5, "val/loss": 1.5}},
+        views=views,
+    )
 
 
 def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Path) -> None:
@@ -366,10 +487,22 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
 
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert set(groups) == {"lm/pre/seed0", "lm/post/seed0", "mt/pre/seed0"}
-    assert groups["lm/pre/seed0"]["hparams"] == {"task": "lm", "model.norm_placement": "pre", "seed": "0", "status": "ok"}
-    assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9),
-                                                     PRIMARY_METRIC_TAG: 7.0}
-    assert metric_values(groups["mt/pre/seed0"]) == {"final/val/bleu": 12.5, "final/val/loss": 1.5, PRIMARY_METRIC_TAG: 12.5}
+    assert groups["lm/pre/seed0"]["hparams"] == {
+        "task": "lm",
+        "model.norm_placement": "pre",
+        "seed": "0",
+        "status": "ok",
+    }
+    assert metric_values(groups["lm/pre/seed0"]) == {
+        "final/val/perplexity": 7.0,
+        "final/val/loss": pytest.approx(1.9),
+        PRIMARY_METRIC_TAG: 7.0,
+    }
+    assert metric_values(groups["mt/pre/seed0"]) == {
+        "final/val/bleu": 12.5,
+        "final/val/loss": 1.5,
+        PRIMARY_METRIC_TAG: 12.5,
+    }
     assert groups["lm/post/seed0"]["hparams"]["status"] == "diverged"
     assert groups["lm/post/seed0"]["sessions"][0]["status"] == "STATUS_FAILURE"
     assert metric_values(groups["lm/post/seed0"]) == {}
@@ -387,13 +520,29 @@ def test_metric_columns_every_cell_fills_come_first() -> None:
     def columns(views: dict[str, Any]) -> list[str]:
         return [metric["tag"] for metric in views["experiment"]["metrics"]]
 
-    speed = ["final/perf/step_time_ms", "final/perf/peak_memory_mb", "final/perf/tflops_per_sec", "final/perf/mfu",
-             "final/perf/data_wait_fraction"]
+    speed = [
+        "final/perf/step_time_ms",
+        "final/perf/peak_memory_mb",
+        "final/perf/tflops_per_sec",
+        "final/perf/mfu",
+        "final/perf/data_wait_fraction",
+    ]
     assert set(speed) == {f"final/{tag}" for tag in FINAL_FIGURES}
-    assert columns(MATRIX_VIEWS) == [PRIMARY_METRIC_TAG, "final/val/loss", *speed, "final/val/perplexity", "final/val/bleu",
-                                     "final/perf/tokens_per_sec"]
+    assert columns(MATRIX_VIEWS) == [
+        PRIMARY_METRIC_TAG,
+        "final/val/loss",
+        *speed,
+        "final/val/perplexity",
+        "final/val/bleu",
+        "final/perf/tokens_per_sec",
+    ]
     # one task: its metrics in its order (the primary first), no separate headline column
-    assert columns(views_of({"lm": LM_METRICS})) == ["final/val/perplexity", "final/val/loss", *speed, "final/perf/tokens_per_sec"]
+    assert columns(views_of({"lm": LM_METRICS})) == [
+        "final/val/perplexity",
+        "final/val/loss",
+        *speed,
+        "final/perf/tokens_per_sec",
+    ]
 
 
 def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -> None:
@@ -401,17 +550,35 @@ def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -
     speed figures but no metrics."""
     speed = {"perf/step_time_ms": 8.5, "perf/mfu": 0.25, "perf/tokens_per_sec": 12000.0}
     run_cell(tmp_path, "lm", "pre", 0, LM_CURVES, final={**LM_CURVES[30], **speed})
-    run_cell(tmp_path, "lm", "post", 0, {10: {"val/perplexity": 50.0}}, status="diverged",
-             final={"perf/step_time_ms": 9.0, "perf/mfu": 0.125})
+    run_cell(
+        tmp_path,
+        "lm",
+        "post",
+        0,
+        {10: {"val/perplexity": 50.0}},
+        status="diverged",
+        final={"perf/step_time_ms": 9.0, "perf/mfu": 0.125},
+    )
     dashboards = Dashboards(tmp_path)
     columns = {info["name"]["tag"]: info for info in dashboards.experiment()["metricInfos"]}
-    assert {"final/perf/step_time_ms", "final/perf/mfu", "final/perf/data_wait_fraction", "final/perf/tflops_per_sec",
-            "final/perf/peak_memory_mb", "final/perf/tokens_per_sec"} <= set(columns)
+    assert {
+        "final/perf/step_time_ms",
+        "final/perf/mfu",
+        "final/perf/data_wait_fraction",
+        "final/perf/tflops_per_sec",
+        "final/perf/peak_memory_mb",
+        "final/perf/tokens_per_sec",
+    } <= set(columns)
     assert columns["final/perf/mfu"]["displayName"] == "perf/mfu"
     groups = {group["name"]: group for group in dashboards.session_groups()}
-    assert metric_values(groups["lm/pre/seed0"]) == {"final/val/perplexity": 7.0, "final/val/loss": pytest.approx(1.9),
-                                                     PRIMARY_METRIC_TAG: 7.0, "final/perf/step_time_ms": 8.5,
-                                                     "final/perf/mfu": 0.25, "final/perf/tokens_per_sec": 12000.0}
+    assert metric_values(groups["lm/pre/seed0"]) == {
+        "final/val/perplexity": 7.0,
+        "final/val/loss": pytest.approx(1.9),
+        PRIMARY_METRIC_TAG: 7.0,
+        "final/perf/step_time_ms": 8.5,
+        "final/perf/mfu": 0.25,
+        "final/perf/tokens_per_sec": 12000.0,
+    }
     assert metric_values(groups["lm/post/seed0"]) == {"final/perf/step_time_ms": 9.0, "final/perf/mfu": 0.125}
 
 
@@ -428,8 +595,16 @@ def test_hparams_dashboard_lists_cells_without_views(tmp_path: Path) -> None:
 
 
 def test_hparams_with_mixed_types_are_one_text_column() -> None:
-    views = matrix_views([{"model.window": None}, {"model.window": 64}, {"model.window": 8}, {"model.tied": True},
-                          {"model.tied": False}], {})
+    views = matrix_views(
+        [
+            {"model.window": None},
+            {"model.window": 64},
+            {"model.window": 8},
+            {"model.tied": True},
+            {"model.tied": False},
+        ],
+        {},
+    )
     columns = {column["name"]: column["values"] for column in views["experiment"]["hparams"]}
     assert columns["model.window"] == ["8", "64", "None"]  # numbers in numeric order, then the rest
     assert columns["model.tied"] == ["False", "True"]
@@ -440,10 +615,14 @@ def test_layout_has_a_category_per_task_with_task_scoped_charts() -> None:
     layout = layout_pb2.Layout.FromString(layout_summary.value[0].tensor.string_val[0])
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
     assert charts == {
-        "lm": {"val/perplexity": ["^val/lm/perplexity$"], "val/loss": ["^val/lm/loss$"], "train/loss": ["^train/lm/loss$"]},
+        "lm": {
+            "val/perplexity": ["^val/lm/perplexity$"],
+            "val/loss": ["^val/lm/loss$"],
+            "train/loss": ["^train/lm/loss$"],
+        },
         "mt": {"val/bleu": ["^val/mt/bleu$"], "val/loss": ["^val/mt/loss$"], "train/loss": ["^train/mt/loss$"]},
     }
-    assert custom_scalars_metadata.CONFIG_SUMMARY_TAG == layout_summary.value[0].tag
+    assert layout_summary.value[0].tag == custom_scalars_metadata.CONFIG_SUMMARY_TAG
 
 
 # --- views of runs trained before the matrix file changed ------------------------------------------
@@ -524,12 +703,15 @@ def test_publishing_views_removes_the_runs_older_versions_wrote(tmp_path: Path) 
     runs = {"lm/norm_placement=pre/seed0": "lm/pre/seed0", "lm/norm_placement=post/seed0": "lm/post/seed0"}
     publish_views(tb_dir, MATRIX_VIEWS, runs.values(), renamed=runs)
     assert {Path(run).relative_to(tb_dir).as_posix() for run in io_wrapper.GetLogdirSubdirectories(str(tb_dir))} == {
-        "lm/pre/seed0", "lm/post/seed0"}
+        "lm/pre/seed0",
+        "lm/post/seed0",
+    }
     assert sorted(path.name for path in (tb_dir / "lm").iterdir()) == ["post", "pre"]  # no empty folders left
     assert json.loads((tb_dir / TB_VIEWS_FILE).read_text()) == MATRIX_VIEWS
     for run in runs.values():
-        assert run_views(tb_dir / run) == [value.SerializeToString() for summary in view_summaries(MATRIX_VIEWS)
-                                           for value in summary.value]
+        assert run_views(tb_dir / run) == [
+            value.SerializeToString() for summary in view_summaries(MATRIX_VIEWS) for value in summary.value
+        ]
 
 
 def test_views_file_round_trips_to_the_same_summaries(tmp_path: Path) -> None:
@@ -537,7 +719,9 @@ def test_views_file_round_trips_to_the_same_summaries(tmp_path: Path) -> None:
     unchanged matrix rewrites no run."""
     publish_views(tmp_path, MATRIX_VIEWS, [])
     again = json.loads((tmp_path / TB_VIEWS_FILE).read_text())
-    assert [s.SerializeToString() for s in view_summaries(again)] == [s.SerializeToString() for s in view_summaries(MATRIX_VIEWS)]
+    assert [s.SerializeToString() for s in view_summaries(again)] == [
+        s.SerializeToString() for s in view_summaries(MATRIX_VIEWS)
+    ]
 
 
 def test_a_task_axis_given_as_a_mapping_shows_as_its_label_in_the_hparams_table(tmp_path):

@@ -16,10 +16,10 @@ from blockbench.cli import main
 from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.run import plan_reported, tuning_outcomes
-from blockbench.provenance import code_fingerprint
 from blockbench.matrix.tuning import Tuning, candidate, choose, tuning_record
-from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
+from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord, write_tuning
+from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
 
 #: the tiny LM cell, one thread: tuning end to end costs a process per candidate
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
@@ -42,8 +42,10 @@ def ok(value: float, metric: str = "perplexity") -> CellRecord:
 
 
 def scored(results: list[CellRecord | None], metric: str = "perplexity") -> list:
-    return [candidate({"optimizer.lr": i}, f"lr={i}", f"tune/lm/v/lr={i}/seed1000", result, metric)
-            for i, result in enumerate(results)]
+    return [
+        candidate({"optimizer.lr": i}, f"lr={i}", f"tune/lm/v/lr={i}/seed1000", result, metric)
+        for i, result in enumerate(results)
+    ]
 
 
 # --- the choice -------------------------------------------------------------------------------------
@@ -51,17 +53,27 @@ def scored(results: list[CellRecord | None], metric: str = "perplexity") -> list
 
 def test_the_choice_is_the_best_score_in_the_metrics_direction_first_listed_on_ties():
     lower = scored([ok(12.0), ok(9.5), ok(9.5), ok(30.0)])
-    assert choose(lower, higher_is_better=False).values == {"optimizer.lr": 1}  # perplexity: lowest, the first of equals
+    assert choose(lower, higher_is_better=False).values == {
+        "optimizer.lr": 1
+    }  # perplexity: lowest, the first of equals
     assert choose(lower, higher_is_better=True).values == {"optimizer.lr": 3}
-    accuracy = scored([ok(0.5, "accuracy"), ok(0.75, "accuracy"), ok(0.75, "accuracy"), ok(0.25, "accuracy")], "accuracy")
-    assert choose(accuracy, higher_is_better=True).values == {"optimizer.lr": 1}  # accuracy: highest, the first of equals
+    accuracy = scored(
+        [ok(0.5, "accuracy"), ok(0.75, "accuracy"), ok(0.75, "accuracy"), ok(0.25, "accuracy")], "accuracy"
+    )
+    assert choose(accuracy, higher_is_better=True).values == {
+        "optimizer.lr": 1
+    }  # accuracy: highest, the first of equals
 
 
 def test_a_diverged_failed_or_unscored_candidate_never_wins():
     diverged = record(status="diverged", diverged_at_step=3, metrics={"perplexity": 1.0})  # a stray score is ignored
-    candidates = scored([diverged, record(status="failed", error="RuntimeError: boom"), ok(float("nan")), None, ok(50.0)])
+    candidates = scored(
+        [diverged, record(status="failed", error="RuntimeError: boom"), ok(float("nan")), None, ok(50.0)]
+    )
     assert [c.status for c in candidates] == ["diverged", "failed", "ok", "not run", "ok"]
-    assert choose(candidates, higher_is_better=False) is candidates[4]  # the worst score, but the only one that finished
+    assert (
+        choose(candidates, higher_is_better=False) is candidates[4]
+    )  # the worst score, but the only one that finished
     nothing = Tuning("lm", "norm_placement=post", "perplexity", False, tuple(candidates[:4]))
     assert nothing.chosen is None
     # the message the reported cells fail with names every tuning cell and how it ended
@@ -72,12 +84,31 @@ def test_a_diverged_failed_or_unscored_candidate_never_wins():
 
 
 def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp_path):
-    lm = [Tuning("lm", "norm_placement=pre", "perplexity", False,
-                 tuple(scored([ok(8.123456), ok(7.5), record(status="diverged", diverged_at_step=2)]))),
-          Tuning("lm", "norm_placement=post", "perplexity", False,
-                 tuple(scored([record(status="failed", error="x"), record(status="diverged"), record(status="diverged")])))]
-    vit = [Tuning("vit", "norm_placement=pre", "accuracy", True,
-                  tuple(scored([ok(0.5, "accuracy"), ok(0.25, "accuracy"), ok(0.5, "accuracy")], "accuracy")))]
+    lm = [
+        Tuning(
+            "lm",
+            "norm_placement=pre",
+            "perplexity",
+            False,
+            tuple(scored([ok(8.123456), ok(7.5), record(status="diverged", diverged_at_step=2)])),
+        ),
+        Tuning(
+            "lm",
+            "norm_placement=post",
+            "perplexity",
+            False,
+            tuple(scored([record(status="failed", error="x"), record(status="diverged"), record(status="diverged")])),
+        ),
+    ]
+    vit = [
+        Tuning(
+            "vit",
+            "norm_placement=pre",
+            "accuracy",
+            True,
+            tuple(scored([ok(0.5, "accuracy"), ok(0.25, "accuracy"), ok(0.5, "accuracy")], "accuracy")),
+        )
+    ]
     write_tuning(tmp_path, tuning_record(["optimizer.lr"], 1000, lm + vit))
     text = "\n".join(tuning_section(tmp_path))
     assert text.startswith("## Tuning") and "`optimizer.lr`" in text and "tuning seed 1000" in text
@@ -85,47 +116,76 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
     assert "| variant | lr=0 | lr=1 | lr=2 | tuned value |" in text
     assert "| norm_placement=pre | 8.123 | **7.5** | diverged | lr=1 |" in text
     assert "| norm_placement=post | failed | diverged | diverged | none: no candidate finished" in text
-    assert "| norm_placement=pre | **0.5** | 0.25 | 0.5 | lr=0 (lowest lr tried) |" in text  # higher is better; a tie: the first
+    assert (
+        "| norm_placement=pre | **0.5** | 0.25 | 0.5 | lr=0 (lowest lr tried) |" in text
+    )  # higher is better; a tie: the first
     assert "*lowest* or *highest tried* is an end of its grid" in text  # what the mark means and what to do
     assert tuning_section(tmp_path / "no_tuning") == []
 
 
 def test_a_choice_at_an_end_of_the_grid_is_marked_per_key():
     """A sweep whose best point is its lowest or highest value may have its best beyond it: say so."""
+
     def tuned(chosen: dict, grid: list[dict]) -> dict:
-        return {"chosen": chosen, "chosen_label": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in chosen.items()),
-                "candidates": [{"values": values} for values in grid]}
+        return {
+            "chosen": chosen,
+            "chosen_label": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in chosen.items()),
+            "candidates": [{"values": values} for values in grid],
+        }
 
     lrs = [{"optimizer.lr": lr} for lr in (3e-4, 1e-3, 3e-3)]
     assert chosen_text(tuned({"optimizer.lr": 3e-4}, lrs)) == "lr=0.0003 (lowest lr tried)"
     assert chosen_text(tuned({"optimizer.lr": 3e-3}, lrs)) == "lr=0.003 (highest lr tried)"
     assert chosen_text(tuned({"optimizer.lr": 1e-3}, lrs)) == "lr=0.001"  # inside the grid: no mark
     # two keys: each is judged over its own values; one value only, or names, are no grid
-    grid = [{"optimizer.lr": lr, "trainer.warmup_steps": w, "model.ffn": f}
-            for lr in (1e-3, 3e-3) for w in (30, 60, 90) for f in ("mlp",)]
+    grid = [
+        {"optimizer.lr": lr, "trainer.warmup_steps": w, "model.ffn": f}
+        for lr in (1e-3, 3e-3)
+        for w in (30, 60, 90)
+        for f in ("mlp",)
+    ]
     both = tuned({"optimizer.lr": 3e-3, "trainer.warmup_steps": 60, "model.ffn": "mlp"}, grid)
     assert grid_edges(both) == ["highest lr"]
     assert grid_edges(tuned({"optimizer.lr": 1e-3, "trainer.warmup_steps": 30, "model.ffn": "mlp"}, grid)) == [
-        "lowest lr", "lowest warmup_steps"]
+        "lowest lr",
+        "lowest warmup_steps",
+    ]
     assert grid_edges({"chosen": None, "chosen_label": None, "candidates": []}) == [] and chosen_text(None) is None
 
 
 # --- validation ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("axes, tune, expected", [
-    ({"model.norm_placement": ["pre", "post"]}, {"tune": {"model.norm_placement": ["pre"]}},
-     "tune: 'model.norm_placement' is also an axis"),
-    ({"optimizer.lr": [1.0e-3]}, {"tune": {"optimizer": [{"lr": 1.0e-3}]}}, "tune: 'optimizer' and the axis 'optimizer.lr' set the same value"),
-    ({"seed": [0, 1]}, {"tune": {"optimizer.lr": [1.0e-3]}, "tune_seed": 1}, "tune_seed 1 is also a reported seed (0, 1)"),
-    ({"seed": [0]}, {"tune": {"optimizer.lr": [1.0e-3, -1]}},
-     "[tuning cell optimizer.lr=-1]: optimizer.lr: Input should be greater than 0"),
-    ({"seed": [0]}, {"tune": {"optimizer.lrr": [1.0e-3]}}, "optimizer.lrr: unknown key"),
-    ({"seed": [0]}, {"tune": {"optimizer.lr": []}}, "tune: 'optimizer.lr' has no candidate values"),
-    ({"seed": [0]}, {"tune": {"optimizer.lr": [1.0e-3, 1.0e-3]}}, "lists the candidate 0.001 more than once"),
-    ({"seed": [0]}, {"tune": {"seed": [1, 2]}}, "'seed' cannot be tuned"),
-    ({"seed": [0]}, {"tune_seed": 7}, "tune_seed is set but nothing is tuned"),
-])
+@pytest.mark.parametrize(
+    "axes, tune, expected",
+    [
+        (
+            {"model.norm_placement": ["pre", "post"]},
+            {"tune": {"model.norm_placement": ["pre"]}},
+            "tune: 'model.norm_placement' is also an axis",
+        ),
+        (
+            {"optimizer.lr": [1.0e-3]},
+            {"tune": {"optimizer": [{"lr": 1.0e-3}]}},
+            "tune: 'optimizer' and the axis 'optimizer.lr' set the same value",
+        ),
+        (
+            {"seed": [0, 1]},
+            {"tune": {"optimizer.lr": [1.0e-3]}, "tune_seed": 1},
+            "tune_seed 1 is also a reported seed (0, 1)",
+        ),
+        (
+            {"seed": [0]},
+            {"tune": {"optimizer.lr": [1.0e-3, -1]}},
+            "[tuning cell optimizer.lr=-1]: optimizer.lr: Input should be greater than 0",
+        ),
+        ({"seed": [0]}, {"tune": {"optimizer.lrr": [1.0e-3]}}, "optimizer.lrr: unknown key"),
+        ({"seed": [0]}, {"tune": {"optimizer.lr": []}}, "tune: 'optimizer.lr' has no candidate values"),
+        ({"seed": [0]}, {"tune": {"optimizer.lr": [1.0e-3, 1.0e-3]}}, "lists the candidate 0.001 more than once"),
+        ({"seed": [0]}, {"tune": {"seed": [1, 2]}}, "'seed' cannot be tuned"),
+        ({"seed": [0]}, {"tune_seed": 7}, "tune_seed is set but nothing is tuned"),
+    ],
+)
 def test_tuning_mistakes_stop_the_matrix_before_anything_trains(tmp_path, capsys, axes, tune, expected):
     path = tuned_matrix(tmp_path, axes, **tune)
     results = tmp_path / "results"
@@ -135,14 +195,19 @@ def test_tuning_mistakes_stop_the_matrix_before_anything_trains(tmp_path, capsys
 
 
 def test_dry_run_lists_the_tuning_cells_and_the_reported_ones_after_tuning(tmp_path, capsys):
-    path = tuned_matrix(tmp_path, {"model.norm_placement": ["pre"], "seed": [0, 1]}, tune={"optimizer.lr": [3.0e-4, 3.0e-3]})
+    path = tuned_matrix(
+        tmp_path, {"model.norm_placement": ["pre"], "seed": [0, 1]}, tune={"optimizer.lr": [3.0e-4, 3.0e-3]}
+    )
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "4 cells (2 tuning, 2 reported)" in out
     rows = dict(re.findall(r"^\[\d/4\] (\S+)\s+(to run|after tuning)\s+~", out, re.M))
-    assert rows == {"tune/lm/norm_placement=pre/lr=0.0003/seed1000": "to run",
-                    "tune/lm/norm_placement=pre/lr=0.003/seed1000": "to run",
-                    "lm/norm_placement=pre/seed0": "after tuning", "lm/norm_placement=pre/seed1": "after tuning"}, out
+    assert rows == {
+        "tune/lm/norm_placement=pre/lr=0.0003/seed1000": "to run",
+        "tune/lm/norm_placement=pre/lr=0.003/seed1000": "to run",
+        "lm/norm_placement=pre/seed0": "after tuning",
+        "lm/norm_placement=pre/seed1": "after tuning",
+    }, out
     assert "4 to train (2 tuning, 2 after tuning): about" in out  # the estimate counts both phases
     assert not (tmp_path / "results").exists()
 
@@ -158,7 +223,9 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     """Two candidates of one variant: 10000 diverges (listed first: it must not win for being first),
     3e-3 finishes; the reported seed trains at 3e-3, not at the base's 1e-3. A rerun trains nothing;
     a tuning result that changes leaves the variant without a choice, and its seed fails untrained."""
-    path = tuned_matrix(tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, tune={"optimizer.lr": [1.0e4, 3.0e-3]})
+    path = tuned_matrix(
+        tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, tune={"optimizer.lr": [1.0e4, 3.0e-3]}
+    )
     results = tmp_path / "results"
     first = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -168,8 +235,10 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     assert good["status"] == "ok" and good["seed"] == 1000
     assert json.loads((tune_dir / "lr=10000.0" / "seed1000" / RESULT_FILE).read_text())["status"] == "diverged"
     assert "phase 1 of 2, tuning" in first.stdout and "phase 2 of 2" in first.stdout
-    assert f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {good['metrics']['perplexity']:.4g}; lr=10000.0 diverged)" \
+    assert (
+        f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {good['metrics']['perplexity']:.4g}; lr=10000.0 diverged)"
         in first.stdout
+    )
 
     # tune.json: the metric, its direction, every candidate, the choice
     record = json.loads((matrix_dir / "tune.json").read_text())
@@ -179,7 +248,9 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     variant = lm["variants"]["norm_placement=pre"]
     assert variant["chosen"] == {"optimizer.lr": 0.003}
     assert [(c["label"], c["status"], c["score"]) for c in variant["candidates"]] == [
-        ("lr=10000.0", "diverged", None), ("lr=0.003", "ok", good["metrics"]["perplexity"])]
+        ("lr=10000.0", "diverged", None),
+        ("lr=0.003", "ok", good["metrics"]["perplexity"]),
+    ]
 
     # the reported seed trained at the chosen value, and says so
     reported = matrix_dir / "cells" / "lm" / "norm_placement=pre" / "seed0"
@@ -190,7 +261,10 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     assert json.loads((reported / RESULT_FILE).read_text())["status"] == "ok"
 
     # TensorBoard: a run per tuning cell under tune/; the reported run lists its tuned value
-    assert "val/lm/perplexity" in tensorboard_events(matrix_dir / "tb" / "tune" / "lm" / "pre" / "lr=0.003" / "seed1000").Tags()["scalars"]
+    assert (
+        "val/lm/perplexity"
+        in tensorboard_events(matrix_dir / "tb" / "tune" / "lm" / "pre" / "lr=0.003" / "seed1000").Tags()["scalars"]
+    )
     from test_runner import hparams_session
 
     session = hparams_session(matrix_dir / "tb" / "lm" / "pre" / "seed0")
@@ -198,17 +272,24 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
 
     # matrix_run.json records both phases; the summary's statistics see the reported seed alone
     run = json.loads((matrix_dir / "matrix_run.json").read_text())
-    assert run["phases"] == {"tune": {"cells": 2, "trained": 2, "wall_time_s": run["phases"]["tune"]["wall_time_s"]},
-                             "report": {"cells": 1, "trained": 1, "wall_time_s": run["phases"]["report"]["wall_time_s"]}}
+    assert run["phases"] == {
+        "tune": {"cells": 2, "trained": 2, "wall_time_s": run["phases"]["tune"]["wall_time_s"]},
+        "report": {"cells": 1, "trained": 1, "wall_time_s": run["phases"]["report"]["wall_time_s"]},
+    }
     assert [(c["key"], c["phase"]) for c in run["cells"]][-1] == ("lm/norm_placement=pre/seed0", "report")
     summary = (matrix_dir / "summary.md").read_text()
     assert "Cells: 1 (1 ok, 0 diverged, 0 failed)" in summary
     # where the last run's time went counts the tuning cells' training steps too
     breakdowns = [c["wall_time_breakdown"] for c in run["cells"][:2]]
-    breakdowns.append(json.loads((matrix_dir / "cells/lm/norm_placement=pre/seed0" / RESULT_FILE).read_text())["wall_time_breakdown"])
+    breakdowns.append(
+        json.loads((matrix_dir / "cells/lm/norm_placement=pre/seed0" / RESULT_FILE).read_text())["wall_time_breakdown"]
+    )
     assert re.search(r"The last run took [\d.,]+ s: 3 cells", summary)
     assert f"{sum(b['train_steps'] for b in breakdowns):,.1f} s of it training steps" in summary
-    assert f"| norm_placement=pre | diverged | **{good['metrics']['perplexity']:.4g}** | lr=0.003 (lowest lr tried) |" in summary
+    assert (
+        f"| norm_placement=pre | diverged | **{good['metrics']['perplexity']:.4g}** | lr=0.003 (lowest lr tried) |"
+        in summary
+    )
 
     # a rerun (here in this process: no interpreter start-up to wait for) reuses all three cells: nothing
     # trains, no result is rewritten

@@ -13,16 +13,16 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
+from conftest import TINY_LM, scalars, write_matrix
 
+from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.layout import write_json
 from blockbench.matrix.run import run_matrix
 from blockbench.record import CellRecord
 from blockbench.report.summary import write_report
-from blockbench.cell.train import train
+from blockbench.tasks.lm import AgreementDataModule
 from blockbench.walltime import FORKED_NOTE
-from conftest import TINY_LM, scalars, write_matrix
-from tasks.lm import AgreementDataModule
 
 #: every part of a cell's breakdown, which add up to its total
 CELL_PARTS = ("startup", "build", "data", "data_wait", "train_steps", "validation", "checkpoints", "other")
@@ -39,8 +39,14 @@ def tiny_cell(**trainer) -> dict:
 
 
 def train_tiny(tmp_path: Path, config: dict, name: str, *callbacks: L.Callback) -> CellRecord:
-    return train(build_run_config(config), tmp_path / name, tb_dir=tmp_path / "tb", tb_name="lm", tb_version=name,
-                 extra_callbacks=callbacks)
+    return train(
+        build_run_config(config),
+        tmp_path / name,
+        tb_dir=tmp_path / "tb",
+        tb_name="lm",
+        tb_version=name,
+        extra_callbacks=callbacks,
+    )
 
 
 def assert_adds_up(breakdown: dict, parts: tuple[str, ...]) -> None:
@@ -186,6 +192,7 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
         def start(*args, **kwargs):
             spawned.append(time.time())
             return real(*args, **kwargs)
+
         return start
 
     monkeypatch.setattr(jobs_module, "run_subprocess", timed(real_run))
@@ -231,7 +238,10 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
 
     summary = (matrix_dir / "summary.md").read_text()
     share = breakdown["train_steps"] / matrix["total"]
-    assert f"(last run: {run['wall_time_s'] / 60:.1f} min, 1 cells trained; training steps {share:.0%} of the wall time)" in summary
+    assert (
+        f"(last run: {run['wall_time_s'] / 60:.1f} min, 1 cells trained; training steps {share:.0%} of the wall time)"
+        in summary
+    )
     row = " | ".join(f"{breakdown[part]:,.1f}" for part in (*CELL_PARTS, "total"))
     assert f"| lm | 1 | {row} |" in summary
     assert f"this report {matrix['report']:,.1f} s" in summary
@@ -241,21 +251,46 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
 
 
 def _breakdown(startup, build, data, data_wait, train_steps, validation, checkpoints, other, **flags) -> dict:
-    parts = dict(startup=startup, build=build, data=data, data_wait=data_wait, train_steps=train_steps,
-                 validation=validation, checkpoints=checkpoints, other=other)
+    parts = dict(
+        startup=startup,
+        build=build,
+        data=data,
+        data_wait=data_wait,
+        train_steps=train_steps,
+        validation=validation,
+        checkpoints=checkpoints,
+        other=other,
+    )
     total = sum(v for v in parts.values() if v is not None)
     return {**parts, "total": total, "measured_from": "process start", "resumed": False, **flags}
 
 
 def _cell(matrix_dir: Path, index: int, task: str, seed: int, breakdown: dict | None) -> None:
     cell_dir = matrix_dir / "cells" / task / "default" / f"seed{seed}"
-    write_json(cell_dir / "cell.json", {"index": index, "task": task, "task_name": task, "variant": "default", "seed": seed,
-                                        "axes": {}})
-    metrics = {"lm": {"perplexity": 10.0 + seed, "agreement_acc": 0.5, "loss": 2.0},
-               "vit": {"accuracy": 0.5 + 0.1 * seed, "loss": 1.0}}[task]
-    result = {"status": "ok", "task": task, "seed": seed, "config_hash": "abc", "metrics": metrics,
-              "primary_metric": next(iter(metrics)), "baselines": {}, "data": {}, "steps": 30, "wall_time_s": 40.0,
-              "parameters": 1000, "throughput": 100.0, "throughput_unit": "tokens/s", "machine": "test"}
+    write_json(
+        cell_dir / "cell.json",
+        {"index": index, "task": task, "task_name": task, "variant": "default", "seed": seed, "axes": {}},
+    )
+    metrics = {
+        "lm": {"perplexity": 10.0 + seed, "agreement_acc": 0.5, "loss": 2.0},
+        "vit": {"accuracy": 0.5 + 0.1 * seed, "loss": 1.0},
+    }[task]
+    result = {
+        "status": "ok",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "metrics": metrics,
+        "primary_metric": next(iter(metrics)),
+        "baselines": {},
+        "data": {},
+        "steps": 30,
+        "wall_time_s": 40.0,
+        "parameters": 1000,
+        "throughput": 100.0,
+        "throughput_unit": "tokens/s",
+        "machine": "test",
+    }
     if breakdown is not None:
         result["wall_time_breakdown"] = breakdown
     write_json(cell_dir / "result.json", result)
@@ -266,13 +301,44 @@ def synthetic_matrix(matrix_dir: Path, *, jobs: int) -> None:
     _cell(matrix_dir, 0, "lm", 0, _breakdown(4.0, 0.5, 2.0, 0.1, 30.0, 3.0, 0.4, 1.0))  # total 41.0
     _cell(matrix_dir, 1, "lm", 1, _breakdown(6.0, 0.5, 2.0, 0.3, 50.0, 5.0, 0.6, 1.0, resumed=True))  # total 65.4
     _cell(matrix_dir, 2, "vit", 0, _breakdown(5.0, 0.2, 1.0, 0.0, 20.0, 2.0, 0.0, 0.8))  # total 29.0
-    _cell(matrix_dir, 3, "vit", 1, _breakdown(None, 0.2, 1.0, 0.0, 24.0, 2.0, 0.0, 0.8,  # total 28.0
-                                              measured_from="clock start"))
-    run = {"command": "blockbench matrix m.yaml", "wall_time_s": 160.0, "cells_trained": 3, "jobs": jobs,
-           "wall_time_breakdown": {"startup": 3.0, "planning": 1.0, "tensorboard_views": 2.0, "peak_probe": 4.0,
-                                   "cells": 148.0, "report": 1.5, "other": 0.5, "total": 160.0},
-           "cells": [{"key": "lm/default/seed0", "seconds": 42.0}, {"key": "lm/default/seed1", "seconds": 66.5},
-                     {"key": "vit/default/seed0", "seconds": 30.0}]}
+    _cell(
+        matrix_dir,
+        3,
+        "vit",
+        1,
+        _breakdown(
+            None,
+            0.2,
+            1.0,
+            0.0,
+            24.0,
+            2.0,
+            0.0,
+            0.8,  # total 28.0
+            measured_from="clock start",
+        ),
+    )
+    run = {
+        "command": "blockbench matrix m.yaml",
+        "wall_time_s": 160.0,
+        "cells_trained": 3,
+        "jobs": jobs,
+        "wall_time_breakdown": {
+            "startup": 3.0,
+            "planning": 1.0,
+            "tensorboard_views": 2.0,
+            "peak_probe": 4.0,
+            "cells": 148.0,
+            "report": 1.5,
+            "other": 0.5,
+            "total": 160.0,
+        },
+        "cells": [
+            {"key": "lm/default/seed0", "seconds": 42.0},
+            {"key": "lm/default/seed1", "seconds": 66.5},
+            {"key": "vit/default/seed0", "seconds": 30.0},
+        ],
+    }
     write_json(matrix_dir / "matrix_run.json", run)
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump({"name": matrix_dir.name, "axes": {"task": ["lm", "vit"]}}))
 
@@ -281,24 +347,34 @@ def test_the_summary_shows_where_the_time_went_by_hand(tmp_path):
     synthetic_matrix(tmp_path / "one", jobs=1)
     summary = write_report(tmp_path / "one")
     # the last run's cells trained 30 + 50 + 20 = 100 s of its 160 s; the reused vit seed 1 is not the last run's
-    assert "Command: `blockbench matrix m.yaml` (last run: 2.7 min, 3 cells trained; training steps 62% of the wall time)  \n" in summary
-    section = summary[summary.index("## Where the time went"):]
+    assert (
+        "Command: `blockbench matrix m.yaml` (last run: 2.7 min, 3 cells trained; training steps 62% of the wall time)  \n"
+        in summary
+    )
+    section = summary[summary.index("## Where the time went") :]
     # means: lm over seeds 0 and 1; vit over seeds 0 and 1, its start-up over seed 0 alone (seed 1 has none)
-    assert "| task | cells | startup | build | data | data wait | train steps | validation | checkpoints | other | total |" in section
+    assert (
+        "| task | cells | startup | build | data | data wait | train steps | validation | checkpoints | other | total |"
+        in section
+    )
     assert "| lm | 2 | 5.0 | 0.5 | 2.0 | 0.2 | 40.0 | 4.0 | 0.5 | 1.0 | 53.2 |" in section
     assert "| vit | 2 | 5.0 | 0.2 | 1.0 | 0.0 | 22.0 | 2.0 | 0.0 | 0.8 | 28.5 |" in section
     assert "1 resumed cell(s) count their last process only" in section
     assert "1 cell(s) have no start-up time" in section
     # the processes ran 42 - 41, 66.5 - 65.4 and 30 - 29 s after their results' breakdowns ended
-    assert ("The last run took 160.0 s: 3 cells, whose processes took 138.5 s from start to exit (3.1 s of it after they "
-            "wrote their results: shutting down), 100.0 s of it training steps (62% of the wall time; outside them 38%); "
-            "the matrix's own parts: startup 3.0 s, planning 1.0 s, TensorBoard views 2.0 s, peak FLOP/s probe 4.0 s, "
-            "this report 1.5 s, other 0.5 s.") in section
+    assert (
+        "The last run took 160.0 s: 3 cells, whose processes took 138.5 s from start to exit (3.1 s of it after they "
+        "wrote their results: shutting down), 100.0 s of it training steps (62% of the wall time; outside them 38%); "
+        "the matrix's own parts: startup 3.0 s, planning 1.0 s, TensorBoard views 2.0 s, peak FLOP/s probe 4.0 s, "
+        "this report 1.5 s, other 0.5 s."
+    ) in section
 
     # results and a run recorded before the breakdown: the header as it was, no section
     old = tmp_path / "old"
     _cell(old, 0, "lm", 0, None)
-    write_json(old / "matrix_run.json", {"command": "blockbench matrix m.yaml", "wall_time_s": 120.0, "cells_trained": 1})
+    write_json(
+        old / "matrix_run.json", {"command": "blockbench matrix m.yaml", "wall_time_s": 120.0, "cells_trained": 1}
+    )
     summary = write_report(old)
     assert "Command: `blockbench matrix m.yaml` (last run: 2.0 min, 1 cells trained)  \n" in summary
     assert "Where the time went" not in summary
@@ -309,7 +385,10 @@ def test_with_parallel_cells_the_share_is_of_every_slots_wall_time(tmp_path):
     summary = write_report(tmp_path / "two")
     # 100 s of training steps in 2 slots x 160 s
     assert "3 cells trained; training steps 31% of the wall time of 2 parallel slots)" in summary
-    assert "3 cells, 2 at a time, whose processes took 138.5 s" in summary and "(31% of the wall time of the slots;" in summary
+    assert (
+        "3 cells, 2 at a time, whose processes took 138.5 s" in summary
+        and "(31% of the wall time of the slots;" in summary
+    )
 
 
 def test_the_report_records_its_own_time_before_it_reads_the_run(tmp_path):

@@ -10,11 +10,21 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
-from tasks.base import capture_rng, restore_rng
+from blockbench.tasks.base import capture_rng, restore_rng
 
-from .perf import TRAIN_FETCH_ACTION, DataWaitProfiler, PeakFlops, StepTiming, count_training_flops, current_peak_memory_mb, peak_flops, step_statistics, synchronize
-from .tensorboard import CURVE_TAG
 from ..walltime import WallClock
+from .perf import (
+    TRAIN_FETCH_ACTION,
+    DataWaitProfiler,
+    PeakFlops,
+    StepTiming,
+    count_training_flops,
+    current_peak_memory_mb,
+    peak_flops,
+    step_statistics,
+    synchronize,
+)
+from .tensorboard import CURVE_TAG
 
 
 class PerformanceMonitor(L.Callback):
@@ -41,8 +51,15 @@ class PerformanceMonitor(L.Callback):
     is a :class:`WallTimeProfiler` that tells it the other parts (``result.json`` ``wall_time_breakdown``).
     """
 
-    def __init__(self, unit: str, *, peak_tflops: float | None = None, warmup_steps: int = 3, count_flops: bool = True,
-                 clock: WallClock | None = None):
+    def __init__(
+        self,
+        unit: str,
+        *,
+        peak_tflops: float | None = None,
+        warmup_steps: int = 3,
+        count_flops: bool = True,
+        clock: WallClock | None = None,
+    ):
         self.unit = unit.replace(" ", "_")
         self.configured_peak_tflops = peak_tflops
         self.warmup_steps = warmup_steps
@@ -71,7 +88,9 @@ class PerformanceMonitor(L.Callback):
             self.peak = peak_flops(self.configured_peak_tflops, pl_module.device, trainer.precision)
         self.data_wait.take()  # waits before the first step of this fit do not belong to it
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step.data_wait += self.data_wait.take()
         if self._flops_pending:
             self._flops_pending = False
@@ -108,7 +127,7 @@ class PerformanceMonitor(L.Callback):
     @property
     def timed_steps(self) -> list[StepTiming]:
         """The steps the statistics use: all but the warm-up steps (all, in a run that short)."""
-        return self.steps[self.warmup_steps:] or self.steps
+        return self.steps[self.warmup_steps :] or self.steps
 
     @property
     def per_second_per_process(self) -> float:
@@ -123,15 +142,18 @@ class PerformanceMonitor(L.Callback):
 
     def summary(self) -> dict[str, Any]:
         """The ``performance`` block of ``result.json``: see :func:`blockbench.cell.perf.step_statistics`."""
-        figures = step_statistics(self.steps, warmup_steps=self.warmup_steps, flops_per_step=self.flops_per_step,
-                                  peak=self.peak)
+        figures = step_statistics(
+            self.steps, warmup_steps=self.warmup_steps, flops_per_step=self.flops_per_step, peak=self.peak
+        )
         if self.steps and self.data_wait.fetches == 0:  # Lightning no longer reports the fetches as we expect
             figures["data_wait_ms"] = figures["data_wait_fraction"] = None
         if figures.get("mfu_above_peak"):
-            rank_zero_warn(f"MFU {figures['mfu_raw']:.2f} is above 1, so the result has none: the peak of "
-                           f"{figures['peak_tflops']} TFLOP/s ({figures['peak_source']}) is too low, e.g. measured "
-                           "while the machine was busy; run `blockbench peak --remeasure` on a quiet machine or set "
-                           "trainer.peak_tflops to the device's peak")
+            rank_zero_warn(
+                f"MFU {figures['mfu_raw']:.2f} is above 1, so the result has none: the peak of "
+                f"{figures['peak_tflops']} TFLOP/s ({figures['peak_source']}) is too low, e.g. measured "
+                "while the machine was busy; run `blockbench peak --remeasure` on a quiet machine or set "
+                "trainer.peak_tflops to the device's peak"
+            )
         return figures
 
     # internals --------------------------------------------------------------------------------
@@ -140,16 +162,21 @@ class PerformanceMonitor(L.Callback):
         """FLOPs of ``training_loss`` on this batch, forward and backward. Under DDP this is the
         unwrapped module (no gradient sync); each process counts its own batch."""
         try:
-            return count_training_flops(pl_module, lambda: pl_module.training_loss(batch),
-                                        context=trainer.precision_plugin.train_step_context)
+            return count_training_flops(
+                pl_module, lambda: pl_module.training_loss(batch), context=trainer.precision_plugin.train_step_context
+            )
         except Exception as error:  # a figure is missing; training goes on
-            rank_zero_warn(f"model FLOPs not counted ({type(error).__name__}: {error}); the result has no "
-                           "flops_per_step, achieved_tflops or mfu")
+            rank_zero_warn(
+                f"model FLOPs not counted ({type(error).__name__}: {error}); the result has no "
+                "flops_per_step, achieved_tflops or mfu"
+            )
             return None
 
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, step: StepTiming) -> None:
-        values = {"perf/step_time_ms": 1e3 * step.seconds,
-                  "perf/peak_memory_mb": current_peak_memory_mb(pl_module.device)}
+        values = {
+            "perf/step_time_ms": 1e3 * step.seconds,
+            "perf/peak_memory_mb": current_peak_memory_mb(pl_module.device),
+        }
         if step.seconds + step.data_wait > 0:
             values["perf/data_wait_fraction"] = step.data_wait / (step.seconds + step.data_wait)
         if self.flops_per_step is not None and step.seconds > 0:
@@ -308,7 +335,9 @@ class LossCurve(L.Callback):
             # resumed from a checkpoint of a point's step: TensorBoard drops the points from there on (purge_step)
             self._log(trainer, *self.points[-1])
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if step == self._last_step:
             return  # a micro-batch in the middle of a gradient accumulation window
@@ -342,8 +371,11 @@ class LossCurve(L.Callback):
 
     def record(self) -> dict[str, Any]:
         """``result.json`` ``curve``: the sample's size and every (step, loss) point."""
-        return {"every_n_steps": self.every_n_steps, "items": self.sample_size,
-                "points": [[step, round(loss, 6)] for step, loss in self.points]}
+        return {
+            "every_n_steps": self.every_n_steps,
+            "items": self.sample_size,
+            "points": [[step, round(loss, 6)] for step, loss in self.points],
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"points": self.points}
@@ -369,7 +401,9 @@ class DivergenceGuard(L.Callback):
         self.diverging_loss: float | None = None
         self.last_finite_loss: float | None = None
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.diverged:
             return  # the first divergence is the finding (every process knows it: no all-gather is left unpaired)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -414,7 +448,9 @@ class ResumeState(L.Callback):
         if state["config_hash"] != self.config_hash:
             raise ValueError(f"checkpoint of config {state['config_hash']}, not of this run ({self.config_hash})")
         if state.get("code_fingerprint") != self.code_fingerprint:
-            raise ValueError(f"checkpoint of code {state.get('code_fingerprint')}, not of this code ({self.code_fingerprint})")
+            raise ValueError(
+                f"checkpoint of code {state.get('code_fingerprint')}, not of this code ({self.code_fingerprint})"
+            )
         self._pending_rng = state["rng"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -452,7 +488,9 @@ class StepCheckpoint(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_step = trainer.global_step  # the step resumed from is saved already
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if trainer.global_step == self._last_step:
             return  # a micro-batch in the middle of a gradient accumulation window
         self._last_step = trainer.global_step

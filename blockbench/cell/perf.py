@@ -41,7 +41,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from tasks.data.cache import cache_key, cache_root
+from blockbench.tasks.data.cache import cache_key, cache_root
 
 from ..layout import write_json
 from ..provenance import cpu_model, hardware
@@ -61,7 +61,9 @@ def attention_flops(query_shape: torch.Size, key_shape: torch.Size, value_shape:
     return 2 * batch * heads * q_len * k_len * (qk_dim + v_dim)
 
 
-def _attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _attention_backward_flops(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     """Backward of fused attention as model FLOPs: the gradients' four matmuls, twice the forward."""
     return 2 * attention_flops(query_shape, key_shape, value_shape)
 
@@ -131,11 +133,18 @@ def count_training_flops(
 
 #: the compute dtype of each Lightning precision (the dtype its matmuls run in)
 PRECISION_DTYPES: dict[str, torch.dtype] = {
-    "bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "bf16": torch.bfloat16,
-    "16-mixed": torch.float16, "16-true": torch.float16, "16": torch.float16,
-    "32-true": torch.float32, "32": torch.float32,
-    "64-true": torch.float64, "64": torch.float64,
-    "transformer-engine": torch.bfloat16, "transformer-engine-float16": torch.float16,
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+    "16": torch.float16,
+    "32-true": torch.float32,
+    "32": torch.float32,
+    "64-true": torch.float64,
+    "64": torch.float64,
+    "transformer-engine": torch.bfloat16,
+    "transformer-engine-float16": torch.float16,
 }
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 
@@ -159,11 +168,17 @@ class PeakFlops:
 
     tflops: float
     source: str
-    probe: dict[str, Any] | None = field(default=None, compare=False)  # equal peaks: the same figure from the same source
+    probe: dict[str, Any] | None = field(
+        default=None, compare=False
+    )  # equal peaks: the same figure from the same source
 
 
 def peak_flops(
-    configured_tflops: float | None, device: torch.device, precision: str | int, *, threads: int | None = None,
+    configured_tflops: float | None,
+    device: torch.device,
+    precision: str | int,
+    *,
+    threads: int | None = None,
     remeasure: bool = False,
 ) -> PeakFlops:
     """``trainer.peak_tflops`` if set, else this machine's cached matmul probe in ``precision``'s
@@ -185,8 +200,13 @@ GPU_PROBE_SIZES = (1024, 2048, 4096, 8192)
 
 
 def measure_peak_flops(
-    device: torch.device | str, dtype: torch.dtype, *, sizes: Sequence[int] | None = None, rounds: int = 7,
-    calls: int = 3, budget_s: float = 4.0,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    *,
+    sizes: Sequence[int] | None = None,
+    rounds: int = 7,
+    calls: int = 3,
+    budget_s: float = 4.0,
 ) -> PeakFlops:
     """FLOP/s of square matmuls on ``device`` in ``dtype`` with the threads torch has: the median
     over ``rounds`` rounds of each round's fastest of ``calls`` calls, at the size where it is highest.
@@ -242,15 +262,21 @@ def measure_peak_flops(
         "dtype": name,
         "size": size,
         "method": f"median over {rounds} rounds of the fastest of {calls} calls, at the size with the highest median",
-        "spread_tflops": {"min": _round(min(chosen)), "median": _round(medians[size]), "max": _round(max(chosen)),
-                          "n": len(chosen)},
+        "spread_tflops": {
+            "min": _round(min(chosen)),
+            "median": _round(medians[size]),
+            "max": _round(max(chosen)),
+            "n": len(chosen),
+        },
         "samples_tflops": [_round(value) for value in chosen],
         "median_tflops_by_size": {str(s): _round(m) for s, m in medians.items()},
         "threads": None if on_gpu else torch.get_num_threads(),
         "seconds": round(time.perf_counter() - started, 2),
         "load_average": round(os.getloadavg()[0], 2),  # runnable processes over the last minute: the probe's company
     }
-    return PeakFlops(medians[size], f"measured: {name} matmul {size}^2, median of {rounds} rounds' fastest calls", probe)
+    return PeakFlops(
+        medians[size], f"measured: {name} matmul {size}^2, median of {rounds} rounds' fastest calls", probe
+    )
 
 
 def _timed_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, device: torch.device) -> float:
@@ -275,19 +301,28 @@ def probe_description(device: torch.device | str, dtype: torch.dtype, threads: i
     device's name; on a CPU its model, logical CPUs, torch's CPU capability (the kernels it
     dispatches to: AVX2, AVX512, ...) and the intra-op threads (default: torch's current count)."""
     device = torch.device(device)
-    description: dict[str, Any] = {"probe_version": PROBE_VERSION, "device": device.type,
-                                   "dtype": DTYPE_NAMES.get(dtype, str(dtype)), "torch": torch.__version__}
+    description: dict[str, Any] = {
+        "probe_version": PROBE_VERSION,
+        "device": device.type,
+        "dtype": DTYPE_NAMES.get(dtype, str(dtype)),
+        "torch": torch.__version__,
+    }
     if device.type == "cuda":
         return description | {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
-    return description | {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
-                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                          "threads": threads or torch.get_num_threads()}
+    return description | {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": threads or torch.get_num_threads(),
+    }
 
 
 def peak_cache_file(description: dict[str, Any]) -> Path:
     """``<cache>/peak_flops/cpu-fp32-2threads-<hash of description>.json``: readable, and unique per key."""
-    kind = "-".join([description["device"], description["dtype"]]
-                    + ([f"{description['threads']}threads"] if description.get("threads") else []))
+    kind = "-".join(
+        [description["device"], description["dtype"]]
+        + ([f"{description['threads']}threads"] if description.get("threads") else [])
+    )
     return cache_root() / PEAK_CACHE_FOLDER / f"{cache_key(kind, description)}.json"
 
 
@@ -315,18 +350,32 @@ def cached_peak_flops(
         if record is None:
             with _intra_op_threads(description.get("threads")):
                 peak = measure_peak_flops(device, dtype)
-            record = {"tflops": peak.tflops, "source": peak.source, **(peak.probe or {}), "key": path.stem,
-                      "description": description, "machine": hardware(),
-                      "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            record = {
+                "tflops": peak.tflops,
+                "source": peak.source,
+                **(peak.probe or {}),
+                "key": path.stem,
+                "description": description,
+                "machine": hardware(),
+                "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
             write_json(path, record)
             if device.type != "cuda" and (record.get("load_average") or 0) > (os.cpu_count() or 1):
-                rank_zero_warn(f"the peak FLOP/s was measured on a busy machine (load {record['load_average']} on "
-                               f"{os.cpu_count()} CPUs), so it may be far too low and MFU too high; it is cached in "
-                               f"{path}: run `blockbench peak --remeasure` when the machine is quiet")
-    probe = {"key": record["key"], "file": str(path), "measured_at": record["measured_at"], "measured_now": measured_now,
-             **{k: record.get(k) for k in ("dtype", "size", "threads", "method", "spread_tflops", "load_average")}}
-    return PeakFlops(record["tflops"], f"{record['source']} (cached probe {record['key']} of {record['measured_at']})",
-                     probe)
+                rank_zero_warn(
+                    f"the peak FLOP/s was measured on a busy machine (load {record['load_average']} on "
+                    f"{os.cpu_count()} CPUs), so it may be far too low and MFU too high; it is cached in "
+                    f"{path}: run `blockbench peak --remeasure` when the machine is quiet"
+                )
+    probe = {
+        "key": record["key"],
+        "file": str(path),
+        "measured_at": record["measured_at"],
+        "measured_now": measured_now,
+        **{k: record.get(k) for k in ("dtype", "size", "threads", "method", "spread_tflops", "load_average")},
+    }
+    return PeakFlops(
+        record["tflops"], f"{record['source']} (cached probe {record['key']} of {record['measured_at']})", probe
+    )
 
 
 def _read_peak_record(path: Path, description: dict[str, Any]) -> dict[str, Any] | None:
@@ -421,11 +470,19 @@ def step_statistics(
     Achieved FLOP/s is ``flops_per_step`` over the mean step time; MFU divides it by the peak (see
     :func:`mfu_figures`)."""
     timed = steps[warmup_steps:] or steps
-    peak_figures = {"peak_tflops": _round(peak.tflops) if peak else None, "peak_source": peak.source if peak else None,
-                    "peak_probe": peak.probe if peak else None}
+    peak_figures = {
+        "peak_tflops": _round(peak.tflops) if peak else None,
+        "peak_source": peak.source if peak else None,
+        "peak_probe": peak.probe if peak else None,
+    }
     if not timed:
-        return {"timed_steps": 0, "warmup_steps": 0, "flops_per_step": flops_per_step, **peak_figures,
-                **mfu_figures(None, peak)}
+        return {
+            "timed_steps": 0,
+            "warmup_steps": 0,
+            "flops_per_step": flops_per_step,
+            **peak_figures,
+            **mfu_figures(None, peak),
+        }
     seconds = [s.seconds for s in timed]
     mean_step = statistics.fmean(seconds)
     mean_wait = statistics.fmean(s.data_wait for s in timed)
@@ -466,4 +523,3 @@ def current_peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-

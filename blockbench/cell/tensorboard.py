@@ -103,13 +103,13 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import custom_scalars
 
-from tasks.lens import LENS_PREFIX
+from blockbench.tasks.lens import LENS_PREFIX
 
 from ..layout import TB_VIEWS_FILE, write_json
 from ..record import FINAL_FIGURES, throughput_tag
 
 if TYPE_CHECKING:
-    from tasks.base import Metric
+    from blockbench.tasks.base import Metric
 
 #: prefix of the scalars holding a cell's final metrics (the HParams table's metric columns)
 FINAL_PREFIX = "final/"
@@ -127,8 +127,13 @@ LENS_CHART = "val/lens: loss per block (logit lens)"
 #: the loss-curve points' tag (see ``blockbench.cell.callbacks.LossCurve``)
 CURVE_TAG = "val/curve_loss"
 #: the order of the speed figures among the HParams columns: those every cell has first
-SPEED_COLUMN_ORDER = ("perf/step_time_ms", "perf/peak_memory_mb", "perf/tflops_per_sec", "perf/mfu",
-                      "perf/data_wait_fraction")
+SPEED_COLUMN_ORDER = (
+    "perf/step_time_ms",
+    "perf/peak_memory_mb",
+    "perf/tflops_per_sec",
+    "perf/mfu",
+    "perf/data_wait_fraction",
+)
 
 Views = dict[str, Any]
 
@@ -163,10 +168,12 @@ class CellLogger(TensorBoardLogger):
     its ``config.yaml``, its varied keys the HParams session.
     """
 
-    def __init__(self, save_dir: str | Path, name: str, version: str, *, scope: str | None = None,
-                 purge_step: int | None = None):
-        super().__init__(save_dir=str(save_dir), name=name, version=version, default_hp_metric=False,
-                         purge_step=purge_step)
+    def __init__(
+        self, save_dir: str | Path, name: str, version: str, *, scope: str | None = None, purge_step: int | None = None
+    ):
+        super().__init__(
+            save_dir=str(save_dir), name=name, version=version, default_hp_metric=False, purge_step=purge_step
+        )
         self.scope = scope
 
     @property
@@ -249,8 +256,11 @@ def log_cell_hparams(
 
 
 def matrix_views(
-    cell_hparams: Iterable[Mapping[str, Any]], tasks: Mapping[str, tuple[Sequence[Metric], str]],
-    *, lens_tasks: Iterable[str] = (), curve_tasks: Iterable[str] = (),
+    cell_hparams: Iterable[Mapping[str, Any]],
+    tasks: Mapping[str, tuple[Sequence[Metric], str]],
+    *,
+    lens_tasks: Iterable[str] = (),
+    curve_tasks: Iterable[str] = (),
 ) -> Views:
     """The HParams experiment and the Custom Scalars layout of a matrix, as JSON-able data.
 
@@ -274,8 +284,14 @@ def matrix_views(
     metrics_by_task = {task: list(metrics) for task, (metrics, _) in tasks.items()}
     metric_columns = _metric_columns(metrics_by_task, [unit for _, unit in tasks.values()])
     curve_tasks = set(curve_tasks)
-    charts = {task: [*([CURVE_TAG] if task in curve_tasks else []), *(f"val/{metric.name}" for metric in metrics), "train/loss"]
-              for task, metrics in metrics_by_task.items()}
+    charts = {
+        task: [
+            *([CURVE_TAG] if task in curve_tasks else []),
+            *(f"val/{metric.name}" for metric in metrics),
+            "train/loss",
+        ]
+        for task, metrics in metrics_by_task.items()
+    }
     # category -> [chart title, the regex of its tags]: the metric's tag in the task's runs
     layout = {task: [[tag, f"^{re.escape(scoped_tag(tag, task))}$"] for tag in tags] for task, tags in charts.items()}
     for task in dict.fromkeys(lens_tasks):
@@ -289,8 +305,11 @@ def _hparam_column(name: str, raw: list[Any]) -> dict[str, Any]:
     order, then the rest in text order), and whether they differ."""
     raw = [value.item() if isinstance(value, np.generic) else value for value in raw]
     shown = [hparam_value(value) for value in raw]
-    numbers = {text: value for text, value in zip(shown, raw)
-               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    numbers = {
+        text: value
+        for text, value in zip(shown, raw)
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
     values = sorted(set(shown), key=lambda text: (0, numbers[text], "") if text in numbers else (1, 0, text))
     return {"name": name, "values": values, "differs": len(values) > 1}
 
@@ -301,10 +320,16 @@ def _metric_columns(metrics_by_task: Mapping[str, list[Metric]], units: Iterable
     for metrics in metrics_by_task.values():
         for metric in metrics:
             by_name.setdefault(metric.name, metric)
-    in_every_task = [name for name in by_name
-                     if all(name in {metric.name for metric in metrics} for metrics in metrics_by_task.values())]
+    in_every_task = [
+        name
+        for name in by_name
+        if all(name in {metric.name for metric in metrics} for metrics in metrics_by_task.values())
+    ]
     in_some_tasks = [name for name in by_name if name not in in_every_task]
-    speed = sorted(FINAL_FIGURES, key=lambda tag: SPEED_COLUMN_ORDER.index(tag) if tag in SPEED_COLUMN_ORDER else len(FINAL_FIGURES))
+    speed = sorted(
+        FINAL_FIGURES,
+        key=lambda tag: SPEED_COLUMN_ORDER.index(tag) if tag in SPEED_COLUMN_ORDER else len(FINAL_FIGURES),
+    )
     descriptions = {f"val/{name}": metric.description for name, metric in by_name.items()} | dict(FINAL_FIGURES)
     tags = [*(f"val/{name}" for name in in_every_task), *speed, *(f"val/{name}" for name in in_some_tasks)]
     for unit in dict.fromkeys(units):
@@ -314,10 +339,18 @@ def _metric_columns(metrics_by_task: Mapping[str, list[Metric]], units: Iterable
 
     primaries = {task: metrics[0] for task, metrics in metrics_by_task.items() if metrics}
     if len({metric.name for metric in primaries.values()}) > 1:  # else the first column is already the primary metric
-        each = "; ".join(f"{task}: {metric.name} ({'higher' if metric.higher_is_better else 'lower'} is better)"
-                         for task, metric in primaries.items())
-        columns.insert(0, {"tag": PRIMARY_METRIC_TAG, "display_name": "primary metric",
-                           "description": f"the task's primary metric (the first of its summary); {each}"})
+        each = "; ".join(
+            f"{task}: {metric.name} ({'higher' if metric.higher_is_better else 'lower'} is better)"
+            for task, metric in primaries.items()
+        )
+        columns.insert(
+            0,
+            {
+                "tag": PRIMARY_METRIC_TAG,
+                "display_name": "primary metric",
+                "description": f"the task's primary metric (the first of its summary); {each}",
+            },
+        )
     return columns
 
 
@@ -328,8 +361,10 @@ def view_summaries(views: Views) -> list[Summary]:
         info = api_pb2.HParamInfo(name=column["name"], differs=column["differs"])
         hp.Discrete(column["values"], dtype=str).update_hparam_info(info)
         hparam_infos.append(info)
-    metric_infos = [hp.Metric(m["tag"], display_name=m["display_name"], description=m["description"]).as_proto()
-                    for m in views["experiment"]["metrics"]]
+    metric_infos = [
+        hp.Metric(m["tag"], display_name=m["display_name"], description=m["description"]).as_proto()
+        for m in views["experiment"]["metrics"]
+    ]
     # no creation time: the same views give the same bytes, so an unchanged matrix rewrites no run
     experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos)
     layout = {
@@ -337,8 +372,10 @@ def view_summaries(views: Views) -> list[Summary]:
         for category, charts in views["layout"].items()
         if charts
     }
-    return [_hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
-            custom_scalars(layout)]
+    return [
+        _hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
+        custom_scalars(layout),
+    ]
 
 
 @rank_zero_only
@@ -443,8 +480,11 @@ def wait_to_sort_last(run_dir: Path) -> None:
     could be read before the points it continues, and its purge would drop the wrong ones. Waiting
     (at most a second, only when a run resumes within the second it started) orders them by time.
     """
-    stamps = [int(match[1]) for path in _event_files(run_dir)
-              if (match := re.match(r"events\.out\.tfevents\.(\d+)\.", path.name))]
+    stamps = [
+        int(match[1])
+        for path in _event_files(run_dir)
+        if (match := re.match(r"events\.out\.tfevents\.(\d+)\.", path.name))
+    ]
     later = max(stamps, default=0) + 1  # the first second that sorts after every file
     if later - time.time() <= 2:  # a file from further ahead (a clock set back) cannot be waited for
         while time.time() < later:

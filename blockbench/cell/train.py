@@ -6,23 +6,24 @@ import math
 import shutil
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from ..config import RunConfig, to_yaml
 from ..layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_atomic
-from ..record import RECORD_VERSION, CellRecord, write_record
 from ..progress import StepProgress, quiet_lightning
 from ..provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
-from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
+from ..record import RECORD_VERSION, CellRecord, write_record
 from ..walltime import CELL_PARTS, WallClock
+from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
+from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,17 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, 
         saved_hash, saved_fingerprint = saved["config_hash"], saved.get("code_fingerprint")
     except Exception as error:  # e.g. truncated by a full disk, or not a checkpoint at all
         reason = (str(error).strip().splitlines() or [""])[0][:300]
-        resume = Resume(error=f"checkpoint {last} could not be loaded ({type(error).__name__}: {reason}); "
-                              "starting from step 0")
+        resume = Resume(
+            error=f"checkpoint {last} could not be loaded ({type(error).__name__}: {reason}); starting from step 0"
+        )
     else:
         if saved_hash == config_hash and saved_fingerprint == fingerprint:
             return Resume(last, step)
-        what = (f"of another config ({saved_hash})" if saved_hash != config_hash else
-                f"written by other code (fingerprint {str(saved_fingerprint)[:12]} -> {fingerprint[:12]})")
+        what = (
+            f"of another config ({saved_hash})"
+            if saved_hash != config_hash
+            else f"written by other code (fingerprint {str(saved_fingerprint)[:12]} -> {fingerprint[:12]})"
+        )
         resume = Resume(note=f"checkpoint {last} (step {step}) is {what}; starting from step 0")
     if delete_stale:
         shutil.rmtree(checkpoints, ignore_errors=True)
@@ -65,9 +70,18 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, 
 
 
 def train(
-    run: RunConfig, out_dir: Path, *, tb_dir: Path, tb_name: str, tb_version: str, hparams: dict[str, Any] | None = None,
-    tb_scope: str | None = None, tb_views: Views | None = None,
-    extra_callbacks: Sequence[L.Callback] = (), progress_every: int | None = None, from_process_start: bool = False,
+    run: RunConfig,
+    out_dir: Path,
+    *,
+    tb_dir: Path,
+    tb_name: str,
+    tb_version: str,
+    hparams: dict[str, Any] | None = None,
+    tb_scope: str | None = None,
+    tb_views: Views | None = None,
+    extra_callbacks: Sequence[L.Callback] = (),
+    progress_every: int | None = None,
+    from_process_start: bool = False,
 ) -> CellRecord:
     """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
@@ -103,8 +117,14 @@ def train(
     guard = DivergenceGuard(cfg.divergence_threshold)
     # perf before history: its peak FLOP/s probe at the start of training is not training time
     progress = StepProgress(f"val/{task_cfg.metrics[0].name}", every_n_steps=progress_every)
-    callbacks = [LearningRateMonitor(logging_interval="step"), perf, history, guard, ResumeState(run.config_hash(), fingerprint),
-                 progress]
+    callbacks = [
+        LearningRateMonitor(logging_interval="step"),
+        perf,
+        history,
+        guard,
+        ResumeState(run.config_hash(), fingerprint),
+        progress,
+    ]
     # after perf (its step ends first) and before the checkpoints (which then hold the step's point)
     curve = LossCurve(cfg.curve_interval, cfg.curve_items, clock) if cfg.curve_interval else None
     callbacks += [curve] if curve else []
@@ -141,12 +161,16 @@ def train(
     )
     per_device_batch = cfg.per_device_batch_size(trainer.world_size)
     if trainer.is_global_zero and (trainer.world_size > 1 or cfg.accumulate_grad_batches > 1):
-        print(f"batch: global {cfg.batch_size} = {trainer.world_size} process(es) x {per_device_batch} per process "
-              f"x {cfg.accumulate_grad_batches} accumulation step(s)", flush=True)
+        print(
+            f"batch: global {cfg.batch_size} = {trainer.world_size} process(es) x {per_device_batch} per process "
+            f"x {cfg.accumulate_grad_batches} accumulation step(s)",
+            flush=True,
+        )
     L.seed_everything(run.seed, workers=True, verbose=False)
     with clock.part("build"):  # the real-data tasks prepare their data here: the model's vocabulary depends on it
-        module, datamodule = task_cfg.build(run.resolved_model(), run.optimizer, max_steps=cfg.max_steps,
-                                            batch_size=per_device_batch)
+        module, datamodule = task_cfg.build(
+            run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch
+        )
     if resume_from and trainer.is_global_zero:
         print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
     try:
@@ -158,18 +182,32 @@ def train(
     if trainer.interrupted:
         raise KeyboardInterrupt
 
-    record: dict[str, Any] = {"task": task_cfg.name, "seed": run.seed, "config_hash": run.config_hash(),
-                              "code_fingerprint": fingerprint}
+    record: dict[str, Any] = {
+        "task": task_cfg.name,
+        "seed": run.seed,
+        "config_hash": run.config_hash(),
+        "code_fingerprint": fingerprint,
+    }
     if guard.diverged:
         loss = guard.diverging_loss
-        record = {"status": "diverged", **record, "diverged_at_step": guard.diverged_at_step,
-                  "diverging_loss": loss if math.isfinite(loss) else str(loss), "last_finite_loss": guard.last_finite_loss}
+        record = {
+            "status": "diverged",
+            **record,
+            "diverged_at_step": guard.diverged_at_step,
+            "diverging_loss": loss if math.isfinite(loss) else str(loss),
+            "last_finite_loss": guard.last_finite_loss,
+        }
     else:
         if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
             trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in task_cfg.metrics}
-        record = {"status": "ok", **record, "metrics": metrics, "primary_metric": task_cfg.metrics[0].name,
-                  "baselines": datamodule.baselines()}
+        record = {
+            "status": "ok",
+            **record,
+            "metrics": metrics,
+            "primary_metric": task_cfg.metrics[0].name,
+            "baselines": datamodule.baselines(),
+        }
     result = {
         "record_version": RECORD_VERSION,
         **record,
@@ -184,8 +222,12 @@ def train(
         "throughput_per_process": round(perf.per_second_per_process, 1),
         "throughput_unit": f"{task_cfg.throughput_unit}/s",
         "performance": perf.summary(),  # this run's steps (a resumed run: those since the resume)
-        "batch": {"global": cfg.batch_size, "per_process": per_device_batch, "processes": trainer.world_size,
-                  "accumulate_grad_batches": cfg.accumulate_grad_batches},
+        "batch": {
+            "global": cfg.batch_size,
+            "per_process": per_device_batch,
+            "processes": trainer.world_size,
+            "accumulate_grad_batches": cfg.accumulate_grad_batches,
+        },
         "precision": trainer.precision,
         "peak_memory": peak_memory_mb(),
         "machine": machine_description(),
@@ -194,12 +236,20 @@ def train(
         "curve": curve.record() if curve else None,
         "provenance": provenance(),
     }
-    result = CellRecord.model_validate(result)  # the typed record: a field of the wrong type fails here, not in a reader
+    result = CellRecord.model_validate(
+        result
+    )  # the typed record: a field of the wrong type fails here, not in a reader
     if trainer.is_global_zero:
         final = {f"val/{name}": value for name, value in result.metrics.items()}
         final |= result.final_figures(task_cfg.throughput_unit)
-        log_cell_hparams(logger, hparams or {}, final, primary=f"val/{task_cfg.metrics[0].name}", status=result.status,
-                         step=trainer.global_step)
+        log_cell_hparams(
+            logger,
+            hparams or {},
+            final,
+            primary=f"val/{task_cfg.metrics[0].name}",
+            status=result.status,
+            step=trainer.global_step,
+        )
         logger.close()
     # this process's time (a resumed run: since it resumed) until the result is written
     result.wall_time_breakdown = clock.breakdown(CELL_PARTS, resumed=bool(resumed_step))
@@ -212,5 +262,11 @@ def train(
 def error_record(run: RunConfig, error: BaseException) -> CellRecord:
     """The failure record of a run that raised ``error`` (call it while handling the error: it
     records the traceback)."""
-    return CellRecord.failure(run.task.name, run.seed, run.config_hash(), code_fingerprint(), f"{type(error).__name__}: {error}",
-                          traceback.format_exc())
+    return CellRecord.failure(
+        run.task.name,
+        run.seed,
+        run.config_hash(),
+        code_fingerprint(),
+        f"{type(error).__name__}: {error}",
+        traceback.format_exc(),
+    )

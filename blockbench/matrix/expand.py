@@ -109,8 +109,10 @@ def tensorboard_run_names(cells: list[Cell]) -> list[str]:
     bare = {key: names_itself(key) for key in keys}
     names = []
     for cell in cells:
-        parts = [str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
-                 for name, key in zip(axis_names(keys), keys)]
+        parts = [
+            str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
+            for name, key in zip(axis_names(keys), keys)
+        ]
         names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
     if len(set(names)) < len(names):
         names = [cell_folder(cell.task, cell.variant, cell.seed).as_posix() for cell in cells]
@@ -179,8 +181,13 @@ def expand_matrix(path: str | Path) -> Expansion:
     cells = [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells))]
     # a tuning cell's run: tune/<its variant's run>/<candidate>/seed<k>, e.g. tune/lm/post/lr=0.001/seed1000
     variant_runs = {(cell.task, cell.variant): cell.tb_run.rsplit("/", 1)[0] for cell in cells}
-    tuning = [replace(cell, tb_run=f"{TUNE_DIR}/{variant_runs[cell.task, cell.variant]}/{folder_name(cell.candidate)}/"
-                                   f"seed{cell.seed}") for cell in tuning]
+    tuning = [
+        replace(
+            cell,
+            tb_run=f"{TUNE_DIR}/{variant_runs[cell.task, cell.variant]}/{folder_name(cell.candidate)}/seed{cell.seed}",
+        )
+        for cell in tuning
+    ]
     return replace(expansion, cells=cells, tuning=tuning)
 
 
@@ -253,4 +260,3 @@ def folder_problems(path: Path, cells: list[Cell]) -> list[str]:
 def axes_text(axes: dict[str, Any]) -> str:
     """``task=lm, seed=0``: a cell's axis values in messages."""
     return ", ".join(f"{k}={v}" for k, v in axes.items())
-

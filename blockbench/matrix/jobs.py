@@ -17,17 +17,35 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig, to_yaml
-from ..layout import CELL_FILE, CHECKPOINT_DIR, CONFIG_FILE, JOBS_DIR, RESULT_FILE, TB_DIR, TB_VIEWS_FILE, write_atomic, write_json
-from ..provenance import code_fingerprint
+from ..layout import (
+    CELL_FILE,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    JOBS_DIR,
+    RESULT_FILE,
+    TB_DIR,
+    TB_VIEWS_FILE,
+    write_atomic,
+    write_json,
+)
 from ..lifeline import RUNNER_ENV
+from ..provenance import code_fingerprint
 from ..record import CellRecord, read_record, write_record
 from .expand import Cell
 from .launch import forkserver_available, run_forked, run_subprocess, stopping
 from .say import say
 
 #: variables of a torch.distributed process group (set by Lightning's DDP launcher or torchrun)
-DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
-                   "GROUP_RANK")
+DISTRIBUTED_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+)
 
 
 @dataclass(frozen=True)
@@ -90,11 +108,19 @@ def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:
     """The cell's ``cell.json``: what the report groups it by (task, variant, seed), its axes and the
     matrix file; in a matrix with ``tune:`` also its phase and tuned values."""
     tuning = {"phase": cell.phase, "tuned": cell.tuned} if cell.phase else {}
-    write_json(cell.directory(matrix_dir) / CELL_FILE, {
-        "index": cell.index, "task": cell.task, "task_name": cell.run.task.name, "variant": cell.variant,
-        "seed": cell.seed, "axes": cell.axes, **tuning,
-        "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
-    })
+    write_json(
+        cell.directory(matrix_dir) / CELL_FILE,
+        {
+            "index": cell.index,
+            "task": cell.task,
+            "task_name": cell.run.task.name,
+            "variant": cell.variant,
+            "seed": cell.seed,
+            "axes": cell.axes,
+            **tuning,
+            "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
+        },
+    )
 
 
 def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool = False) -> list[str]:
@@ -110,14 +136,25 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
     tb_name, tb_version = cell.tb_run.rsplit("/", 1)
     return [
-        sys.executable, "-m", "blockbench", "train", str(cell_dir / CONFIG_FILE),
-        "--out", str(cell_dir),
-        "--tb-dir", str(matrix_dir / TB_DIR),
-        "--tb-name", tb_name,
-        "--tb-version", tb_version,
-        "--tb-scope", cell.task,  # tags name the task: val/<task>/loss (see blockbench.cell.tensorboard)
-        "--tb-views", str(matrix_dir / TB_DIR / TB_VIEWS_FILE),
-        "--hparams", json.dumps(cell.hparams),
+        sys.executable,
+        "-m",
+        "blockbench",
+        "train",
+        str(cell_dir / CONFIG_FILE),
+        "--out",
+        str(cell_dir),
+        "--tb-dir",
+        str(matrix_dir / TB_DIR),
+        "--tb-name",
+        tb_name,
+        "--tb-version",
+        tb_version,
+        "--tb-scope",
+        cell.task,  # tags name the task: val/<task>/loss (see blockbench.cell.tensorboard)
+        "--tb-views",
+        str(matrix_dir / TB_DIR / TB_VIEWS_FILE),
+        "--hparams",
+        json.dumps(cell.hparams),
         "--quiet",  # the runner prints the outcome
     ]
 
@@ -128,14 +165,26 @@ def cell_result(cell: Cell, matrix_dir: Path, exit_description: str) -> CellReco
     record = read_record(result_path)
     if record is not None:
         return record
-    record = CellRecord.failure(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(),
-                                f"the training process {exit_description} without writing a result")
+    record = CellRecord.failure(
+        cell.task,
+        cell.seed,
+        cell.run.config_hash(),
+        code_fingerprint(),
+        f"the training process {exit_description} without writing a result",
+    )
     write_record(result_path, record)
     return record
 
 
-def run_cell(cell: Cell, matrix_dir: Path, matrix_file: Path, *, slot: Slot = Slot(), log_file: Path | None = None,
-             fresh: bool = False) -> CellRecord:
+def run_cell(
+    cell: Cell,
+    matrix_dir: Path,
+    matrix_file: Path,
+    *,
+    slot: Slot = Slot(),
+    log_file: Path | None = None,
+    fresh: bool = False,
+) -> CellRecord:
     """Train one cell in a process of its own; return its result record (a failure record if it died).
 
     A single-process cell is forked from a server that has the imports done (``blockbench.matrix.launch``:
@@ -170,8 +219,16 @@ class ClusterOptions:
     cpus_per_task: int = 8
 
 
-def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Path, matrix_file: Path, *,
-                      cluster: str, options: ClusterOptions, fresh: bool) -> list[str]:
+def run_cells_as_jobs(
+    todo: list[tuple[int, Cell]],
+    n_cells: int,
+    matrix_dir: Path,
+    matrix_file: Path,
+    *,
+    cluster: str,
+    options: ClusterOptions,
+    fresh: bool,
+) -> list[str]:
     """Submit each cell as a job with submitit (``cluster``: "slurm", or "local" to run the jobs
     as local processes), wait for all, and return the keys of the failed cells.
 
@@ -186,11 +243,19 @@ def run_cells_as_jobs(todo: list[tuple[int, Cell]], n_cells: int, matrix_dir: Pa
     for n, cell in todo:
         trainer = cell.run.trainer
         devices = trainer.devices if isinstance(trainer.devices, int) and trainer.devices > 0 else 1
-        parameters: dict[str, Any] = {"name": f"{matrix_dir.name}/{cell.key}", "timeout_min": options.time_min,
-                                      "nodes": trainer.num_nodes, "tasks_per_node": devices}
+        parameters: dict[str, Any] = {
+            "name": f"{matrix_dir.name}/{cell.key}",
+            "timeout_min": options.time_min,
+            "nodes": trainer.num_nodes,
+            "tasks_per_node": devices,
+        }
         if cluster == "slurm":
-            parameters.update(slurm_partition=options.partition, slurm_account=options.account,
-                              cpus_per_task=options.cpus_per_task, gpus_per_node=devices if trainer.accelerator != "cpu" else 0)
+            parameters.update(
+                slurm_partition=options.partition,
+                slurm_account=options.account,
+                cpus_per_task=options.cpus_per_task,
+                gpus_per_node=devices if trainer.accelerator != "cpu" else 0,
+            )
         executor.update_parameters(**{k: v for k, v in parameters.items() if v is not None})
         command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
         job = executor.submit(submitit.helpers.CommandFunction(command, cwd=os.getcwd(), verbose=False))

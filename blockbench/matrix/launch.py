@@ -32,7 +32,15 @@ from pathlib import Path
 from .. import walltime
 
 #: what the server imports once, before it forks any cell (everything ``blockbench train`` imports)
-PRELOAD = ["torch", "lightning", "torchmetrics", "blockbench.cli", "blockbench.cell.train", "tasks", "models"]
+PRELOAD = [
+    "torch",
+    "lightning",
+    "torchmetrics",
+    "blockbench.cli",
+    "blockbench.cell.train",
+    "blockbench.tasks",
+    "blockbench.models",
+]
 
 
 def forkserver_available() -> bool:
@@ -126,8 +134,9 @@ def run_subprocess(command: list[str], environment: dict[str, str], log_file: Pa
         processes: list[subprocess.Popen] = []
 
         def start() -> tuple[int, Callable[[int], None]]:
-            processes.append(subprocess.Popen(command, env=environment, stdout=log,
-                                              stderr=subprocess.STDOUT if log else None))
+            processes.append(
+                subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT if log else None)
+            )
             return processes[0].pid, processes[0].send_signal  # send_signal skips a process already reaped
 
         with _running_cell(start):

@@ -64,15 +64,25 @@ class CellPlan:
         return self.cell.run.trainer.max_steps - self.resume_step if self.trains else 0
 
 
-def plan_cells(cells: list[Cell], matrix_dir: Path, fingerprint: str, *, force: bool = False,
-               reuse_stale: bool = False, start: int = 1) -> list[CellPlan]:
+def plan_cells(
+    cells: list[Cell],
+    matrix_dir: Path,
+    fingerprint: str,
+    *,
+    force: bool = False,
+    reuse_stale: bool = False,
+    start: int = 1,
+) -> list[CellPlan]:
     """Each cell's status (see :func:`plan_cell`), in matrix order, numbered from ``start``."""
-    return [plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
-            for n, cell in enumerate(cells, start)]
+    return [
+        plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
+        for n, cell in enumerate(cells, start)
+    ]
 
 
-def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: bool = False,
-              reuse_stale: bool = False) -> CellPlan:
+def plan_cell(
+    n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: bool = False, reuse_stale: bool = False
+) -> CellPlan:
     """Whether ``cell`` is reused (done; stale with ``reuse_stale``, see :func:`reuse_earlier`),
     retrained (stale, failed before), resumed from a checkpoint of the same config and code, or
     trained from step 0. Reads only: the cell's training process clears what it cannot resume."""
@@ -90,7 +100,9 @@ def plan_cell(n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: 
     if (cell_dir / CHECKPOINT_DIR).is_dir():
         from ..cell.train import resumable_checkpoint  # imports Lightning: only where there is a checkpoint
 
-        resume = resumable_checkpoint(cell_dir / CHECKPOINT_DIR, cell.run.config_hash(), fingerprint, delete_stale=False)
+        resume = resumable_checkpoint(
+            cell_dir / CHECKPOINT_DIR, cell.run.config_hash(), fingerprint, delete_stale=False
+        )
         if resume.checkpoint is not None:
             return CellPlan(n, cell, RESUMABLE, f"resumes from step {resume.step}", resume_step=resume.step)
         detail = "; ".join(filter(None, [detail, resume.error or resume.note]))
@@ -112,7 +124,9 @@ def earlier_result(cell: Cell, cell_dir: Path) -> CellRecord | None:
     return result if result and result.finished and result.config_hash == cell.run.config_hash() else None
 
 
-def reuse_earlier(cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False) -> tuple[bool, str | None]:
+def reuse_earlier(
+    cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False
+) -> tuple[bool, str | None]:
     """Whether a matrix run reuses the cell's earlier result instead of training it, and what it says.
 
     A result is reused when its config is unchanged and it was made by this code (its
@@ -167,15 +181,21 @@ class TimeEstimator:
             return statistics.median(same_variant), "measured"
         if key in self.timed:
             # measured over timed of the task's other variants: the share of validation and start-up
-            ratios = [statistics.median(values) / self.timed[other] for other, values in self.measured.items()
-                      if other[0] == cell.task and self.timed.get(other)]
+            ratios = [
+                statistics.median(values) / self.timed[other]
+                for other, values in self.measured.items()
+                if other[0] == cell.task and self.timed.get(other)
+            ]
             if ratios:
                 return self.timed[key] * statistics.median(ratios), "scaled"
             return self.timed[key], "timed"
         if not guess:
             return None
-        running = [pace for directory in self.directories.get(key, [])
-                   if (pace := running_pace(directory, since=self.started)) is not None]
+        running = [
+            pace
+            for directory in self.directories.get(key, [])
+            if (pace := running_pace(directory, since=self.started)) is not None
+        ]
         if running:  # a variant whose first cells are training: their pace so far
             return statistics.median(running), "running"
         same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
@@ -196,8 +216,11 @@ class TimeEstimator:
         measured variant of each such task (the reference that scales the timings to whole cells);
         return the problems of those that could not be timed."""
         plans = list(plans)
-        to_time = {(plan.cell.task, plan.cell.variant): plan.cell for plan in plans
-                   if plan.trains and self.per_step(plan.cell, guess=False) is None}
+        to_time = {
+            (plan.cell.task, plan.cell.variant): plan.cell
+            for plan in plans
+            if plan.trains and self.per_step(plan.cell, guess=False) is None
+        }
         tasks = {task for task, _ in to_time}
         for plan in plans:  # the reference: the first measured variant of the task, done or not
             key = (plan.cell.task, plan.cell.variant)
@@ -248,8 +271,12 @@ def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
         torch.set_num_threads(trainer.num_threads)
     try:
         torch.manual_seed(run.seed)  # the model and the batch a cell starts with
-        module, datamodule = run.task.build(run.resolved_model(), run.optimizer, max_steps=trainer.max_steps,
-                                            batch_size=trainer.per_device_batch_size(1))
+        module, datamodule = run.task.build(
+            run.resolved_model(),
+            run.optimizer,
+            max_steps=trainer.max_steps,
+            batch_size=trainer.per_device_batch_size(1),
+        )
         datamodule.prepare_data()
         datamodule.setup("fit")
         batch = next(iter(datamodule.train_dataloader()))
@@ -271,9 +298,11 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     tuning)``)."""
     training = [plan for plan in plans if plan.trains]
     counts = f"{len(training)} to train"
-    kinds = {"tuning": sum(plan.cell.phase == TUNE for plan in training),
-             AFTER_TUNING: sum(plan.status == AFTER_TUNING for plan in training),
-             "resume": sum(plan.status == RESUMABLE for plan in training)}
+    kinds = {
+        "tuning": sum(plan.cell.phase == TUNE for plan in training),
+        AFTER_TUNING: sum(plan.status == AFTER_TUNING for plan in training),
+        "resume": sum(plan.status == RESUMABLE for plan in training),
+    }
     parts = [f"{count} {kind}" for kind, count in kinds.items() if count]
     counts += f" ({', '.join(parts)})" if parts else ""
     reused = sum(not plan.trains and plan.status != NO_CHOICE for plan in plans)
@@ -287,12 +316,14 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     if not known:
         return f"{counts}; no time estimate (nothing measured or timed here yet)"
     sources = {estimator.per_step(plan.cell)[1] for plan in training if estimator.per_step(plan.cell)}
-    how = {"measured": "step times of cells that ran here",
-           "scaled": "timed training steps, scaled by the measured-to-timed ratio of the task's variants that ran here",
-           "timed": "timed training steps, validation and start-up not included",
-           "running": "the pace that the training cells of variants none of whose cells finished print",
-           "other variants": "other variants' step times for variants none of whose cells ran yet",
-           "other tasks": "other tasks' step times for tasks none of whose cells ran yet"}
+    how = {
+        "measured": "step times of cells that ran here",
+        "scaled": "timed training steps, scaled by the measured-to-timed ratio of the task's variants that ran here",
+        "timed": "timed training steps, validation and start-up not included",
+        "running": "the pace that the training cells of variants none of whose cells finished print",
+        "other variants": "other variants' step times for variants none of whose cells ran yet",
+        "other tasks": "other tasks' step times for tasks none of whose cells ran yet",
+    }
     total = sum(known) / jobs
     text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
     text += f" (from {'; '.join(how[source] for source in sorted(sources))})"
@@ -360,18 +391,25 @@ class MatrixProgress:
         """``3/12 trained, 5:40 elapsed, ETA 17:00``."""
         eta = self.eta()
         text = f"{len(self.finished)}/{len(self.plans)} trained, {format_duration(time.perf_counter() - self.start_time)} elapsed"
-        return text + (f", ETA {format_duration(eta)}" if eta is not None and len(self.finished) < len(self.plans) else "")
+        return text + (
+            f", ETA {format_duration(eta)}" if eta is not None and len(self.finished) < len(self.plans) else ""
+        )
 
 
-def print_plan(name: str, matrix_dir: Path, plans: list[CellPlan], estimator: TimeEstimator, jobs: int,
-               notes: Sequence[str] = ()) -> int:
+def print_plan(
+    name: str, matrix_dir: Path, plans: list[CellPlan], estimator: TimeEstimator, jobs: int, notes: Sequence[str] = ()
+) -> int:
     """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, ``notes``
     (the tuned values already known), the total; the cells to train without a measured step time are
     timed on one batch first. Writes nothing."""
     tuning = sum(plan.cell.phase == TUNE for plan in plans)
-    counted = f"{len(plans)} cells ({tuning} tuning, {len(plans) - tuning} reported)" if tuning else f"{len(plans)} cells"
+    counted = (
+        f"{len(plans)} cells ({tuning} tuning, {len(plans) - tuning} reported)" if tuning else f"{len(plans)} cells"
+    )
     say(f"matrix {name}: {counted} -> {matrix_dir} (dry run: every cell validated, nothing trained)")
-    untimed = {(p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell, guess=False) is None}
+    untimed = {
+        (p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell, guess=False) is None
+    }
     if untimed:
         say(f"timing a training step of {len(untimed)} variant(s) with no earlier results here...")
         for problem in estimator.time_steps(plans, time_training_step):

@@ -23,25 +23,68 @@ from pathlib import Path
 from typing import Any
 
 from ..cell.tensorboard import matrix_views, publish_views
-from ..layout import CONFIG_FILE, INDEX_FILE, MATRIX_FILE, RESULT_FILE, RUN_FILE, TB_DIR, TRAIN_LOG, TUNE_FILE, cell_folder, write_atomic, write_json
+from ..layout import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    MATRIX_FILE,
+    RESULT_FILE,
+    RUN_FILE,
+    TB_DIR,
+    TRAIN_LOG,
+    TUNE_FILE,
+    cell_folder,
+    write_atomic,
+    write_json,
+)
+from ..lifeline import FolderHeld, holder
 from ..progress import format_duration
 from ..provenance import code_fingerprint
-from ..lifeline import FolderHeld, holder
 from ..record import CellRecord, write_record, write_tuning
 from ..report.index import write_index
 from ..report.summary import write_report
 from ..walltime import MATRIX_PARTS, WallClock
 from .expand import Cell, Expansion, expand_matrix
-from .jobs import AUTO_JOBS, ClusterOptions, Slot, describe_outcome, forks, job_slots, resolve_jobs, run_cell, run_cells_as_jobs, write_cell_file
+from .jobs import (
+    AUTO_JOBS,
+    ClusterOptions,
+    Slot,
+    describe_outcome,
+    forks,
+    job_slots,
+    resolve_jobs,
+    run_cell,
+    run_cells_as_jobs,
+    write_cell_file,
+)
 from .launch import start_server, stop_cells_on_sigterm, stopping
-from .plan import AFTER_TUNING, NO_CHOICE, CellPlan, MatrixProgress, TimeEstimator, describe_total, earlier_record, plan_cell, plan_cells, print_plan
+from .plan import (
+    AFTER_TUNING,
+    NO_CHOICE,
+    CellPlan,
+    MatrixProgress,
+    TimeEstimator,
+    describe_total,
+    earlier_record,
+    plan_cell,
+    plan_cells,
+    print_plan,
+)
 from .say import say
 from .tuning import REPORT, TUNE, Tuning, candidate, tuning_record
 
 
-def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, jobs: int | str = AUTO_JOBS, launcher: str = "local",
-               cluster_options: ClusterOptions = ClusterOptions(), reuse_stale: bool = False, dry_run: bool = False,
-               from_process_start: bool = False) -> int:
+def run_matrix(
+    path: str | Path,
+    results_root: Path,
+    *,
+    force: bool = False,
+    jobs: int | str = AUTO_JOBS,
+    launcher: str = "local",
+    cluster_options: ClusterOptions = ClusterOptions(),
+    reuse_stale: bool = False,
+    dry_run: bool = False,
+    from_process_start: bool = False,
+) -> int:
     """Run every cell of the matrix at ``path``: here, ``jobs`` at a time (see
     :func:`blockbench.matrix.jobs.resolve_jobs`), or as cluster jobs (``launcher``: "slurm", or
     "submitit-local" to try the job path on this machine). Cells with a result of the same config and
@@ -93,13 +136,21 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
     lens_tasks = [cell.task for cell in cells if getattr(cell.run.task, "logit_lens", False)]  # a chart of their lens
     with clock.part("tensorboard_views"):
         curve_tasks = [cell.task for cell in cells if cell.run.trainer.curve_interval]
-        views = matrix_views([cell.hparams for cell in tuning + cells], tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks)
-        publish_views(matrix_dir / TB_DIR, views,
-                      [cell.tb_run for cell in tuning + cells],
-                      renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells})
+        views = matrix_views(
+            [cell.hparams for cell in tuning + cells], tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks
+        )
+        publish_views(
+            matrix_dir / TB_DIR,
+            views,
+            [cell.tb_run for cell in tuning + cells],
+            renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells},
+        )
     counted = f"{len(tuning)} tuning cells, then {len(cells)} cells" if tuning else f"{len(cells)} cells"
-    say(f"matrix {matrix.name}: {counted} -> {matrix_dir}" + (f", {jobs} at a time" if jobs > 1 else "")
-        + f"; {describe_total(plans, estimator, jobs)}")
+    say(
+        f"matrix {matrix.name}: {counted} -> {matrix_dir}"
+        + (f", {jobs} at a time" if jobs > 1 else "")
+        + f"; {describe_total(plans, estimator, jobs)}"
+    )
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     how = f" --launcher {launcher}" if launcher != "local" else f" --jobs {jobs}" if jobs > 1 else ""
     command = f"blockbench matrix {path}{how}{stale_flag}"
@@ -134,7 +185,9 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
                 failed.append(cell.key)
             took = progress.finish(n, result)  # its process, spawn to exit, and the few file writes around it
             timing = {"key": cell.key, "seconds": round(took, 2), **({"phase": cell.phase} if cell.phase else {})}
-            if cell.phase == TUNE:  # the summary reads the reported cells' results: a tuning cell's breakdown comes from here
+            if (
+                cell.phase == TUNE
+            ):  # the summary reads the reported cells' results: a tuning cell's breakdown comes from here
                 timing["wall_time_breakdown"] = result.wall_time_breakdown
             cell_times.append(timing)
             say(f"{prefix}: {describe_outcome(result)} in {format_duration(took)}  |  {progress.describe()}")
@@ -152,8 +205,11 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
         with clock.part("cells"):
             if launcher != "local":
                 cluster = {"slurm": "slurm", "submitit-local": "local"}[launcher]
-                failed.extend(run_cells_as_jobs(todo, n_cells, matrix_dir, path, cluster=cluster, options=cluster_options,
-                                                fresh=force))
+                failed.extend(
+                    run_cells_as_jobs(
+                        todo, n_cells, matrix_dir, path, cluster=cluster, options=cluster_options, fresh=force
+                    )
+                )
             else:
                 pool = ThreadPoolExecutor(max_workers=jobs)
                 try:
@@ -165,14 +221,18 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
 
     def run_phases(phases: dict[str, dict[str, Any]]) -> None:
         """Tuning (with ``tune:``), then the reported cells; each phase's record into ``phases``."""
-        report_plans = plans[len(tuning):]
+        report_plans = plans[len(tuning) :]
         if tuning:
-            say(f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} at seed {matrix.tune_seed}")
+            say(
+                f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} at seed {matrix.tune_seed}"
+            )
             phases[TUNE] = run_phase(tuning_plans)
             with clock.part("planning"):
                 tunings = tuning_outcomes(tuning, matrix_dir)
                 write_tuning(matrix_dir, tuning_record(list(matrix.tune), matrix.tune_seed, list(tunings.values())))
-                report_plans = plan_reported(expansion, tunings, matrix_dir, fingerprint, start=len(tuning) + 1, **reuse)
+                report_plans = plan_reported(
+                    expansion, tunings, matrix_dir, fingerprint, start=len(tuning) + 1, **reuse
+                )
             for tuned in tunings.values():
                 say(f"tuned {tuned.describe()}")
             progress.revise(report_plans)
@@ -193,17 +253,29 @@ def run_matrix(path: str | Path, results_root: Path, *, force: bool = False, job
         if launcher != "local":
             raise
         how = "terminated (SIGTERM): running cells were stopped" if terminated else "interrupted"
-        say(f"\n{how}: finished cells are kept, unfinished ones resume from their last checkpoint; "
-            "run the same command again to continue", stream=sys.stderr)
+        say(
+            f"\n{how}: finished cells are kept, unfinished ones resume from their last checkpoint; "
+            "run the same command again to continue",
+            stream=sys.stderr,
+        )
         return 128 + signal.SIGTERM if terminated else 130
     trained = sum(phase["trained"] for phase in phases.values())
-    return finish_matrix(matrix_dir, matrix.name, command, clock, trained, failed,
-                         cell_times=cell_times if launcher == "local" else None, jobs=jobs if launcher == "local" else 1,
-                         phases=phases if tuning else None)
+    return finish_matrix(
+        matrix_dir,
+        matrix.name,
+        command,
+        clock,
+        trained,
+        failed,
+        cell_times=cell_times if launcher == "local" else None,
+        jobs=jobs if launcher == "local" else 1,
+        phases=phases if tuning else None,
+    )
 
 
-def tuning_outcomes(tuning: list[Cell], matrix_dir: Path, *,
-                    settled: set[str] | None = None) -> dict[tuple[str, str], Tuning]:
+def tuning_outcomes(
+    tuning: list[Cell], matrix_dir: Path, *, settled: set[str] | None = None
+) -> dict[tuple[str, str], Tuning]:
     """The tuning of each task x variant (see :mod:`blockbench.matrix.tuning`), scored from its tuning cells'
     results on its task's headline metric; with ``settled`` (the keys of the tuning cells that have
     results to reuse), only of the variants all of whose tuning cells are settled: the others' choice
@@ -216,8 +288,10 @@ def tuning_outcomes(tuning: list[Cell], matrix_dir: Path, *,
         if settled is not None and any(cell.key not in settled for cell in group):
             continue
         metric = group[0].run.task.metrics[0]  # the headline metric: the summary's first, TensorBoard's primary
-        candidates = tuple(candidate(cell.tuned, cell.candidate, cell.key, current_record(cell, matrix_dir), metric.name)
-                           for cell in group)
+        candidates = tuple(
+            candidate(cell.tuned, cell.candidate, cell.key, current_record(cell, matrix_dir), metric.name)
+            for cell in group
+        )
         tunings[task, variant] = Tuning(task, variant, metric.name, metric.higher_is_better, candidates)
     return tunings
 
@@ -228,8 +302,16 @@ def current_record(cell: Cell, matrix_dir: Path) -> CellRecord | None:
     return record if record and record.config_hash == cell.run.config_hash() else None
 
 
-def plan_reported(expansion: Expansion, tunings: dict[tuple[str, str], Tuning], matrix_dir: Path, fingerprint: str, *,
-                  start: int, force: bool = False, reuse_stale: bool = False) -> list[CellPlan]:
+def plan_reported(
+    expansion: Expansion,
+    tunings: dict[tuple[str, str], Tuning],
+    matrix_dir: Path,
+    fingerprint: str,
+    *,
+    start: int,
+    force: bool = False,
+    reuse_stale: bool = False,
+) -> list[CellPlan]:
     """The plans of the reported cells, numbered from ``start``. With ``tune:``, a cell whose variant
     has a choice in ``tunings`` is planned at the chosen values (its config, so a changed choice
     retrains it and an unchanged one reuses it); one whose variant has no finished candidate is
@@ -255,12 +337,24 @@ def record_no_choice(cell: Cell, matrix_dir: Path, matrix_file: Path, error: str
     cell_dir = cell.directory(matrix_dir)
     write_cell_file(cell, matrix_dir, matrix_file)
     (cell_dir / CONFIG_FILE).unlink(missing_ok=True)
-    write_record(cell_dir / RESULT_FILE, CellRecord.failure(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(), error))
+    write_record(
+        cell_dir / RESULT_FILE,
+        CellRecord.failure(cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(), error),
+    )
 
 
-def finish_matrix(matrix_dir: Path, name: str, command: str, clock: WallClock, trained: int, failed: list[str], *,
-                  cell_times: list[dict[str, Any]] | None = None, jobs: int = 1,
-                  phases: dict[str, dict[str, Any]] | None = None) -> int:
+def finish_matrix(
+    matrix_dir: Path,
+    name: str,
+    command: str,
+    clock: WallClock,
+    trained: int,
+    failed: list[str],
+    *,
+    cell_times: list[dict[str, Any]] | None = None,
+    jobs: int = 1,
+    phases: dict[str, dict[str, Any]] | None = None,
+) -> int:
     """Record the run in ``matrix_run.json``, write the summary, and return the exit code (1 if a cell failed).
 
     The record holds the run's wall time (``wall_time_s``) and where it went (``wall_time_breakdown``:
@@ -274,9 +368,18 @@ def finish_matrix(matrix_dir: Path, name: str, command: str, clock: WallClock, t
 
     def record_run() -> None:
         breakdown = clock.breakdown(MATRIX_PARTS)
-        write_json(matrix_dir / RUN_FILE, {"command": command, "wall_time_s": round(breakdown["total"], 1),
-                                           "cells_trained": trained, "jobs": jobs, "wall_time_breakdown": breakdown,
-                                           "cells": cell_times, **({"phases": phases} if phases else {})})
+        write_json(
+            matrix_dir / RUN_FILE,
+            {
+                "command": command,
+                "wall_time_s": round(breakdown["total"], 1),
+                "cells_trained": trained,
+                "jobs": jobs,
+                "wall_time_breakdown": breakdown,
+                "cells": cell_times,
+                **({"phases": phases} if phases else {}),
+            },
+        )
 
     def report_rendered() -> None:
         clock.exit("report")
@@ -289,12 +392,13 @@ def finish_matrix(matrix_dir: Path, name: str, command: str, clock: WallClock, t
         write_index(matrix_dir.parent)
         say(f"verdicts of every matrix: {matrix_dir.parent / INDEX_FILE}")
     except (OSError, ValueError, KeyError) as error:  # another matrix's folder it cannot read: the run itself is done
-        say(f"could not refresh {matrix_dir.parent / INDEX_FILE} ({error}); run blockbench report --index {matrix_dir.parent}",
-            stream=sys.stderr)
+        say(
+            f"could not refresh {matrix_dir.parent / INDEX_FILE} ({error}); run blockbench report --index {matrix_dir.parent}",
+            stream=sys.stderr,
+        )
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
-
 
 
 def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
@@ -315,8 +419,15 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
     settings: dict[tuple[Any, int], str] = {}
     for cell in cells:
         trainer = cell.run.trainer
-        accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
-        if trainer.peak_tflops is not None or accelerator != "cpu" or trainer.devices not in (1, "1") or trainer.num_nodes > 1:
+        accelerator = (
+            trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+        )
+        if (
+            trainer.peak_tflops is not None
+            or accelerator != "cpu"
+            or trainer.devices not in (1, "1")
+            or trainer.num_nodes > 1
+        ):
             continue
         precision = trainer.resolved_precision(accelerator)
         try:
@@ -327,5 +438,8 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
     for (_, threads), precision in settings.items():
         peak = peak_flops(None, torch.device("cpu"), precision, threads=threads)
         spread = (peak.probe or {}).get("spread_tflops") or {}
-        print(f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s (spread {spread.get('min')} to "
-              f"{spread.get('max')} over {spread.get('n')} rounds), {peak.source}", flush=True)
+        print(
+            f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s (spread {spread.get('min')} to "
+            f"{spread.get('max')} over {spread.get('n')} rounds), {peak.source}",
+            flush=True,
+        )

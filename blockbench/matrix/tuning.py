@@ -117,17 +117,28 @@ class Tuning:
 
     def failure(self) -> str:
         """Why the variant has no choice, naming its tuning cells and what to do."""
-        return (f"no candidate of tune: finished ({'; '.join(c.describe() for c in self.candidates)}), so the reported "
-                f"seeds of {self.task}/{self.variant} were not trained; add candidates it can train with (e.g. smaller "
-                f"learning rates) to tune: and run the matrix again ({TUNE_FILE} has every candidate)")
+        return (
+            f"no candidate of tune: finished ({'; '.join(c.describe() for c in self.candidates)}), so the reported "
+            f"seeds of {self.task}/{self.variant} were not trained; add candidates it can train with (e.g. smaller "
+            f"learning rates) to tune: and run the matrix again ({TUNE_FILE} has every candidate)"
+        )
 
     def record(self) -> dict[str, Any]:
         chosen = self.chosen
         return {
             "chosen": chosen.values if chosen else None,
             "chosen_label": chosen.label if chosen else None,
-            "candidates": [{"values": c.values, "label": c.label, "cell": c.cell, "status": c.status, "score": c.score,
-                            **({"detail": c.detail} if c.detail else {})} for c in self.candidates],
+            "candidates": [
+                {
+                    "values": c.values,
+                    "label": c.label,
+                    "cell": c.cell,
+                    "status": c.status,
+                    "score": c.score,
+                    **({"detail": c.detail} if c.detail else {}),
+                }
+                for c in self.candidates
+            ],
             **({} if chosen else {"error": self.failure()}),
         }
 
@@ -141,7 +152,8 @@ def tuning_record(keys: Sequence[str], tune_seed: int, tunings: Sequence[Tuning]
     and per variant (:meth:`Tuning.record`) every candidate and the choice."""
     tasks: dict[str, dict[str, Any]] = {}
     for tuning in tunings:
-        task = tasks.setdefault(tuning.task, {"metric": tuning.metric, "higher_is_better": tuning.higher_is_better,
-                                              "variants": {}})
+        task = tasks.setdefault(
+            tuning.task, {"metric": tuning.metric, "higher_is_better": tuning.higher_is_better, "variants": {}}
+        )
         task["variants"][tuning.variant] = tuning.record()
     return {"keys": list(keys), "tune_seed": tune_seed, "tasks": tasks}

@@ -24,11 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks import TASK_CONFIGS, Metric
+from blockbench.tasks import TASK_CONFIGS, Metric
 
 from ..record import SPEED_FIGURES
 from .results import Group, MatrixSettings, load_groups
-from .stats import Difference, compare, diverged_value, holm_adjust, mean_std, t_confidence_interval, time_to_target, with_diverged
+from .stats import (
+    Difference,
+    compare,
+    diverged_value,
+    holm_adjust,
+    mean_std,
+    t_confidence_interval,
+    time_to_target,
+    with_diverged,
+)
 from .verdicts import Side
 
 LEVEL = 0.95  # confidence level of every interval in the summary
@@ -111,8 +120,9 @@ class TaskAnalysis:
     differences (on construction) and, once the matrix's family of comparisons is known, each group's
     :class:`GroupStats` (:meth:`summarize`)."""
 
-    def __init__(self, matrix_dir: Path, task: str, groups: list[Group], baseline_variant: str | None,
-                 settings: MatrixSettings) -> None:
+    def __init__(
+        self, matrix_dir: Path, task: str, groups: list[Group], baseline_variant: str | None, settings: MatrixSettings
+    ) -> None:
         self.matrix_dir = matrix_dir
         self.task = task
         self.groups = groups
@@ -123,10 +133,13 @@ class TaskAnalysis:
         self.by_budget = any(g.budget is not None for g in groups) and any(g.design for g in groups)
         named = next((g for g in groups if g.variant == baseline_variant), None)
         #: the baseline variant's label, without the budget when comparisons are by budget
-        self.baseline_label = (named.design if named else baseline_variant or "") if self.by_budget else baseline_variant or ""
+        self.baseline_label = (
+            (named.design if named else baseline_variant or "") if self.by_budget else baseline_variant or ""
+        )
         #: budget (None unless by budget) -> the baseline variant's group
         self.baselines: dict[Any, Group] = {
-            (g.budget if self.by_budget else None): g for g in groups
+            (g.budget if self.by_budget else None): g
+            for g in groups
             if (g.design == self.baseline_label if self.by_budget else g.variant == baseline_variant)
         }
         self.targets = settings.targets.get(task) or settings.targets.get(groups[0].task_name) or {}
@@ -135,15 +148,21 @@ class TaskAnalysis:
         )
         #: the value a diverged seed counts with, per metric (None: no baseline and no finished seed)
         self.diverged_values: dict[str, float | None] = {
-            m.name: diverged_value(self.trivial_baselines.get(m.name),
-                                   [v for g in groups for v in g.finished_values(m.name).values()], m.higher_is_better)
+            m.name: diverged_value(
+                self.trivial_baselines.get(m.name),
+                [v for g in groups for v in g.finished_values(m.name).values()],
+                m.higher_is_better,
+            )
             for m in self.metrics
         }
         #: (variant, metric) -> seed -> value of every seed in the statistics: the finished seeds, and the
         #: diverged ones at the value of :attr:`diverged_values`
         self.values: dict[tuple[str, str], dict[Any, float]] = {
-            (g.variant, m.name): with_diverged(g.finished_values(m.name), g.diverged_seeds, self.diverged_values[m.name])
-            for g in groups for m in self.metrics
+            (g.variant, m.name): with_diverged(
+                g.finished_values(m.name), g.diverged_seeds, self.diverged_values[m.name]
+            )
+            for g in groups
+            for m in self.metrics
         }
         #: (variant, metric) -> its difference from the baseline variant
         self.differences: dict[tuple[str, str], Difference] = {
@@ -235,10 +254,20 @@ class TaskAnalysis:
         if group is None:
             return Side(0, 0, None)
         best = metric.high if metric.higher_is_better else metric.low
-        solved = group.ok and not group.diverged and math.isfinite(best) and all(
-            abs(value - best) <= 1e-9 * max(1.0, abs(best)) for value in group.finished_values(metric.name).values())
-        return Side(len(group.ok) + len(group.diverged), len(group.diverged), self.stats[group.variant].speed["step_time_ms"],
-                    at_best=best if solved else None)
+        solved = (
+            group.ok
+            and not group.diverged
+            and math.isfinite(best)
+            and all(
+                abs(value - best) <= 1e-9 * max(1.0, abs(best)) for value in group.finished_values(metric.name).values()
+            )
+        )
+        return Side(
+            len(group.ok) + len(group.diverged),
+            len(group.diverged),
+            self.stats[group.variant].speed["step_time_ms"],
+            at_best=best if solved else None,
+        )
 
 
 def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list[TaskAnalysis]]:
@@ -250,12 +279,21 @@ def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list[TaskAna
     for group in groups:
         by_task[group.task].append(group)
     baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
-    analyses = [TaskAnalysis(matrix_dir, task, task_groups, baseline_variant, settings)
-                for task, task_groups in by_task.items()]
+    analyses = [
+        TaskAnalysis(matrix_dir, task, task_groups, baseline_variant, settings) for task, task_groups in by_task.items()
+    ]
     # one family: every comparison of the matrix (task x variant x metric) that has a p-value
-    adjusted = holm_adjust({(analysis.task, *key): diff.p_value for analysis in analyses
-                            for key, diff in analysis.differences.items() if diff.p_value is not None})
+    adjusted = holm_adjust(
+        {
+            (analysis.task, *key): diff.p_value
+            for analysis in analyses
+            for key, diff in analysis.differences.items()
+            if diff.p_value is not None
+        }
+    )
     for analysis in analyses:
-        analysis.summarize({(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == analysis.task},
-                           len(adjusted))
+        analysis.summarize(
+            {(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == analysis.task},
+            len(adjusted),
+        )
     return settings, groups, analyses

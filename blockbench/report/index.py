@@ -14,7 +14,15 @@ import yaml
 from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomic
 from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
-from .results import MatrixSettings, code_versions, first_cell, gives_verdicts, machines, matrix_file_keys, tuning_records
+from .results import (
+    MatrixSettings,
+    code_versions,
+    first_cell,
+    gives_verdicts,
+    machines,
+    matrix_file_keys,
+    tuning_records,
+)
 from .section import comparisons
 from .verdicts import Index, MatrixVerdicts, NotRun, index_markdown
 
@@ -29,7 +37,9 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     cells (``<matrix>/tune/``) are not the reported seeds: no verdict reads them. ``command``: the
     command the index says made it (default ``blockbench report --index <results_root>``)."""
     results_root = Path(results_root)
-    folders = sorted(p for p in results_root.iterdir() if p.is_dir() and ((p / CELLS_DIR).is_dir() or (p / MATRIX_FILE).is_file()))
+    folders = sorted(
+        p for p in results_root.iterdir() if p.is_dir() and ((p / CELLS_DIR).is_dir() or (p / MATRIX_FILE).is_file())
+    )
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
     for folder in folders:
@@ -41,18 +51,33 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         if not any(g.ok or g.diverged for g in groups):
             failed = sum(len(g.failed) for g in groups)
             reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
-            index.not_run.append(NotRun(folder.name, _run_command(folder, files), reason,
-                                        _description(files.get(folder.name, folder / MATRIX_FILE))))
+            index.not_run.append(
+                NotRun(
+                    folder.name,
+                    _run_command(folder, files),
+                    reason,
+                    _description(files.get(folder.name, folder / MATRIX_FILE)),
+                )
+            )
             continue
         unfinished = MatrixSettings.load(folder).without_result(folder, len(results))
-        index.matrices.append(MatrixVerdicts(folder.name, [c for analysis in analyses for c in comparisons(analysis)],
-                                             has_summary=(folder / SUMMARY_MD).is_file(), unfinished=unfinished,
-                                             code=tuple(code_versions(results + tuning)),
-                                             machines=tuple(machines(results + tuning)),
-                                             cost=_cost(folder, results, tuning)))
+        index.matrices.append(
+            MatrixVerdicts(
+                folder.name,
+                [c for analysis in analyses for c in comparisons(analysis)],
+                has_summary=(folder / SUMMARY_MD).is_file(),
+                unfinished=unfinished,
+                code=tuple(code_versions(results + tuning)),
+                machines=tuple(machines(results + tuning)),
+                cost=_cost(folder, results, tuning),
+            )
+        )
     ran = {folder.name for folder in folders}
-    index.not_run += [NotRun(name, f"blockbench matrix {path}", "no results", _description(path)) for name, path in files.items()
-                      if name not in ran and gives_verdicts(path)]
+    index.not_run += [
+        NotRun(name, f"blockbench matrix {path}", "no results", _description(path))
+        for name, path in files.items()
+        if name not in ran and gives_verdicts(path)
+    ]
     index.not_run.sort(key=lambda m: m.name)
     markdown = index_markdown(index)
     write_atomic(results_root / INDEX_FILE, markdown)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from tasks.lens import LENS_METRIC_PATTERN, lens_metric
+from blockbench.tasks.lens import LENS_METRIC_PATTERN, lens_metric
 
 from ..record import CellRecord
 from .results import Group
@@ -44,7 +44,9 @@ def logit_lens_section(groups: Sequence[Group]) -> list[str]:
         # the seeds of a variant share its config, hence its depth; a result of another depth is no seed of it
         lenses = [lens for lens in lenses if len(lens) == len(lenses[0])]
         if lenses:
-            rows.append((group.variant, [statistics.fmean(column) for column in zip(*lenses)], len(lenses), len(group.ok)))
+            rows.append(
+                (group.variant, [statistics.fmean(column) for column in zip(*lenses)], len(lenses), len(group.ok))
+            )
     depth = max((len(means) for _, means, _, _ in rows), default=0)
     if depth < 2:  # one block: its lens is the validation loss itself, nothing to look into
         return []

@@ -117,14 +117,19 @@ class MatrixSettings:
     cells: int = 0  # the reported cells the matrix has (its axes' product; 0: not known)
 
     @classmethod
-    def load(cls, matrix_dir: Path) -> "MatrixSettings":
+    def load(cls, matrix_dir: Path) -> MatrixSettings:
         path = matrix_dir / MATRIX_FILE
         raw = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-        targets = {str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
-                   for task, metrics in (raw.get("targets") or {}).items()}
+        targets = {
+            str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
+            for task, metrics in (raw.get("targets") or {}).items()
+        }
         axes = raw.get("axes") or {}
-        cells = math.prod(len(values) for values in axes.values()) if isinstance(axes, dict) and all(
-            isinstance(values, list) for values in axes.values()) and axes else 0
+        cells = (
+            math.prod(len(values) for values in axes.values())
+            if isinstance(axes, dict) and all(isinstance(values, list) for values in axes.values()) and axes
+            else 0
+        )
         return cls(raw.get("description") or "", raw.get("baseline_variant"), targets, cells)
 
     def without_result(self, matrix_dir: Path, results: int) -> int:
@@ -145,8 +150,13 @@ def load_groups(matrix_dir: Path) -> list[Group]:
         group = groups.get((cell["task"], cell["variant"]))
         if group is None:
             group = groups[cell["task"], cell["variant"]] = Group(
-                cell["task"], cell.get("task_name", cell["task"]), cell["variant"], cell["index"],
-                axes=cell.get("axes") or {}, family=_model_family(cell_file.with_name(CONFIG_FILE)))
+                cell["task"],
+                cell.get("task_name", cell["task"]),
+                cell["variant"],
+                cell["index"],
+                axes=cell.get("axes") or {},
+                family=_model_family(cell_file.with_name(CONFIG_FILE)),
+            )
         group.index = min(group.index, cell["index"])
         group.results.append(result)
     for group in groups.values():

@@ -13,7 +13,7 @@ import statistics
 import urllib.parse
 from typing import Any
 
-from tasks import Metric
+from blockbench.tasks import Metric
 
 from ..layout import PLOTS_DIR
 from ..record import SPEED_FIGURES, read_tuning
@@ -122,10 +122,13 @@ def main_note(a: TaskAnalysis) -> str:
     """How the first table counts seeds, and what the trivial baseline is."""
     note = "Mean ± std over seeds."
     if a.any_diverged:
-        counted = ", ".join(f"{m.name} {diverged_value_text(a, m)}"
-                            for m in a.metrics if a.diverged_values[m.name] is not None)
-        note += (" A diverged seed left no usable model, so it counts with the worse of the trivial baseline and the "
-                 f"worst finished seed of this task: {counted}; \"finished\" is the mean of the finished seeds alone.")
+        counted = ", ".join(
+            f"{m.name} {diverged_value_text(a, m)}" for m in a.metrics if a.diverged_values[m.name] is not None
+        )
+        note += (
+            " A diverged seed left no usable model, so it counts with the worse of the trivial baseline and the "
+            f'worst finished seed of this task: {counted}; "finished" is the mean of the finished seeds alone.'
+        )
     if any(g.failed for g in a.groups):
         note += " Failed seeds (an error, not a finding) are not counted."
     return f"{note} Trivial baseline: {a.task_cfg.baseline_description}"
@@ -143,8 +146,14 @@ def speed_note(a: TaskAnalysis) -> list[str]:
     if not has_performance(a):
         return []
     peaks = [v for g in a.groups for v in g.speed_values("peak_tflops")]
-    sources = sorted({_peak_source_kind(r.performance.peak_source) for g in a.groups for r in g.ok
-                      if r.performance is not None and r.performance.peak_source})
+    sources = sorted(
+        {
+            _peak_source_kind(r.performance.peak_source)
+            for g in a.groups
+            for r in g.ok
+            if r.performance is not None and r.performance.peak_source
+        }
+    )
     peak = ""
     if peaks:
         spread = f" (cells: {fmt(min(peaks))} to {fmt(max(peaks))})" if min(peaks) != max(peaks) else ""
@@ -154,8 +163,12 @@ def speed_note(a: TaskAnalysis) -> list[str]:
         "Speed, mean over the finished seeds: step time is each seed's median optimizer step (forward, backward, optimizer); "
         f"MFU is model FLOP/s over the peak{peak}; data wait is the share of the training loop spent waiting for "
         "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU."
-        + (" An MFU above 100% says the peak was measured too low, not how well the device was used: such seeds "
-           "have no MFU, and – marks a variant without any." if no_mfu else ""),
+        + (
+            " An MFU above 100% says the peak was measured too low, not how well the device was used: such seeds "
+            "have no MFU, and – marks a variant without any."
+            if no_mfu
+            else ""
+        ),
         "",
     ]
 
@@ -217,9 +230,11 @@ def interval_method(metrics: tuple[Metric, ...]) -> str:
     parts = []
     if both:
         ranges = ", ".join(f"{m.name} in [{m.low:g}, {m.high:g}]" for m in both)
-        parts.append(f"{ranges}: Student t on the logit of the share of the range, (value − low) / (high − low), "
-                     f"with shares clamped to [{LOGIT_EPSILON:g}, {1 - LOGIT_EPSILON:g}], transformed back, so the "
-                     "interval stays inside the range")
+        parts.append(
+            f"{ranges}: Student t on the logit of the share of the range, (value − low) / (high − low), "
+            f"with shares clamped to [{LOGIT_EPSILON:g}, {1 - LOGIT_EPSILON:g}], transformed back, so the "
+            "interval stays inside the range"
+        )
     if one:
         bounds = ", ".join(f"{m.name} ≥ {m.low:g}" if math.isfinite(m.low) else f"{m.name} ≤ {m.high:g}" for m in one)
         parts.append(f"{bounds}: Student t, cut at the bound")
@@ -300,8 +315,10 @@ def difference_method(a: TaskAnalysis, others: list[Group]) -> str:
         test_text = f"Tests: {test_text}. " if tests else ""
     spans = [m.name for m in a.metrics if math.isfinite(m.span)]
     cut = f" Intervals of {', '.join(spans)} are cut to ± the width of the metric's range." if spans else ""
-    return (f"{test_text}Family-wise error: Holm over {a.family_size} comparisons (every task x variant x metric "
-            f"of this matrix against the baseline variant); the intervals themselves are not adjusted.{cut}")
+    return (
+        f"{test_text}Family-wise error: Holm over {a.family_size} comparisons (every task x variant x metric "
+        f"of this matrix against the baseline variant); the intervals themselves are not adjusted.{cut}"
+    )
 
 
 def _test_text(diff: Difference) -> str:
@@ -334,16 +351,25 @@ def comparisons(a: TaskAnalysis) -> list[Comparison]:
         if a.is_baseline(group):
             continue
         baseline, stats = a.baseline_of(group), a.stats[group.variant].metrics[metric.name]
-        found.append(Comparison(
-            task=a.task, family=family,
-            variant=group.design if a.by_budget else group.variant, baseline=a.baseline_label,
-            budget=group.budget if a.by_budget else None, metric=metric, difference=stats.difference,
-            difference_text=difference_text(a, group, metric) if stats.difference else "",
-            significant=stats.significant, direction=stats.direction,
-            variant_side=a.side(group, metric), baseline_side=a.side(baseline, metric),
-            missing="" if stats.difference else no_difference_reason(a, group),
-            tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None, p_holm=stats.p_holm,
-        ))
+        found.append(
+            Comparison(
+                task=a.task,
+                family=family,
+                variant=group.design if a.by_budget else group.variant,
+                baseline=a.baseline_label,
+                budget=group.budget if a.by_budget else None,
+                metric=metric,
+                difference=stats.difference,
+                difference_text=difference_text(a, group, metric) if stats.difference else "",
+                significant=stats.significant,
+                direction=stats.direction,
+                variant_side=a.side(group, metric),
+                baseline_side=a.side(baseline, metric),
+                missing="" if stats.difference else no_difference_reason(a, group),
+                tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,
+                p_holm=stats.p_holm,
+            )
+        )
     return found
 
 
@@ -357,14 +383,22 @@ def target_table(a: TaskAnalysis) -> list[str]:
     lines = []
     unknown = [name for name in a.targets if name not in {m.name for m in a.metrics}]
     if unknown:
-        lines += [f"Targets for metrics this task does not report (ignored): {', '.join(unknown)}; "
-                  f"its metrics: {', '.join(m.name for m in a.metrics)}.", ""]
+        lines += [
+            f"Targets for metrics this task does not report (ignored): {', '.join(unknown)}; "
+            f"its metrics: {', '.join(m.name for m in a.metrics)}.",
+            "",
+        ]
     targets = a.target_metrics()
     if not targets:
         return lines
-    lines += ["Time to target: the finished seeds that reached it at a validation, out of the finished and diverged seeds "
-              "(a diverged seed counts as not reaching it), and their mean steps and seconds since training started:", ""]
-    lines += _table_head(["variant"] + [f"{m.name} {'≥' if m.higher_is_better else '≤'} {value:g}" for m, value in targets])
+    lines += [
+        "Time to target: the finished seeds that reached it at a validation, out of the finished and diverged seeds "
+        "(a diverged seed counts as not reaching it), and their mean steps and seconds since training started:",
+        "",
+    ]
+    lines += _table_head(
+        ["variant"] + [f"{m.name} {'≥' if m.higher_is_better else '≤'} {value:g}" for m, value in targets]
+    )
     for group in a.groups:
         lines.append(_row([group.variant] + [target_cell(a, group, m) for m, _ in targets]))
     return lines + [""]
@@ -409,7 +443,9 @@ def plot(a: TaskAnalysis) -> list[str]:
 
 def section_csv_rows(a: TaskAnalysis) -> list[dict[str, Any]]:
     """The task's rows of ``summary.csv``: one per group x metric."""
-    return [csv_row(a, group_stats, stats) for group_stats in a.stats.values() for stats in group_stats.metrics.values()]
+    return [
+        csv_row(a, group_stats, stats) for group_stats in a.stats.values() for stats in group_stats.metrics.values()
+    ]
 
 
 def csv_row(a: TaskAnalysis, group_stats: GroupStats, stats: MetricStats) -> dict[str, Any]:

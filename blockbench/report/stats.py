@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 from scipy import stats as scipy_stats
 
@@ -131,7 +132,7 @@ class Difference:
         """The interval lies entirely above or below zero (False without an interval)."""
         return self.ci_low is not None and self.ci_high is not None and (self.ci_low > 0 or self.ci_high < 0)
 
-    def clipped(self, span: float) -> "Difference":
+    def clipped(self, span: float) -> Difference:
         """The interval cut to [-span, span]: a difference of a metric whose range is ``span`` wide
         (100 for BLEU) cannot lie outside it."""
         if self.ci_low is None or self.ci_high is None:

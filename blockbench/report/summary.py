@@ -58,7 +58,9 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     lines += _wall_time_section(run, groups)
     found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
     demonstration = not gives_verdicts(matrix_dir / MATRIX_FILE)
-    markdown = "\n".join(_header(matrix_dir, settings, groups, run) + verdict_lines(found, demonstration=demonstration) + lines)
+    markdown = "\n".join(
+        _header(matrix_dir, settings, groups, run) + verdict_lines(found, demonstration=demonstration) + lines
+    )
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
     return markdown
@@ -73,7 +75,12 @@ def _diverged_and_failed(groups: list[Group]) -> list[str]:
     lines = []
     diverged = [(g, r) for g in groups for r in g.diverged]
     if diverged:
-        lines += ["## Diverged cells", "", "Training stopped when the loss exceeded the divergence threshold or stopped being finite.", ""]
+        lines += [
+            "## Diverged cells",
+            "",
+            "Training stopped when the loss exceeded the divergence threshold or stopped being finite.",
+            "",
+        ]
         for g, r in diverged:
             loss = r.last_finite_loss
             loss_text = f"last finite training loss {fmt(loss)}" if loss is not None else "no finite training loss"
@@ -83,8 +90,10 @@ def _diverged_and_failed(groups: list[Group]) -> list[str]:
     failures = [(g, r) for g in groups for r in g.failed]
     if failures:
         lines += ["## Failed cells", ""]
-        lines += [f"- `{g.task}/{g.variant}/seed{_seed_text(r)}`: {'no error recorded' if r.error is None else r.error}"
-                  for g, r in failures]
+        lines += [
+            f"- `{g.task}/{g.variant}/seed{_seed_text(r)}`: {'no error recorded' if r.error is None else r.error}"
+            for g, r in failures
+        ]
         lines.append("")
     return lines
 
@@ -98,16 +107,26 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         lines += [settings.description, ""]
     if run is not None:
         share = _training_share(run, groups)
-        share_text = "" if share is None else f"; training steps {share[0]:.0%} of the wall time" + (
-            f" of {share[2]} parallel slots" if share[2] > 1 else "")
-        lines.append(f"Command: `{run.command}` (last run: {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells "
-                     f"trained{share_text})  ")
+        share_text = (
+            ""
+            if share is None
+            else f"; training steps {share[0]:.0%} of the wall time"
+            + (f" of {share[2]} parallel slots" if share[2] > 1 else "")
+        )
+        lines.append(
+            f"Command: `{run.command}` (last run: {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells "
+            f"trained{share_text})  "
+        )
     missing = settings.without_result(matrix_dir, len(results))
     of = f" of {len(results) + missing}" if missing > 0 else ""
-    lines.append(f"Cells: {len(results)}{of} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  ")
+    lines.append(
+        f"Cells: {len(results)}{of} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  "
+    )
     if missing > 0:
-        lines.append(f"Unfinished: {missing} cell(s) without a result yet (`blockbench matrix` resumes the run), so the "
-                     "verdicts below are provisional: they compare the cells that have finished.  ")
+        lines.append(
+            f"Unfinished: {missing} cell(s) without a result yet (`blockbench matrix` resumes the run), so the "
+            "verdicts below are provisional: they compare the cells that have finished.  "
+        )
     lines += [f"Machine: {m}  " for m in machines(results + tuning)]
     code = code_versions(results)
     lines += [f"Code: {c}  " for c in code]
@@ -123,9 +142,16 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
 #: the parts of a cell's wall time (``result.json`` ``wall_time_breakdown``) and their columns in the summary
 CELL_TIME_COLUMNS = {part: part.replace("_", " ") for part in ("startup", *CELL_PARTS, "other", "total")}
 #: the matrix's own parts (``matrix_run.json`` ``wall_time_breakdown``, all but its cells) as the summary names them
-MATRIX_TIME_NAMES = {part: {"tensorboard_views": "TensorBoard views", "peak_probe": "peak FLOP/s probe",
-                            "cell_server": "cell process server start-up", "report": "this report"}.get(part, part.replace("_", " "))
-                     for part in ("startup", *MATRIX_PARTS, "other") if part != "cells"}
+MATRIX_TIME_NAMES = {
+    part: {
+        "tensorboard_views": "TensorBoard views",
+        "peak_probe": "peak FLOP/s probe",
+        "cell_server": "cell process server start-up",
+        "report": "this report",
+    }.get(part, part.replace("_", " "))
+    for part in ("startup", *MATRIX_PARTS, "other")
+    if part != "cells"
+}
 
 
 def _cell_key(group: Group, result: CellRecord) -> str:
@@ -140,8 +166,14 @@ def _last_run_cells(run: MatrixRun, groups: list[Group]) -> list[tuple[RunCell, 
     if not run.cells or not run.wall_time_breakdown:
         return None
     results = {_cell_key(g, r): r for g in groups for r in g.results}
-    return [(cell, (record.wall_time_breakdown if (record := results.get(cell.key)) is not None else cell.wall_time_breakdown) or {})
-            for cell in run.cells]
+    return [
+        (
+            cell,
+            (record.wall_time_breakdown if (record := results.get(cell.key)) is not None else cell.wall_time_breakdown)
+            or {},
+        )
+        for cell in run.cells
+    ]
 
 
 def _training_share(run: MatrixRun, groups: list[Group]) -> tuple[float, float, int] | None:
@@ -170,7 +202,8 @@ def _wall_time_section(run: MatrixRun | None, groups: list[Group]) -> list[str]:
     resumed = sum(1 for record in records if record.get("resumed"))
     no_startup = sum(1 for record in records if record.get("startup") is None)
     lines = [
-        "## Where the time went", "",
+        "## Where the time went",
+        "",
         "Seconds per cell, mean over each task's cells: startup from the process start to training (interpreter, imports, "
         "config), build the model and data module (with the real-data tasks' data: they size the model by it), data "
         "their generation or reading (`prepare_data`, `setup`, data loaders), data wait the training loop's waits for "
@@ -179,8 +212,12 @@ def _wall_time_section(run: MatrixRun | None, groups: list[Group]) -> list[str]:
         "probe the cell ran itself, loading a checkpoint to resume, the result); "
         "total from the process start to the result."
         + (f" {resumed} resumed cell(s) count their last process only." if resumed else "")
-        + (f" {no_startup} cell(s) have no start-up time (not run as a process of their own, or not on Linux): their "
-           "total starts at training." if no_startup else ""),
+        + (
+            f" {no_startup} cell(s) have no start-up time (not run as a process of their own, or not on Linux): their "
+            "total starts at training."
+            if no_startup
+            else ""
+        ),
         "",
     ]
     lines += _table_head(["task", "cells", *CELL_TIME_COLUMNS.values()])
@@ -200,8 +237,11 @@ def _last_run_lines(run: MatrixRun | None, groups: list[Group]) -> list[str]:
     breakdown = run.wall_time_breakdown if run else None
     if not breakdown:
         return []
-    own = ", ".join(f"{name} {breakdown[part]:,.1f} s" for part, name in MATRIX_TIME_NAMES.items()
-                    if breakdown.get(part) is not None)
+    own = ", ".join(
+        f"{name} {breakdown[part]:,.1f} s"
+        for part, name in MATRIX_TIME_NAMES.items()
+        if breakdown.get(part) is not None
+    )
     text = f"The last run took {breakdown['total']:,.1f} s"
     cells, share = _last_run_cells(run, groups), _training_share(run, groups)
     if cells and share is not None:
@@ -210,9 +250,11 @@ def _last_run_lines(run: MatrixRun | None, groups: list[Group]) -> list[str]:
         # a breakdown from the process start (all but off Linux) ends where the process wrote its result
         after = sum(cell.seconds - recorded["total"] for cell, recorded in cells if recorded.get("startup") is not None)
         at_once = f", {slots} at a time" if slots > 1 else ""
-        text += (f": {len(cells)} cells{at_once}, whose processes took {seconds:,.1f} s from start to exit ({after:,.1f} s "
-                 f"of it after they wrote their results: shutting down), {steps:,.1f} s of it training steps "
-                 f"({fraction:.0%} of the wall time{' of the slots' if slots > 1 else ''}; outside them {1 - fraction:.0%})")
+        text += (
+            f": {len(cells)} cells{at_once}, whose processes took {seconds:,.1f} s from start to exit ({after:,.1f} s "
+            f"of it after they wrote their results: shutting down), {steps:,.1f} s of it training steps "
+            f"({fraction:.0%} of the wall time{' of the slots' if slots > 1 else ''}; outside them {1 - fraction:.0%})"
+        )
     return [text + f"; the matrix's own parts: {own}.", ""]
 
 

@@ -51,21 +51,26 @@ def tuning_section(matrix_dir: Path) -> list[str]:
         return []
     keys = ", ".join(f"`{key}`" for key in record["keys"])
     lines = [
-        "## Tuning", "",
+        "## Tuning",
+        "",
         f"Each variant's reported seeds trained at its own {keys}: every candidate trained once on the tuning seed "
         f"{record['tune_seed']} (not a reported seed), and the one with the best final validation value of the task's "
         "headline metric was chosen. A diverged or failed candidate cannot be chosen; of equal scores the one listed "
-        f"first is. **Bold**: the choice; `{TUNE_FILE}` has every score.", "",
+        f"first is. **Bold**: the choice; `{TUNE_FILE}` has every score.",
+        "",
     ]
     if any(grid_edges(t) for entry in record["tasks"].values() for t in entry["variants"].values()):
         lines += [
             "A tuned value marked *lowest* or *highest tried* is an end of its grid: the variant's best may lie beyond "
             "it, so its verdict may understate it. Add values past that end to `tune:` and run the matrix again (the "
-            "finished tuning cells are reused).", "",
+            "finished tuning cells are reused).",
+            "",
         ]
     for task, entry in record["tasks"].items():
         arrow = "↑" if entry["higher_is_better"] else "↓"
-        labels = list(dict.fromkeys(c["label"] for variant in entry["variants"].values() for c in variant["candidates"]))
+        labels = list(
+            dict.fromkeys(c["label"] for variant in entry["variants"].values() for c in variant["candidates"])
+        )
         lines += [f"**{task}**: {entry['metric']} {arrow} at seed {record['tune_seed']}", ""]
         lines += [_row(["variant", *labels, "tuned value"]), "|" + "---|" * (len(labels) + 2)]
         for variant, tuned in entry["variants"].items():

@@ -44,15 +44,31 @@ COMPLEMENTIZER = "that"
 # stays at chance on agreement for 400 steps.
 # (singular, plural)
 NOUNS = (
-    ("key", "keys"), ("door", "doors"), ("cabinet", "cabinets"), ("table", "tables"),
-    ("man", "men"), ("woman", "women"), ("child", "children"), ("dog", "dogs"),
-    ("cat", "cats"), ("box", "boxes"), ("book", "books"), ("window", "windows"),
-    ("chair", "chairs"), ("lamp", "lamps"), ("bird", "birds"), ("car", "cars"),
+    ("key", "keys"),
+    ("door", "doors"),
+    ("cabinet", "cabinets"),
+    ("table", "tables"),
+    ("man", "men"),
+    ("woman", "women"),
+    ("child", "children"),
+    ("dog", "dogs"),
+    ("cat", "cats"),
+    ("box", "boxes"),
+    ("book", "books"),
+    ("window", "windows"),
+    ("chair", "chairs"),
+    ("lamp", "lamps"),
+    ("bird", "birds"),
+    ("car", "cars"),
 )
 # (singular, plural) = (third person -s form, bare form)
 TRANSITIVE_VERBS = (
-    ("sees", "see"), ("likes", "like"), ("finds", "find"),
-    ("moves", "move"), ("holds", "hold"), ("watches", "watch"),
+    ("sees", "see"),
+    ("likes", "like"),
+    ("finds", "find"),
+    ("moves", "move"),
+    ("holds", "hold"),
+    ("watches", "watch"),
 )
 COPULA = ("is", "are")
 ADJECTIVES = ("red", "old", "small", "big", "green", "heavy", "new", "blue", "broken", "quiet")

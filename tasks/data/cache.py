@@ -12,8 +12,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 CACHE_ENV = "BLOCKBENCH_CACHE"
 MANIFEST = "manifest.json"

@@ -27,7 +27,7 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -94,10 +94,10 @@ class TorchvisionSource(_Source):
     download: bool = Field(False, description="download into root when the files are missing")
 
 
-ImageSource = Annotated[
-    Union[NpzSource, ImageFolderSource, HFSource, TorchvisionSource], Field(discriminator="source")
-]
-IMAGE_SOURCES = tuple(cls.model_fields["source"].default for cls in (NpzSource, ImageFolderSource, HFSource, TorchvisionSource))
+ImageSource = Annotated[NpzSource | ImageFolderSource | HFSource | TorchvisionSource, Field(discriminator="source")]
+IMAGE_SOURCES = tuple(
+    cls.model_fields["source"].default for cls in (NpzSource, ImageFolderSource, HFSource, TorchvisionSource)
+)
 
 
 # --------------------------------------------------------------------------- decoding
@@ -146,7 +146,9 @@ def read_npz(data: NpzSource) -> DecodedImages:
     except Exception as exc:  # garbage bytes, a pickle, a truncated zip
         raise DataError(f"{path}: not a readable .npz archive ({type(exc).__name__}: {exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise DataError(f"{path}: a single .npy array, not a .npz archive with named arrays (expected {data.train_images_key}, ...)")
+        raise DataError(
+            f"{path}: a single .npy array, not a .npz archive with named arrays (expected {data.train_images_key}, ...)"
+        )
     with archive:
         present = sorted(archive.files)
 
@@ -230,16 +232,22 @@ def read_hf(data: HFSource, channels: int, image_size: int) -> DecodedImages:
                 )
     train, val = splits[data.train_split], splits[data.val_split]
     label_feature = train.features[data.label_field]
-    decoded_train = decode_column(train, data.image_field, data.label_field, channels, image_size,
-                                  where=f"{where}, split '{data.train_split}'")
-    decoded_val = decode_column(val, data.image_field, data.label_field, channels, image_size,
-                                where=f"{where}, split '{data.val_split}'")
+    decoded_train = decode_column(
+        train, data.image_field, data.label_field, channels, image_size, where=f"{where}, split '{data.train_split}'"
+    )
+    decoded_val = decode_column(
+        val, data.image_field, data.label_field, channels, image_size, where=f"{where}, split '{data.val_split}'"
+    )
     if isinstance(label_feature, datasets.ClassLabel):
         class_names = list(label_feature.names)
     else:
         class_names = class_ids_as_names(decoded_train[1], decoded_val[1])
-    check_label_range(decoded_train[1], len(class_names), where=f"{where}, split '{data.train_split}', column '{data.label_field}'")
-    check_label_range(decoded_val[1], len(class_names), where=f"{where}, split '{data.val_split}', column '{data.label_field}'")
+    check_label_range(
+        decoded_train[1], len(class_names), where=f"{where}, split '{data.train_split}', column '{data.label_field}'"
+    )
+    check_label_range(
+        decoded_val[1], len(class_names), where=f"{where}, split '{data.val_split}', column '{data.label_field}'"
+    )
     return DecodedImages(*decoded_train, *decoded_val, class_names=class_names)
 
 
@@ -263,7 +271,9 @@ def decode_column(
                 with Image.open(source) as image:
                     pixels = np.asarray(image.convert(mode))
             except Exception as exc:
-                raise DataError(f"{name}: cannot decode the image ({type(exc).__name__}: {exc}); replace or remove it") from None
+                raise DataError(
+                    f"{name}: cannot decode the image ({type(exc).__name__}: {exc}); replace or remove it"
+                ) from None
             pixels = pixels.reshape(*pixels.shape[:2], channels)
             images.append(resize(pixels[None], image_size)[0])
             labels.append(label)
@@ -283,7 +293,9 @@ def read_torchvision(data: TorchvisionSource) -> DecodedImages:
         train = dataset_class(data.root, train=True, download=data.download)
         val = dataset_class(data.root, train=False, download=data.download)
     except Exception as exc:  # "Dataset not found or corrupted" (md5 check), download failures
-        raise DataError(f"{folder}: {data.dataset} cannot be loaded ({type(exc).__name__}: {exc}); {missing_torchvision_hint(data)}") from None
+        raise DataError(
+            f"{folder}: {data.dataset} cannot be loaded ({type(exc).__name__}: {exc}); {missing_torchvision_hint(data)}"
+        ) from None
     return DecodedImages(
         train.data, np.asarray(train.targets), val.data, np.asarray(val.targets), class_names=list(train.classes)
     )
@@ -313,9 +325,13 @@ def check_images(images: np.ndarray, *, where: str) -> None:
 
 def check_labels(labels: np.ndarray, n_images: int, *, where: str, images_name: str) -> None:
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{where}: expected integer class ids of shape (N,); got {labels.dtype} of shape {labels.shape}")
+        raise DataError(
+            f"{where}: expected integer class ids of shape (N,); got {labels.dtype} of shape {labels.shape}"
+        )
     if len(labels) != n_images:
-        raise DataError(f"{where}: {len(labels)} labels for {n_images} {images_name}; both must have one entry per image")
+        raise DataError(
+            f"{where}: {len(labels)} labels for {n_images} {images_name}; both must have one entry per image"
+        )
 
 
 def check_label_range(labels: np.ndarray, n_classes: int, *, where: str) -> None:
@@ -387,7 +403,9 @@ def source_description(data: ImageSource, *, image_size: int, channels: int) -> 
     (a changed file is decoded again); hub datasets are identified by path, name and splits.
     Missing or empty local inputs raise DataError here, before any cache folder exists."""
     description: dict[str, Any] = {
-        "format": CACHE_FORMAT, "image_size": image_size, "channels": channels,
+        "format": CACHE_FORMAT,
+        "image_size": image_size,
+        "channels": channels,
         **data.model_dump(exclude={"download"}),
     }
     if isinstance(data, NpzSource):
@@ -401,7 +419,9 @@ def source_description(data: ImageSource, *, image_size: int, channels: int) -> 
     elif isinstance(data, ImageFolderSource):
         folder = Path(data.path)
         if not folder.is_dir():
-            raise DataError(f"{folder}: no such folder; set task.data.path to a folder laid out as <split>/<class>/<image>")
+            raise DataError(
+                f"{folder}: no such folder; set task.data.path to a folder laid out as <split>/<class>/<image>"
+            )
         description["folder"] = folder_fingerprint(folder)
     elif isinstance(data, TorchvisionSource):
         folder = Path(data.root) / torchvision_dataset_class(data).base_folder
@@ -415,7 +435,9 @@ def save_prepared(decoded: DecodedImages, folder: Path) -> None:
     for name in ARRAYS:
         np.save(folder / f"{name}.npy", getattr(decoded, name))
     mean, std = channel_stats(decoded.train_images)
-    (folder / "meta.json").write_text(json.dumps({"class_names": decoded.class_names, "mean": mean, "std": std}, indent=2))
+    (folder / "meta.json").write_text(
+        json.dumps({"class_names": decoded.class_names, "mean": mean, "std": std}, indent=2)
+    )
 
 
 def load_prepared(folder: Path) -> PreparedImages:
@@ -432,4 +454,3 @@ def prepare_images(data: ImageSource, *, image_size: int, channels: int) -> tupl
     folder, hit = cached("images", description, lambda tmp: save_prepared(decode_images(data, **shape), tmp))
     log.info("images %s cache folder %s", "from" if hit else "decoded into", folder)
     return load_prepared(folder), hit
-

@@ -23,7 +23,15 @@ import numpy as np
 MIN_COUNT = 1
 CLASS_NAMES = tuple(f"{n} shape{'s' if n > 1 else ''}" for n in range(MIN_COUNT, MIN_COUNT + 5))
 SHAPE_KINDS = ("square", "circle", "triangle", "cross", "diamond")
-SHAPE_COLOURS = ((220, 40, 40), (40, 60, 220), (40, 200, 40), (220, 210, 40), (225, 225, 225), (40, 200, 210), (210, 40, 210))
+SHAPE_COLOURS = (
+    (220, 40, 40),
+    (40, 60, 220),
+    (40, 200, 40),
+    (220, 210, 40),
+    (225, 225, 225),
+    (40, 200, 210),
+    (210, 40, 210),
+)
 COLOUR_JITTER = 30  # each shape's RGB is its base colour +- this, per channel
 
 HALF_SIZE_RANGE = (2.5, 4.0)  # shape "radius" in pixels: shapes are 5 to 9 pixels across
@@ -109,7 +117,8 @@ def _shape_masks(dx: np.ndarray, dy: np.ndarray, half_size: np.ndarray) -> np.nd
         "square": np.maximum(abs_x, abs_y) <= half_size,
         "circle": dx**2 + dy**2 <= half_size**2,
         "triangle": (abs_y <= half_size) & (abs_x <= (dy + half_size) / 2),  # apex up, base down
-        "cross": ((abs_x <= bar_half_width) & (abs_y <= half_size)) | ((abs_y <= bar_half_width) & (abs_x <= half_size)),
+        "cross": ((abs_x <= bar_half_width) & (abs_y <= half_size))
+        | ((abs_y <= bar_half_width) & (abs_x <= half_size)),
         "diamond": abs_x + abs_y <= half_size,
     }
     return np.stack([masks[kind] for kind in SHAPE_KINDS])

@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -385,7 +385,7 @@ def translate_word_by_word(source: str, dictionary: dict[str, str]) -> str:
     return " ".join(dictionary[word] for word in source.split())
 
 
-def word_by_word_translations(corpus: "ParallelCorpus") -> list[str]:
+def word_by_word_translations(corpus: ParallelCorpus) -> list[str]:
     """The validation sources translated word by word with the dictionary of the training targets:
     every content word right (the lexicon is known), but SVO order kept (the target is SOV with
     adjectives and numerals after the noun) and determiners and adjectives in their most frequent

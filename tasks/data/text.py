@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -38,20 +39,27 @@ class TextData(BaseModel):
 
     hf_path: str | None = Field(None, description="HF hub dataset, e.g. Salesforce/wikitext")
     hf_name: str | None = Field(None, description="its configuration, e.g. wikitext-103-raw-v1")
-    files: dict[str, str] | None = Field(None, description="split -> local .txt/.jsonl/.parquet file (.gz allowed for txt/jsonl)")
+    files: dict[str, str] | None = Field(
+        None, description="split -> local .txt/.jsonl/.parquet file (.gz allowed for txt/jsonl)"
+    )
     text_field: str = Field("text", description="record field (jsonl, parquet, hub) holding the text")
     train_split: str = Field("train", description="training split: a hub split or a key of files")
     val_split: str | None = Field(
         "validation", description="held-out split; null: hold out the last val_fraction of the training tokens"
     )
-    val_fraction: float = Field(0.1, gt=0, lt=1, description="share of the training tokens held out when val_split is null")
+    val_fraction: float = Field(
+        0.1, gt=0, lt=1, description="share of the training tokens held out when val_split is null"
+    )
     end_of_document: bool = Field(
-        True, description="append the end-of-text token after each record (off for line-per-record corpora such as WikiText)"
+        True,
+        description="append the end-of-text token after each record (off for line-per-record corpora such as WikiText)",
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "TextData":
-        _check_source(self.hf_path, self.files, self.train_split, self.val_split, "a text file per split (.txt, .jsonl, .parquet)")
+    def _one_source(self) -> TextData:
+        _check_source(
+            self.hf_path, self.files, self.train_split, self.val_split, "a text file per split (.txt, .jsonl, .parquet)"
+        )
         return self
 
     @property
@@ -107,8 +115,14 @@ class ParallelData(BaseModel):
     val_split: str = Field("validation", description="validation split: a hub split or a key of files")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ParallelData":
-        _check_source(self.hf_path, self.files, self.train_split, self.val_split, "{source, target} files or a .tsv/.jsonl file per split")
+    def _one_source(self) -> ParallelData:
+        _check_source(
+            self.hf_path,
+            self.files,
+            self.train_split,
+            self.val_split,
+            "{source, target} files or a .tsv/.jsonl file per split",
+        )
         return self
 
     @property
@@ -121,7 +135,10 @@ class ParallelData(BaseModel):
             return {"hf_path": self.hf_path, "hf_name": self.hf_name, "split": split, **langs}
         spec, key = self.files[split], f"task.data.files.{split}"
         if isinstance(spec, ParallelFiles):
-            paths = {"source": _existing(spec.source, f"{key}.source"), "target": _existing(spec.target, f"{key}.target")}
+            paths = {
+                "source": _existing(spec.source, f"{key}.source"),
+                "target": _existing(spec.target, f"{key}.target"),
+            }
             return {name: file_fingerprint(p) for name, p in paths.items()}
         return {"file": file_fingerprint(_existing(spec, key)), **langs}
 
@@ -170,9 +187,15 @@ def _existing(name: str, key: str) -> Path:
 
 def _suffix(path: Path, allowed: tuple[str, ...]) -> str:
     suffixes = path.suffixes
-    suffix = suffixes[-2] if suffixes and suffixes[-1] == ".gz" and len(suffixes) >= 2 else (suffixes[-1] if suffixes else "")
+    suffix = (
+        suffixes[-2]
+        if suffixes and suffixes[-1] == ".gz" and len(suffixes) >= 2
+        else (suffixes[-1] if suffixes else "")
+    )
     if suffix not in allowed or (suffix == ".parquet" and path.suffix == ".gz"):
-        raise DataError(f"{path}: unsupported file type '{''.join(suffixes)}'; use one of {', '.join(allowed)} (txt/tsv/jsonl may be .gz)")
+        raise DataError(
+            f"{path}: unsupported file type '{''.join(suffixes)}'; use one of {', '.join(allowed)} (txt/tsv/jsonl may be .gz)"
+        )
     return suffix
 
 
@@ -274,7 +297,9 @@ def _tsv_pairs(path: Path) -> Iterator[tuple[str, str]]:
             continue
         fields = line.split("\t")
         if len(fields) != 2:
-            raise DataError(f"{path}: line {number}: expected 2 tab-separated fields (source, target), found {len(fields)}")
+            raise DataError(
+                f"{path}: line {number}: expected 2 tab-separated fields (source, target), found {len(fields)}"
+            )
         yield fields[0], fields[1]
 
 

