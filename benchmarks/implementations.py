@@ -22,6 +22,7 @@ implementation's own initialisation).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
@@ -656,10 +657,8 @@ def package_versions() -> str:
 
     found = []
     for package in ("transformers", "timm", "litgpt", "lightning"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             found.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            pass
     return ", ".join(found)
 
 

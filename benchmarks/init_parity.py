@@ -314,7 +314,7 @@ def report(fits: dict[str, dict[str, list[dict[str, Any]]]], args: argparse.Name
     for name, case_fits in fits.items():
         case = CASES[name]
 
-        def final(impl: str) -> float:
+        def final(impl: str, case_fits: dict[str, list[dict[str, Any]]] = case_fits) -> float:
             return statistics.fmean(f["losses"][args.steps] for f in case_fits[impl])
 
         best = min((i for i in case.impls if i not in ABLATIONS and not CANDIDATES[i].ours), key=final)
@@ -325,7 +325,7 @@ def report(fits: dict[str, dict[str, list[dict[str, Any]]]], args: argparse.Name
         )
     for name, case_fits in fits.items():
         case = CASES[name]
-        lines += ["", f"## {name}", "", case.description + ".", ""] + case_table(case, case_fits, args.steps)
+        lines += ["", f"## {name}", "", case.description + ".", "", *case_table(case, case_fits, args.steps)]
         lines += ["", f"**What differs**: {case.differences}", "", f"**What the gap means**: {case.meaning}", ""]
         lines += [f"- **{impl}**: {case_fits[impl][0]['note']}" for impl in case.impls]
     return "\n".join(lines) + "\n"

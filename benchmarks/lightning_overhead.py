@@ -23,6 +23,7 @@ that interval is narrower than ``--target-width`` (5 points) or ``--max-repeats`
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,7 @@ class StepIntervalTimer(L.Callback):
 
     @property
     def intervals(self) -> list[float]:
-        return [b - a for a, b in zip(self.starts, self.starts[1:])]
+        return [b - a for a, b in itertools.pairwise(self.starts)]
 
 
 def run_config(task: str, steps: int):
@@ -94,7 +95,7 @@ def plain_loop(task: str, steps: int, warmup: int) -> list[float]:
         torch.nn.utils.clip_grad_norm_(module.parameters(), run.trainer.grad_clip)
         optimizer.step()
         scheduler.step()
-    return [b - a for a, b in zip(starts, starts[1:])]
+    return [b - a for a, b in itertools.pairwise(starts)]
 
 
 def lightning_loop(task: str, steps: int, warmup: int, workdir: Path) -> list[float]:

@@ -3,10 +3,11 @@
 For each expert count, times forward + backward (``layer(x).sum().backward()``, gradients
 cleared before each step) of the MoE layer and of one dense FFN of the same kind and width on
 the same ``n_tokens x d_model`` input, alternating MoE and dense steps so that both see the same
-machine load, and prints a markdown table with the median step times after warm-up. ``expert rows / token`` is the matmul work of the routed experts relative to the
-dense FFN: ``n_experts * C / n_tokens`` rows of the ``(n_experts, C, d_model)`` expert buffer
-per token (``top_k`` assignments per token, plus padding up to the busiest expert, minus
-dropped assignments). The rest of the gap is the router, the dispatch and the combine.
+machine load, and prints a markdown table with the median step times after warm-up.
+``expert rows / token`` is the matmul work of the routed experts relative to the dense FFN:
+``n_experts * C / n_tokens`` rows of the ``(n_experts, C, d_model)`` expert buffer per token
+(``top_k`` assignments per token, plus padding up to the busiest expert, minus dropped
+assignments). The rest of the gap is the router, the dispatch and the combine.
 
 Run from the repository root, e.g.::
 
@@ -31,7 +32,7 @@ def step_ms(layers: list[nn.Module], x: torch.Tensor, warmup: int, repeats: int)
     turn (one step of each per round), after ``warmup`` rounds."""
     times: list[list[float]] = [[] for _ in layers]
     for _ in range(warmup + repeats):
-        for layer, layer_times in zip(layers, times):
+        for layer, layer_times in zip(layers, times, strict=True):
             layer.zero_grad(set_to_none=True)
             x.grad = None
             start = time.perf_counter()

@@ -429,10 +429,12 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             theirs = sorted((r for r in cell if not IMPLEMENTATIONS[r["impl"]].ours), key=lambda r: r["step_ms_median"])
             if not ours:
                 continue
-            per_round = dict(zip(ours[0]["rounds"], ours[0]["round_medians_ms"]))
+            per_round = dict(zip(ours[0]["rounds"], ours[0]["round_medians_ms"], strict=True))
             for rank, reference in enumerate(theirs):
                 try:
-                    ratio = ratio_interval(per_round, dict(zip(reference["rounds"], reference["round_medians_ms"])))
+                    ratio = ratio_interval(
+                        per_round, dict(zip(reference["rounds"], reference["round_medians_ms"], strict=True))
+                    )
                 except ValueError:
                     continue
                 rows.append(
@@ -488,7 +490,8 @@ def report(
         f"`torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, AVX512-BF16/AMX: {native}; "
         f"torch threads {machine['torch_threads']}",
         f"- torch {machine['torch']}, Python {machine['python']}; {machine['packages']}",
-        f"- {args.rounds} interleaved round{'s' if args.rounds != 1 else ''}; per run {args.warmup} warm-up steps, then timed steps until "
+        f"- {args.rounds} interleaved round{'s' if args.rounds != 1 else ''}; per run {args.warmup} warm-up steps, "
+        "then timed steps until "
         f">= {args.min_steps} steps and >= {args.min_seconds} s (at most {args.max_steps}).",
         "- Step = zero_grad + forward + loss + backward + AdamW (fused) step; bf16 = `torch.autocast` "
         "(parameters, gradients and optimizer state stay fp32).",
@@ -552,7 +555,8 @@ def report(
         unit = SHAPES[r["shape"]].unit
         lines.append(
             f"| {r['impl']} | {r['shape']} | {r['dtype']} | {r['parameters']:,} | {r['step_ms_median']:.0f} "
-            f"({r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}) | {'/'.join(f'{m:.0f}' for m in r['round_medians_ms'])} | "
+            f"({r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}) | "
+            f"{'/'.join(f'{m:.0f}' for m in r['round_medians_ms'])} | "
             f"{r['throughput']:,.0f} {unit}/s | {r['flops_per_step'] / 1e9:.1f} | {r['achieved_tflops']:.3f} | "
             f"{r['peak_tflops']:.3f} | {r['achieved_tflops'] / r['peak_tflops']:.1%} | {r['steps']} |"
         )

@@ -6,15 +6,18 @@ reads back, the path of a cell's folder, and the atomic writes they all use.
     results/README.md                 INDEX_FILE: the verdicts of every matrix of the results root (report.write_index)
     results/<matrix>/
         matrix.yaml                   MATRIX_FILE: the runner's copy of the matrix file (the report reads its settings)
-        matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each cell's seconds
+        matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each
+                                      cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
         plots/<task>.png              PLOTS_DIR
         tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.expand.tensorboard_run_names)
         tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
-        tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each variant's choice
+        tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each
+                                      variant's choice
         tune/cells/<task>/<variant>/<candidate>/seed<k>/   tuning_cell_directory: a tuning cell (the files
-                                      of a cell; its TensorBoard run: tb/tune/<task>/<short variant>/<candidate>/seed<k>)
+                                      of a cell; its TensorBoard run:
+                                      tb/tune/<task>/<short variant>/<candidate>/seed<k>)
         cells/<task>/<variant>/seed<k>/   cell_directory
             cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
             config.yaml               CONFIG_FILE: the fully resolved run config

@@ -25,7 +25,8 @@ FORKED = False
 #: how ``measured_from`` says that the process was forked with its imports done (its start-up is short)
 FORKED_NOTE = " (forked from the runner's server, imports done before: blockbench.matrix.launch)"
 
-#: the parts of a cell's wall time that its run measures (``startup``, ``other`` and ``total`` come with every breakdown)
+#: the parts of a cell's wall time that its run measures (``startup``, ``other`` and ``total`` come with every
+#: breakdown)
 CELL_PARTS = ("build", "data", "data_wait", "train_steps", "validation", "checkpoints")
 #: the parts of a matrix run outside its cells, and ``cells``: the time its cells ran
 MATRIX_PARTS = ("planning", "tensorboard_views", "peak_probe", "cell_server", "cells", "report")

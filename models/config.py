@@ -88,7 +88,9 @@ class ModelConfig(BaseModel):
     max_seq_len: int = Field(
         256,
         gt=0,
-        description="longest sequence (size of learned position tables); the token tasks set it to their sequence length",
+        description=(
+            "longest sequence (size of learned position tables); the token tasks set it to their sequence length"
+        ),
     )
     tie_embeddings: bool = Field(True, description="the output projection shares the token embedding's weights")
     # vision

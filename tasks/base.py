@@ -24,9 +24,6 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
-# torchdata calls a deprecated torch function on every new loader; nothing for users to act on
-warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
-
 from blockbench.models import (
     ModelConfig,
     add_auxiliary_losses,
@@ -36,6 +33,9 @@ from blockbench.models import (
     expert_load,
     moe_layers,
 )
+
+# torchdata calls a deprecated torch function on every new loader; nothing for users to act on
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 
 class OptimizerConfig(BaseModel):

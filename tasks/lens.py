@@ -53,7 +53,7 @@ class LensLosses(nn.Module):
         """Add one batch: ``losses`` (its mean loss per block, first block first) over ``weight`` targets."""
         if len(losses) != len(self.layers):
             raise ValueError(f"logit lens: {len(losses)} losses for a stack of {len(self.layers)} blocks")
-        for metric, loss in zip(self.layers, losses):
+        for metric, loss in zip(self.layers, losses, strict=True):
             metric.update(loss, weight=weight)
 
     def compute(self) -> dict[str, torch.Tensor]:

@@ -284,7 +284,7 @@ class TranslationTask(TaskModule):
             loss = lens[-1]
         self.val_loss.update(loss, weight=n_targets)
         data: TranslationDataModule = self.trainer.datamodule
-        for i, row in zip(index.tolist(), self.translate(src).tolist()):
+        for i, row in zip(index.tolist(), self.translate(src).tolist(), strict=True):
             self.translations.append(
                 (i, data.hypothesis_text(row[: row.index(self.ids.eos)] if self.ids.eos in row else row))
             )

@@ -251,7 +251,7 @@ class TextTranslationDataModule(TranslationDataModule):
         self, items: list[tuple[torch.Tensor, torch.Tensor, int]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pad = self.special_ids.pad
-        sources, targets, rows = zip(*items)
+        sources, targets, rows = zip(*items, strict=True)
         src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=pad)
         tgt = torch.nn.utils.rnn.pad_sequence(targets, batch_first=True, padding_value=pad)
         return src, tgt, torch.tensor(rows)

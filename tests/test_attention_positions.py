@@ -352,7 +352,7 @@ def test_translator_encoder_output_follows_its_input_only_as_the_encoding_allows
     src = torch.randint(3, 20, (2, 9), generator=torch.Generator().manual_seed(1))
     memory = model.encode(src)
     shuffle, reverse = torch.tensor([3, 0, 7, 1, 8, 5, 2, 6, 4]), torch.arange(8, -1, -1)
-    for order, equivariant in zip((shuffle, reverse), PERMUTATION_SYMMETRY[pos]):
+    for order, equivariant in zip((shuffle, reverse), PERMUTATION_SYMMETRY[pos], strict=True):
         difference = (model.encode(src[:, order]) - memory[:, order]).abs().max()
         assert difference < 1e-10 if equivariant else difference > 1e-4, (pos, order.tolist(), difference)
 
@@ -666,7 +666,7 @@ T5_BUCKETS_BY_HAND |= {-200: 15, 200: 31}  # 8 + floor(9.29) = 17, beyond max_di
 def test_t5_bidirectional_buckets_for_every_distance_up_to_20_and_200_by_hand():
     relative = torch.tensor(list(T5_BUCKETS_BY_HAND))  # key position - query position
     buckets = t5_relative_position_bucket(relative, bidirectional=True, num_buckets=32, max_distance=128)
-    assert dict(zip(relative.tolist(), buckets.tolist())) == T5_BUCKETS_BY_HAND
+    assert dict(zip(relative.tolist(), buckets.tolist(), strict=True)) == T5_BUCKETS_BY_HAND
 
 
 def hf_t5_relative_position_bucket():

@@ -151,7 +151,7 @@ def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
     assert params["torch_transformer"] - params["blockbench_seq2seq"] == 2 * 2 * 128
     assert params["torch_transformer_small_embedding"] == params["torch_transformer"]
     assert params["blockbench_seq2seq_xavier"] == params["blockbench_seq2seq"]
-    for name, (_, at0, at1, at2, ratio, gap) in rows.items():
+    for name, (_, at0, _at1, at2, _ratio, _gap) in rows.items():
         assert float(at2) < float(at0), (name, at0, at2)  # a fit, not a constant
     assert float(rows["blockbench_seq2seq"][4]) == 1.0 and float(rows["blockbench_seq2seq"][5]) == 0.0
     assert re.search(r"\| seq2seq_post \| [\d.]+ \| torch_transformer \| [\d.]+ \| \*\*\d+\.\d\d\*\* \|", text)
@@ -227,7 +227,7 @@ def test_nanogpt_without_a_path_is_not_run_with_a_line_that_says_how(tmp_path):
     with pytest.raises(FileNotFoundError, match="--nanogpt PATH"):
         implementations.load_nanogpt(tmp_path)  # a folder without model.py
     (tmp_path / "model.py").write_text("x = 1\n")
-    with pytest.raises(ImportError, match="not nanoGPT's model.py"):
+    with pytest.raises(ImportError, match=r"not nanoGPT's model\.py"):
         implementations.load_nanogpt(tmp_path)
 
 
@@ -505,5 +505,5 @@ def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(t
         r"^\| vit \| (\d+) \| (\d+) \| \*\*([\d.]+)\*\* \| ([\d.]+) to ([\d.]+) \| (.+) \|$", out.read_text(), re.M
     )
     assert row, out.read_text()
-    lone, shared, ratio, low, high = (float(x) for x in row.groups()[:5])
+    _lone, _shared, ratio, low, high = (float(x) for x in row.groups()[:5])
     assert low <= ratio <= high and row.group(6) in ("2 cells at once", "one cell at a time", "tie")

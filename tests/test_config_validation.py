@@ -52,7 +52,8 @@ BAD_CONFIGS = {
     ),
     "sincos2d on translation": (
         {"task": "translation", "model.pos_encoding": "sincos2d"},
-        "model.pos_encoding: pos_encoding=sincos2d is for the vit family (it needs model.image_size), not encoder_decoder",
+        "model.pos_encoding: pos_encoding=sincos2d is for the vit family (it needs model.image_size), "
+        "not encoder_decoder",
     ),
     "sincos2d with d_model not divisible by 4": (
         {"task": "vit", "model.pos_encoding": "sincos2d", "model.d_model": 30},
@@ -269,7 +270,7 @@ def test_axis_value_with_a_slash_keeps_one_folder_per_cell_and_shows_in_the_summ
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
     write_atomic(matrix_dir / "matrix.yaml", path.read_text())
-    for perplexity, cell in zip([11.0, 22.0], cells):
+    for perplexity, cell in zip([11.0, 22.0], cells, strict=True):
         cell_dir = cell.directory(matrix_dir)
         assert (
             cell_dir.relative_to(matrix_dir).parts[:2] == ("cells", "lm_text")
@@ -399,7 +400,7 @@ def test_torch_floor_covers_every_torch_api_the_code_uses():
     assert pyproject_floors()["torch"] >= needed, (
         f"pyproject says torch>={pyproject_floors()['torch']}; the code needs {needed}"
     )
-    for name, (_, probe) in TORCH_APIS.items():
+    for _, probe in TORCH_APIS.values():
         probe()  # the API exists in the installed torch
 
 

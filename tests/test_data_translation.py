@@ -99,7 +99,7 @@ def test_array_layout(corpus, split_name):
     n = len(split.src_text)
     assert split.src.dtype == np.int64 and split.tgt.dtype == np.int64
     assert split.src.shape == (n, 24) and split.tgt.shape == (n, 24) and len(split.tgt_text) == n
-    for src_row, tgt_row, src_text, tgt_text in zip(split.src, split.tgt, split.src_text, split.tgt_text):
+    for src_row, tgt_row, src_text, tgt_text in zip(split.src, split.tgt, split.src_text, split.tgt_text, strict=True):
         src_ids = [word_id[w] for w in src_text.split()] + [EOS_ID]
         tgt_ids = [BOS_ID] + [word_id[w] for w in tgt_text.split()] + [EOS_ID]
         assert src_row.tolist() == src_ids + [PAD_ID] * (24 - len(src_ids))
@@ -249,7 +249,7 @@ def test_word_by_word_baseline_on_generated_data_is_informative(corpus):
     assert 0 < bleu < 100
     # every content word is right (the lexicon is known), but the word order is the source's
     single = {form for forms in source_word_forms().values() if len(forms) == 1 for form in forms}
-    for hypothesis, reference, source in zip(hypotheses, references, corpus.val.src_text):
+    for hypothesis, reference, source in zip(hypotheses, references, corpus.val.src_text, strict=True):
         assert len(hypothesis.split()) == len(source.split())
         assert {w for w in hypothesis.split() if w in single} <= set(reference.split())
-    assert sum(h == r for h, r in zip(hypotheses, references)) == 0  # the verb is never last in SVO order
+    assert sum(h == r for h, r in zip(hypotheses, references, strict=True)) == 0  # the verb is never last in SVO order

@@ -231,9 +231,13 @@ def test_beam_no_worse_than_greedy_on_random_models():
         kwargs = dict(bos_id=BOS, eos_id=EOS, max_len=8, src_padding_mask=mask)
         greedy = greedy_decode(model, src, **kwargs)
         beam = beam_search(model, src, beam_size=4, length_penalty=0.0, **kwargs)
-        greedy_key = zip((greedy == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, greedy, 0.0))
-        beam_key = zip((beam == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, beam, 0.0))
-        for (greedy_finished, greedy_score), (beam_finished, beam_score) in zip(greedy_key, beam_key):
+        greedy_key = zip(
+            (greedy == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, greedy, 0.0), strict=True
+        )
+        beam_key = zip(
+            (beam == EOS).any(dim=1).tolist(), teacher_forced_scores(model, src, mask, beam, 0.0), strict=True
+        )
+        for (greedy_finished, greedy_score), (beam_finished, beam_score) in zip(greedy_key, beam_key, strict=True):
             assert (beam_finished, float(beam_score)) >= (greedy_finished, float(greedy_score) - 1e-5), seed
             strictly_better += (beam_finished, float(beam_score)) > (greedy_finished, float(greedy_score) + 1e-5)
     assert strictly_better > 0

@@ -194,6 +194,6 @@ def test_variants_without_a_table_feed_the_bare_token_signal(family, pos_encodin
             want = [model.tok_emb(ids) for ids in inputs]
     got = first_block_inputs(model, inputs)
     assert len(got) == len(want)
-    for x, tokens in zip(got, want):
+    for x, tokens in zip(got, want, strict=True):
         torch.testing.assert_close(x, tokens)
         assert rms(x[:, 1:] if family == "vit" else x) == pytest.approx(TOKEN_RMS[family], rel=RTOL)

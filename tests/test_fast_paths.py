@@ -59,7 +59,7 @@ def test_linear_cross_entropy_equals_logits_then_cross_entropy(reduction, label_
     grads = torch.autograd.grad(loss * 2.5, (hidden, weight))
 
     torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
-    for grad, expected_grad in zip(grads, expected_grads):
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(grad, expected_grad, rtol=1e-10, atol=1e-12)
 
 
@@ -79,7 +79,7 @@ def test_linear_cross_entropy_under_bf16_autocast_matches_autocast_reference():
     reference_grads = torch.autograd.grad(reference, (hidden, weight))
     grads = torch.autograd.grad(loss, (hidden, weight))
     assert loss.dtype == torch.float32 and [g.dtype for g in grads] == [torch.float32, torch.float32]
-    for ours, theirs, true in [(loss, reference, truth), *zip(grads, reference_grads, truth_grads)]:
+    for ours, theirs, true in [(loss, reference, truth), *zip(grads, reference_grads, truth_grads, strict=True)]:
         ours_error = (ours.double() - true).abs().max()
         reference_error = (theirs.double() - true).abs().max()
         assert ours_error <= 2 * reference_error + 1e-6
@@ -109,7 +109,9 @@ def assert_same_loss_and_gradients(model: torch.nn.Module, loss: torch.Tensor, e
     """``loss`` equals ``expected``, and so does its gradient with respect to every parameter of ``model``."""
     parameters = list(model.parameters())
     torch.testing.assert_close(loss, expected)
-    for grad, expected_grad in zip(torch.autograd.grad(loss, parameters), torch.autograd.grad(expected, parameters)):
+    for grad, expected_grad in zip(
+        torch.autograd.grad(loss, parameters), torch.autograd.grad(expected, parameters), strict=True
+    ):
         torch.testing.assert_close(grad, expected_grad)
 
 

@@ -208,7 +208,7 @@ def test_aux_and_z_loss_on_hand_made_routing():
     probs = [[math.exp(v) / sum(math.exp(u) for u in row) for v in row] for row in logits]
     f = [2 / 4, 1 / 4, 1 / 4, 0.0]
     P = [sum(p[i] for p in probs) / 4 for i in range(4)]
-    aux = 4 * sum(fi * Pi for fi, Pi in zip(f, P))
+    aux = 4 * sum(fi * Pi for fi, Pi in zip(f, P, strict=True))
     z = sum(math.log(sum(math.exp(v) for v in row)) ** 2 for row in logits) / 4
     assert moe.aux_loss.item() == pytest.approx(aux, rel=1e-12)
     assert moe.z_loss.item() == pytest.approx(z, rel=1e-12)
@@ -676,7 +676,9 @@ def test_moe_translator_validation_does_not_depend_on_batch_size(tmp_path):
         datamodule = ParallelDataModule(run.task, batch_size)
         gathered = module._all_translations
         translations: list[list[tuple[int, str]]] = []
-        module._all_translations = lambda: translations.append(gathered()) or translations[-1]
+        module._all_translations = lambda translations=translations, gathered=gathered: (
+            translations.append(gathered()) or translations[-1]
+        )
         trainer = L.Trainer(
             logger=False,
             enable_checkpointing=False,

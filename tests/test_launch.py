@@ -187,7 +187,8 @@ def test_sigterm_stops_the_running_cells_and_interrupts_the_runner(tmp_path):
         "-c",
         "import pathlib, signal, subprocess, sys, time; signal.signal(signal.SIGINT, "
         "signal.SIG_IGN); child = subprocess.Popen(['sleep', '60']); "
-        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); pathlib.Path(sys.argv[1]).touch(); "
+        "time.sleep(60)",
     ]
     thread, ended = _start_cell(stubborn, tmp_path / "ready2")
     grandchild = int(pid_file.read_text())

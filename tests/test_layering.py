@@ -339,9 +339,13 @@ def floors() -> dict[str, int]:
         if layer(name) == "blockbench":
             edges.setdefault(unit(name), set())
     for i in all_imports():
-        if layer(i.source) == "blockbench" and i.target in modules() and layer(i.target) == "blockbench":
-            if unit(i.source) != unit(i.target):
-                edges[unit(i.source)].add(unit(i.target))
+        if (
+            layer(i.source) == "blockbench"
+            and i.target in modules()
+            and layer(i.target) == "blockbench"
+            and unit(i.source) != unit(i.target)
+        ):
+            edges[unit(i.source)].add(unit(i.target))
     found: dict[str, int] = {}
 
     def floor(part: str, path: tuple[str, ...] = ()) -> int:

@@ -40,9 +40,8 @@ def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path):
     try:
         _wait(lambda: holder(folder) is not None, what="the other process to take the lock")
         assert holder(folder).pid == owner.pid
-        with pytest.raises(FolderHeld, match=rf"being trained by pid {owner.pid} on .*kill {owner.pid}"):
-            with hold(folder):
-                pass
+        with pytest.raises(FolderHeld, match=rf"being trained by pid {owner.pid} on .*kill {owner.pid}"), hold(folder):
+            pass
     finally:
         owner.kill()  # SIGKILL: no handler runs, the lock file stays with its pid
         owner.wait()

@@ -77,7 +77,7 @@ def test_lm_lens_is_each_block_decoded_by_hand(placement: str, tied: bool) -> No
         ]
         own_loss = model.loss(idx, targets)
     assert len(lens) == logit_lens_depth(model) == 2
-    for got, want in zip(lens, expected):
+    for got, want in zip(lens, expected, strict=True):
         torch.testing.assert_close(got, want, **TOL)
     assert not torch.isclose(lens[0], lens[1])  # two blocks, two different predictions
     if placement in WITH_FINAL_NORM:  # the final norm changes the decoded prediction: the test tells them apart
@@ -104,7 +104,7 @@ def test_lens_sums_and_ignores_targets_as_cross_entropy_does() -> None:
             )
             for h in outputs
         ]
-    for got, want in zip(summed, expected):
+    for got, want in zip(summed, expected, strict=True):
         torch.testing.assert_close(got, want, **TOL)
 
 
@@ -134,7 +134,7 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
             expected.append(F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD))
         own_loss = teacher_forcing_loss(model, src, tgt, pad_id=PAD)
     assert len(lens) == logit_lens_depth(model) == 3  # the decoder's blocks, not the encoder's (2)
-    for got, want in zip(lens, expected):
+    for got, want in zip(lens, expected, strict=True):
         torch.testing.assert_close(got, want, **TOL)
     assert torch.equal(lens[-1], own_loss)
 
@@ -331,15 +331,14 @@ def test_summary_has_a_logit_lens_table_of_the_last_validation(tmp_path: Path) -
     lm_part = summary.split("## lm:")[1].split("## vit:")[0]
     section = lm_part.split("### Logit lens")[1].strip().splitlines()
     table = [line for line in section if line.startswith("|")]
-    assert (
-        table
-        == [
-            "| variant | block 0 | block 1 | block 2 | within 10% |",
-            "|---|---|---|---|---|",
-            "| pre | 3.200 | 2.200 | 2.100 | block 1 |",  # the mean of the seeds' last validations; 2.2 is within 10% of 2.1
-            "| post | 4.000 | 3.000 | 2.400 | block 2 |",  # the diverged seed left no model: not counted; 3.0 is not within 10%
-        ]
-    )
+    assert table == [
+        "| variant | block 0 | block 1 | block 2 | within 10% |",
+        "|---|---|---|---|---|",
+        # the mean of the seeds' last validations; 2.2 is within 10% of 2.1
+        "| pre | 3.200 | 2.200 | 2.100 | block 1 |",
+        # the diverged seed left no model: not counted; 3.0 is not within 10%
+        "| post | 4.000 | 3.000 | 2.400 | block 2 |",
+    ]
     assert "Logit lens" not in summary.split("## vit:")[1]  # the ViT has none
 
 
@@ -368,5 +367,5 @@ def test_logit_lens_is_a_task_key_of_the_token_tasks(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "task.logit_lens  bool" in out
     assert "lm, translation, lm_text, translation_text = true" in out
-    with pytest.raises(ConfigError, match="task.logit_lens: unknown key"):  # the ViT has no lens to switch
+    with pytest.raises(ConfigError, match=r"task\.logit_lens: unknown key"):  # the ViT has no lens to switch
         build_run_config({}, {"task": "vit", "task.logit_lens": False})

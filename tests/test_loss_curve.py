@@ -122,7 +122,10 @@ def scalars_with_steps(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 def test_the_curve_leaves_training_as_it_is(tmp_path):
     """The points draw no random numbers from the training (dropout, data order): a run with them
     trains exactly as a run without them, and its time counts as validation."""
-    with_dropout = lambda **trainer: {**config("lm", **trainer), "model": {**TINY_MODEL, "dropout": 0.2}}
+
+    def with_dropout(**trainer):
+        return {**config("lm", **trainer), "model": {**TINY_MODEL, "dropout": 0.2}}
+
     plain = run(tmp_path, with_dropout(curve_every_n_steps=0), "plain")
     curved = run(tmp_path, with_dropout(curve_every_n_steps=1), "curved")
     assert plain["curve"] is None and len(curved["curve"]["points"]) == 13

@@ -534,7 +534,7 @@ def test_config_unknown_variant_lists_valid_names(field, value, registry):
 
 
 def test_build_model_errors():
-    with pytest.raises(ValueError, match="model.family is not set") as err:
+    with pytest.raises(ValueError, match=r"model\.family is not set") as err:
         build_model({"vocab_size": 10})
     for name in FAMILIES.names():
         assert name in str(err.value)

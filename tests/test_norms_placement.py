@@ -217,7 +217,7 @@ def test_deepnorm_init_is_xavier_with_gain_beta_on_v_out_and_ffn_and_1_on_q_k(cr
     plan += [(f"{ffn}fc_in.weight", None, (f, d), beta), (f"{ffn}fc_out.weight", None, (d, f), beta)]
     torch.manual_seed(11)
     reference = _xavier_reference([(shape, gain) for _, _, shape, gain in plan])
-    for (key, rows, _, _), want in zip(plan, reference):
+    for (key, rows, _, _), want in zip(plan, reference, strict=True):
         got = after[key] if rows is None else after[key][rows[0] : rows[1]]
         assert torch.equal(got, want), key
     assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": gain for key, rows, _, gain in plan}
@@ -311,7 +311,9 @@ def test_deepnorm_init_grouped_query_and_nested_experts():
     plan += [(f"1.sublayer.experts.{e}.{fc}.weight", None, beta) for e in range(2) for fc in ("fc_in", "fc_out")]
     shapes = [(rows[1] - rows[0], d) if rows else tuple(after[key].shape) for key, rows, _ in plan]
     torch.manual_seed(7)
-    for (key, rows, _), want in zip(plan, _xavier_reference([(shape, g) for shape, (_, _, g) in zip(shapes, plan)])):
+    for (key, rows, _), want in zip(
+        plan, _xavier_reference([(shape, g) for shape, (_, _, g) in zip(shapes, plan, strict=True)]), strict=True
+    ):
         assert torch.equal(after[key] if rows is None else after[key][rows[0] : rows[1]], want), key
     assert gains == {key if rows is None else f"{key}[{rows[0]}:{rows[1]}]": g for key, rows, g in plan}
     for key in ("1.sublayer.router.weight", "0.sublayer.score.weight", "0.sublayer.score.bias"):

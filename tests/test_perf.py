@@ -103,7 +103,7 @@ def test_counting_leaves_rng_gradients_and_compiled_modules_as_they_were():
     rng = torch.get_rng_state()
     flops = count_training_flops(model, lambda: model(x).sum())
     assert torch.equal(torch.get_rng_state(), rng)  # dropout drew from a forked generator
-    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads))
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
     compiled = copy.deepcopy(model)
     compiled.compile(backend="eager")
     assert count_training_flops(compiled, lambda: compiled(x).sum()) == flops
@@ -117,7 +117,7 @@ def test_compute_dtype_of_each_precision():
     assert compute_dtype("16-mixed") == compute_dtype("16-true") == torch.float16
     assert compute_dtype("32-true") == compute_dtype(32) == torch.float32
     assert compute_dtype("64-true") == compute_dtype(64) == torch.float64
-    with pytest.raises(ValueError, match="set trainer.peak_tflops"):
+    with pytest.raises(ValueError, match=r"set trainer\.peak_tflops"):
         compute_dtype("8-magic")
 
 
@@ -137,8 +137,8 @@ def test_probe_figure_is_the_best_sizes_median_over_rounds_of_each_rounds_fastes
     """Scripted call times (ms) per size: warm-up, 3 calibration calls, then 3 rounds of 2 calls.
     The peak is computed by hand from them."""
     times = {
-        64: [9, 9, 9, 9] + [4, 2, 8, 3, 1, 5],  # fastest per round: 2, 3, 1 -> median 2 ms
-        128: [90, 90, 90, 90] + [40, 12, 10, 30, 8, 60],
+        64: [9, 9, 9, 9, 4, 2, 8, 3, 1, 5],  # fastest per round: 2, 3, 1 -> median 2 ms
+        128: [90, 90, 90, 90, 40, 12, 10, 30, 8, 60],
     }  # 12, 10, 8 -> median 10 ms
     calls = {size: iter(values) for size, values in times.items()}
     monkeypatch.setattr(perf, "_timed_matmul", lambda a, b, out, device: next(calls[a.shape[0]]) / 1e3)

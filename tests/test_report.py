@@ -123,8 +123,8 @@ def _ok(
 
 def _lm_history(perplexities: list[float], accuracies: list[float], losses: list[float]) -> list[dict]:
     return [
-        {"step": 10 * (i + 1), "time_s": float(i + 1), "metrics": {"perplexity": p, "agreement_acc": a, "loss": l}}
-        for i, (p, a, l) in enumerate(zip(perplexities, accuracies, losses))
+        {"step": 10 * (i + 1), "time_s": float(i + 1), "metrics": {"perplexity": p, "agreement_acc": a, "loss": loss}}
+        for i, (p, a, loss) in enumerate(zip(perplexities, accuracies, losses, strict=True))
     ]
 
 
@@ -377,8 +377,8 @@ def test_speed_figures_are_means_over_the_finished_seeds(summary, rows):
     assert "| *trivial baseline* | 30.00 | 0.500 | 3.400 |" + " |" * 9 + "\n" in lm  # a cell under each other column
     # the peak: mean over the 8 finished cells (1.0, 1.1, 1.2 for post and pre; 1.0, 1.1 for deepnorm)
     assert (
-        "MFU is model FLOP/s over the peak of 1.087 TFLOP/s per device (cells: 1.000 to 1.200), measured by a fp32 matmul probe"
-        in lm
+        "MFU is model FLOP/s over the peak of 1.087 TFLOP/s per device (cells: 1.000 to 1.200), "
+        "measured by a fp32 matmul probe" in lm
     )
     pre = rows["lm", PRE, "loss"]
     assert float(pre["step_time_ms"]) == 11.0 and float(pre["mfu"]) == pytest.approx(0.11)
@@ -396,7 +396,7 @@ def test_marker_appears_exactly_when_the_holm_adjusted_p_value_is_below_005(summ
     compared = [r for r in rows.values() if r["diff_p_value"]]
     assert {r["significant"] for r in compared} == {"True", "False"}
     raw = {key: float(r["diff_p_value"]) for key, r in rows.items() if r["diff_p_value"]}
-    for key, r in rows.items():
+    for r in rows.values():
         if r["diff_p_value"]:
             assert (r["significant"] == "True") == (float(r["diff_p_holm"]) < 0.05)
             assert float(r["diff_p_holm"]) >= float(r["diff_p_value"])
@@ -502,7 +502,7 @@ def _tables(section: str) -> dict[str, list[dict[str, str]]]:
         if header is None:
             header = cells
         elif not line.startswith("|---"):
-            tables.setdefault(kind, []).append(dict(zip(header, cells)))
+            tables.setdefault(kind, []).append(dict(zip(header, cells, strict=True)))
     return tables
 
 

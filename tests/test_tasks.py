@@ -95,7 +95,7 @@ def test_moe_training_step_returns_and_logs_what_it_did_before_the_helpers_moved
         ]
         expected.append((f"moe/layer{i}/dropped_tokens", float(layer.dropped_tokens)))
     assert [name for name, _ in logged] == [name for name, _ in expected]
-    for (name, got), (_, want) in zip(logged, expected):
+    for (name, got), (_, want) in zip(logged, expected, strict=True):
         assert torch.equal(torch.as_tensor(got), torch.as_tensor(want)), name
         assert type(got) is type(want), name  # tensors stay tensors, floats stay floats
 
@@ -233,5 +233,5 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_pat
 def test_lm_rejects_a_longer_validation_context_for_learned_positions():
     from blockbench.config import ConfigError
 
-    with pytest.raises(ConfigError, match="model.pos_encoding=learned cannot extrapolate"):
+    with pytest.raises(ConfigError, match=r"model\.pos_encoding=learned cannot extrapolate"):
         build_run_config({}, {**LONG_CONTEXT_LM, "model.pos_encoding": "learned"})

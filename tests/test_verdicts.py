@@ -106,7 +106,7 @@ def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | No
 
 def _paired(variant: list[float], baseline: list[float]) -> tuple[float, float, float, float]:
     """The summary's paired t: mean difference, 95% interval and p-value, by hand."""
-    differences = [v - b for v, b in zip(variant, baseline)]
+    differences = [v - b for v, b in zip(variant, baseline, strict=True)]
     mean, sd = statistics.fmean(differences), statistics.stdev(differences)
     half = scipy_stats.t.ppf(0.975, len(differences) - 1) * sd / math.sqrt(len(differences))
     p = scipy_stats.ttest_rel(variant, baseline).pvalue
@@ -344,7 +344,8 @@ def test_index_row_of_a_variant_better_in_every_family(index):
         "[norms](norms/summary.md)",
         POST,
         PRE,
-        f"**better** {_p(holm[0])}, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",  # lower perplexity is better
+        # lower perplexity is better
+        f"**better** {_p(holm[0])}, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",
         f"**better** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; step time ×0.90",
         f"**better** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; step time ×1.00",
         "yes: better in all 3",
@@ -364,18 +365,16 @@ def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(inde
         "translation": "encoder_decoder",
         "vit": "vit",
     }
-    assert (
-        _row(index, "mixed", POST)
-        == [
-            "[mixed](mixed/summary.md)",
-            POST,
-            PRE,  # the baseline the matrix file names, not the first variant
-            f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",  # higher perplexity: worse
-            f"**n.s.** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
-            f"**n.s.** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
-            "no: worse in LM, n.s. in translator and ViT",
-        ]
-    )
+    assert _row(index, "mixed", POST) == [
+        "[mixed](mixed/summary.md)",
+        POST,
+        PRE,  # the baseline the matrix file names, not the first variant
+        # higher perplexity: worse
+        f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",
+        f"**n.s.** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
+        f"**n.s.** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
+        "no: worse in LM, n.s. in translator and ViT",
+    ]
 
 
 def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(index, root):

@@ -115,7 +115,7 @@ class SlowValidationEnd(L.Callback):
 def test_a_slow_validation_shows_as_validation_time_only(normal, tmp_path):
     slow = SlowValidationEnd()
     result = train_tiny(tmp_path, tiny_cell(), "slow_validation", slow)
-    got, before = result.wall_time_breakdown, normal[0].wall_time_breakdown
+    got = result.wall_time_breakdown
     assert slow.validations == 2
     assert_adds_up(got, CELL_PARTS)
     # the sleeps are validation time; counted anywhere else too, the remainder (other) would go
@@ -348,8 +348,8 @@ def test_the_summary_shows_where_the_time_went_by_hand(tmp_path):
     summary = write_report(tmp_path / "one")
     # the last run's cells trained 30 + 50 + 20 = 100 s of its 160 s; the reused vit seed 1 is not the last run's
     assert (
-        "Command: `blockbench matrix m.yaml` (last run: 2.7 min, 3 cells trained; training steps 62% of the wall time)  \n"
-        in summary
+        "Command: `blockbench matrix m.yaml` (last run: 2.7 min, 3 cells trained; "
+        "training steps 62% of the wall time)  \n" in summary
     )
     section = summary[summary.index("## Where the time went") :]
     # means: lm over seeds 0 and 1; vit over seeds 0 and 1, its start-up over seed 0 alone (seed 1 has none)

@@ -124,7 +124,7 @@ def count_training_flops(
                 value = loss()
             value.backward()
     finally:
-        for p, grad in zip(parameters, saved_grads):
+        for p, grad in zip(parameters, saved_grads, strict=True):
             p.grad = grad
     return counter.get_total_flops()
 

@@ -307,7 +307,7 @@ def _hparam_column(name: str, raw: list[Any]) -> dict[str, Any]:
     shown = [hparam_value(value) for value in raw]
     numbers = {
         text: value
-        for text, value in zip(shown, raw)
+        for text, value in zip(shown, raw, strict=True)
         if isinstance(value, (int, float)) and not isinstance(value, bool)
     }
     values = sorted(set(shown), key=lambda text: (0, numbers[text], "") if text in numbers else (1, 0, text))

@@ -76,13 +76,13 @@ class Cell:
 def candidate_label(tuned: dict[str, Any]) -> str:
     """``{"optimizer.lr": 0.001}`` -> ``lr=0.001``: tuned values named as variants are (:func:`axis_names`)."""
     keys = list(tuned)
-    return ",".join(f"{name}={tuned[key]}" for name, key in zip(axis_names(keys), keys))
+    return ",".join(f"{name}={tuned[key]}" for name, key in zip(axis_names(keys), keys, strict=True))
 
 
 def variant_label(axes: dict[str, Any]) -> str:
     """``{"model.norm_placement": "pre"}`` -> ``norm_placement=pre``; the last key part unless ambiguous."""
     keys = [k for k in axes if k not in NON_VARIANT_AXES]
-    return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys)) or "default"
+    return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys, strict=True)) or "default"
 
 
 def axis_names(keys: list[str]) -> list[str]:
@@ -111,7 +111,7 @@ def tensorboard_run_names(cells: list[Cell]) -> list[str]:
     for cell in cells:
         parts = [
             str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
-            for name, key in zip(axis_names(keys), keys)
+            for name, key in zip(axis_names(keys), keys, strict=True)
         ]
         names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
     if len(set(names)) < len(names):
@@ -166,7 +166,7 @@ def expand_matrix(path: str | Path) -> Expansion:
     cells, problems = [], []
     phase = REPORT if matrix.tune else None
     for index, values in enumerate(itertools.product(*matrix.axes.values())):
-        axes = dict(zip(matrix.axes, values))
+        axes = dict(zip(matrix.axes, values, strict=True))
         try:
             run = expansion.run_config(axes)
         except ConfigError as exc:
@@ -178,7 +178,7 @@ def expand_matrix(path: str | Path) -> Expansion:
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
-    cells = [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells))]
+    cells = [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells), strict=True)]
     # a tuning cell's run: tune/<its variant's run>/<candidate>/seed<k>, e.g. tune/lm/post/lr=0.001/seed1000
     variant_runs = {(cell.task, cell.variant): cell.tb_run.rsplit("/", 1)[0] for cell in cells}
     tuning = [
@@ -213,7 +213,7 @@ def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], l
     for cell in variants.values():
         axes = {key: value for key, value in cell.axes.items() if key != "seed"}
         for values in itertools.product(*matrix.tune.values()):
-            tuned = dict(zip(matrix.tune, values))
+            tuned = dict(zip(matrix.tune, values, strict=True))
             try:
                 run = expansion.run_config(axes, {**tuned, "seed": matrix.tune_seed})
             except ConfigError as exc:
@@ -250,9 +250,9 @@ def folder_problems(path: Path, cells: list[Cell]) -> list[str]:
         owner = owners.setdefault(folder, cell)
         if owner is not cell:
             problems.append(
-                f"{path}: cells [{axes_text({**owner.axes, **owner.tuned})}] and [{axes_text({**cell.axes, **cell.tuned})}] "
-                f"would share the folder {folder}; give their tasks distinct task.label values or make the axis (or tune) "
-                "values distinct"
+                f"{path}: cells [{axes_text({**owner.axes, **owner.tuned})}] and "
+                f"[{axes_text({**cell.axes, **cell.tuned})}] would share the folder {folder}; give their tasks "
+                "distinct task.label values or make the axis (or tune) values distinct"
             )
     return problems
 

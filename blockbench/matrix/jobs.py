@@ -276,7 +276,8 @@ def run_cells_as_jobs(
 
 
 def describe_outcome(result: CellRecord) -> str:
-    """How a cell ended, for its progress line: ``ok, perplexity 10.93``, ``DIVERGED at step 12 (...)``, ``FAILED: ...``."""
+    """How a cell ended, for its progress line: ``ok, perplexity 10.93``, ``DIVERGED at step 12 (...)``,
+    ``FAILED: ...``."""
     if result.status == "ok":
         primary = result.primary_metric
         return f"ok, {primary} {result.metrics[primary]:.4g}"

@@ -261,8 +261,9 @@ def earlier_timing(cell_dir: Path) -> tuple[float, int] | None:
 
 def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
     """Seconds of one optimizer step of ``run``'s model on one of its training batches: the fastest of
-    ``repeats`` forward and backward passes after a warm-up (the least disturbed by other processes), times the accumulation steps (the
-    optimizer update itself is a small share and left out). Builds the task's data as a cell does."""
+    ``repeats`` forward and backward passes after a warm-up (the least disturbed by other processes), times the
+    accumulation steps (the optimizer update itself is a small share and left out). Builds the task's data as a cell
+    does."""
     import torch
 
     trainer = run.trainer
@@ -390,7 +391,8 @@ class MatrixProgress:
     def describe(self) -> str:
         """``3/12 trained, 5:40 elapsed, ETA 17:00``."""
         eta = self.eta()
-        text = f"{len(self.finished)}/{len(self.plans)} trained, {format_duration(time.perf_counter() - self.start_time)} elapsed"
+        elapsed = format_duration(time.perf_counter() - self.start_time)
+        text = f"{len(self.finished)}/{len(self.plans)} trained, {elapsed} elapsed"
         return text + (
             f", ETA {format_duration(eta)}" if eta is not None and len(self.finished) < len(self.plans) else ""
         )

@@ -80,7 +80,7 @@ def run_matrix(
     force: bool = False,
     jobs: int | str = AUTO_JOBS,
     launcher: str = "local",
-    cluster_options: ClusterOptions = ClusterOptions(),
+    cluster_options: ClusterOptions = ClusterOptions(),  # noqa: B008 (a frozen dataclass of immutable fields)
     reuse_stale: bool = False,
     dry_run: bool = False,
     from_process_start: bool = False,
@@ -224,7 +224,8 @@ def run_matrix(
         report_plans = plans[len(tuning) :]
         if tuning:
             say(
-                f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} at seed {matrix.tune_seed}"
+                f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} "
+                f"at seed {matrix.tune_seed}"
             )
             phases[TUNE] = run_phase(tuning_plans)
             with clock.part("planning"):
@@ -393,7 +394,8 @@ def finish_matrix(
         say(f"verdicts of every matrix: {matrix_dir.parent / INDEX_FILE}")
     except (OSError, ValueError, KeyError) as error:  # another matrix's folder it cannot read: the run itself is done
         say(
-            f"could not refresh {matrix_dir.parent / INDEX_FILE} ({error}); run blockbench report --index {matrix_dir.parent}",
+            f"could not refresh {matrix_dir.parent / INDEX_FILE} ({error}); "
+            f"run blockbench report --index {matrix_dir.parent}",
             stream=sys.stderr,
         )
     if failed:
@@ -439,7 +441,8 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
         peak = peak_flops(None, torch.device("cpu"), precision, threads=threads)
         spread = (peak.probe or {}).get("spread_tflops") or {}
         print(
-            f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s (spread {spread.get('min')} to "
+            f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s "
+            f"(spread {spread.get('min')} to "
             f"{spread.get('max')} over {spread.get('n')} rounds), {peak.source}",
             flush=True,
         )

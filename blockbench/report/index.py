@@ -115,7 +115,8 @@ def _description(matrix_file: Path) -> str:
 
 
 def _run_command(folder: Path, files: dict[str, Path]) -> str:
-    """The command that runs the matrix of the results ``folder``: its file's, the one its cells record, or its last run's."""
+    """The command that runs the matrix of the results ``folder``: its file's, the one its cells record, or its last
+    run's."""
     if folder.name in files:
         return f"blockbench matrix {files[folder.name]}"
     recorded = _recorded_matrix_file(folder)

@@ -45,7 +45,12 @@ def logit_lens_section(groups: Sequence[Group]) -> list[str]:
         lenses = [lens for lens in lenses if len(lens) == len(lenses[0])]
         if lenses:
             rows.append(
-                (group.variant, [statistics.fmean(column) for column in zip(*lenses)], len(lenses), len(group.ok))
+                (
+                    group.variant,
+                    [statistics.fmean(column) for column in zip(*lenses, strict=True)],
+                    len(lenses),
+                    len(group.ok),
+                )
             )
     depth = max((len(means) for _, means, _, _ in rows), default=0)
     if depth < 2:  # one block: its lens is the validation loss itself, nothing to look into
@@ -66,7 +71,7 @@ def logit_lens_section(groups: Sequence[Group]) -> list[str]:
         label = variant if n_lens == n_ok else f"{variant} ({n_lens} of {n_ok} seeds)"
         cells = [f"{value:.3f}" for value in means] + [""] * (depth - len(means))
         lines.append(f"| {label} | " + " | ".join(cells) + f" | block {_settles_at(means)} |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _settles_at(means: Sequence[float]) -> int:

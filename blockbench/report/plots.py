@@ -92,9 +92,9 @@ def plot_task(
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(metrics), squeeze=False)[0]
     colors = [f"C{i % 10}" for i in range(len(curves))]
-    for ax, (metric, higher_is_better) in zip(axes, metrics):
+    for ax, (metric, higher_is_better) in zip(axes, metrics, strict=True):
         plotted: list[float] = []
-        for color, variant in zip(colors, curves):
+        for color, variant in zip(colors, curves, strict=True):
             label: str | None = legend_label(variant)
             steps, means, lows, highs = seed_band(variant.finished, metric)
             if steps:
@@ -106,7 +106,7 @@ def plot_task(
             for history in variant.diverged:
                 points = metric_points(history, metric)
                 if points:
-                    xs, ys = zip(*points)
+                    xs, ys = zip(*points, strict=True)
                     ax.plot(xs, ys, color=color, linestyle=":", linewidth=1, label=label)
                     ax.plot(xs[-1], ys[-1], color=color, marker="x", markersize=7)
                     label = None  # a variant whose seeds all diverged is named by its first dotted line

@@ -160,7 +160,8 @@ def speed_note(a: TaskAnalysis) -> list[str]:
         peak = f" of {fmt(statistics.fmean(peaks))} TFLOP/s per device{spread}, {'; '.join(sources)}"
     no_mfu = any(r.speed_figures()["mfu"] is None for g in a.groups for r in g.ok if r.performance is not None)
     return [
-        "Speed, mean over the finished seeds: step time is each seed's median optimizer step (forward, backward, optimizer); "
+        "Speed, mean over the finished seeds: step time is each seed's median optimizer step (forward, backward, "
+        "optimizer); "
         f"MFU is model FLOP/s over the peak{peak}; data wait is the share of the training loop spent waiting for "
         "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU."
         + (
@@ -218,8 +219,8 @@ def interval_table(a: TaskAnalysis) -> list[str]:
             else:
                 digits = decimals(stats.mean)
                 cells.append(f"[{fmt(stats.interval[0], digits)}, {fmt(stats.interval[1], digits)}]")
-        lines.append(_row([group.variant] + cells))
-    return lines + ["", interval_method(a.metrics), ""]
+        lines.append(_row([group.variant, *cells]))
+    return [*lines, "", interval_method(a.metrics), ""]
 
 
 def interval_method(metrics: tuple[Metric, ...]) -> str:
@@ -266,11 +267,12 @@ def difference_table(a: TaskAnalysis) -> list[str]:
     lines += _table_head(["variant"] + [_arrow(m) for m in a.metrics])
     for group in others:
         lines.append(_row([group.variant] + [difference_cell(a, group, m) for m in a.metrics]))
-    return lines + ["", difference_method(a, others), ""]
+    return [*lines, "", difference_method(a, others), ""]
 
 
 def no_difference_reason(a: TaskAnalysis, group: Group) -> str:
-    """Why ``group`` has no difference from its baseline: ``failed``, ``diverged`` (its own seeds), or the baseline's."""
+    """Why ``group`` has no difference from its baseline: ``failed``, ``diverged`` (its own seeds), or the
+    baseline's."""
     baseline = a.baseline_of(group)
     if baseline is None:
         at = f" at {group.budget} steps" if a.by_budget else ""
@@ -401,7 +403,7 @@ def target_table(a: TaskAnalysis) -> list[str]:
     )
     for group in a.groups:
         lines.append(_row([group.variant] + [target_cell(a, group, m) for m, _ in targets]))
-    return lines + [""]
+    return [*lines, ""]
 
 
 def target_cell(a: TaskAnalysis, group: Group, metric: Metric) -> str:

@@ -173,7 +173,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
     """
     if len(a) != len(b):
         raise ValueError(f"a paired difference needs as many values on each side, got {len(a)} and {len(b)}")
-    differences = [x - y for x, y in zip(a, b)]
+    differences = [x - y for x, y in zip(a, b, strict=True)]
     mean, std = mean_std(differences)
     n = len(differences)
     if n < 2 or _no_spread(std, [*a, *b]):

@@ -204,12 +204,12 @@ def _wall_time_section(run: MatrixRun | None, groups: list[Group]) -> list[str]:
     lines = [
         "## Where the time went",
         "",
-        "Seconds per cell, mean over each task's cells: startup from the process start to training (interpreter, imports, "
-        "config), build the model and data module (with the real-data tasks' data: they size the model by it), data "
-        "their generation or reading (`prepare_data`, `setup`, data loaders), data wait the training loop's waits for "
-        "batches, train steps the optimizer steps (forward, backward, optimizer), validation every validation run, "
-        "checkpoints their saves, other the rest (Lightning's set-up and teardown, logging, the FLOP count, a peak FLOP/s "
-        "probe the cell ran itself, loading a checkpoint to resume, the result); "
+        "Seconds per cell, mean over each task's cells: startup from the process start to training (interpreter, "
+        "imports, config), build the model and data module (with the real-data tasks' data: they size the model by "
+        "it), data their generation or reading (`prepare_data`, `setup`, data loaders), data wait the training "
+        "loop's waits for batches, train steps the optimizer steps (forward, backward, optimizer), validation every "
+        "validation run, checkpoints their saves, other the rest (Lightning's set-up and teardown, logging, the FLOP "
+        "count, a peak FLOP/s probe the cell ran itself, loading a checkpoint to resume, the result); "
         "total from the process start to the result."
         + (f" {resumed} resumed cell(s) count their last process only." if resumed else "")
         + (

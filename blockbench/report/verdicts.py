@@ -49,10 +49,10 @@ LEGEND = (
     "and *both at the best possible* value where every seed of both sides reached it (BLEU 100: the task is solved "
     "and cannot tell them apart), "
     "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
-    "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value "
-    "is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers across the families "
-    "names the n.s. families whose unadjusted interval leaves out zero (*unadjusted: worse in translator*), and says "
-    "*unclear* rather than *yes* where they lean opposite ways."
+    "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a "
+    "value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers across the "
+    "families names the n.s. families whose unadjusted interval leaves out zero (*unadjusted: worse in "
+    "translator*), and says *unclear* rather than *yes* where they lean opposite ways."
 )
 
 
@@ -283,7 +283,7 @@ def verdict_lines(comparisons: list[Comparison], *, demonstration: bool = False)
             lines.append(f"- {c.task} ({family_title(c.family)}), {c.label}: {c.describe(flag)}")
         if len({c.family for c in row}) > 1:
             lines.append(f"- {row[0].label}, across the families: {transfer(row)}")
-    return lines + [""]
+    return [*lines, ""]
 
 
 @dataclass
@@ -350,7 +350,7 @@ def index_rows(matrix: MatrixVerdicts, families: list[str]) -> list[list[str]]:
             # several tasks of one family (e.g. two LM data sets): a line each in the family's cell, so that the
             # row stays one comparison and its last column answers for all of them
             if len(ours) > 1:
-                texts = [f"{c.task}: {text}" for c, text in zip(ours, texts)]
+                texts = [f"{c.task}: {text}" for c, text in zip(ours, texts, strict=True)]
             cells.append("<br>".join(texts) if texts else "–")
         at = f" at {budget_text(budget)}" if budget is not None else ""
         rows.append([_matrix_cell(matrix), f"{variant}{at}", baseline, *cells, transfer(row)])

@@ -264,7 +264,7 @@ def decode_column(
     images: list[np.ndarray] = []
     labels: list[Any] = []
     for batch in column.iter(batch_size=1024):
-        for encoded, label in zip(batch[image_field], batch[label_field]):
+        for encoded, label in zip(batch[image_field], batch[label_field], strict=True):
             name = encoded.get("path") or f"{where}, row {len(images)}"
             try:
                 source = io.BytesIO(encoded["bytes"]) if encoded.get("bytes") is not None else encoded["path"]

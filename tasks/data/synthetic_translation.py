@@ -171,7 +171,7 @@ def _coin_target_lexicon() -> TargetLexicon:
     genders = [MASCULINE, FEMININE] * (len(SOURCE_NOUNS) // 2)
     rng.shuffle(genders)
     nouns = {}
-    for lemma, gender in zip(SOURCE_NOUNS, genders):
+    for lemma, gender in zip(SOURCE_NOUNS, genders, strict=True):
         stem = coin("CVCVC", ("", TARGET_NOUN_PLURAL_SUFFIX))
         nouns[lemma] = TargetNoun(stem, stem + TARGET_NOUN_PLURAL_SUFFIX, gender)
     adjective_endings = tuple(TARGET_ADJECTIVE_ENDINGS.values())

@@ -194,7 +194,8 @@ def _suffix(path: Path, allowed: tuple[str, ...]) -> str:
     )
     if suffix not in allowed or (suffix == ".parquet" and path.suffix == ".gz"):
         raise DataError(
-            f"{path}: unsupported file type '{''.join(suffixes)}'; use one of {', '.join(allowed)} (txt/tsv/jsonl may be .gz)"
+            f"{path}: unsupported file type '{''.join(suffixes)}'; use one of {', '.join(allowed)} "
+            "(txt/tsv/jsonl may be .gz)"
         )
     return suffix
 
@@ -288,7 +289,7 @@ def _aligned_files(source: Path, target: Path) -> Iterator[tuple[str, str]]:
             f"{source} has {len(src_lines)} lines but {target} has {len(tgt_lines)}; parallel files must be "
             "line-aligned (line i of the target translates line i of the source)"
         )
-    yield from zip(src_lines, tgt_lines)
+    yield from zip(src_lines, tgt_lines, strict=True)
 
 
 def _tsv_pairs(path: Path) -> Iterator[tuple[str, str]]:

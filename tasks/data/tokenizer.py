@@ -129,7 +129,7 @@ class Tokenizer:
         ids = np.arange(self.encoding.n_vocab) if self.original_ids is None else self.original_ids
         special = {self.encoding.encode_single_token(token) for token in self.encoding.special_tokens_set}
         lengths = [0 if int(i) in special else _byte_length(self.encoding, int(i)) for i in ids]
-        return np.array(lengths + [0], dtype=np.int64)
+        return np.array([*lengths, 0], dtype=np.int64)
 
 
 def _byte_length(encoding, i: int) -> int:
@@ -172,9 +172,9 @@ def tokenized_documents(
         encoding = load_encoding(encoding_name)
         chunks = []
         for batch in _batched(documents(), 1024):  # encode_ordinary_batch tokenizes on several threads
-            for ids, (_, ends) in zip(encoding.encode_ordinary_batch([text for text, _ in batch]), batch):
+            for ids, (_, ends) in zip(encoding.encode_ordinary_batch([text for text, _ in batch]), batch, strict=True):
                 chunks.append(
-                    np.array(ids + [encoding.eot_token] if ends and end_of_document else ids, dtype=np.uint32)
+                    np.array([*ids, encoding.eot_token] if ends and end_of_document else ids, dtype=np.uint32)
                 )
         if sum(len(c) for c in chunks) == 0:
             raise DataError(f"{description}: no tokens (the text is empty)")
