@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ..layout import (
 from ..lifeline import RUNNER_ENV
 from ..provenance import code_fingerprint
 from ..record import CellRecord, read_record, write_record
+from .devices import VISIBLE, auto_jobs, visible_devices
 from .expand import Cell
 from .launch import forkserver_available, run_forked, run_subprocess, stopping
 from .say import say
@@ -50,18 +52,19 @@ DISTRIBUTED_ENV = (
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a cell runs when several run at once: CPU threads and, with GPUs, one device."""
+    """Where a cell runs when several run at once: its share of the CPU threads and, with GPUs, the
+    devices it was handed (``blockbench.matrix.devices``; None: those of the runner)."""
 
     threads: int | None = None
-    device: int | None = None
+    devices: tuple[str, ...] | None = None
 
     def environment(self) -> dict[str, str]:
         # each cell sets up its own process group: nothing of an earlier or enclosing one leaks in
         env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
         if self.threads:
             env["OMP_NUM_THREADS"] = str(self.threads)  # torch's intra-op threads (trainer.num_threads wins)
-        if self.device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        if self.devices is not None:  # exactly the cell's devices: Lightning numbers them from 0
+            env[VISIBLE] = ",".join(self.devices)
         return env
 
 
@@ -69,10 +72,11 @@ class Slot:
 AUTO_JOBS = "auto"
 
 
-def resolve_jobs(jobs: int | str, n_cells: int) -> int:
-    """How many cells run at once. A number is taken as it is; ``auto`` (the default) runs one cell per
-    GPU where there are GPUs, else one per CPU core (at most one per cell of the matrix), the cores split
-    evenly between them (:func:`job_slots`).
+def resolve_jobs(jobs: int | str, n_cells: int, needs: Sequence[int] = ()) -> int:
+    """How many cells run at once. A number is taken as it is; ``auto`` (the default) runs as many whole
+    cells as fit on the job's GPUs (``needs``: each cell's devices, :func:`gpu_devices`; one each if not
+    given), else one per CPU core (at most one per cell of the matrix), the cores split evenly between
+    them (:func:`job_slots`).
 
     Why one thread per cell: the cells here are small, and a small model's step gains little from a
     second intra-op thread, while a second cell gains all of its core (measured: ``results/jobs.md``).
@@ -80,9 +84,8 @@ def resolve_jobs(jobs: int | str, n_cells: int) -> int:
     left to train, so that a resumed matrix trains its remaining cells on the same thread count as the
     first run: the thread count can change a result's last bits."""
     if jobs == AUTO_JOBS:
-        import torch
-
-        return max(1, min(torch.cuda.device_count() or cpu_cores(), n_cells))
+        gpus = len(gpu_devices())
+        return max(1, min(auto_jobs(list(needs) or [1 if gpus else 0], gpus, cpu_cores()), n_cells))
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs {jobs}: give a number of cells to run at once (1 or more), or auto")
     return jobs
@@ -93,15 +96,19 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def job_slots(jobs: int) -> list[Slot]:
-    """``jobs`` slots sharing the machine: the CPU cores split evenly, one GPU each if there are GPUs."""
-    if jobs <= 1:
-        return [Slot()]
+def gpu_devices() -> list[str]:
+    """The GPUs this job may hand to its cells: its own ``CUDA_VISIBLE_DEVICES`` list, else every device."""
     import torch
 
-    gpus = torch.cuda.device_count()
-    threads = max(1, cpu_cores() // jobs)
-    return [Slot(threads, i % gpus if gpus else None) for i in range(jobs)]
+    return visible_devices(os.environ, torch.cuda.device_count())
+
+
+def job_slots(jobs: int) -> list[Slot]:
+    """``jobs`` slots sharing the machine's CPU cores evenly (the GPUs go to each cell as it starts:
+    :class:`blockbench.matrix.devices.DevicePool`)."""
+    if jobs <= 1:
+        return [Slot()]
+    return [Slot(max(1, cpu_cores() // jobs)) for _ in range(jobs)]
 
 
 def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from ..record import CellRecord, write_record, write_tuning
 from ..report.index import write_index
 from ..report.summary import write_report
 from ..walltime import MATRIX_PARTS, WallClock
+from .devices import DevicePool, devices_per_cell
 from .expand import Cell, Expansion, expand_matrix
 from .jobs import (
     AUTO_JOBS,
@@ -50,6 +52,7 @@ from .jobs import (
     Slot,
     describe_outcome,
     forks,
+    gpu_devices,
     job_slots,
     resolve_jobs,
     run_cell,
@@ -107,7 +110,11 @@ def run_matrix(
     path = Path(path)
     expansion = expand_matrix(path)  # raises before anything is written
     matrix, cells, tuning = expansion.matrix, expansion.cells, expansion.tuning
-    jobs = resolve_jobs(jobs, max(len(cells), len(tuning)))  # the larger phase
+    # each cell's GPUs (none on a CPU), checked before anything trains: a cell asking for more than the job
+    # has fails here
+    gpus = gpu_devices() if launcher == "local" else []
+    needs = {cell.key: devices_per_cell(cell.run, len(gpus)) for cell in tuning + cells}
+    jobs = resolve_jobs(jobs, max(len(cells), len(tuning)), list(needs.values()))  # the larger phase
     matrix_dir = results_root / matrix.name
     fingerprint = code_fingerprint()
     reuse = dict(force=force, reuse_stale=reuse_stale)
@@ -168,9 +175,13 @@ def run_matrix(
     free_slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
     for slot in slots:
         free_slots.put(slot)
+    devices = DevicePool(gpus)
 
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
+        taken = devices.take(needs[cell.key]) if gpus else None  # whole devices, waiting for them if need be
+        if taken is not None:
+            slot = replace(slot, devices=tuple(taken))
         try:
             if stopping():  # the runner is being terminated: this cell stays as it is and resumes next time
                 raise KeyboardInterrupt
@@ -192,7 +203,9 @@ def run_matrix(
             cell_times.append(timing)
             say(f"{prefix}: {describe_outcome(result)} in {format_duration(took)}  |  {progress.describe()}")
         finally:
-            free_slots.put(slot)
+            if taken:
+                devices.give_back(taken)
+            free_slots.put(replace(slot, devices=None))
 
     def run_phase(phase_plans: list[CellPlan]) -> dict[str, Any]:
         """Train the cells of ``phase_plans`` that need it (``jobs`` at a time, or as cluster jobs);
