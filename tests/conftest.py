@@ -139,3 +139,18 @@ def tensorboard_events(run_dir: Path) -> EventAccumulator:
 def scalars(run_dir: Path, tag: str) -> list[float]:
     """The values a TensorBoard run logged for ``tag``, in the order it logged them."""
     return [e.value for e in tensorboard_events(run_dir).Scalars(tag)]
+
+
+def hparams_session(run_dir: Path):
+    """The HParams session-start record (hparams of the cell) in a run's event files."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for event_file in sorted(run_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(event_file)).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    if data.HasField("session_start_info"):
+                        return data.session_start_info
+    raise AssertionError(f"no hparams session in {run_dir}")

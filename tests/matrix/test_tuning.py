@@ -265,7 +265,7 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
         "val/lm/perplexity"
         in tensorboard_events(matrix_dir / "tb" / "tune" / "lm" / "pre" / "lr=0.003" / "seed1000").Tags()["scalars"]
     )
-    from test_runner import hparams_session
+    from conftest import hparams_session
 
     session = hparams_session(matrix_dir / "tb" / "lm" / "pre" / "seed0")
     assert session.hparams["optimizer.lr"].string_value == "0.003" and session.hparams["phase"].string_value == "report"

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import ast
 import itertools
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import REPO
 
 from blockbench.models import EncoderDecoder, build_model
 from blockbench.models.decoding import beam_search, greedy_decode
 
 BOS, EOS = 1, 2
-MODELS = Path(__file__).resolve().parent.parent / "models"
+MODELS = REPO / "models"
 
 
 @pytest.mark.parametrize("family_file", ["lm.py", "translator.py"])

@@ -1,6 +1,6 @@
 """The summary's statistics against hand-computed values, and the report of a synthetic matrix
 with finished, diverged and failed cells, a baseline variant, targets and validation histories.
-(tests/test_stats.py checks the bounded intervals, the diverged-seed rule, the paired test and Holm.)"""
+(tests/report/test_stats.py checks the bounded intervals, the diverged-seed rule, the paired test and Holm.)"""
 
 import csv
 import math

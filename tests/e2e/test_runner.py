@@ -13,25 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, tensorboard_events, write_matrix
+from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, hparams_session, tensorboard_events, write_matrix
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
 from blockbench.matrix.expand import load_matrix, variant_label
-
-
-def hparams_session(run_dir: Path):
-    """The HParams session-start record (hparams of the cell) in a run's event files."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    for event_file in sorted(run_dir.glob("events.out.tfevents.*")):
-        for event in EventFileLoader(str(event_file)).Load():
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "hparams":
-                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                    if data.HasField("session_start_info"):
-                        return data.session_start_info
-    raise AssertionError(f"no hparams session in {run_dir}")
 
 
 def test_errors_name_the_key():
