@@ -1,16 +1,26 @@
 """What training through Lightning costs over a plain PyTorch loop, per step.
 
     python benchmarks/lightning_overhead.py            # the three default tasks, writes results/lightning_overhead.md
+    python benchmarks/lightning_overhead.py --device cpu   # on the CPU even where there is a GPU
 
 For each task of ``configs/base.yaml`` it trains the same model, on the same data loader, with the
-same optimizer, schedule and gradient clipping, twice:
+same optimizer, schedule and gradient clipping, on the same device and in the same precision, twice:
 
-* **plain**: ``for batch in loader: zero_grad; loss = module.training_loss(batch); backward;
-  clip_grad_norm_; optimizer.step(); scheduler.step()``;
+* **plain**: ``for batch in loader: move it to the device (Lightning's batch hooks); zero_grad;
+  loss = module.training_loss(batch) (under autocast for bf16-mixed); backward; clip_grad_norm_;
+  optimizer.step(); scheduler.step()``, under the machine settings and data loading ``train`` uses
+  (``blockbench.cell.runtime``: TF32, DataLoader workers and pinned memory on a GPU);
 * **Lightning**: ``blockbench.cell.train.train`` -- the runner every cell uses, with its callbacks
   (speed figures, divergence guard, validation history, learning-rate monitor), TensorBoard
   logging, progress bar and per-step logging; validation is moved after the timed steps and
   checkpoints are switched off, so both loops do the same work.
+
+The device is the one Lightning's ``accelerator: auto`` picks in ``blockbench.cell.train`` (a CUDA
+GPU if there is one, else the CPU) unless ``--device`` names one; both loops get it explicitly
+(``trainer.accelerator``, ``module.to(device)``), and the precision is the config's resolved for it
+(``trainer.precision: auto``: bf16-mixed on a GPU, 32-true on a CPU). On a GPU each cycle starts
+with ``torch.cuda.synchronize()`` in both loops, so a cycle's time is its work on the device, not
+the host's lead over it.
 
 A step's time is one whole cycle of the loop, from the start of a step to the start of the next:
 fetching the batch, hooks and logging included. Both loops run back to back, alternating which goes
@@ -23,6 +33,7 @@ that interval is narrower than ``--target-width`` (5 points) or ``--max-repeats`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import sys
@@ -35,26 +46,63 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
+from lightning.pytorch.utilities.model_helpers import is_overridden  # noqa: E402
 from throughput import RATIO_METHOD, Ratio, code_note, machine_facts, print_and_write, ratio_interval  # noqa: E402
 
+from blockbench.cell.runtime import data_loading, machine_settings  # noqa: E402
 from blockbench.cell.train import train  # noqa: E402
-from blockbench.config import build_run_config, load_yaml  # noqa: E402
+from blockbench.config import RunConfig, build_run_config, load_yaml  # noqa: E402
+
+
+def loop_device(requested: str | None = None) -> torch.device:
+    """The device both loops train on: ``requested`` ("cpu" or "cuda", the first GPU as Lightning's
+    ``devices: 1``), or with None or "auto" the one ``blockbench.cell.train`` gives
+    ``trainer.accelerator: auto``, a CUDA GPU if there is one."""
+    if requested in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a GPU (nothing on a CPU), so that a host timestamp bounds it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def accelerator(device: torch.device) -> str:
+    """``trainer.accelerator`` for ``device``: the Lightning run goes where the plain loop does."""
+    return "gpu" if device.type == "cuda" else device.type
+
+
+def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """What Lightning's precision plugin wraps a training step in, for the precisions the plain loop
+    mirrors: nothing for 32-true, bf16 autocast for bf16-mixed."""
+    if precision in ("32-true", "32"):
+        return contextlib.nullcontext()
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(
+        f"the plain loop mirrors precision 32-true and bf16-mixed, not {precision} (16-mixed needs a GradScaler)"
+    )
 
 
 class StepIntervalTimer(L.Callback):
     """Wall time between the starts of consecutive optimizer steps from step ``first`` on: one
     whole cycle of the loop each (fetching the batch, hooks, logging, the step itself)."""
 
-    def __init__(self, first: int):
+    def __init__(self, first: int, device: torch.device | None = None):
         self.first = first
+        self.device = device or torch.device("cpu")
         self.starts: list[float] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step >= self.first:
+            synchronize(self.device)  # as the plain loop: the previous step's work is done
             self.starts.append(time.perf_counter())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == trainer.max_steps:  # the end of the last cycle (before the final validation)
+            synchronize(self.device)
             self.starts.append(time.perf_counter())
 
     @property
@@ -62,46 +110,65 @@ class StepIntervalTimer(L.Callback):
         return [b - a for a, b in itertools.pairwise(self.starts)]
 
 
-def run_config(task: str, steps: int):
+def run_config(task: str, steps: int, device: torch.device) -> RunConfig:
     overrides = {
         "task": task,
         "trainer.max_steps": steps,
         "trainer.val_every_n_steps": steps,
         "trainer.checkpoint_every_n_steps": None,
+        "trainer.accelerator": accelerator(device),
     }
     return build_run_config(load_yaml(ROOT / "configs" / "base.yaml"), overrides)
 
 
-def plain_loop(task: str, steps: int, warmup: int) -> list[float]:
-    """Seconds of each loop cycle of the plain PyTorch loop, from step ``warmup`` on."""
-    run = run_config(task, steps)
-    L.seed_everything(run.seed, workers=True, verbose=False)
-    module, datamodule = run.task.build(
-        run.resolved_model(), run.optimizer, max_steps=steps, batch_size=run.trainer.per_device_batch_size(1)
-    )
-    datamodule.setup("fit")
-    optimization = module.configure_optimizers()
-    optimizer, scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
-    module.train()
-    starts = []
-    for step, batch in enumerate(datamodule.train_dataloader()):
-        if step >= warmup:
-            starts.append(time.perf_counter())
-        if step == steps:
-            break
-        optimizer.zero_grad(set_to_none=True)
-        loss = module.training_loss(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), run.trainer.grad_clip)
-        optimizer.step()
-        scheduler.step()
+def batch_hook(name: str, module: L.LightningModule, datamodule: L.LightningDataModule, *args):
+    """Call a batch hook (``on_before_batch_transfer``, ``transfer_batch_to_device``,
+    ``on_after_batch_transfer``) where Lightning's trainer calls it: on the datamodule if it
+    overrides the hook, else on the module."""
+    owner = datamodule if is_overridden(name, datamodule, L.LightningDataModule) else module
+    return getattr(owner, name)(*args)
+
+
+def plain_loop(task: str, steps: int, warmup: int, device: torch.device) -> list[float]:
+    """Seconds of each loop cycle of the plain PyTorch loop on ``device``, from step ``warmup`` on."""
+    run = run_config(task, steps, device)
+    cfg, on = run.trainer, accelerator(device)
+    with machine_settings(cfg, on):  # as train(): TF32 for float32 matmuls on a GPU
+        L.seed_everything(run.seed, workers=True, verbose=False)
+        module, datamodule = run.task.build(
+            run.resolved_model(), run.optimizer, max_steps=steps, batch_size=cfg.per_device_batch_size(1)
+        )
+        datamodule.load_for(**data_loading(cfg, on, 1))  # as train(): workers and pinned memory on a GPU
+        module.to(device)  # before the optimizer exists, as Lightning moves it
+        precision = cfg.resolved_precision(on)
+        datamodule.setup("fit")
+        optimization = module.configure_optimizers()
+        optimizer, scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
+        module.train()
+        starts = []
+        for step, batch in enumerate(datamodule.train_dataloader()):
+            if step >= warmup:
+                synchronize(device)
+                starts.append(time.perf_counter())
+            if step == steps:
+                break
+            batch = batch_hook("on_before_batch_transfer", module, datamodule, batch, 0)
+            batch = batch_hook("transfer_batch_to_device", module, datamodule, batch, device, 0)
+            batch = batch_hook("on_after_batch_transfer", module, datamodule, batch, 0)
+            optimizer.zero_grad(set_to_none=True)
+            with precision_context(precision, device):
+                loss = module.training_loss(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
     return [b - a for a, b in itertools.pairwise(starts)]
 
 
-def lightning_loop(task: str, steps: int, warmup: int, workdir: Path) -> list[float]:
-    """The same through blockbench's Lightning runner."""
-    timer = StepIntervalTimer(warmup)
-    run = run_config(task, steps)
+def lightning_loop(task: str, steps: int, warmup: int, workdir: Path, device: torch.device) -> list[float]:
+    """The same through blockbench's Lightning runner, on ``device``."""
+    timer = StepIntervalTimer(warmup, device)
+    run = run_config(task, steps, device)
     out = workdir / f"{task}-{time.monotonic_ns()}"
     train(run, out, tb_dir=out / "tb", tb_name=task, tb_version="0", extra_callbacks=[timer])
     return timer.intervals
@@ -110,15 +177,16 @@ def lightning_loop(task: str, steps: int, warmup: int, workdir: Path) -> list[fl
 def measure_task(task: str, args: argparse.Namespace, workdir: Path) -> tuple[list[float], list[float], Ratio]:
     """Repeat both loops on ``task`` until the overhead's interval is narrow enough: every cycle of
     each loop, and Lightning's time over plain's with its interval over the paired repeats."""
+    device = loop_device(args.device)
     plain, lightning, plain_ms, lightning_ms = [], [], {}, {}
     for repeat in range(args.max_repeats):
         # alternate which loop goes first, so a drift of the machine's speed cancels out
         if repeat % 2 == 0:
-            p = plain_loop(task, args.steps, args.warmup)
-            q = lightning_loop(task, args.steps, args.warmup, workdir)
+            p = plain_loop(task, args.steps, args.warmup, device)
+            q = lightning_loop(task, args.steps, args.warmup, workdir, device)
         else:
-            q = lightning_loop(task, args.steps, args.warmup, workdir)
-            p = plain_loop(task, args.steps, args.warmup)
+            q = lightning_loop(task, args.steps, args.warmup, workdir, device)
+            p = plain_loop(task, args.steps, args.warmup, device)
         plain += p
         lightning += q
         plain_ms[repeat], lightning_ms[repeat] = statistics.median(p) * 1e3, statistics.median(q) * 1e3
@@ -160,6 +228,12 @@ def main(argv: list[str] | None = None) -> None:
         help="stop repeating once the 95%% interval of the overhead is narrower than this (0.05: 5 points)",
     )
     parser.add_argument("--target", type=float, default=0.02, help="the overhead the verdict column checks (0.02: 2%%)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where both loops train; auto (default): where Lightning's accelerator auto trains, a CUDA GPU if any",
+    )
     parser.add_argument("--out", default="results/lightning_overhead.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
     if args.min_repeats < 1 or args.max_repeats < args.min_repeats:
@@ -171,16 +245,19 @@ def main(argv: list[str] | None = None) -> None:
             plain, lightning, ratio = measure_task(task, args, Path(workdir))
             rows.append((task, statistics.median(plain), statistics.median(lightning), ratio))
 
-    machine = machine_facts("cpu", torch.get_num_threads())
+    device = loop_device(args.device)
+    machine = machine_facts(str(device), torch.get_num_threads())
+    precision = run_config(args.tasks[0], args.steps, device).trainer.resolved_precision(accelerator(device))
     command = "python benchmarks/lightning_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         "# Lightning overhead per training step",
         "",
         f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}{code_note()}.",
         "",
-        f"- CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
+        f"- Device: {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else "") + " for both loops; "
+        f"CPU: {machine['cpu']}, `torch.backends.cpu.get_cpu_capability()` = {machine['cpu_capability']}, "
         f"{machine['logical_cpus']} logical CPUs, {machine['torch_threads']} torch threads; torch {machine['torch']}, "
-        f"lightning {L.__version__}, Python {machine['python']}; fp32",
+        f"lightning {L.__version__}, Python {machine['python']}; precision {precision}",
         f"- Default cells of `configs/base.yaml`, {args.steps} steps per run, the first {args.warmup} untimed. "
         "A step's time is one cycle of the loop (batch fetch, hooks, logging, step). Each repeat runs both loops "
         "back to back (alternating which goes first) and gives the ratio of their median cycles; the overhead is "

@@ -127,17 +127,62 @@ def worker(args: argparse.Namespace) -> None:
     """Time one implementation in one dtype; print one JSON line."""
     import torch
 
-    from blockbench.cell.perf import count_training_flops, measure_peak_flops
-    from blockbench.provenance import cpu_model
+    from blockbench.cell.perf import measure_peak_flops
 
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    impl = IMPLEMENTATIONS[args.impl]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    device = torch.device(args.device)
+
+    def peak() -> float:
+        return args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(device, dtype).tflops * 1e12
+
+    record = time_training_step(
+        args.impl,
+        impl.family,
+        SHAPES[impl.family].dims,
+        args.dtype,
+        args.device,
+        warmup=args.warmup,
+        min_steps=args.min_steps,
+        max_steps=args.max_steps,
+        min_seconds=args.min_seconds,
+        peak=peak,
+        sources={"nanogpt": args.nanogpt},
+    )
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+def time_training_step(
+    impl_name: str,
+    shape: str,
+    dims: Dims,
+    dtype_name: str,
+    device_name: str,
+    *,
+    warmup: int,
+    min_steps: int,
+    max_steps: int,
+    min_seconds: float,
+    peak: Callable[[], float],
+    sources: Mapping[str, str | Path | None] | None = None,
+) -> dict[str, Any]:
+    """Time the training steps of ``impl_name`` (``ALL_IMPLEMENTATIONS``) built at ``dims`` in
+    ``dtype_name`` ("fp32" or "bf16": autocast) on ``device_name``: ``warmup`` untimed steps, then
+    timed steps until at least ``min_steps`` steps and ``min_seconds`` seconds (at most
+    ``max_steps``). ``peak``: the device's peak FLOP/s, called once after the timed steps. The
+    record is what :func:`merge` pools (``step_s``: every timed step's seconds); ``shape`` names
+    ``dims`` in it. ``benchmarks/gpu_check.py`` times its GPT-2-small shape through this too."""
+    import torch
+
+    from blockbench.cell.perf import count_training_flops
+    from blockbench.provenance import cpu_model
+
+    device = torch.device(device_name)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
-    impl = IMPLEMENTATIONS[args.impl]
-    shape = impl.family
-    run = impl.make(torch, generator, SHAPES[shape].dims, {"nanogpt": args.nanogpt})
+    run = ALL_IMPLEMENTATIONS[impl_name].make(torch, generator, dims, sources)
     model = run.model.to(device).train()
     batch = tuple(t.to(device) for t in run.batch)
     fused = device.type in ("cpu", "cuda")
@@ -159,28 +204,25 @@ def worker(args: argparse.Namespace) -> None:
 
     flops = count_training_flops(model, lambda: run.loss(model, batch), context=autocast)
     optimizer.zero_grad(set_to_none=True)
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         step()
     synchronize()
     times: list[float] = []
     started = time.perf_counter()
-    while len(times) < args.max_steps and (
-        len(times) < args.min_steps or time.perf_counter() - started < args.min_seconds
-    ):
+    while len(times) < max_steps and (len(times) < min_steps or time.perf_counter() - started < min_seconds):
         t0 = time.perf_counter()
         step()
         synchronize()
         times.append(time.perf_counter() - t0)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(device, dtype).tflops * 1e12
     params = {id(p): p.numel() for p in model.parameters() if p.requires_grad}
-    record = {
-        "impl": args.impl,
+    return {
+        "impl": impl_name,
         "shape": shape,
-        "dtype": args.dtype,
+        "dtype": dtype_name,
         "device": str(device),
         "step_s": times,
         "flops_per_step": flops,
-        "peak_flops": peak,
+        "peak_flops": peak(),
         "parameters": sum(params.values()),
         "items": run.items,
         "note": run.note,
@@ -189,7 +231,6 @@ def worker(args: argparse.Namespace) -> None:
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
-    print("RESULT " + json.dumps(record), flush=True)
 
 
 # ------------------------------------------------------------------------------------- driver

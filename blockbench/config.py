@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 
 import yaml
 from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
@@ -56,6 +56,16 @@ def lightning_choices(key: str) -> list[str]:
 
 #: Lightning strategies that shard a model over the processes
 SHARDING_STRATEGIES = ("fsdp", "deepspeed")
+#: ``trainer.checkpoint_every_n_steps: auto`` on a CPU and on a GPU: a GPU step is short next to a
+#: synchronous save of the model and optimizer
+CHECKPOINT_STEPS = {"cpu": 50, "cuda": 500}
+#: most DataLoader workers ``trainer.num_workers: auto`` starts per process on a GPU
+MAX_AUTO_WORKERS = 4
+
+
+def on_gpu(accelerator: str) -> bool:
+    """Whether a Trainer ``accelerator`` (resolved: not ``auto``) is a CUDA GPU."""
+    return accelerator in ("gpu", "cuda")
 
 
 class TrainerConfig(BaseModel):
@@ -80,8 +90,11 @@ class TrainerConfig(BaseModel):
     )
     log_every_n_steps: int = Field(10, gt=0, description="log the training loss, learning rate and speed this often")
     grad_clip: float | None = Field(1.0, gt=0, description="clip the gradient norm to this (null: no clipping)")
-    checkpoint_every_n_steps: int | None = Field(
-        50, gt=0, description="save checkpoints/last.ckpt this often; an interrupted cell resumes from it (null: never)"
+    checkpoint_every_n_steps: int | Literal["auto"] | None = Field(
+        "auto",
+        description="save checkpoints/last.ckpt this often (>0); an interrupted cell resumes from it (auto: every "
+        f"{CHECKPOINT_STEPS['cpu']} steps on a CPU, every {CHECKPOINT_STEPS['cuda']} on a GPU, where a "
+        "synchronous save costs many steps' time; null: never)",
     )
     divergence_threshold: float | None = Field(
         1000.0,
@@ -99,6 +112,24 @@ class TrainerConfig(BaseModel):
         "auto", description="auto: bf16-mixed on a GPU, 32-true on a CPU; or any Lightning precision"
     )
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads; default: all cores")
+    num_workers: int | Literal["auto"] = Field(
+        "auto",
+        description="DataLoader worker processes (>=0) of each process's training data (auto: none on a CPU; on a GPU "
+        f"min({MAX_AUTO_WORKERS}, CPUs per device - 1)); validation loads in the process. On a GPU every batch "
+        "comes in pinned memory",
+    )
+    tf32: bool = Field(
+        True,
+        description="on a CUDA GPU, float32 matmuls and convolutions run on TF32 tensor cores "
+        "(torch.set_float32_matmul_precision('high')); false: full fp32; off under trainer.deterministic; "
+        "no effect on a CPU",
+    )
+    deterministic: bool = Field(
+        False,
+        description="deterministic kernels (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, no cuDNN "
+        "benchmark, no TF32), so that a GPU rerun gives the same bits; kernels without a deterministic version "
+        "raise. A CPU run is deterministic without it",
+    )
     peak_tflops: float | None = Field(
         None,
         gt=0,
@@ -115,6 +146,15 @@ class TrainerConfig(BaseModel):
             value.lower() if info.field_name == "strategy" else value
         ) not in choices:  # Lightning lowercases strategies
             raise ValueError(f"'{value}' is not a Lightning {info.field_name}; choose one of: {', '.join(choices)}")
+        return value
+
+    @field_validator("checkpoint_every_n_steps", "num_workers")
+    @classmethod
+    def _count_or_auto(cls, value: int | str | None, info: ValidationInfo) -> int | str | None:
+        """A number of steps (>0) or workers (>=0), besides ``auto`` (pydantic's gt/ge would apply to it too)."""
+        workers = info.field_name == "num_workers"
+        if isinstance(value, int) and value < (0 if workers else 1):
+            raise ValueError(f"Input should be greater than {'or equal to ' if workers else ''}0")
         return value
 
     @model_validator(mode="after")
@@ -157,7 +197,20 @@ class TrainerConfig(BaseModel):
     def resolved_precision(self, accelerator: str) -> str:
         if self.precision != "auto":
             return self.precision
-        return "bf16-mixed" if accelerator in ("gpu", "cuda") else "32-true"
+        return "bf16-mixed" if on_gpu(accelerator) else "32-true"
+
+    def checkpoint_interval(self, accelerator: str) -> int | None:
+        """Steps between checkpoints on ``accelerator`` (None: none); see ``checkpoint_every_n_steps``."""
+        if self.checkpoint_every_n_steps != "auto":
+            return self.checkpoint_every_n_steps
+        return CHECKPOINT_STEPS["cuda" if on_gpu(accelerator) else "cpu"]
+
+    def loader_workers(self, accelerator: str, cpus_per_device: int) -> int:
+        """DataLoader workers of each process's training data; see ``num_workers``. ``auto`` on a GPU
+        leaves one of the CPUs per device to the training process itself."""
+        if self.num_workers != "auto":
+            return self.num_workers
+        return max(0, min(MAX_AUTO_WORKERS, cpus_per_device - 1)) if on_gpu(accelerator) else 0
 
 
 class RunConfig(BaseModel):
@@ -229,10 +282,39 @@ class RunConfig(BaseModel):
         """The whole config with the resolved model section: what a cell's config.yaml holds."""
         return {**self.model_dump(mode="json"), "model": self.resolved_model().model_dump(mode="json")}
 
+    def hashed_dict(self) -> dict[str, Any]:
+        """``resolved_dict`` as the hash sees it: each setting of :data:`HASH_AS_BEFORE` at the value
+        that does what configs written before it did is hashed as they were (left out, or ``auto`` as
+        the number it replaced), so their results stay current."""
+        hashed = self.resolved_dict()
+        for (section, key), (value, before) in HASH_AS_BEFORE.items():
+            if key in hashed[section] and hashed[section][key] == value:
+                if before is ABSENT:
+                    del hashed[section][key]
+                else:
+                    hashed[section][key] = before
+        return hashed
+
     def config_hash(self) -> str:
         """Stable hash of the fully resolved config: a changed config invalidates old results."""
-        canonical = json.dumps(self.resolved_dict(), sort_keys=True)
+        canonical = json.dumps(self.hashed_dict(), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+#: a key that configs written before it was added did not have
+ABSENT = object()
+#: (section, key) -> (value, as hashed): settings added after results were committed, at the value that
+#: does on a CPU what the configs before them did, and how those configs hashed it: not at all (a new key,
+#: ``ABSENT``) or as the number an ``auto`` replaced. The same config then has the same hash, and its
+#: committed results stay current; any other value hashes as itself. (On a GPU these values resolve to
+#: faster settings, as ``precision: auto`` does: a config's hash never named the machine it runs on.)
+HASH_AS_BEFORE: dict[tuple[str, str], tuple[Any, Any]] = {
+    ("trainer", "checkpoint_every_n_steps"): ("auto", CHECKPOINT_STEPS["cpu"]),
+    ("trainer", "num_workers"): ("auto", ABSENT),
+    ("trainer", "tf32"): (True, ABSENT),
+    ("trainer", "deterministic"): (False, ABSENT),
+    ("task", "num_workers"): (None, 0),  # an image task's workers: null follows trainer.num_workers (0 on a CPU)
+}
 
 
 #: the tuning seed when the matrix file names none: far from the usual reported seeds 0, 1, 2, ...

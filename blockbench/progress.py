@@ -34,11 +34,24 @@ LIGHTNING_INTERNAL_WARNINGS = (
 )
 
 
+#: Lightning's notices that are advice about the run, kept among the informational ones: on a GPU with
+#: tensor cores, that float32 matmuls run without TF32 (``trainer.tf32: false`` or ``trainer.deterministic``)
+LIGHTNING_ADVICE = ("set_float32_matmul_precision",)
+
+
+def _warning_or_advice(record: logging.LogRecord) -> bool:
+    """A logging filter: a record at WARNING or above, or one of :data:`LIGHTNING_ADVICE`."""
+    return record.levelno >= logging.WARNING or any(text in record.getMessage() for text in LIGHTNING_ADVICE)
+
+
 def quiet_lightning() -> None:
     """Keep Lightning's informational notices (device lines, litlogger/litmodels tips, why ``fit``
-    stopped) and its warnings about its own internals out of the output; warnings about the run stay."""
+    stopped) and its warnings about its own internals out of the output; warnings about the run stay,
+    and so does the advice of :data:`LIGHTNING_ADVICE`."""
     for name in LIGHTNING_INFO_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)  # the advice is logged at INFO; the filter drops the other notices
+        logger.addFilter(_warning_or_advice)  # once: a filter already there is not added again
     for message in LIGHTNING_INTERNAL_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
 

@@ -192,11 +192,51 @@ def environment_report() -> dict[str, Any]:
     return {
         "packages": package_versions(),
         "hardware": hardware(),
+        "cuda": cuda_versions(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "git": git_state(),
         "code_fingerprint": code_fingerprint(),
     }
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version: torch's (where it has ``torch.cuda.driver_version``), else
+    ``nvidia-smi``'s; None without either."""
+    query = getattr(torch.cuda, "driver_version", None)
+    if query is not None:
+        return str(query())
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    return lines[0].strip() if lines else None
+
+
+def cuda_versions() -> dict[str, Any] | None:
+    """The CUDA runtime torch was built with, cuDNN, NCCL and the driver where CUDA is available (None
+    on a machine without it): a GPU result's bits depend on them as a CPU result's on the packages."""
+    if not torch.cuda.is_available():
+        return None
+    nccl = torch.cuda.nccl.version() if torch.distributed.is_nccl_available() else None
+    return {
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
+        "driver": driver_version(),
+    }
+
+
 def provenance() -> dict[str, Any]:
-    return {"git": git_state(), "packages": package_versions(), "hardware": hardware(), "command": " ".join(sys.argv)}
+    return {
+        "git": git_state(),
+        "packages": package_versions(),
+        "hardware": hardware(),
+        "cuda": cuda_versions(),
+        "command": " ".join(sys.argv),
+    }

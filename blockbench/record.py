@@ -51,6 +51,7 @@ class Performance(_Open):
     peak_tflops: float | None = None
     peak_source: str | None = None
     peak_probe: dict[str, Any] | None = None
+    probe_tflops: float | None = None  # the machine's matmul probe, shown beside a datasheet peak
     mfu: float | None = None
     mfu_above_peak: bool | None = None
     timed_steps: int | None = None
@@ -62,6 +63,18 @@ class Batch(_Open):
     per_process: int | None = None
     processes: int | None = None
     accumulate_grad_batches: int | None = None
+
+
+class Runtime(_Open):
+    """The ``runtime`` block: what the trainer resolved for the machine (``blockbench.cell.runtime``)."""
+
+    accelerator: str | None = None  # the device type the cell trained on: cpu, cuda, ...
+    deterministic: bool | None = None  # trainer.deterministic: deterministic kernels only
+    matmul_precision: str | None = None  # torch's float32 matmul precision: highest, or high (TF32)
+    adamw: str | None = None  # the AdamW implementation: fused, foreach or for-loop
+    num_workers: int | None = None  # DataLoader worker processes of the training data
+    pin_memory: bool | None = None
+    checkpoint_every_n_steps: int | None = None  # null: no checkpoints
 
 
 class HistoryPoint(_Open):
@@ -89,6 +102,8 @@ class Provenance(_Open):
     git: Git = Field(default_factory=Git)
     packages: dict[str, str] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)
+    #: CUDA, cuDNN, NCCL and driver versions where CUDA is available (``provenance.cuda_versions``)
+    cuda: dict[str, Any] | None = None
     command: str | None = None
 
 
@@ -130,6 +145,7 @@ class CellRecord(_Open):
     performance: Performance | None = None
     batch: Batch | None = None
     precision: str | int | None = None
+    runtime: Runtime | None = None  # None in records written before it
     peak_memory: dict[str, float] | None = None
     machine: str | None = None
     history: list[HistoryPoint] = Field(default_factory=list)

@@ -8,6 +8,12 @@ shape ``(batch, key_len)`` that is True where the key is padding and must be ign
 Positional encodings that act inside attention (RoPE rotates q and k; ALiBi adds a score bias)
 reach it through the ``positional`` argument (see ``models.position``). ``need_weights=True``
 takes a plain-matmul path that also returns the attention weights, for inspection.
+
+What an attention call adds to its scores (causal, padding and sparse-pattern masks, the ALiBi or
+T5 bias) is an ``AttentionMask``. A stack builds one per forward for its self-attention and one for
+its cross-attention and hands them to every layer (``models.block.TransformerStack``), so the dense
+``(heads, T, T)`` masks are not rebuilt in every layer; a layer called alone builds its own. Masks
+stay boolean (or SDPA's ``is_causal``, no mask at all) unless a score bias makes them float.
 """
 
 from __future__ import annotations
@@ -107,6 +113,81 @@ def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
     Gradients stay finite. (``torch._safe_softmax`` does this but is private.)"""
     fully_masked = scores.isneginf().all(dim=-1, keepdim=True)
     return scores.masked_fill(fully_masked, 0.0).softmax(dim=-1).masked_fill(fully_masked, 0.0)
+
+
+class AttentionMask:
+    """What one attention call over ``q_len`` queries and ``k_len`` keys adds to its scores: a boolean
+    mask (causal, key padding, sparse pattern; True = may attend) and a positional score bias (ALiBi,
+    T5), combined as SDPA takes them. Built once per forward of a stack and shared by its layers.
+
+    ``is_causal``: plain causal attention (no padding, pattern or bias; as many queries as keys),
+    which SDPA runs with ``is_causal=True`` and no mask tensor, so fused kernels stay eligible. The
+    queries are the last ``q_len`` of the keys; ``cached`` of the keys come from a KV cache (for the
+    error message of a padding mask that does not cover them).
+
+    A bias without parameters (ALiBi), or any bias while gradients are off, is formed once, and so is
+    its float mask per dtype. A learned bias (T5's table) with gradients on is looked up per layer
+    (``PositionalEncoding.bias_from_layout``) from buckets built once, so the table's gradient sums
+    the layers' contributions in the same order as when every layer built its own bias.
+    """
+
+    def __init__(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        causal: bool,
+        key_padding_mask: torch.Tensor | None = None,
+        positional: PositionalEncoding | None = None,
+        sparsity: SparsePattern | None = None,
+        device: torch.device,
+        cached: int = 0,
+    ):
+        if key_padding_mask is not None and key_padding_mask.shape[-1] != k_len:
+            keys = f"{k_len} keys ({cached} cached + {q_len} new)" if cached else f"{k_len} keys"
+            raise ValueError(
+                f"key_padding_mask covers {key_padding_mask.shape[-1]} keys, but this attention has {keys}; "
+                "with a KV cache, pass a (batch, cached + new) mask that covers every key seen so far"
+            )
+        self.q_len, self.k_len, self.causal, self.device = q_len, k_len, causal, device
+        layout = positional.bias_layout(q_len, k_len, causal=causal, device=device) if positional is not None else None
+        sparse = sparsity.mask(q_len, k_len, device=device) if sparsity is not None else None
+        #: whether a sparse pattern restricts the mask
+        self.sparse = sparse is not None
+        self.is_causal = causal and q_len == k_len and key_padding_mask is None and layout is None and sparse is None
+        #: the boolean mask (None: no restriction, or ``is_causal``)
+        self.mask: torch.Tensor | None = None
+        if not self.is_causal:
+            mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=device)
+            if sparse is not None:
+                mask = sparse if mask is None else mask & sparse
+            self.mask = mask
+        self._positional, self._layout = positional, layout
+        self._bias: torch.Tensor | None = None  # the shared bias; None while a learned one is looked up per layer
+        if layout is not None and not (positional.learned_bias and torch.is_grad_enabled()):
+            self._bias = positional.bias_from_layout(layout, device)
+        self._by_dtype: dict[torch.dtype, torch.Tensor | None] = {}
+
+    def sdpa_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """SDPA's ``attn_mask`` for scores of ``dtype``: the boolean mask, or with a score bias the
+        float bias with -inf where the mask forbids (``with_bias``); None with ``is_causal``."""
+        if self._layout is None:
+            return self.mask
+        if self._bias is None:  # a learned bias with gradients on: this layer's own lookup
+            return with_bias(self.mask, self._positional.bias_from_layout(self._layout, self.device), dtype)
+        if dtype not in self._by_dtype:
+            self._by_dtype[dtype] = with_bias(self.mask, self._bias, dtype)
+        return self._by_dtype[dtype]
+
+    def explicit_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """``sdpa_mask``, with ``is_causal`` as a boolean causal mask: for attention by plain matmuls."""
+        if not self.is_causal:
+            return self.sdpa_mask(dtype)
+        if torch.bool not in self._by_dtype:
+            self._by_dtype[torch.bool] = attention_mask(
+                self.q_len, self.k_len, causal=True, key_padding_mask=None, device=self.device
+            )
+        return self._by_dtype[torch.bool]
 
 
 #: on a CPU, half-precision attention over at most this many keys runs on SDPA's math backend
@@ -209,6 +290,7 @@ class MultiHeadAttention(nn.Module):
         positional: PositionalEncoding | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        mask: AttentionMask | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``x``: (B, Tq, D) queries; ``context``: (B, Tk, D) keys/values for cross-attention.
 
@@ -216,7 +298,10 @@ class MultiHeadAttention(nn.Module):
         keys/values plus its own; cross-attention reuses the context's keys/values after the first
         call. ``key_padding_mask`` (B, Tk) covers every key, cached ones included. A query whose
         keys are all masked gets a zero attention output on every path, as SDPA gives. Returns the
-        output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk).
+        output (B, Tq, D), and with ``need_weights`` also the weights (B, H, Tq, Tk). ``mask``: the
+        ``AttentionMask`` its stack built for every layer from the same ``causal``,
+        ``key_padding_mask``, ``positional`` and this layer's sparse pattern; without one, the layer
+        builds its own.
         """
         d_model, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         offset = cache.length if cache is not None and not self.cross else 0
@@ -238,38 +323,37 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             cache.k, cache.v = k, v
         q_len, k_len = q.shape[2], k.shape[2]
-        if key_padding_mask is not None and key_padding_mask.shape[-1] != k_len:
-            keys = f"{k_len} keys ({offset} cached + {q_len} new)" if offset else f"{k_len} keys"
-            raise ValueError(
-                f"key_padding_mask covers {key_padding_mask.shape[-1]} keys, but this attention has {keys}; "
-                "with a KV cache, pass a (batch, cached + new) mask that covers every key seen so far"
+        if mask is None:
+            mask = AttentionMask(
+                q_len,
+                k_len,
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                positional=positional,
+                sparsity=self.sparsity,
+                device=q.device,
+                cached=offset,
             )
-
-        score_bias = None
-        if positional is not None:
-            score_bias = positional.attention_bias(q_len, k_len, causal=causal, device=q.device)
+        elif (mask.q_len, mask.k_len) != (q_len, k_len):
+            raise ValueError(
+                f"the attention mask is for {mask.q_len} queries and {mask.k_len} keys, "
+                f"this attention has {q_len} and {k_len}"
+            )
+        if mask.sparse:
+            self._sparse_shape = (q_len, k_len, mask.causal)
 
         dropout_p = self.dropout if self.training else 0.0
-        sparse = self.sparsity.mask(q_len, k_len, device=q.device) if self.sparsity is not None else None
-        simple_causal = causal and q_len == k_len and key_padding_mask is None and score_bias is None and sparse is None
-        mask = None
-        if not simple_causal:
-            mask = attention_mask(q_len, k_len, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
-            if sparse is not None:
-                mask = sparse if mask is None else mask & sparse
-                self._sparse_shape = (q_len, k_len, causal)
-            mask = with_bias(mask, score_bias, q.dtype)
         if need_weights or not self.score.fused:
-            out, weights = self._math_attention(q, k, v, mask, causal=simple_causal, dropout_p=dropout_p)
+            out, weights = self._math_attention(q, k, v, mask.explicit_mask(q.dtype), dropout_p=dropout_p)
         else:
             with sdpa_backends(q, k_len):
                 out = F.scaled_dot_product_attention(
                     q,
                     k,
                     v,
-                    attn_mask=mask,
+                    attn_mask=mask.sdpa_mask(q.dtype),
                     dropout_p=dropout_p,
-                    is_causal=simple_causal,
+                    is_causal=mask.is_causal,
                     enable_gqa=self.n_kv_heads != self.n_heads,
                 )
         out = self.out_proj(out.transpose(1, 2).reshape(x.shape[0], q_len, d_model))
@@ -282,7 +366,6 @@ class MultiHeadAttention(nn.Module):
         v: torch.Tensor,
         mask: torch.Tensor | None,
         *,
-        causal: bool,
         dropout_p: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """softmax(score(Q, K) + mask) V with plain matmuls; for the dot score, the SDPA path's result,
@@ -290,8 +373,6 @@ class MultiHeadAttention(nn.Module):
         groups = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scores = self.score(q, k)
-        if causal:
-            mask = attention_mask(q.shape[2], k.shape[2], causal=True, key_padding_mask=None, device=q.device)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         weights = safe_softmax(scores)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention, SparsePattern
+from .attention import AttentionMask, KVCache, MultiHeadAttention, SparsePattern
 from .config import ModelConfig
 from .init_scale import EMBEDDING_STD
 from .mlp import build_ffn
@@ -100,6 +100,8 @@ class TransformerBlock(nn.Module):
         memory_padding_mask: torch.Tensor | None = None,
         ffn_padding_mask: torch.Tensor | None = None,
         cache: LayerCache | None = None,
+        self_mask: AttentionMask | None = None,
+        memory_mask: AttentionMask | None = None,
     ) -> torch.Tensor:
         """``padding_mask`` (B, T), True = padding, masks padded keys in self-attention and keeps
         padding out of the feed-forward's routing (MoE); with a ``cache`` it covers the cached
@@ -107,17 +109,24 @@ class TransformerBlock(nn.Module):
         replaces it for the feed-forward only: a causal stack of right-padded sequences (the
         translator's decoder) needs no padding mask in attention, where the causal mask already
         hides later positions from every real token, but its MoE layers still must not route the
-        padding."""
+        padding. ``self_mask`` and ``memory_mask``: the self- and cross-attention masks its stack built
+        once for all its blocks from these arguments (``AttentionMask``); without them, each attention
+        builds its own."""
         x = self.self_attn(
             x,
             causal=self.causal,
             key_padding_mask=padding_mask,
             positional=positional,
             cache=cache.self_attn if cache else None,
+            mask=self_mask,
         )
         if self.cross_attn is not None:
             x = self.cross_attn(
-                x, memory, key_padding_mask=memory_padding_mask, cache=cache.cross_attn if cache else None
+                x,
+                memory,
+                key_padding_mask=memory_padding_mask,
+                cache=cache.cross_attn if cache else None,
+                mask=memory_mask,
             )
         ffn_mask = padding_mask if ffn_padding_mask is None else ffn_padding_mask
         if not self.ffn_takes_padding or ffn_mask is None:
@@ -130,6 +139,9 @@ class TransformerStack(nn.Module):
 
     ``architecture`` ("encoder", "decoder" or "encoder_decoder") and ``stack`` ("encoder" or
     "decoder") let placements that depend on depth (DeepNorm) compute their constants.
+
+    Each forward builds the attention masks (causal, padding, sparse pattern, positional bias) once,
+    for self-attention and for cross-attention, and hands them to every block (``AttentionMask``).
     """
 
     def __init__(
@@ -146,6 +158,12 @@ class TransformerStack(nn.Module):
         placement = PLACEMENTS.get(cfg.norm_placement)
         alpha, self.init_scale = placement.stack_constants(architecture, cfg.encoder_layers, cfg.decoder_layers, stack)
         self.placement = placement
+        self.causal = causal
+        self.cross_attention = cross_attention
+        # the blocks' self-attention pattern (models.attention.SparsePattern), for the stack's masks
+        self.sparsity = SparsePattern(
+            cfg.attention_pattern, cfg.attention_window, cfg.attention_stride, cfg.attention_summary
+        )
         self.blocks = nn.ModuleList(
             TransformerBlock(cfg, causal=causal, cross_attention=cross_attention, residual_scale=alpha)
             for _ in range(n_layers)
@@ -162,10 +180,55 @@ class TransformerStack(nn.Module):
     def new_caches(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.blocks]
 
-    def forward(self, x: torch.Tensor, caches: list[LayerCache] | None = None, **kwargs) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        caches: list[LayerCache] | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        positional: PositionalEncoding | None = None,
+        memory: torch.Tensor | None = None,
+        memory_padding_mask: torch.Tensor | None = None,
+        ffn_padding_mask: torch.Tensor | None = None,
+        block_outputs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """``x`` (B, T, D) through every block (arguments as ``TransformerBlock.forward``; ``caches``
+        one per block) and the final norm. With ``block_outputs``, also every block's output, first
+        block first (the logit lens): ``(output, [block 0's output, ...])``."""
+        q_len = x.shape[1]
+        cached = caches[0].self_attn.length if caches else 0
+        self_mask = AttentionMask(
+            q_len,
+            cached + q_len,
+            causal=self.causal,
+            key_padding_mask=padding_mask,
+            positional=positional,
+            sparsity=self.sparsity,
+            device=x.device,
+            cached=cached,
+        )
+        memory_mask = None
+        if self.cross_attention and memory is not None:
+            memory_mask = AttentionMask(
+                q_len, memory.shape[1], causal=False, key_padding_mask=memory_padding_mask, device=x.device
+            )
+        outputs = []
         for i, block in enumerate(self.blocks):
-            x = block(x, cache=caches[i] if caches else None, **kwargs)
-        return self.final_norm(x)
+            x = block(
+                x,
+                padding_mask=padding_mask,
+                positional=positional,
+                memory=memory,
+                memory_padding_mask=memory_padding_mask,
+                ffn_padding_mask=ffn_padding_mask,
+                cache=caches[i] if caches else None,
+                self_mask=self_mask,
+                memory_mask=memory_mask,
+            )
+            if block_outputs:
+                outputs.append(x)
+        x = self.final_norm(x)
+        return (x, outputs) if block_outputs else x
 
 
 def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:

@@ -57,15 +57,17 @@ def add_auxiliary_losses(
     return total, {"moe/aux_loss": aux, "moe/z_loss": z}
 
 
-def expert_load(layers: Sequence[MoEFeedForward]) -> dict[str, float]:
+def expert_load(layers: Sequence[MoEFeedForward]) -> dict[str, torch.Tensor]:
     """Per layer, each expert's share of the routed assignments and the assignments dropped over
     capacity in the last forward, named for logging (``moe/layer{i}/expert{j}_token_share``,
-    ``moe/layer{i}/dropped_tokens``; ``i`` counts the MoE layers in module order)."""
-    load: dict[str, float] = {}
+    ``moe/layer{i}/dropped_tokens``; ``i`` counts the MoE layers in module order). The values are
+    0-dim float tensors on the model's device: nothing is read on the host here (on a GPU a read
+    waits for it); the logger reads them when it writes (Lightning: every ``log_every_n_steps``)."""
+    load: dict[str, torch.Tensor] = {}
     for i, layer in enumerate(layers):
-        for j, share in enumerate(layer.tokens_per_expert.tolist()):
+        for j, share in enumerate(layer.tokens_per_expert.unbind()):
             load[f"moe/layer{i}/expert{j}_token_share"] = share
-        load[f"moe/layer{i}/dropped_tokens"] = float(layer.dropped_tokens)
+        load[f"moe/layer{i}/dropped_tokens"] = layer.dropped_assignments.float()
     return load
 
 
@@ -122,21 +124,16 @@ def logit_lens_losses(
     the same operations (``model.loss`` with label smoothing 0).
 
     ``inputs`` and ``kwargs`` are the model's forward arguments, called once as
-    ``model(*inputs, head=False, **kwargs)``: ``idx`` for a ``DecoderLM``; ``src, tgt_in,
+    ``model(*inputs, head=False, block_outputs=True, **kwargs)``: ``idx`` for a ``DecoderLM``; ``src, tgt_in,
     src_padding_mask, tgt_padding_mask=...`` for an ``EncoderDecoder``. ``ignore_index`` and
-    ``reduction`` ("mean" or "sum") are those of ``F.cross_entropy``. Forward hooks on the blocks
-    collect their outputs, so the stack is the one training runs; the logits are formed one block at a
-    time, never all blocks' at once. Call it under ``torch.no_grad()`` to measure (validation)."""
+    ``reduction`` ("mean" or "sum") are those of ``F.cross_entropy``. The model returns its blocks'
+    outputs from the same forward (``block_outputs=True``), so the stack is the one training runs, and
+    a compiled model (``model.compile: true``) traces the call as one more graph, compiled once: no
+    forward hooks, which dynamo does not guard (hooks added after compiling are silently skipped).
+    The logits are formed one block at a time, never all blocks' at once. Call it under
+    ``torch.no_grad()`` to measure (validation)."""
     stack = _lens_stack(model)
-    outputs: list[torch.Tensor] = []
-    handles = [
-        block.register_forward_hook(lambda _module, _args, output: outputs.append(output)) for block in stack.blocks
-    ]
-    try:
-        final = model(*inputs, head=False, **kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    final, outputs = model(*inputs, head=False, block_outputs=True, **kwargs)
     if len(outputs) != len(stack.blocks):
         raise RuntimeError(f"logit lens: {len(stack.blocks)} blocks ran {len(outputs)} times in one forward")
     weight = model.lm_head.weight

@@ -35,12 +35,15 @@ class DecoderLM(nn.Module):
         caches: list[LayerCache] | None = None,
         *,
         head: bool = True,
-    ) -> torch.Tensor:
+        block_outputs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """``idx``: (B, T) token ids -> logits (B, T, vocab), or with ``head=False`` the final hidden
         states (B, T, D). ``padding_mask`` (B, T) True marks padding. With ``caches`` (from
         ``new_caches``), ``idx`` holds only the tokens after the cached ones, and ``padding_mask``
         covers every key seen so far, cached and new: (B, cached + T), e.g. a left-padded prompt's
-        mask extended by False for each generated token."""
+        mask extended by False for each generated token. With ``block_outputs``, also every block's
+        output (B, T, D), first block first, as ``(logits or hidden states, outputs)``: what the logit
+        lens decodes, from the same forward (a compiled model traces it as one more graph)."""
         offset = caches[0].self_attn.length if caches else 0
         x = embed(self.tok_emb(idx), self.positions, offset)
         # attention masks every key, the feed-forward (MoE routing) sees only the new tokens
@@ -51,7 +54,11 @@ class DecoderLM(nn.Module):
             padding_mask=padding_mask,
             ffn_padding_mask=new_padding,
             positional=self.positions,
+            block_outputs=block_outputs,
         )
+        if block_outputs:
+            x, outputs = x
+            return (self.lm_head(x) if head else x), outputs
         return self.lm_head(x) if head else x
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:

@@ -39,9 +39,12 @@ Sec. 2.2), built by sorting and gathering instead of a one-hot dispatch einsum:
 1. the ``k * n_tokens`` assignments, listed in priority order, are sorted by expert with a
    stable argsort, so each expert's assignments stay in priority order;
 2. an assignment's position within its expert is its sorted index minus the expert's first
-   sorted index (``cumsum(bincount) - bincount``); it is kept iff ``position < C``, with ``C``
+   sorted index (``cumsum(counts) - counts``); it is kept iff ``position < C``, with ``C``
    the largest expert count of the batch, capped at the capacity (a larger buffer would only
-   hold empty rows);
+   hold empty rows). On a GPU in training with a capacity, ``C`` is the capacity itself (at most
+   the number of tokens): a size the host knows without reading the counts back, so the layer
+   never waits for the GPU (the same assignments are kept and computed; the buffer only has more
+   empty rows, whose FLOPs ``blockbench.cell.perf`` does not count);
 3. kept tokens are copied (``index_copy``) to row ``(expert, position)`` of a zero buffer and
    all experts run at once on it: ``experts`` is the FFN of kind ``expert_kind`` whose Linears
    are ``StackedLinear`` (one ``bmm`` each, see ``stack_experts``);
@@ -49,6 +52,9 @@ Sec. 2.2), built by sorting and gathering instead of a one-hot dispatch einsum:
    into their tokens. Empty buffer rows (bias-only outputs) are never read and dropped assignments
    are added to a spare output row that is cut off, so neither reaches the output or the
    gradients.
+
+The statistics of the last forward stay tensors on the layer's device (``tokens_per_expert``,
+``dropped_assignments``), read on the host only where they are logged: a read waits for the GPU.
 """
 
 from __future__ import annotations
@@ -61,6 +67,13 @@ import torch
 from torch import nn
 
 from .mlp import build_ffn
+
+
+def runs_ahead(device: torch.device) -> bool:
+    """Whether the host runs ahead of the work it queues on ``device``, so that reading a value of it
+    (``int(t)``, ``.item()``) waits for that work: on any accelerator. A CPU has done its work when
+    each call returns: reading costs nothing there, and the layer reads the largest expert count."""
+    return device.type != "cpu"
 
 
 class StackedLinear(nn.Linear):
@@ -173,7 +186,16 @@ class MoEFeedForward(nn.Module):
         self.aux_loss: torch.Tensor | None = None
         self.z_loss: torch.Tensor | None = None
         self.tokens_per_expert: torch.Tensor | None = None
-        self.dropped_tokens: int = 0
+        #: assignments dropped over capacity (a 0-dim int64 tensor on the layer's device)
+        self.dropped_assignments: torch.Tensor | None = None
+        self.assignments = 0  # top_k * real tokens: the assignments routed, dropped ones included
+        self.expert_rows = 0  # rows of the experts' buffer, n_experts * C: kept assignments and empty rows
+
+    @property
+    def dropped_tokens(self) -> int:
+        """Assignments dropped over capacity in the last forward, as a number (a read that waits for
+        the device on a GPU; logging reads :attr:`dropped_assignments` instead)."""
+        return 0 if self.dropped_assignments is None else int(self.dropped_assignments)
 
     def capacity(self, n_tokens: int) -> int | None:
         """Max assignments per expert for a batch of ``n_tokens`` real tokens (None = unlimited: no
@@ -226,13 +248,20 @@ class MoEFeedForward(nn.Module):
         flat_gate = gates.t().reshape(-1)
 
         # sorted by expert, priority kept inside; position = rank within the expert's assignments
-        counts = torch.bincount(flat_expert, minlength=n_exp)  # (E,)
+        # (counted by scatter_add: bincount on a GPU reads the largest index back to the host)
+        counts = torch.zeros(n_exp, dtype=torch.long, device=tokens.device).scatter_add_(
+            0, flat_expert, torch.ones_like(flat_expert)
+        )  # (E,)
         order = torch.argsort(flat_expert, stable=True)
         expert, token, gate = flat_expert[order], flat_token[order], flat_gate[order]
         first = counts.cumsum(0) - counts  # sorted index of each expert's first assignment
         position = torch.arange(k * n, device=tokens.device) - first[expert]
-        capacity, max_count = self.capacity(n), int(counts.max())
-        slots = max_count if capacity is None else min(capacity, max_count)  # C
+        capacity = self.capacity(n)
+        if capacity is not None and runs_ahead(tokens.device):
+            slots = min(capacity, n)  # C without reading the counts: no expert gets a token twice
+        else:
+            max_count = int(counts.max())
+            slots = max_count if capacity is None else min(capacity, max_count)  # C
         keep = position < slots
 
         # dispatch into (E, C, D); dropped assignments all go to a spare row that no expert reads
@@ -260,5 +289,6 @@ class MoEFeedForward(nn.Module):
             self.aux_loss = logits.new_zeros(())
             self.z_loss = logits.new_zeros(())
         self.tokens_per_expert = frac.detach()
-        self.dropped_tokens = int((~keep).sum().item())
+        self.dropped_assignments = (~keep).sum()
+        self.assignments, self.expert_rows = k * n, n_slots
         return out

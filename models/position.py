@@ -7,7 +7,10 @@ Every encoding is a ``PositionalEncoding`` and overrides the hooks it needs:
   (``models.embedding`` states the convention);
 - ``rotate(q, k, offset)``: new queries and keys of self-attention rotated by position (RoPE);
 - ``attention_bias(q_len, k_len, causal)``: a ``(heads, q_len, k_len)`` bias added to the
-  self-attention scores (ALiBi).
+  self-attention scores (ALiBi, the T5 relative bias). A stack builds it once per forward for all
+  its layers (``models.attention.AttentionMask``) in two steps, ``bias_layout`` (what needs no
+  parameters: ALiBi's whole bias, T5's buckets) and ``bias_from_layout`` (the learned T5 table's
+  lookup, done per layer while gradients are on: see ``learned_bias``).
 
 ``nope`` overrides none of them: the causal mask is the model's only source of order.
 ``extrapolates`` says whether the encoding is defined beyond the training length, and a class's
@@ -52,8 +55,24 @@ class PositionalEncoding(nn.Module):
         """``q``, ``k``: (B, heads, T, head_dim) at positions ``offset .. offset + T - 1``."""
         return q, k
 
+    #: whether ``attention_bias`` depends on parameters (T5's learned table)
+    learned_bias: bool = False
+
     def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor | None:
         return None
+
+    def bias_layout(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor | None:
+        """The part of ``attention_bias`` that needs no parameters, built once per forward of a stack
+        and shared by its layers (``models.attention.AttentionMask``); None without a bias. By default
+        the whole bias (it has no parameters); ``bias_from_layout`` turns it into the bias."""
+        return self.attention_bias(q_len, k_len, causal=causal, device=device)
+
+    def bias_from_layout(self, layout: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The ``(heads, q_len, k_len)`` bias of a ``bias_layout``: the layout itself by default. With
+        a ``learned_bias`` every layer calls it while gradients are on, so that each layer's gradient
+        reaches the parameters through its own lookup, summed over the layers as before the bias was
+        shared (floating-point sums in another order would change the gradient's last bits)."""
+        return layout
 
 
 POSITIONAL.register("nope", "no positional encoding (NoPE, Kazemnejad et al. 2023); order from the causal mask")(
@@ -257,9 +276,17 @@ class T5RelativePositionBias(PositionalEncoding):
             relative, bidirectional=not causal, num_buckets=self.num_buckets, max_distance=self.max_distance
         )
 
+    learned_bias = True
+
+    def bias_layout(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor:
+        """The bucket indices (``buckets``), what the layers share; the table lookup is ``bias_from_layout``."""
+        return self.buckets(q_len, k_len, causal=causal, device=self.weight.device)
+
+    def bias_from_layout(self, layout: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return self.weight[layout].permute(2, 0, 1).to(device)  # (heads, q_len, k_len)
+
     def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor:
-        buckets = self.buckets(q_len, k_len, causal=causal, device=self.weight.device)
-        return self.weight[buckets].permute(2, 0, 1).to(device)  # (heads, q_len, k_len)
+        return self.bias_from_layout(self.bias_layout(q_len, k_len, causal=causal, device=device), device)
 
 
 def sincos_2d_table(grid_size: int, dim: int, base: float = 10000.0) -> torch.Tensor:

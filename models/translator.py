@@ -50,11 +50,13 @@ class EncoderDecoder(nn.Module):
         *,
         tgt_padding_mask: torch.Tensor | None = None,
         head: bool = True,
-    ) -> torch.Tensor:
+        block_outputs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Decoder logits for ``tgt`` (or with ``head=False`` its final hidden states); with
         ``caches`` (from ``new_caches``), ``tgt`` holds only the tokens after the cached ones: the one
         incremental step that ``models.decoding``'s searches repeat. ``tgt_padding_mask`` (B, T),
-        True = padding, keeps right padding out of the decoder's MoE routing."""
+        True = padding, keeps right padding out of the decoder's MoE routing. With ``block_outputs``,
+        also every decoder block's output, first block first: ``(logits or hidden states, outputs)``."""
         # Right-padded targets need no self-attention padding mask: the causal mask already hides
         # later (padding) positions from every real token, and padded positions carry no loss.
         # Only the feed-forward gets it: an MoE must not give padding expert capacity.
@@ -66,7 +68,11 @@ class EncoderDecoder(nn.Module):
             memory_padding_mask=src_padding_mask,
             ffn_padding_mask=tgt_padding_mask,
             positional=self.positions,
+            block_outputs=block_outputs,
         )
+        if block_outputs:
+            x, outputs = x
+            return (self.lm_head(x) if head else x), outputs
         return self.lm_head(x) if head else x
 
     def new_caches(self) -> list[LayerCache]:
@@ -81,11 +87,15 @@ class EncoderDecoder(nn.Module):
         *,
         tgt_padding_mask: torch.Tensor | None = None,
         head: bool = True,
-    ) -> torch.Tensor:
+        block_outputs: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Teacher forcing: ``src`` (B, S), ``tgt`` (B, T) decoder input -> logits (B, T, vocab)
-        (or with ``head=False`` the decoder's final hidden states (B, T, D))."""
+        (or with ``head=False`` the decoder's final hidden states (B, T, D)); with ``block_outputs``,
+        also every decoder block's output (the logit lens), as ``decode`` returns them."""
         memory = self.encode(src, src_padding_mask)
-        return self.decode(tgt, memory, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=head)
+        return self.decode(
+            tgt, memory, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=head, block_outputs=block_outputs
+        )
 
     def loss(
         self,

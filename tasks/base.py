@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from torch.optim.optimizer import _default_to_fused_or_foreach
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
@@ -50,6 +52,20 @@ class OptimizerConfig(BaseModel):
     betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW (beta1, beta2)")
     warmup_steps: int = Field(40, ge=0, description="optimizer steps of linear warmup from 0 to lr")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="learning rate at the end of the cosine decay, over lr")
+
+
+def parameter_devices(params: list[torch.nn.Parameter]) -> set[str]:
+    """The device types (``cpu``, ``cuda``, ...) the parameters are on."""
+    return {p.device.type for p in params}
+
+
+def adamw_implementation(params: list[torch.nn.Parameter], fused: bool) -> str:
+    """The AdamW implementation that steps ``params``: ``fused`` (one kernel for all parameters), else
+    the one PyTorch picks by default: ``foreach`` (a kernel per operation over all parameters, on CUDA)
+    or ``for-loop`` (parameter by parameter, on a CPU)."""
+    if fused:
+        return "fused"
+    return "foreach" if _default_to_fused_or_foreach(params, differentiable=False)[1] else "for-loop"
 
 
 def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
@@ -205,6 +221,21 @@ class TaskDataModule(L.LightningDataModule, ABC):
     def __init__(self, batch_size: int):
         super().__init__()
         self.batch_size = batch_size
+        #: DataLoader worker processes of the training data (0: the main process) and whether batches
+        #: come in pinned memory: the runner sets them for a GPU (see ``load_for``)
+        self.num_workers, self.pin_memory = 0, False
+
+    def load_for(self, *, num_workers: int, pin_memory: bool) -> None:
+        """Load the training data in ``num_workers`` worker processes (kept between epochs) and every
+        batch in pinned memory if ``pin_memory`` (host-to-GPU copies that overlap the step)."""
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+
+    def _loading(self, kwargs: dict[str, Any], *, workers: bool) -> dict[str, Any]:
+        """``kwargs`` of a DataLoader with the workers (if ``workers``) and pinned memory set by
+        ``load_for``; nothing added at their defaults (a CPU run's loaders stay as they were)."""
+        if workers and self.num_workers:
+            kwargs = {**kwargs, "num_workers": self.num_workers, "persistent_workers": True}
+        return {**kwargs, "pin_memory": True} if self.pin_memory else kwargs
 
     @property
     def rank_and_world(self) -> tuple[int, int]:
@@ -233,12 +264,13 @@ class TaskDataModule(L.LightningDataModule, ABC):
                 "drop_last": True,
                 **kwargs,
             }
-        return StatefulDataLoader(dataset, **kwargs)
+        return StatefulDataLoader(dataset, **self._loading(kwargs, workers=True))
 
     def validation_loader(self, dataset: Dataset, **kwargs: Any) -> DataLoader:
         """This process's share of the validation set: every world-th item, no item twice (no padding,
         unlike DistributedSampler), so metrics reduced over the processes cover the set exactly once."""
         rank, world = self.rank_and_world
+        kwargs = self._loading(kwargs, workers=False)  # a few batches now and then: no processes kept for them
         return DataLoader(dataset, batch_size=self.batch_size, sampler=range(rank, len(dataset), world), **kwargs)
 
     def curve_loader(self, n_items: int) -> DataLoader | None:
@@ -279,6 +311,10 @@ class TaskModule(L.LightningModule, ABC):
         self.moe_layers = moe_layers(self.model)  # found once; a plain list, not submodules
         #: global step of the most recent validation run (the runner reads final metrics from it)
         self.last_validated_step = -1
+        #: which AdamW runs ("fused", "foreach", "for-loop"; see ``adamw_implementation``) and whether
+        #: this module clips the gradients itself: decided when the optimizer is built
+        self.adamw_implementation: str | None = None
+        self.clips_itself = False
 
     @property
     def n_parameters(self) -> int:
@@ -310,7 +346,9 @@ class TaskModule(L.LightningModule, ABC):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # the mean over all processes
+        # the mean over all processes; not on Lightning's progress bar, which would read it every step (a
+        # host sync): blockbench.progress.StepProgress prints it from callback_metrics
+        self.log("train/loss", loss, sync_dist=True)
         if self.moe_layers:
             loss, moe_losses = add_auxiliary_losses(loss, self.moe_layers, self.model_config)
             self.log_dict(moe_losses)
@@ -323,8 +361,9 @@ class TaskModule(L.LightningModule, ABC):
             self.log(name, value)
 
     @abstractmethod
-    def items_in_batch(self, batch: Any) -> int:
-        """Training items (tokens or images) in a batch, for the throughput figure."""
+    def items_in_batch(self, batch: Any) -> int | torch.Tensor:
+        """Training items (tokens or images) in a batch, for the throughput figure: a count, or a device
+        tensor of one where counting needs the data (read at log steps, so that the step does not wait)."""
 
     def on_validation_epoch_end(self) -> None:
         self.last_validated_step = self.global_step
@@ -345,15 +384,49 @@ class TaskModule(L.LightningModule, ABC):
         fraction = attended_fraction(self.model)
         return {"attended_fraction": round(fraction, 4)} if fraction is not None else {}
 
+    def _clips_fused_itself(self, params: list[torch.nn.Parameter]) -> bool:
+        """Whether this module clips the gradients itself (``configure_gradient_clipping``) so that a
+        fused AdamW can run: under bf16-mixed on CUDA, with one whole model per process (one device or
+        DDP). Lightning's mixed precision refuses to clip for an optimizer that unscales its gradients
+        itself, as the fused one can, although bf16 has no gradient scaler and nothing to unscale."""
+        trainer = self._trainer
+        return (
+            trainer is not None
+            and bool(trainer.gradient_clip_val)
+            and trainer.gradient_clip_algorithm in (None, "norm")
+            and str(trainer.precision) == "bf16-mixed"
+            and parameter_devices(params) == {"cuda"}
+            and isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy))
+            and not isinstance(trainer.strategy, DeepSpeedStrategy)
+        )
+
     def _fused_optimizer(self, params: list[torch.nn.Parameter]) -> bool:
-        """Whether AdamW can run as one fused kernel for all parameters (CPU and CUDA have one): not
-        with gradient clipping under Lightning's mixed precision, which refuses to clip for optimizers
-        that unscale gradients themselves (there the default implementation runs)."""
+        """Whether AdamW can run as one fused kernel for all parameters (CPU and CUDA have one): not with
+        gradient clipping under Lightning's mixed precision, which refuses to clip for optimizers that
+        unscale gradients themselves (there the default implementation runs), unless this module clips
+        itself (bf16-mixed on CUDA, see ``_clips_fused_itself``; fp16-mixed's gradient scaler, and a CPU,
+        keep the default implementation)."""
         trainer = self._trainer
         clipping_in_mixed = (
             trainer is not None and bool(trainer.gradient_clip_val) and str(trainer.precision).endswith("-mixed")
         )
-        return not clipping_in_mixed and all(p.device.type in ("cpu", "cuda") for p in params)
+        on_fused_devices = parameter_devices(params) <= {"cpu", "cuda"}
+        return on_fused_devices and (not clipping_in_mixed or self._clips_fused_itself(params))
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, or where the fused AdamW runs under bf16-mixed (``_clips_fused_itself``)
+        the same clipping of the gradient norm done here: no gradient scaler, so the gradients are already
+        the true ones."""
+        if self.clips_itself and gradient_clip_val:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optimizer_config
@@ -363,7 +436,10 @@ class TaskModule(L.LightningModule, ABC):
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay, "name": "decay"},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "no_decay"},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=self._fused_optimizer(params) or None)
+        fused = self._fused_optimizer(params)
+        self.clips_itself = fused and self._clips_fused_itself(params)
+        self.adamw_implementation = adamw_implementation(params, fused)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused or None)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: warmup_cosine(

@@ -63,7 +63,9 @@ class ImageTaskConfig(TaskConfig):
     image_size: int = Field(32, gt=0, description="images of another size are resized to image_size x image_size")
     channels: Literal[1, 3] = Field(3, description="3 = RGB, 1 = grayscale; images are converted when decoded")
     augment: AugmentConfig = AugmentConfig()
-    num_workers: int = Field(0, ge=0, description="DataLoader worker processes for the training set")
+    num_workers: int | None = Field(
+        None, ge=0, description="DataLoader worker processes for the training set (null: trainer.num_workers)"
+    )
 
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "image_size": self.image_size, "in_channels": self.channels}
@@ -137,6 +139,13 @@ class ImageDataModule(TaskDataModule):
         #: whether the decoded images came from the disk cache (None until loaded)
         self.cache_hit: bool | None = None
         self.train_set: ImageDataset | None = None
+        self.load_for(num_workers=0, pin_memory=False)
+
+    def load_for(self, *, num_workers: int, pin_memory: bool) -> None:
+        """As every task loads, with ``task.num_workers`` where set instead of ``num_workers``."""
+        super().load_for(
+            num_workers=num_workers if self.cfg.num_workers is None else self.cfg.num_workers, pin_memory=pin_memory
+        )
 
     def load(self) -> PreparedImages:
         """Decode the images (or read them from the disk cache) once."""
@@ -171,13 +180,7 @@ class ImageDataModule(TaskDataModule):
 
     def train_dataloader(self) -> DataLoader:
         mix = batch_mixing(self.cfg.augment, len(self.load().class_names))
-        workers = self.cfg.num_workers
-        return self.training_loader(
-            self.train_set,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            collate_fn=MixBatch(mix) if mix else None,
-        )
+        return self.training_loader(self.train_set, collate_fn=MixBatch(mix) if mix else None)
 
     def val_dataloader(self) -> DataLoader:
         return self.validation_loader(self.val_set)

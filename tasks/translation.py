@@ -230,8 +230,9 @@ class TranslationTask(TaskModule):
         self.translations: list[tuple[int, str]] = []
         self.bleu_signature = ""
 
-    def items_in_batch(self, batch: Any) -> int:
-        return int((batch[1][:, 1:] != self.ids.pad).sum())
+    def items_in_batch(self, batch: Any) -> torch.Tensor:
+        """Target tokens, as a device tensor: the speed monitor reads it at log steps (no host sync per step)."""
+        return (batch[1][:, 1:] != self.ids.pad).sum()
 
     def _loss(
         self, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float, reduction: str = "mean"

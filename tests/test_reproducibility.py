@@ -55,3 +55,20 @@ def test_the_dependency_closure_follows_requirements_transitively():
     assert closure["torch"] == metadata.version("torch") and closure["lightning"] == metadata.version("lightning")
     assert "lightning-utilities" in closure and "blockbench-transformers" not in closure
     assert all(re.fullmatch(r"[a-z0-9-]+", name) for name in closure)
+
+
+def test_every_committed_cell_config_still_has_the_hash_its_result_records():
+    """Settings added to the config since (``trainer.tf32``, ``trainer.num_workers``, ...) hash as
+    before at their defaults: each committed cell's ``config.yaml`` gives the hash of its
+    ``result.json``, so the committed results stay current and are not trained again."""
+    from blockbench.config import build_run_config, load_yaml
+    from blockbench.record import load_record
+
+    configs = sorted((REPO / "results").glob("*/cells/**/config.yaml"))
+    assert configs
+    changed = [
+        str(path.relative_to(REPO))
+        for path in configs
+        if build_run_config(load_yaml(path)).config_hash() != load_record(path.with_name("result.json")).config_hash
+    ]
+    assert not changed, f"{len(changed)} committed cells changed their config hash, e.g. {changed[:3]}"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from blockbench.tasks.base import capture_rng, restore_rng
@@ -20,9 +21,11 @@ from .perf import (
     StepTiming,
     count_training_flops,
     current_peak_memory_mb,
+    elapsed_seconds,
     peak_flops,
+    record_event,
+    runs_ahead,
     step_statistics,
-    synchronize,
 )
 from .tensorboard import CURVE_TAG
 
@@ -32,23 +35,29 @@ class PerformanceMonitor(L.Callback):
 
     A step is one optimizer step with all its micro-batches. Its time runs from
     ``on_train_batch_start`` to ``on_train_batch_end``: forward, backward and optimizer, without
-    fetching data, validation, checkpoints and logging between steps. Its data wait is the time
+    fetching data, validation, checkpoints and logging between steps. On a CPU it is the host's
+    clock; on a GPU, where the host runs ahead of the work it queues (:func:`blockbench.cell.perf.runs_ahead`),
+    it is the GPU's, from a pair of CUDA events recorded at those two hooks and read only when the
+    figures are logged and at the end of training: the host never waits for the GPU inside a step
+    (as nanoGPT and litgpt time it). Its data wait is the time
     the loop spent in ``next()`` on the training dataloader before its micro-batches, recorded by
     :attr:`data_wait` (pass it as ``Trainer(profiler=...)``). Model FLOPs are counted once, on the
     first batch of the run (see :func:`blockbench.cell.perf.count_training_flops`); that count is not
     part of any step's time. The first ``warmup_steps`` steps after the start or a resume
     (allocation, torch.compile) are logged but left out of the statistics. MFU divides by
-    :func:`blockbench.cell.perf.peak_flops`: ``trainer.peak_tflops``, or this machine's cached probe for
-    the run's compute dtype and intra-op threads, one figure for every cell that trains like this.
+    :func:`blockbench.cell.peak.peak_flops`: ``trainer.peak_tflops``, the datasheet peak of a known GPU,
+    or this machine's cached probe for the run's compute dtype and intra-op threads, one figure for
+    every cell that trains like this.
 
-    Logged every ``log_every_n_steps`` (and after the first step): ``perf/step_time_ms``, ``perf/data_wait_fraction``,
-    ``perf/tflops_per_sec`` and ``perf/mfu`` of that step (no ``perf/mfu`` in a step above the peak),
-    ``perf/peak_memory_mb`` so far, and
+    Logged every ``log_every_n_steps`` (and, on a CPU, after the first step): ``perf/step_time_ms``,
+    ``perf/data_wait_fraction``, ``perf/tflops_per_sec`` and ``perf/mfu`` of that step (no
+    ``perf/mfu`` in a step above the peak), ``perf/peak_memory_mb`` so far, and
     ``perf/<unit>_per_sec`` (all processes) and ``..._per_process``, the mean over the timed steps
     so far; ``perf/flops_per_step`` once.
 
-    With a ``clock``, each step's time also counts as its ``train_steps`` part and :attr:`data_wait`
+    With a ``clock``, each step's host time also counts as its ``train_steps`` part and :attr:`data_wait`
     is a :class:`WallTimeProfiler` that tells it the other parts (``result.json`` ``wall_time_breakdown``).
+    (On a GPU, work still queued when a step's hooks return counts in the part that waits for it.)
     """
 
     def __init__(
@@ -75,6 +84,10 @@ class PerformanceMonitor(L.Callback):
         self._step = StepTiming()
         self._batch_start = 0.0
         self._last_global_step = 0
+        self._events = False  # steps timed by CUDA events (on a GPU), else by the host's clock
+        self._start_event: Any = None
+        self._step_spans: list[tuple[Any, Any]] = []  # this step's micro-batches' (start, end) events
+        self._unread: list[tuple[StepTiming, list[tuple[Any, Any]]]] = []  # steps whose events are not read yet
 
     # hooks ------------------------------------------------------------------------------------
 
@@ -82,6 +95,8 @@ class PerformanceMonitor(L.Callback):
         self.world_size = trainer.world_size
         self.accumulate_grad_batches = trainer.accumulate_grad_batches
         self.steps, self._step = [], StepTiming()
+        self._step_spans, self._unread = [], []
+        self._events = runs_ahead(pl_module.device)
         self._last_global_step = trainer.global_step
         self._flops_pending = self.count_flops
         if self.peak is None:  # the cached probe (measured here only if nothing measured it before)
@@ -95,27 +110,52 @@ class PerformanceMonitor(L.Callback):
         if self._flops_pending:
             self._flops_pending = False
             self.flops_per_batch = self._count_flops(trainer, pl_module, batch)
-        synchronize(pl_module.device)
         self._batch_start = time.perf_counter()
+        if self._events:
+            self._start_event = record_event()
         if self.clock is not None:
             self.clock.enter("train_steps", at=self._batch_start)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        synchronize(pl_module.device)
         end = time.perf_counter()
-        self._step.seconds += end - self._batch_start
+        if self._events:
+            self._step_spans.append((self._start_event, record_event()))
+        else:
+            self._step.seconds += end - self._batch_start
         if self.clock is not None:
             self.clock.exit("train_steps", at=end)
-        self._step.items += pl_module.items_in_batch(batch)
+        items = pl_module.items_in_batch(batch)  # a count, or a tensor of one on the device (read with the times)
+        self._step.items += int(items) if isinstance(items, torch.Tensor) and not self._events else items
         if trainer.global_step == self._last_global_step:
             return  # a micro-batch in the middle of a gradient accumulation window
         self._last_global_step = trainer.global_step
         step, self._step = self._step, StepTiming()
         self.steps.append(step)
-        if trainer.global_step % trainer.log_every_n_steps == 0 or len(self.steps) == 1:
+        if self._events:
+            self._unread.append((step, self._step_spans))
+            self._step_spans = []
+        log_step = trainer.global_step % trainer.log_every_n_steps == 0
+        if log_step or (len(self.steps) == 1 and not self._events):
+            self.read_step_times()  # on a GPU the one wait for it in log_every_n_steps steps
             self._log(trainer, pl_module, step)  # only what the logger writes: self.log costs time every call
+        if len(self.steps) == 1 and self.flops_per_step is not None and trainer.is_global_zero:
+            for logger in trainer.loggers:  # once, whatever log_every_n_steps is
+                logger.log_metrics({"perf/flops_per_step": float(self.flops_per_step)}, step=trainer.global_step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.read_step_times()
+
+    def read_step_times(self) -> None:
+        """Fill in the seconds (and item counts) of the steps timed by CUDA events since the last read:
+        one host synchronisation, a wait for the GPU to reach the last of them; nothing to do on a CPU."""
+        if self._unread:
+            seconds = iter(elapsed_seconds([span for _, spans in self._unread for span in spans]))
+            for step, spans in self._unread:
+                step.seconds += sum(next(seconds) for _ in spans)
+                step.items = int(step.items)
+            self._unread = []
 
     # figures ----------------------------------------------------------------------------------
 
@@ -142,17 +182,22 @@ class PerformanceMonitor(L.Callback):
 
     def summary(self) -> dict[str, Any]:
         """The ``performance`` block of ``result.json``: see :func:`blockbench.cell.perf.step_statistics`."""
+        self.read_step_times()
         figures = step_statistics(
             self.steps, warmup_steps=self.warmup_steps, flops_per_step=self.flops_per_step, peak=self.peak
         )
         if self.steps and self.data_wait.fetches == 0:  # Lightning no longer reports the fetches as we expect
             figures["data_wait_ms"] = figures["data_wait_fraction"] = None
         if figures.get("mfu_above_peak"):
+            why = (
+                "or the model FLOPs are counted too high (a datasheet peak is the device's)"
+                if str(figures["peak_source"]).startswith("datasheet")
+                else "e.g. measured while the machine was busy; run `blockbench peak --remeasure` on a quiet "
+                "machine or set trainer.peak_tflops to the device's peak"
+            )
             rank_zero_warn(
                 f"MFU {figures['mfu_raw']:.2f} is above 1, so the result has none: the peak of "
-                f"{figures['peak_tflops']} TFLOP/s ({figures['peak_source']}) is too low, e.g. measured "
-                "while the machine was busy; run `blockbench peak --remeasure` on a quiet machine or set "
-                "trainer.peak_tflops to the device's peak"
+                f"{figures['peak_tflops']} TFLOP/s ({figures['peak_source']}) is too low, {why}"
             )
         return figures
 
@@ -188,9 +233,6 @@ class PerformanceMonitor(L.Callback):
             values[f"perf/{self.unit}_per_sec"] = self.per_second
             values[f"perf/{self.unit}_per_sec_per_process"] = self.per_second_per_process
         pl_module.log_dict(values, on_step=True, on_epoch=False)
-        if len(self.steps) == 1 and self.flops_per_step is not None and trainer.is_global_zero:
-            for logger in trainer.loggers:  # once, whatever log_every_n_steps is
-                logger.log_metrics({"perf/flops_per_step": float(self.flops_per_step)}, step=trainer.global_step)
 
 
 class WallTimeProfiler(DataWaitProfiler):
@@ -388,11 +430,19 @@ class DivergenceGuard(L.Callback):
     """Stops training when the training loss is not finite or exceeds ``threshold``, and remembers
     the step and the last finite loss: a diverged cell is a finding, recorded as such.
 
-    Under DDP every process decides on the losses of all processes (one all-gather of one number
-    per step), as Lightning's EarlyStopping reduces its decision: a process that stopped on its own
-    loss would leave the others waiting in the next gradient all-reduce forever. All processes so
-    record the same step and loss: the diverging loss is NaN if any process's is, else the largest,
-    and the last finite loss is the mean over the processes (the logged ``train/loss``).
+    Under DDP every process decides on the losses of all processes (one all-gather), as Lightning's
+    EarlyStopping reduces its decision: a process that stopped on its own loss would leave the
+    others waiting in the next gradient all-reduce forever. All processes so record the same step
+    and loss: the diverging loss is NaN if any process's is, else the largest, and the last finite
+    loss is the mean over the processes (the logged ``train/loss``).
+
+    When the losses are read: on a CPU after every micro-batch, so training stops at the step that
+    diverged. On a GPU reading a loss waits for the GPU (:func:`blockbench.cell.perf.runs_ahead`),
+    so each micro-batch's loss stays on the device and they are read together, in one all-gather,
+    at the steps the logger writes (``log_every_n_steps``) and at the end of training: the record
+    is the same (the first diverging micro-batch's step and loss, the last finite loss before it),
+    but training stops at the next log step, up to ``log_every_n_steps - 1`` steps after the
+    divergence (a checkpoint written in between holds the diverged weights).
     """
 
     def __init__(self, threshold: float | None):
@@ -400,6 +450,11 @@ class DivergenceGuard(L.Callback):
         self.diverged_at_step: int | None = None
         self.diverging_loss: float | None = None
         self.last_finite_loss: float | None = None
+        self._unread: list[tuple[int, torch.Tensor]] = []  # (step, this process's loss) of micro-batches not read
+        self._last_global_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._unread, self._last_global_step = [], trainer.global_step
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -407,14 +462,33 @@ class DivergenceGuard(L.Callback):
         if self.diverged:
             return  # the first divergence is the finding (every process knows it: no all-gather is left unpaired)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        losses = trainer.strategy.all_gather(loss.detach().float()).reshape(-1).tolist()  # every process's loss
-        bad = [value for value in losses if not self._acceptable(value)]
-        if not bad:
-            self.last_finite_loss = sum(losses) / len(losses)
+        self._unread.append((trainer.global_step, loss.detach().float()))
+        stepped, self._last_global_step = trainer.global_step != self._last_global_step, trainer.global_step
+        if not runs_ahead(pl_module.device) or (stepped and trainer.global_step % trainer.log_every_n_steps == 0):
+            self._read(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.diverged:
+            self._read(trainer)  # the micro-batches since the last log step (on a GPU)
+
+    def _read(self, trainer: L.Trainer) -> None:
+        """Decide on the unread micro-batches in their order, on the losses of all processes."""
+        if not self._unread:
             return
-        nans = [value for value in bad if math.isnan(value)]
-        self.diverged_at_step, self.diverging_loss = trainer.global_step, nans[0] if nans else max(bad)
-        trainer.should_stop = True
+        steps = [step for step, _ in self._unread]
+        local = torch.stack([loss for _, loss in self._unread])
+        self._unread = []
+        gathered = trainer.strategy.all_gather(local).reshape(-1, len(steps)).tolist()  # a row per process
+        for i, step in enumerate(steps):
+            losses = [row[i] for row in gathered]  # every process's loss
+            bad = [value for value in losses if not self._acceptable(value)]
+            if not bad:
+                self.last_finite_loss = sum(losses) / len(losses)
+                continue
+            nans = [value for value in bad if math.isnan(value)]
+            self.diverged_at_step, self.diverging_loss = step, nans[0] if nans else max(bad)
+            trainer.should_stop = True
+            return
 
     def _acceptable(self, value: float) -> bool:
         return math.isfinite(value) and (self.threshold is None or value <= self.threshold)

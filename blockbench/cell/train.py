@@ -23,6 +23,7 @@ from ..provenance import code_fingerprint, machine_description, peak_memory_mb, 
 from ..record import RECORD_VERSION, CellRecord, write_record
 from ..walltime import CELL_PARTS, WallClock
 from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
+from .runtime import data_loading, lightning_determinism, machine_settings
 from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
 
 
@@ -69,7 +70,20 @@ def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, 
     return resume
 
 
-def train(
+def train(run: RunConfig, out_dir: Path, **kwargs: Any) -> CellRecord:
+    """Train ``run`` under its machine's settings (TF32 on a GPU, the deterministic switch; see
+    :func:`blockbench.cell.runtime.machine_settings`), restored after; the arguments are :func:`train_cell`'s."""
+    accelerator = resolved_accelerator(run.trainer.accelerator)
+    with machine_settings(run.trainer, accelerator):
+        return train_cell(run, out_dir, accelerator=accelerator, **kwargs)
+
+
+def resolved_accelerator(accelerator: str) -> str:
+    """``trainer.accelerator`` with ``auto`` made ``gpu`` or ``cpu`` (whether CUDA has a device)."""
+    return accelerator if accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+
+
+def train_cell(
     run: RunConfig,
     out_dir: Path,
     *,
@@ -82,8 +96,10 @@ def train(
     extra_callbacks: Sequence[L.Callback] = (),
     progress_every: int | None = None,
     from_process_start: bool = False,
+    accelerator: str,
 ) -> CellRecord:
-    """Train ``run`` and return (and write to ``out_dir/result.json``) its result record;
+    """Train ``run`` on ``accelerator`` (resolved: not ``auto``) and return (and write to
+    ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
     ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``val/<scope>/loss``), and
     ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.cell.tensorboard`);
@@ -104,7 +120,6 @@ def train(
         write_atomic(out_dir / CONFIG_FILE, to_yaml(run))
     if run.trainer.num_threads:
         torch.set_num_threads(run.trainer.num_threads)
-    accelerator = cfg.accelerator if cfg.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
 
     checkpoints = out_dir / CHECKPOINT_DIR
     fingerprint = code_fingerprint()
@@ -129,8 +144,9 @@ def train(
     curve = LossCurve(cfg.curve_interval, cfg.curve_items, clock) if cfg.curve_interval else None
     callbacks += [curve] if curve else []
     callbacks += list(extra_callbacks)
-    if cfg.checkpoint_every_n_steps:
-        callbacks.append(StepCheckpoint(checkpoints, cfg.checkpoint_every_n_steps))
+    checkpoint_interval = cfg.checkpoint_interval(accelerator)
+    if checkpoint_interval:
+        callbacks.append(StepCheckpoint(checkpoints, checkpoint_interval))
     if not resume_from and is_rank_zero:  # a fresh run: TensorBoard would keep the hparams of an earlier run here
         shutil.rmtree(Path(tb_dir) / tb_name / tb_version, ignore_errors=True)
     # purge_step: TensorBoard drops the points a killed run logged after its last checkpoint
@@ -158,6 +174,7 @@ def train(
         enable_checkpointing=False,  # no ModelCheckpoint: StepCheckpoint writes the checkpoints
         enable_model_summary=False,
         default_root_dir=str(out_dir),
+        **lightning_determinism(cfg),
     )
     per_device_batch = cfg.per_device_batch_size(trainer.world_size)
     if trainer.is_global_zero and (trainer.world_size > 1 or cfg.accumulate_grad_batches > 1):
@@ -171,6 +188,7 @@ def train(
         module, datamodule = task_cfg.build(
             run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch
         )
+    datamodule.load_for(**data_loading(cfg, accelerator, trainer.num_devices))
     if resume_from and trainer.is_global_zero:
         print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
     try:
@@ -229,6 +247,15 @@ def train(
             "accumulate_grad_batches": cfg.accumulate_grad_batches,
         },
         "precision": trainer.precision,
+        "runtime": {
+            "accelerator": trainer.strategy.root_device.type,
+            "deterministic": cfg.deterministic,
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "adamw": module.adamw_implementation,
+            "num_workers": datamodule.num_workers,  # an image task's own task.num_workers where set
+            "pin_memory": datamodule.pin_memory,
+            "checkpoint_every_n_steps": checkpoint_interval,
+        },
         "peak_memory": peak_memory_mb(),
         "machine": machine_description(),
         **module.result_extras(),

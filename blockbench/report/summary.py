@@ -128,6 +128,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             "verdicts below are provisional: they compare the cells that have finished.  "
         )
     lines += [f"Machine: {m}  " for m in machines(results + tuning)]
+    lines += _bit_for_bit(results + tuning)
     code = code_versions(results)
     lines += [f"Code: {c}  " for c in code]
     tuning_code = code_versions(tuning)
@@ -135,6 +136,34 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         lines.append(f"Code of the tuning cells: {'; '.join(tuning_code)}  ")
     lines.append("")
     return lines
+
+
+def _ran_on_gpu(record: CellRecord) -> bool | None:
+    """Whether a finished cell trained on a GPU: its ``runtime`` says so; a record from before it ran on
+    a GPU where its machine had one (``trainer.accelerator: auto``); None for a failed cell."""
+    if record.status == "failed":
+        return None
+    if record.runtime is not None and record.runtime.accelerator is not None:
+        return record.runtime.accelerator != "cpu"
+    return bool(record.provenance and record.provenance.hardware.get("gpu_count"))
+
+
+def _bit_for_bit(records: list[CellRecord]) -> list[str]:
+    """The header's line on whether a rerun gives the same bits: on a CPU it does (same package versions,
+    same kind of CPU); on a GPU only where every GPU cell ran with ``trainer.deterministic``."""
+    on_gpu = [r for r in records if _ran_on_gpu(r)]
+    on_cpu = sum(1 for r in records if _ran_on_gpu(r) is False)
+    loose = sum(1 for r in on_gpu if not (r.runtime and r.runtime.deterministic))
+    if not on_gpu and not on_cpu:
+        return []
+    cpu = "CPU: same bits for the same versions and CPU kind" if on_cpu else ""
+    if loose:
+        return [
+            f"Bit for bit: no: {loose} of {len(on_gpu)} GPU cell(s) ran without trainer.deterministic; a rerun of "
+            f"them agrees only approximately{f' ({cpu})' if cpu else ''}.  "
+        ]
+    gpu = "GPU with trainer.deterministic: same bits for the same versions, driver and GPU kind" if on_gpu else ""
+    return [f"Bit for bit: yes ({'; '.join(filter(None, [cpu, gpu]))}).  "]
 
 
 # where the time went ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_LM, TOL, randomize_, scalars, tiny_model
 from tensorboard.plugins.custom_scalar import layout_pb2
+from torch._dynamo.utils import counters
 
 from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
 from blockbench.cell.train import train
@@ -137,6 +138,35 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
     for got, want in zip(lens, expected, strict=True):
         torch.testing.assert_close(got, want, **TOL)
     assert torch.equal(lens[-1], own_loss)
+
+
+def test_the_lens_of_a_compiled_model_compiles_once_and_matches_eager() -> None:
+    """Under ``model.compile: true`` (issue 30) the lens takes the blocks' outputs the model returns
+    (``block_outputs=True``), not forward hooks. Dynamo does not guard hooks: once the compiled model
+    had computed a loss without gradients and without the lens (as the cell's FLOP measurement does
+    before training), the lens reused that graph and its hooks never ran ("2 blocks ran 0 times in
+    one forward"). Two validation passes compile the lens at most once, the first, and its losses are
+    the eager model's to float32 rounding."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = tiny_model("decoder_lm", dtype=torch.float32, **LENS_MODEL)
+    compiled = tiny_model("decoder_lm", dtype=torch.float32, compile=True, **LENS_MODEL)
+    compiled.load_state_dict(eager.state_dict())
+    rows = torch.randint(0, 17, (4, 11), generator=torch.Generator().manual_seed(0))
+    idx, targets = rows[:, :-1], rows[:, 1:]
+
+    def validation() -> int:
+        """The compiled model's loss without the lens, then the lens; returns the graphs the lens compiled."""
+        with torch.no_grad():
+            compiled.loss(idx, targets)
+            graphs = counters["stats"]["unique_graphs"]
+            lens = logit_lens_losses(compiled, idx, targets=targets)
+            expected = logit_lens_losses(eager, idx, targets=targets)
+        torch.testing.assert_close(torch.stack(lens), torch.stack(expected), rtol=1e-5, atol=0)
+        return counters["stats"]["unique_graphs"] - graphs
+
+    assert validation() <= 1
+    assert validation() == 0
 
 
 def test_vit_has_no_lens() -> None:

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,26 +21,28 @@ from torch import nn
 from torch.utils.data import default_collate
 
 import blockbench.matrix.jobs
-from blockbench.cell import perf
+from blockbench.cell import peak as peak_module
 from blockbench.cell.callbacks import PerformanceMonitor
-from blockbench.cell.perf import (
+from blockbench.cell.peak import (
     PEAK_CACHE_FOLDER,
     PROBE_VERSION,
     PeakFlops,
-    StepTiming,
     compute_dtype,
-    count_training_flops,
-    flop_counter,
+    datasheet_gpu,
     measure_peak_flops,
     peak_flops,
-    step_statistics,
+    tf32_enabled,
 )
+from blockbench.cell.perf import StepTiming, count_training_flops, flop_counter, step_statistics
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import job_slots
 from blockbench.matrix.run import resolve_peaks
+from blockbench.models import build_model, moe_layers
+from blockbench.models import moe as moe_module
 from blockbench.models.attention import MultiHeadAttention
+from blockbench.models.moe import MoEFeedForward
 from blockbench.provenance import cpu_model
 from blockbench.record import CellRecord
 from blockbench.tasks.lm import AgreementDataModule
@@ -109,6 +112,58 @@ def test_counting_leaves_rng_gradients_and_compiled_modules_as_they_were():
     assert count_training_flops(compiled, lambda: compiled(x).sum()) == flops
 
 
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["largest-count-buffer", "capacity-buffer"])
+@pytest.mark.parametrize(
+    "capacity_factor, routed", [(4.0, 5), (0.8, 3)], ids=["capacity-above-routed", "over-capacity"]
+)
+def test_moe_flops_count_the_routed_assignments_not_empty_buffer_rows(capacity_factor, routed, on_gpu, monkeypatch):
+    """5 tokens routed by hand to experts 0, 0, 0, 1, 2 of 4 (top-1; the router is the identity on
+    one-hot inputs). The experts run on a buffer of 4 x C rows: C = 3 (the busiest expert) where the
+    host reads the counts, C = the capacity on a GPU; with capacity factor 4 the capacity is 5, so 7
+    or 15 rows are empty. With factor 0.8 the capacity is 1: expert 0 keeps 1 of its 3, 3 routed.
+    Model FLOPs by hand, forward and backward (input and weight gradients), 6 per weight and row:
+    the router 6 * 5 * d * E, each routed row 6 * (d * d_ff + d_ff * d); the empty rows count nothing."""
+    monkeypatch.setattr(moe_module, "runs_ahead", lambda device: on_gpu, raising=False)
+    d, d_ff, n_experts = 4, 8, 4
+    layer = MoEFeedForward(d, d_ff, n_experts=n_experts, top_k=1, capacity_factor=capacity_factor)
+    with torch.no_grad():
+        layer.router.weight.copy_(torch.eye(n_experts, d))
+    x = (10 * torch.nn.functional.one_hot(torch.tensor([0, 0, 0, 1, 2]), d).float()).requires_grad_()
+    flops = count_training_flops(layer, lambda: layer(x).sum())
+    assert layer.dropped_tokens == 5 - routed
+    assert layer.expert_rows > routed  # the buffer had empty rows
+    assert flops == 6 * 5 * d * n_experts + 6 * routed * (d * d_ff + d_ff * d)
+
+
+def test_moe_flops_of_a_whole_model_leave_out_only_the_empty_rows():
+    """In an LM with 2 MoE layers (top-2, uneven routing), the count is FlopCounterMode's total less,
+    per layer, its experts' FLOPs per buffer row times the empty rows; every row costs the same."""
+    torch.manual_seed(0)
+    model = build_model(
+        {
+            "family": "decoder_lm",
+            "vocab_size": 40,
+            "d_model": 16,
+            "n_heads": 2,
+            "d_ff": 32,
+            "n_layers": 2,
+            "n_experts": 4,
+            "moe_top_k": 2,
+            "moe_capacity_factor": 2.0,
+        }
+    )
+    idx = torch.randint(0, 40, (2, 9))
+    layers = moe_layers(model)
+    with flop_counter() as counter:
+        model.loss(idx[:, :-1], idx[:, 1:]).backward()
+    model.zero_grad()
+    counted = count_training_flops(model, lambda: model.loss(idx[:, :-1], idx[:, 1:]))
+    per_row = 6 * (16 * 32 + 32 * 16)  # one row of one expert, forward and backward
+    empty = [layer.expert_rows - (layer.assignments - layer.dropped_tokens) for layer in layers]
+    assert all(e > 0 for e in empty) and layers[0].assignments == 2 * 16
+    assert counted == counter.get_total_flops() - per_row * sum(empty)
+
+
 # --- peak FLOP/s and MFU --------------------------------------------------------------------------
 
 
@@ -141,7 +196,7 @@ def test_probe_figure_is_the_best_sizes_median_over_rounds_of_each_rounds_fastes
         128: [90, 90, 90, 90, 40, 12, 10, 30, 8, 60],
     }  # 12, 10, 8 -> median 10 ms
     calls = {size: iter(values) for size, values in times.items()}
-    monkeypatch.setattr(perf, "_timed_matmul", lambda a, b, out, device: next(calls[a.shape[0]]) / 1e3)
+    monkeypatch.setattr(peak_module, "_timed_matmul", lambda a, b, out, device: next(calls[a.shape[0]]) / 1e3)
     peak = measure_peak_flops("cpu", torch.float32, sizes=(64, 128), rounds=3, calls=2, budget_s=100)
 
     def tflops(size: int, ms: float) -> float:
@@ -174,21 +229,23 @@ def probes(cache_dir, monkeypatch) -> list[dict]:
     """An empty blockbench cache, and a record of each probe: its dtype and the threads it ran on
     (a real probe, on small matrices to stay fast)."""
     calls: list[dict] = []
-    real_probe = perf.measure_peak_flops
+    real_probe = peak_module.measure_peak_flops
 
     def counted_probe(device, dtype):
         calls.append({"dtype": dtype, "threads": torch.get_num_threads()})
         return real_probe(device, dtype, sizes=(32, 64), rounds=3, calls=2)
 
-    monkeypatch.setattr(perf, "measure_peak_flops", counted_probe)
+    monkeypatch.setattr(peak_module, "measure_peak_flops", counted_probe)
     return calls
 
 
-def start_monitor(precision: str = "32-true", peak_tflops: float | None = None) -> PerformanceMonitor:
-    """A PerformanceMonitor after ``on_train_start`` of a CPU cell in ``precision``."""
+def start_monitor(
+    precision: str = "32-true", peak_tflops: float | None = None, device: str | torch.device = "cpu"
+) -> PerformanceMonitor:
+    """A PerformanceMonitor after ``on_train_start`` of a cell in ``precision`` on ``device``."""
     monitor = PerformanceMonitor("tokens", peak_tflops=peak_tflops)
     trainer = SimpleNamespace(world_size=1, accumulate_grad_batches=1, global_step=0, precision=precision)
-    monitor.on_train_start(trainer, SimpleNamespace(device=torch.device("cpu")))
+    monitor.on_train_start(trainer, SimpleNamespace(device=torch.device(device)))
     return monitor
 
 
@@ -207,6 +264,7 @@ def test_the_peak_is_probed_once_then_every_cell_reads_it_from_the_cache(probes,
         "device": "cpu",
         "dtype": "fp32",
         "torch": torch.__version__,
+        "fp32_matmul": "ieee",  # torch's default float32 matmul precision, "highest"
         "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -266,6 +324,124 @@ def test_every_cell_of_a_matrix_divides_by_the_peak_the_runner_measured_before_t
         finally:
             torch.set_num_threads(before)
     assert len(probes) == 1 and peaks[0] == peaks[1] and not peaks[1].probe["measured_now"]
+
+
+@pytest.mark.parametrize(
+    "device_name, listed",
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"),
+        ("NVIDIA H100 SXM5 80GB", "NVIDIA H100 SXM"),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"),
+        ("NVIDIA H100 NVL", None),  # other clocks and power: not the SXM's figures
+        ("NVIDIA H200", "NVIDIA H200"),
+        ("NVIDIA H200 NVL", None),
+        ("NVIDIA GH200 480GB", None),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100"),
+        ("NVIDIA A100-PCIE-40GB", "NVIDIA A100"),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100"),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", None),  # a seventh of the GPU
+        ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", None),
+        ("NVIDIA L4", "NVIDIA L4"),
+        ("NVIDIA L40S", "NVIDIA L40S"),
+        ("NVIDIA L40", None),
+        ("NVIDIA A10", "NVIDIA A10"),
+        ("NVIDIA A10G", None),  # no NVIDIA datasheet
+        ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
+        ("NVIDIA GeForce RTX 4090 D", None),
+        ("Tesla V100-SXM2-16GB", None),
+    ],
+)
+def test_datasheet_entry_by_device_name(device_name, listed):
+    gpu = datasheet_gpu(device_name)
+    assert (gpu.name if gpu else None) == listed
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, cache_dir) -> Callable[[str], list[torch.dtype]]:
+    """Makes ``torch.cuda.get_device_name`` answer the given name on this GPU-less machine, with an
+    empty cache; the probe returns 50 TFLOP/s without touching a GPU, and the list it returns records
+    each probe's dtype. TF32 is left off (torch's default) and restored after."""
+    probes: list[torch.dtype] = []
+
+    def fake_probe(device, dtype):
+        assert torch.device(device).type == "cuda"
+        probes.append(dtype)
+        return PeakFlops(
+            50.0, f"measured: {peak_module.DTYPE_NAMES[dtype]} matmul 4096^2", {"dtype": "x", "size": 4096}
+        )
+
+    def use(name: str) -> list[torch.dtype]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        return probes
+
+    monkeypatch.setattr(peak_module, "measure_peak_flops", fake_probe)
+    before = torch.get_float32_matmul_precision()
+    yield use
+    torch.set_float32_matmul_precision(before)
+
+
+GPU = torch.device("cuda", 0)
+
+
+def test_known_gpus_divide_by_their_datasheet_peak_in_the_runs_compute(fake_gpu):
+    """bf16 and fp16 runs divide by the dense tensor-core peak; fp32 by the TF32 peak where TF32 is
+    on (torch.set_float32_matmul_precision("high")), else by the FP32 peak. No probe runs."""
+    probes = fake_gpu("NVIDIA H100 80GB HBM3")
+    assert peak_flops(None, GPU, "bf16-mixed") == PeakFlops(989.0, "datasheet: NVIDIA H100 SXM bf16 dense")
+    assert peak_flops(None, GPU, "16-mixed") == PeakFlops(989.0, "datasheet: NVIDIA H100 SXM fp16 dense")
+    assert peak_flops(None, GPU, "32-true").tflops == 67.0 and not tf32_enabled()
+    torch.set_float32_matmul_precision("high")
+    assert peak_flops(None, GPU, "32-true") == PeakFlops(494.5, "datasheet: NVIDIA H100 SXM tf32 dense")
+    fake_gpu("NVIDIA A100-SXM4-40GB")
+    assert peak_flops(None, GPU, "32-true").tflops == 156.0
+    assert peak_flops(None, GPU, "bf16-true").tflops == 312.0
+    torch.set_float32_matmul_precision("highest")
+    assert peak_flops(None, GPU, "32-true") == PeakFlops(19.5, "datasheet: NVIDIA A100 fp32 (no tensor cores)")
+    assert probes == []
+    assert peak_flops(7.0, GPU, "bf16-mixed") == PeakFlops(7.0, "config")  # trainer.peak_tflops still wins
+
+
+def test_an_unknown_gpu_is_probed_and_the_probe_is_cached_per_tf32_setting(fake_gpu, cache_dir):
+    """An A10G (no NVIDIA datasheet) gets the probe; fp32 matmuls with and without TF32 are other
+    speeds, so the probe's cache key has the setting: two probes, each read back from its own file."""
+    probes = fake_gpu("NVIDIA A10G")
+    ieee = peak_flops(None, GPU, "32-true")
+    torch.set_float32_matmul_precision("high")
+    tf32 = peak_flops(None, GPU, "32-true")
+    again = peak_flops(None, GPU, "32-true")
+    assert probes == [torch.float32, torch.float32] and again.probe["key"] == tf32.probe["key"]
+    assert ieee.source.startswith("measured: fp32 matmul") and ieee.probe_tflops is None
+    assert ieee.probe["key"] != tf32.probe["key"]
+    bf16 = peak_flops(None, GPU, "bf16-mixed")  # other dtypes have no TF32 in their key
+    records = {p.stem: json.loads(p.read_text()) for p in (cache_dir / PEAK_CACHE_FOLDER).glob("*.json")}
+    assert len(records) == 3 and probes == [torch.float32, torch.float32, torch.bfloat16]
+    assert records[ieee.probe["key"]]["description"]["fp32_matmul"] == "ieee"
+    assert records[tf32.probe["key"]]["description"]["fp32_matmul"] == "tf32"
+    assert records[tf32.probe["key"]]["description"]["gpu"] == "NVIDIA A10G"
+    bf16 = records[bf16.probe["key"]]
+    assert "fp32_matmul" not in bf16["description"]
+
+
+def test_mfu_of_a_known_gpu_divides_by_the_datasheet_and_shows_a_cached_probe_beside_it(fake_gpu):
+    """A run on an H100 divides by 989; with a probe of this machine cached (``blockbench peak
+    --remeasure`` measures it on a known GPU too), the result shows its figure beside the peak."""
+    probes = fake_gpu("NVIDIA H100 80GB HBM3")
+    steps = [StepTiming(seconds=0.5, items=100)] * 4
+    monitor = start_monitor("bf16-mixed", device=GPU)
+    monitor.steps, monitor.flops_per_batch = steps, 10**14  # 200 TFLOP/s achieved
+    figures = monitor.summary()
+    assert figures["peak_tflops"] == 989.0 and figures["peak_source"] == "datasheet: NVIDIA H100 SXM bf16 dense"
+    assert figures["achieved_tflops"] == pytest.approx(200.0) and figures["mfu"] == pytest.approx(200 / 989, rel=1e-3)
+    assert "probe_tflops" not in figures and figures["peak_probe"] is None and probes == []
+
+    remeasured = peak_flops(None, GPU, "bf16-mixed", remeasure=True)
+    assert probes == [torch.bfloat16] and remeasured.tflops == 989.0 and remeasured.probe_tflops == 50.0
+    monitor = start_monitor("bf16-mixed", device=GPU)
+    monitor.steps, monitor.flops_per_batch = steps, 10**14
+    figures = monitor.summary()
+    assert figures["peak_tflops"] == 989.0 and figures["probe_tflops"] == 50.0
+    assert figures["mfu"] == pytest.approx(200 / 989, rel=1e-3) and figures["peak_probe"]["size"] == 4096
+    assert probes == [torch.bfloat16]  # read from the cache
 
 
 def test_an_mfu_above_one_is_no_figure_but_a_warning_in_the_result():

@@ -113,6 +113,55 @@ def test_overhead_verdict_follows_the_interval():
     assert overhead_verdict(Ratio(1.01, None, None, 1), 0.02).startswith("no interval")
 
 
+def test_lightning_overhead_runs_both_loops_on_the_device_lightning_picks(monkeypatch, tmp_path):
+    """Where there is a GPU, Lightning's accelerator auto trains on it: the plain loop must go there
+    too (it ran on the CPU before), and the Lightning run must be told the same device; --device cpu
+    puts both on the CPU. The GPU is faked: only the device each loop is given is checked."""
+    import argparse
+
+    import torch
+
+    overhead = benchmark_module("lightning_overhead")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert overhead.loop_device(None) == overhead.loop_device("auto") == cuda
+    assert overhead.loop_device("cpu") == cpu
+    assert overhead.run_config("vit", 4, cuda).trainer.accelerator == "gpu"
+    assert overhead.run_config("vit", 4, cpu).trainer.accelerator == "cpu"
+    assert overhead.run_config("vit", 4, cuda).trainer.resolved_precision("gpu") == "bf16-mixed"
+
+    def measured(device: str) -> list[tuple[str, torch.device]]:
+        calls = []
+        monkeypatch.setattr(
+            overhead, "plain_loop", lambda task, steps, warmup, device: calls.append(("plain", device)) or [0.01] * 3
+        )
+        monkeypatch.setattr(
+            overhead,
+            "lightning_loop",
+            lambda task, steps, warmup, workdir, device: calls.append(("lightning", device)) or [0.011] * 3,
+        )
+        args = argparse.Namespace(device=device, steps=4, warmup=1, min_repeats=2, max_repeats=2, target_width=0.05)
+        overhead.measure_task("vit", args, tmp_path)
+        return calls
+
+    assert sorted(measured("auto")) == [("lightning", cuda)] * 2 + [("plain", cuda)] * 2
+    assert sorted(measured("cpu")) == [("lightning", cpu)] * 2 + [("plain", cpu)] * 2
+
+
+def test_lightning_overhead_plain_loop_mirrors_lightnings_precision():
+    import torch
+
+    overhead = benchmark_module("lightning_overhead")
+    cpu = torch.device("cpu")
+    with overhead.precision_context("bf16-mixed", cpu):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with overhead.precision_context("32-true", cpu):
+        assert not torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="16-mixed"):
+        overhead.precision_context("16-mixed", cpu)
+    assert overhead.accelerator(torch.device("cuda")) == "gpu" and overhead.accelerator(cpu) == "cpu"
+
+
 def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
     """Two steps of the post-LN encoder-decoder case (torch.nn.Transformer needs no extra package):
     ours, the reference and the two ablations fit the same batch from step 0 on, and the parameter

@@ -13,6 +13,7 @@ import pydantic
 import pytest
 import torch
 from conftest import DT
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from blockbench.models import ModelConfig, MultiHeadAttention, build_model, count_parameters
 from blockbench.models.decoding import generate, greedy_decode
@@ -613,15 +614,72 @@ def test_relative_table_is_one_module_shared_by_all_layers(monkeypatch):
     tables = [m for m in model.modules() if isinstance(m, T5RelativePositionBias)]
     assert len(tables) == 1 and tables[0] is model.positions
     callers = []
-    original = T5RelativePositionBias.attention_bias
+    original = T5RelativePositionBias.bias_from_layout
 
     def spy(self, *args, **kwargs):
         callers.append(self)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(T5RelativePositionBias, "attention_bias", spy)
-    model(torch.randint(0, 30, (2, 6)))
+    monkeypatch.setattr(T5RelativePositionBias, "bias_from_layout", spy)
+    idx = torch.randint(0, 30, (2, 6))
+    model(idx)  # gradients on: every layer looks its bias up in the one table (buckets built once)
     assert len(callers) == 3 and all(c is model.positions for c in callers)
+    callers.clear()
+    with torch.no_grad():  # gradients off: one lookup shared by the layers
+        model(idx)
+    assert len(callers) == 1 and callers[0] is model.positions
+
+
+#: the devices the SDPA-versus-math gradient check runs on (the fused GPU kernels where there is one)
+SDPA_DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
+
+
+@pytest.mark.parametrize("device", SDPA_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("pos_encoding", ["relative", "alibi"])
+@pytest.mark.parametrize("family", ["decoder_lm", "encoder_decoder"])
+def test_gradients_through_the_sdpa_bias_equal_the_math_backends(family, pos_encoding, dtype, device):
+    """The learned T5 bias reaches the scores as SDPA's float mask, so its table's gradient flows
+    through the mask, which a fused backend may not give (issue 30; ALiBi's bias has no parameters,
+    but its float mask decides the kernel too). With padding, in training: every gradient, the T5
+    table's included, on the default backends equals that of SDPA's math backend (on a CPU the
+    default takes the math kernel wherever the mask needs a gradient, the flash kernel elsewhere)."""
+    if device == "cuda" and dtype == torch.float64:
+        pytest.skip("the fused CUDA kernels take no float64: the default would be the math backend itself")
+    torch.manual_seed(0)
+    cfg = dict(family=family, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=24, vocab_size=17)
+    model = build_model({**cfg, "pos_encoding": pos_encoding}).to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(1, 17, (3, 11), generator=g).to(device)
+    tgt = torch.randint(1, 17, (3, 10), generator=g).to(device)
+    padding = torch.zeros(3, 11, dtype=torch.bool, device=device)
+    padding[0, 7:] = True
+    padding[1, 9:] = True
+
+    def gradients() -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        if family == "decoder_lm":
+            hidden = model(src, padding.flip(1), head=False)  # left padding
+            hidden.square().mean().backward()
+        else:
+            model.loss(src, tgt[:, :-1], tgt[:, 1:], src_padding_mask=padding).backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    default = gradients()
+    with sdpa_kernel(SDPBackend.MATH):
+        math_backend = gradients()
+    if pos_encoding == "relative":
+        assert default["positions.weight"].abs().sum() > 0
+    # float32: the kernels' own rounding (on a CPU the largest difference is 2e-7, the T5 table's 2e-10)
+    tolerance = dict(rtol=1e-9, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    if device == "cuda":
+        tolerance = dict(rtol=1e-4, atol=1e-5)
+    assert default.keys() == math_backend.keys()
+    for name, grad in default.items():
+        torch.testing.assert_close(grad, math_backend[name], **tolerance, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_relative_lm_kv_cache_and_extrapolation():

@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from blockbench.models import add_auxiliary_losses, build_model, expert_load, moe_layers
+from blockbench.models import moe as moe_module
 from blockbench.models.block import init_weights
 from blockbench.models.mlp import FFNS, FeedForward, GEGLUFeedForward, SwiGLUFeedForward, build_ffn, gated_hidden_size
 from blockbench.models.moe import MoEFeedForward, StackedLinear, stack_experts
@@ -330,9 +331,13 @@ def test_bad_arguments():
     [(1, 1.0, 0), (2, 0.75, 1), (1, None, 1), (2, None, 0)],
     ids=["top1-dropping", "top2-dropping-shared", "top1-unlimited-shared", "top2-unlimited"],
 )
-def test_batched_dispatch_matches_per_assignment_loop(kind, top_k, capacity_factor, n_shared):
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["largest-count", "capacity-sized"])
+def test_batched_dispatch_matches_per_assignment_loop(kind, top_k, capacity_factor, n_shared, on_gpu, monkeypatch):
     """Output, dropped count and every gradient (input, router, each expert, shared experts)
-    equal a per-assignment loop over standalone copies of the experts."""
+    equal a per-assignment loop over standalone copies of the experts, whether the experts' buffer
+    has as many rows per expert as the busiest expert's assignments (a CPU: reading them back is
+    free) or as many as the capacity (a GPU, which the layer is made to believe it is on here)."""
+    monkeypatch.setattr(moe_module, "runs_ahead", lambda device: on_gpu, raising=False)
     moe = randomize(
         MoEFeedForward(
             8,
@@ -491,6 +496,46 @@ def test_model_init_reaches_every_stacked_expert(placement):
     layer = nn.ModuleDict({"ffn": MoEFeedForward(64, 256, n_experts=2, top_k=1)})
     init_weights(layer, n_layers=2)
     assert layer["ffn"].experts.fc_out.weight.std().item() == pytest.approx(0.02 / 2, rel=0.05)
+
+
+#: the Tensor methods that read a value back to the host (on a GPU each waits for the GPU)
+HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+
+
+def count_host_reads(monkeypatch: pytest.MonkeyPatch, reads: list[str]) -> None:
+    """Append the name of every host read (:data:`HOST_READS`) to ``reads``."""
+
+    def counted(name, original):
+        def read(self, *args, **kwargs):
+            reads.append(name)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
+
+
+def test_on_a_gpu_training_with_a_capacity_reads_nothing_back(monkeypatch):
+    """Reading a GPU tensor on the host waits for the GPU. Made to believe it is on one, a layer in
+    training with a capacity sizes its buffer by the capacity (the counts are never read back;
+    scatter_add counts them where bincount would read the largest index) and keeps its statistics
+    as tensors: forward and backward read nothing. Without a capacity the buffer is sized by the
+    largest count: one read per forward. The dropped count is read only when asked for."""
+    monkeypatch.setattr(moe_module, "runs_ahead", lambda device: True, raising=False)
+    moe = randomize(MoEFeedForward(8, 16, n_experts=4, top_k=2, capacity_factor=1.25), seed=13)
+    unlimited = randomize(MoEFeedForward(8, 16, n_experts=4, top_k=2, capacity_factor=None), seed=13)
+    x = torch.randn(3, 10, 8, dtype=DT, requires_grad=True)
+    reads: list[str] = []
+    with monkeypatch.context() as patch:
+        count_host_reads(patch, reads)
+        moe(x).sum().backward()
+        assert reads == []
+        unlimited(x).sum().backward()
+        assert reads == ["__int__"]  # the largest expert count, C
+    assert moe.expert_rows == 4 * moe.capacity(30) == 4 * 19 and moe.assignments == 60  # ceil(1.25 * 30 * 2 / 4)
+    assert isinstance(moe.dropped_assignments, torch.Tensor) and moe.dropped_assignments.dim() == 0
+    assert moe.dropped_tokens == int(moe.dropped_assignments)
 
 
 def test_empty_batch():
@@ -751,8 +796,10 @@ def test_auxiliary_losses_and_expert_load_are_read_from_each_layers_last_forward
     load = expert_load(layers)
     per_layer = [*(f"expert{j}_token_share" for j in range(4)), "dropped_tokens"]
     assert list(load) == [f"moe/layer{i}/{name}" for i in range(2) for name in per_layer]
+    # 0-dim tensors on the model's device: the logger reads them when it writes, nothing is read here
+    assert all(isinstance(value, torch.Tensor) and value.dim() == 0 for value in load.values())
     for i, layer in enumerate(layers):
-        shares = [load[f"moe/layer{i}/expert{j}_token_share"] for j in range(4)]
+        shares = [load[f"moe/layer{i}/expert{j}_token_share"].item() for j in range(4)]
         assert shares == layer.tokens_per_expert.tolist() and sum(shares) == pytest.approx(1.0)
-        assert load[f"moe/layer{i}/dropped_tokens"] == float(layer.dropped_tokens)
-    assert sum(load[f"moe/layer{i}/dropped_tokens"] for i in range(2)) > 0  # capacity factor 1: tokens dropped
+        assert load[f"moe/layer{i}/dropped_tokens"].item() == float(layer.dropped_tokens)
+    assert sum(load[f"moe/layer{i}/dropped_tokens"].item() for i in range(2)) > 0  # capacity factor 1: tokens dropped
