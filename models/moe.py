@@ -259,6 +259,9 @@ class MoEFeedForward(nn.Module):
         capacity = self.capacity(n)
         if capacity is not None and runs_ahead(tokens.device):
             slots = min(capacity, n)  # C without reading the counts: no expert gets a token twice
+        elif torch.compiler.is_compiling():
+            # a compiled graph cannot read the counts without a graph break: room for every token
+            slots = n if capacity is None else min(capacity, n)
         else:
             max_count = int(counts.max())
             slots = max_count if capacity is None else min(capacity, max_count)  # C

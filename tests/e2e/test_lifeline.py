@@ -29,16 +29,22 @@ def _wait(condition, timeout: float = 60.0, what: str = "") -> None:
         time.sleep(0.05)
 
 
-def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path):
-    folder = tmp_path / "cell"
+def _holding(folder: Path) -> subprocess.Popen:
+    """Another process that holds ``folder``'s lock (for 10 minutes), once it holds it."""
     owner = _python(f"""
         import time
         from blockbench.lifeline import hold
         with hold({str(folder)!r}):
             time.sleep(600)
     """)
+    _wait(lambda: holder(folder) is not None, what="the other process to take the lock")
+    return owner
+
+
+def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path):
+    folder = tmp_path / "cell"
+    owner = _holding(folder)
     try:
-        _wait(lambda: holder(folder) is not None, what="the other process to take the lock")
         assert holder(folder).pid == owner.pid
         with pytest.raises(FolderHeld, match=rf"being trained by pid {owner.pid} on .*kill {owner.pid}"), hold(folder):
             pass
@@ -134,14 +140,8 @@ def test_a_rerun_refuses_cells_that_a_live_run_holds(tmp_path, capsys):
 
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre"]}, base=LONG_LM)
     folder = tmp_path / "results/m/cells/lm/norm_placement=pre/seed0"
-    owner = _python(f"""
-        import time
-        from blockbench.lifeline import hold
-        with hold({str(folder)!r}):
-            time.sleep(600)
-    """)
+    owner = _holding(folder)
     try:
-        _wait(lambda: holder(folder) is not None, what="the other process to take the lock")
         assert main(matrix_args(path)) == 2
         err = capsys.readouterr().err
         assert "lm/norm_placement=pre/seed0" in err and f"pid {owner.pid}" in err

@@ -803,3 +803,33 @@ def test_auxiliary_losses_and_expert_load_are_read_from_each_layers_last_forward
         assert shares == layer.tokens_per_expert.tolist() and sum(shares) == pytest.approx(1.0)
         assert load[f"moe/layer{i}/dropped_tokens"].item() == float(layer.dropped_tokens)
     assert sum(load[f"moe/layer{i}/dropped_tokens"].item() for i in range(2)) > 0  # capacity factor 1: tokens dropped
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_compiled_moe_model_has_no_graph_break_and_matches_eager(train):
+    """``model.compile: true`` with experts: the layer reads no expert count back to the host while
+    compiling (training with a capacity, or validation without one), so the graph does not break."""
+    import torch._dynamo
+
+    torch.manual_seed(0)
+    cfg = {
+        "family": "decoder_lm",
+        "vocab_size": 50,
+        "d_model": 32,
+        "n_layers": 2,
+        "n_heads": 2,
+        "d_ff": 64,
+        "max_seq_len": 16,
+        "n_experts": 4,
+        "moe_top_k": 2,
+    }
+    model = build_model(cfg).train(train)
+    x = torch.randint(0, 50, (2, 16))
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    torch.manual_seed(1)
+    eager = model(x)
+    torch.manual_seed(1)
+    compiled = torch.compile(model)(x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
