@@ -229,9 +229,63 @@ class MoEFeedForward(nn.Module):
                 f"padding_mask of shape {tuple(padding_mask.shape)} does not match the tokens {tuple(shape[:-1])}; "
                 "pass one flag per token (True = padding)"
             )
+        if torch.compiler.is_compiling():  # selecting the real tokens would break the graph (a data-dependent shape)
+            return self._route_masked(tokens, ~padding_mask.reshape(-1)).reshape(shape)
         real = (~padding_mask).reshape(-1).nonzero().squeeze(1)
         out = torch.zeros_like(tokens).index_copy(0, real, self._route(tokens.index_select(0, real)))
         return out.reshape(shape)
+
+    def _route_masked(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """The layer on ``tokens`` (N, D) of which ``real`` (N,) are not padding, without selecting
+        them (a compiled graph keeps its shapes): what :meth:`_route` gives on the real tokens alone,
+        up to rounding. Padding is routed last within each expert and always dropped, so it takes no
+        capacity; it is left out of the losses and statistics, and its output is zero."""
+        n, k, n_exp = tokens.shape[0], self.top_k, self.n_experts
+        logits = self.router(tokens)
+        probs = logits.softmax(dim=-1)
+        top_p, top_e = probs.topk(k, dim=-1)
+        gates = top_p / top_p.sum(dim=-1, keepdim=True) if k > 1 else top_p
+        flat_expert = top_e.t().reshape(-1)
+        flat_token = torch.arange(n, device=tokens.device).repeat(k)
+        flat_gate = gates.t().reshape(-1)
+        flat_real = real.repeat(k)
+        counts = torch.zeros(n_exp, dtype=torch.long, device=tokens.device).scatter_add_(
+            0, flat_expert, flat_real.long()
+        )  # real assignments per expert
+        # sorted by expert, real before padding, priority kept inside: padding ranks after every real one
+        order = torch.argsort(flat_expert * 2 + (~flat_real).long(), stable=True)
+        expert, token, gate, is_real = flat_expert[order], flat_token[order], flat_gate[order], flat_real[order]
+        totals = torch.zeros(n_exp, dtype=torch.long, device=tokens.device).scatter_add_(
+            0, flat_expert, torch.ones_like(flat_expert)
+        )
+        position = torch.arange(k * n, device=tokens.device) - (totals.cumsum(0) - totals)[expert]
+        n_real = real.sum()
+        limit = (
+            counts.max()
+            if self.capacity_factor is None or not self.training
+            else torch.ceil(self.capacity_factor * n_real * k / n_exp).long()
+        )  # as self.capacity(n_real), as a tensor
+        keep = is_real & (position < limit)
+        slots = n  # room for every token: no expert gets a token twice
+        n_slots = n_exp * slots
+        slot = torch.where(keep, expert * slots + position, n_slots)
+        buffer = tokens.new_zeros(n_slots + 1, self.d_model).index_copy(0, slot, tokens.index_select(0, token))
+        expert_out = self.experts(buffer[:n_slots].view(n_exp, slots, self.d_model)).reshape(n_slots, self.d_model)
+        rows = expert_out.index_select(0, torch.where(keep, slot, 0)) * gate.unsqueeze(-1)
+        target = torch.where(keep, token, n)
+        out = tokens.new_zeros(n + 1, self.d_model).index_add_(0, target, rows.to(tokens.dtype))[:n]
+        for shared in self.shared_experts:
+            out = out + shared(tokens) * real.unsqueeze(-1).to(tokens.dtype)
+        weight = real.to(probs.dtype)
+        denominator = n_real.clamp(min=1).to(probs.dtype)
+        frac = counts.to(probs.dtype) / (denominator * k)
+        mean_prob = (probs * weight.unsqueeze(-1)).sum(dim=0) / denominator
+        self.aux_loss = n_exp * (frac * mean_prob).sum()
+        self.z_loss = (torch.logsumexp(logits, dim=-1).pow(2) * weight).sum() / denominator
+        self.tokens_per_expert = frac.detach()
+        self.dropped_assignments = (is_real & ~keep).sum()
+        self.assignments, self.expert_rows = k * n_real, n_slots
+        return out
 
     def _route(self, tokens: torch.Tensor) -> torch.Tensor:
         """The layer on ``tokens`` (N, D), all real; sets the losses and statistics."""

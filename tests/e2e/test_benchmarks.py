@@ -231,6 +231,78 @@ def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path
     assert counts["timm_vit"] == counts["hf_vit"] == counts["blockbench_vit"] + 128, counts
 
 
+def test_mask_cost_benchmark_times_every_variant_on_both_paths_with_identical_outputs(tmp_path):
+    """The --quick path (a tiny shape, seconds): the identity check passes for every variant (the
+    script exits 0 after saying so) and the table has a row per variant and pass, with the ratio,
+    its interval over the 2 rounds and a verdict; the header names the command and the CPU."""
+    variants = list(benchmark_module("mask_cost").VARIANTS)
+    out = tmp_path / "mask_cost.md"
+    printed = run_script(str(REPO / "benchmarks" / "mask_cost.py"), "--quick", "--out", str(out), cwd=tmp_path)
+    for variant in variants:
+        assert f"{variant}: the shared and per-layer paths give identical logits, loss and gradients" in printed
+    text = out.read_text()
+    rows = re.findall(
+        r"^\| (\w+) \| (forward \(no gradients\)|forward \+ backward) \| [\d.]+ \| [\d.]+ \| \*\*[\d.]+\*\* \| "
+        r"[\d.]+–[\d.]+ \| (shared faster|shared slower|tie) \|$",
+        text,
+        flags=re.M,
+    )
+    assert [(v, p) for v, p, _ in rows] == [
+        (v, p) for v in variants for p in ("forward (no gradients)", "forward + backward")
+    ], text
+    assert "python benchmarks/mask_cost.py --quick" in text and "get_cpu_capability()" in text
+
+
+def test_mask_cost_per_layer_path_builds_a_mask_in_every_layer_and_the_check_catches_a_difference(monkeypatch):
+    """What the two timed paths are: the model's own forward builds one ``AttentionMask``, the
+    per-layer path one per layer, with the same bits; a per-layer path that computed anything else
+    would stop the run (``check_identical`` is not vacuous)."""
+    import contextlib
+
+    import torch
+
+    from blockbench.models import attention
+
+    mask_cost = benchmark_module("mask_cost")
+    args = mask_cost.build_parser().parse_args([])
+    args.__dict__.update(mask_cost.PROFILES["quick"], layers=3)
+    model = mask_cost.build_model("relative", args)
+    batch = mask_cost.make_batch(args.batch, args.seq_len, args.vocab, torch.Generator().manual_seed(0))
+    assert batch.padding_mask.any() and not batch.padding_mask.all(dim=1).any()
+
+    built = []
+    original = attention.AttentionMask.__init__
+    monkeypatch.setattr(
+        attention.AttentionMask, "__init__", lambda self, *a, **k: built.append(1) or original(self, *a, **k)
+    )
+    mask_cost.logits(model, batch)
+    assert len(built) == 1
+    with mask_cost.per_layer(model):
+        mask_cost.logits(model, batch)
+    assert len(built) == 1 + 3
+    assert "forward" not in model.stack.__dict__  # the model's own stack forward is back
+    monkeypatch.undo()
+
+    mask_cost.check_identical(model, batch)
+
+    @contextlib.contextmanager
+    def off_by_a_bit(model):  # the per-layer path with another final norm weight
+        weight = model.stack.final_norm.weight
+        kept = weight.detach().clone()
+        with mask_cost.per_layer(model):
+            with torch.no_grad():
+                weight.add_(1e-3)
+            try:
+                yield model
+            finally:
+                with torch.no_grad():
+                    weight.copy_(kept)
+
+    monkeypatch.setattr(mask_cost, "per_layer", off_by_a_bit)
+    with pytest.raises(AssertionError, match="logits of the shared and per-layer paths differ"):
+        mask_cost.check_identical(model, batch)
+
+
 # --------------------------------------------------------------------------- nanoGPT and litgpt
 def _build(name: str, dims, sources=None):
     import torch

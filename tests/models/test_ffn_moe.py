@@ -833,3 +833,42 @@ def test_a_compiled_moe_model_has_no_graph_break_and_matches_eager(train):
     torch.manual_seed(1)
     compiled = torch.compile(model)(x)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_compiled_moe_layer_with_padding_has_no_graph_break_and_matches_eager(train):
+    """The translator's experts see padding: eagerly the layer routes only the real tokens (a
+    data-dependent selection); compiled it routes all of them with padding ranked last and dropped,
+    which gives the same output, losses and statistics without breaking the graph."""
+    import torch._dynamo
+
+    torch.manual_seed(0)
+    cfg = {
+        "family": "decoder_lm",
+        "vocab_size": 50,
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 2,
+        "d_ff": 64,
+        "max_seq_len": 16,
+        "n_experts": 4,
+        "moe_top_k": 2,
+        "moe_capacity_factor": 0.6,
+    }
+    layer = moe_layers(build_model(cfg))[0].train(train)
+    x = torch.randn(3, 10, 32)
+    padding = torch.zeros(3, 10, dtype=torch.bool)
+    padding[0, 6:] = True
+    padding[2, 3:] = True
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(layer)(x, padding)
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    eager = layer(x, padding)
+    stats = (layer.aux_loss, layer.z_loss, layer.tokens_per_expert, layer.dropped_assignments)
+    compiled = torch.compile(layer, fullgraph=True)(x, padding)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    assert torch.equal(compiled[padding], torch.zeros_like(compiled[padding]))
+    for got, want in zip(
+        (layer.aux_loss, layer.z_loss, layer.tokens_per_expert, layer.dropped_assignments), stats, strict=True
+    ):
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-5, atol=1e-6)
