@@ -285,11 +285,13 @@ def test_mask_cost_per_layer_path_builds_a_mask_in_every_layer_and_the_check_cat
 
     mask_cost.check_identical(model, batch)
 
+    per_layer = mask_cost.per_layer
+
     @contextlib.contextmanager
     def off_by_a_bit(model):  # the per-layer path with another final norm weight
         weight = model.stack.final_norm.weight
         kept = weight.detach().clone()
-        with mask_cost.per_layer(model):
+        with per_layer(model):
             with torch.no_grad():
                 weight.add_(1e-3)
             try:
