@@ -196,7 +196,7 @@ def code_versions(records: list[CellRecord]) -> list[str]:
             continue
         text = f"commit {git.commit[:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.dirty, "")
         if r.code_fingerprint not in (None, current):
-            text += ", stale at this checkout (its model, task or runner code has changed since)"
+            text += ", stale at this checkout (its model, task, trainer or config code has changed since)"
         versions[text] = versions.get(text, 0) + 1
     if len(versions) <= 1:
         return list(versions)

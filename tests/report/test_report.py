@@ -802,5 +802,5 @@ def test_the_header_marks_cells_of_other_code_than_the_checkout_stale(tmp_path):
     _write_cells(tmp_path / "b", [("vit", PRE, 0, cell(0, code_fingerprint())), ("vit", PRE, 1, cell(1, "0" * 64))])
     assert (
         "Code: commit e9ffbeb (clean tree) (1 cell)  \nCode: commit e9ffbeb (clean tree), stale at this checkout "
-        "(its model, task or runner code has changed since) (1 cell)  \n"
+        "(its model, task, trainer or config code has changed since) (1 cell)  \n"
     ) in write_report(tmp_path / "b")
