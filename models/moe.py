@@ -235,19 +235,50 @@ class MoEFeedForward(nn.Module):
         out = torch.zeros_like(tokens).index_copy(0, real, self._route(tokens.index_select(0, real)))
         return out.reshape(shape)
 
+    def _assignments(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Router logits, probabilities, and every (token, expert) assignment in priority order
+        (choice rank, then token index): the flat expert, token and gate of each, (k*N,) each."""
+        n, k = tokens.shape[0], self.top_k
+        logits = self.router(tokens)  # (N, E)
+        probs = logits.softmax(dim=-1)
+        top_p, top_e = probs.topk(k, dim=-1)  # (N, k), ordered by decreasing probability
+        gates = top_p / top_p.sum(dim=-1, keepdim=True) if k > 1 else top_p
+        flat_token = torch.arange(n, device=tokens.device).repeat(k)
+        return logits, probs, top_e.t().reshape(-1), flat_token, gates.t().reshape(-1)
+
+    def _dispatch(
+        self,
+        tokens: torch.Tensor,
+        expert: torch.Tensor,
+        token: torch.Tensor,
+        gate: torch.Tensor,
+        position: torch.Tensor,
+        keep: torch.Tensor,
+        slots: int,
+    ) -> tuple[torch.Tensor, int]:
+        """The routed experts' output for ``tokens`` (N, D) from the sorted assignments kept (``keep``)
+        at ``position`` in their expert's ``slots`` rows; and the buffer's row count (E * C)."""
+        n = tokens.shape[0]
+        # dispatch into (E, C, D); dropped assignments all go to a spare row that no expert reads
+        n_slots = self.n_experts * slots
+        slot = torch.where(keep, expert * slots + position, n_slots)
+        buffer = tokens.new_zeros(n_slots + 1, self.d_model).index_copy(0, slot, tokens.index_select(0, token))
+        expert_out = self.experts(buffer[:n_slots].view(self.n_experts, slots, self.d_model)).reshape(
+            n_slots, self.d_model
+        )
+        # combine: each kept assignment adds its own row, times its gate, to its token; dropped
+        # ones read row 0 and add it to a spare output row n that is cut off
+        rows = expert_out.index_select(0, torch.where(keep, slot, 0)) * gate.unsqueeze(-1)
+        target = torch.where(keep, token, n)
+        return tokens.new_zeros(n + 1, self.d_model).index_add_(0, target, rows.to(tokens.dtype))[:n], n_slots
+
     def _route_masked(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """The layer on ``tokens`` (N, D) of which ``real`` (N,) are not padding, without selecting
         them (a compiled graph keeps its shapes): what :meth:`_route` gives on the real tokens alone,
         up to rounding. Padding is routed last within each expert and always dropped, so it takes no
         capacity; it is left out of the losses and statistics, and its output is zero."""
         n, k, n_exp = tokens.shape[0], self.top_k, self.n_experts
-        logits = self.router(tokens)
-        probs = logits.softmax(dim=-1)
-        top_p, top_e = probs.topk(k, dim=-1)
-        gates = top_p / top_p.sum(dim=-1, keepdim=True) if k > 1 else top_p
-        flat_expert = top_e.t().reshape(-1)
-        flat_token = torch.arange(n, device=tokens.device).repeat(k)
-        flat_gate = gates.t().reshape(-1)
+        logits, probs, flat_expert, flat_token, flat_gate = self._assignments(tokens)
         flat_real = real.repeat(k)
         counts = torch.zeros(n_exp, dtype=torch.long, device=tokens.device).scatter_add_(
             0, flat_expert, flat_real.long()
@@ -266,14 +297,7 @@ class MoEFeedForward(nn.Module):
             else torch.ceil(self.capacity_factor * n_real * k / n_exp).long()
         )  # as self.capacity(n_real), as a tensor
         keep = is_real & (position < limit)
-        slots = n  # room for every token: no expert gets a token twice
-        n_slots = n_exp * slots
-        slot = torch.where(keep, expert * slots + position, n_slots)
-        buffer = tokens.new_zeros(n_slots + 1, self.d_model).index_copy(0, slot, tokens.index_select(0, token))
-        expert_out = self.experts(buffer[:n_slots].view(n_exp, slots, self.d_model)).reshape(n_slots, self.d_model)
-        rows = expert_out.index_select(0, torch.where(keep, slot, 0)) * gate.unsqueeze(-1)
-        target = torch.where(keep, token, n)
-        out = tokens.new_zeros(n + 1, self.d_model).index_add_(0, target, rows.to(tokens.dtype))[:n]
+        out, n_slots = self._dispatch(tokens, expert, token, gate, position, keep, slots=n)  # room for every token
         for shared in self.shared_experts:
             out = out + shared(tokens) * real.unsqueeze(-1).to(tokens.dtype)
         weight = real.to(probs.dtype)
@@ -290,16 +314,7 @@ class MoEFeedForward(nn.Module):
     def _route(self, tokens: torch.Tensor) -> torch.Tensor:
         """The layer on ``tokens`` (N, D), all real; sets the losses and statistics."""
         n, k, n_exp = tokens.shape[0], self.top_k, self.n_experts
-
-        logits = self.router(tokens)  # (N, E)
-        probs = logits.softmax(dim=-1)
-        top_p, top_e = probs.topk(k, dim=-1)  # (N, k), ordered by decreasing probability
-        gates = top_p / top_p.sum(dim=-1, keepdim=True) if k > 1 else top_p
-
-        # assignments in priority order: (choice rank, token index)
-        flat_expert = top_e.t().reshape(-1)  # (k*N,)
-        flat_token = torch.arange(n, device=tokens.device).repeat(k)
-        flat_gate = gates.t().reshape(-1)
+        logits, probs, flat_expert, flat_token, flat_gate = self._assignments(tokens)
 
         # sorted by expert, priority kept inside; position = rank within the expert's assignments
         # (counted by scatter_add: bincount on a GPU reads the largest index back to the host)
@@ -320,18 +335,7 @@ class MoEFeedForward(nn.Module):
             max_count = int(counts.max())
             slots = max_count if capacity is None else min(capacity, max_count)  # C
         keep = position < slots
-
-        # dispatch into (E, C, D); dropped assignments all go to a spare row that no expert reads
-        n_slots = n_exp * slots
-        slot = torch.where(keep, expert * slots + position, n_slots)
-        buffer = tokens.new_zeros(n_slots + 1, self.d_model).index_copy(0, slot, tokens.index_select(0, token))
-        expert_out = self.experts(buffer[:n_slots].view(n_exp, slots, self.d_model)).reshape(n_slots, self.d_model)
-
-        # combine: each kept assignment adds its own row, times its gate, to its token; dropped
-        # ones read row 0 and add it to a spare output row n that is cut off
-        rows = expert_out.index_select(0, torch.where(keep, slot, 0)) * gate.unsqueeze(-1)
-        target = torch.where(keep, token, n)
-        out = tokens.new_zeros(n + 1, self.d_model).index_add_(0, target, rows.to(tokens.dtype))[:n]
+        out, n_slots = self._dispatch(tokens, expert, token, gate, position, keep, slots)
         for shared in self.shared_experts:
             out = out + shared(tokens)
 
