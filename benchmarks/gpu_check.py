@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from implementations import Dims, importable, load_nanogpt  # noqa: E402  (benchmarks/, the script's folder)
+from implementations import Dims, importable, lm_fields, load_nanogpt  # noqa: E402  (benchmarks/, the script's folder)
 from throughput import (  # noqa: E402
     RATIO_METHOD,
     Ratio,
@@ -768,18 +768,7 @@ def _variant_gradients(variant: str, device: str, dims: Dims, dtypes: Iterable[s
     from blockbench.tasks.lm import next_token_loss
 
     torch.manual_seed(seed)
-    model = build_model(
-        ModelConfig(
-            family="decoder_lm",
-            vocab_size=dims.vocab,
-            max_seq_len=dims.seq_len,
-            d_model=dims.d_model,
-            n_layers=dims.n_layers,
-            n_heads=dims.n_heads,
-            d_ff=dims.d_ff,
-            pos_encoding=variant,
-        )
-    ).to(device)
+    model = build_model(ModelConfig(**lm_fields(dims, pos_encoding=variant))).to(device)
     model.train()
     positional = {  # the encoding's own parameters: a learned table, the T5 bias table
         f"{name}.{p_name}" if name else p_name

@@ -94,18 +94,26 @@ def _ours(model_fields: dict[str, Any]):
     return build_model(ModelConfig(**model_fields))
 
 
+def lm_fields(dims: Dims, **fields: Any) -> dict[str, Any]:
+    """blockbench's decoder LM at ``dims`` (vocabulary, context, width, depth, heads, FFN), with ``fields``."""
+    return dict(
+        family="decoder_lm",
+        vocab_size=dims.vocab,
+        max_seq_len=dims.seq_len,
+        d_model=dims.d_model,
+        n_layers=dims.n_layers,
+        n_heads=dims.n_heads,
+        d_ff=dims.d_ff,
+        **fields,
+    )
+
+
 def ours_lm_gpt(torch, generator, dims: Dims) -> Run:
     from blockbench.tasks.lm import next_token_loss
 
     model = _ours(
-        dict(
-            family="decoder_lm",
-            vocab_size=dims.vocab,
-            max_seq_len=dims.seq_len,
-            d_model=dims.d_model,
-            n_layers=dims.n_layers,
-            n_heads=dims.n_heads,
-            d_ff=dims.d_ff,
+        lm_fields(
+            dims,
             activation="gelu",
             norm="layernorm",
             norm_placement="pre",
@@ -128,15 +136,9 @@ def ours_lm_llama(torch, generator, dims: Dims) -> Run:
     from blockbench.tasks.lm import next_token_loss
 
     model = _ours(
-        dict(
-            family="decoder_lm",
-            vocab_size=dims.vocab,
-            max_seq_len=dims.seq_len,
-            d_model=dims.d_model,
-            n_layers=dims.n_layers,
-            n_heads=dims.n_heads,
+        lm_fields(
+            dims,
             n_kv_heads=dims.n_kv_heads,
-            d_ff=dims.d_ff,
             ffn="swiglu",
             norm="rmsnorm",
             norm_eps=1e-6,
