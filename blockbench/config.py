@@ -317,14 +317,48 @@ HASH_AS_BEFORE: dict[tuple[str, str], tuple[Any, Any]] = {
 }
 
 
-#: the tuning seed when the matrix file names none: far from the usual reported seeds 0, 1, 2, ...
-DEFAULT_TUNE_SEED = 1000
+#: the tuning seeds when the matrix file names none: far from the usual reported seeds 0, 1, 2, ...;
+#: two, so that a choice never rests on one run's noise (successive halving: every candidate on the
+#: first, the better half again on the second, see ``blockbench.matrix.tuning``)
+DEFAULT_TUNE_SEEDS = (1000, 1001)
 #: keys a tune: section cannot name, and why
 UNTUNABLE = {
-    "seed": "a variant's seeds are the repetitions the summary reports (tune_seed sets the tuning cells' seed)",
+    "seed": "a variant's seeds are the repetitions the summary reports (tune_seeds sets the tuning cells' seeds)",
     "task": "tasks are what a matrix compares across, not a setting to tune",
     "task.name": "tasks are what a matrix compares across, not a setting to tune",
 }
+#: an axis that is not a config key: ``replica: [a, b]`` trains copies of one model on disjoint seeds
+#: (replica i adds i x REPLICA_SEED_STRIDE to the seed), the empirical null comparison of
+#: configs/matrix/null.yaml
+REPLICA_AXIS = "replica"
+REPLICA_SEED_STRIDE = 1_000_000
+#: the axes comparisons are always made within when the matrix varies them: short runs can reverse
+#: what long ones find, so each budget is compared at its own level
+ALWAYS_WITHIN = ("trainer.max_steps",)
+
+
+class SeedPlan(BaseModel):
+    """``seeds: {min: 3, max: 9, step: 3}``: seeds 0 .. min-1 first; then, in rounds, ``step`` more
+    seeds for the variants (and their baseline) whose verdict is still undecided, until each is
+    decided or has ``max`` seeds. Each look spends an equal share of the error rate
+    (``blockbench.report.decide``), so adding seeds cannot make a false verdict likelier than stated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(3, ge=2, description="seeds every variant trains (two at least: one seed has no spread)")
+    max: int = Field(9, ge=2, description="seeds a variant trains at most")
+    step: int = Field(3, ge=1, description="seeds added per round to the questions still undecided")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SeedPlan:
+        if self.max < self.min:
+            raise ValueError(f"seeds: max={self.max} is below min={self.min}; set max >= min (max = min: no rounds)")
+        return self
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The seed counts at which the verdicts are looked at: min, min + step, ..., max."""
+        return (*range(self.min, self.max, self.step), self.max)
 
 
 class MatrixConfig(BaseModel):
@@ -348,9 +382,29 @@ class MatrixConfig(BaseModel):
     tune: dict[str, list[Any]] = Field(
         default_factory=dict,
         description="dotted config key -> candidate values (several keys: every combination); each task x variant "
-        "first trains every candidate at tune_seed, then its reported seeds at the best on the task's headline metric",
+        "first tunes on the tuning split (successive halving over tune_seeds), then trains its reported seeds at the "
+        "best on the task's headline metric. Absent: the learning rate over DEFAULT_LR_GRID (tune: {} turns it off)",
     )
-    tune_seed: int = Field(DEFAULT_TUNE_SEED, description="the seed the tuning cells train with; not a reported seed")
+    tune_seeds: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_TUNE_SEEDS),
+        description="the tuning cells' seeds, none a reported one; every candidate trains on the first, the better "
+        "half again on the next (successive halving)",
+        min_length=2,
+    )
+    seeds: SeedPlan | None = Field(
+        None,
+        description="seeds in rounds, {min, max, step}: variants still undecided get more (instead of a seed axis)",
+    )
+    within: list[str] = Field(
+        default_factory=list,
+        description="axes whose levels are compared separately (each variant against the baseline at the same "
+        "level, e.g. [model.n_layers]); trainer.max_steps always is",
+    )
+    margins: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="task (or preset label) -> headline metric -> margin of practical equivalence, overriding the "
+        "task's declared one (an absolute difference)",
+    )
     verdicts: bool = Field(
         True,
         description="false: a demonstration (e.g. smoke.yaml, too small to decide anything); results/README.md "
@@ -396,12 +450,42 @@ class MatrixConfig(BaseModel):
                     f"tune: '{key}' and the axis '{axis}' set the same value (one is a section of the "
                     "other); a setting is either compared (axes) or tuned (tune): remove it from one of them"
                 )
-        if "tune_seed" in self.model_fields_set and not self.tune:
+        if "tune_seeds" in self.model_fields_set and not self.tune:
             raise ValueError(
-                "tune_seed is set but nothing is tuned; add a tune: section (e.g. tune: {optimizer.lr: "
-                "[3.0e-4, 1.0e-3]}) or remove tune_seed"
+                "tune_seeds is set but nothing is tuned; add a tune: section (e.g. tune: {optimizer.lr: "
+                "[3.0e-4, 1.0e-3]}) or remove tune_seeds"
             )
         return self
+
+    @model_validator(mode="after")
+    def _seeds_and_levels(self) -> MatrixConfig:
+        """``seeds:`` replaces a seed axis; ``within:`` names axes the matrix has, other than task and seed."""
+        if self.seeds is not None and "seed" in self.axes:
+            raise ValueError(
+                "the matrix has both a seed axis and seeds: {min, max, step}; keep one: seeds: runs 0 .. min-1 "
+                "first and adds seeds where a verdict is undecided, a seed axis runs exactly the seeds it lists"
+            )
+        for key in self.within:
+            if key not in self.axes:
+                raise ValueError(
+                    f"within: '{key}' is not an axis of the matrix (axes: {', '.join(self.axes)}); list axes "
+                    "whose levels are compared separately"
+                )
+            if key in ("task", "task.name", "seed", REPLICA_AXIS):
+                raise ValueError(f"within: '{key}' cannot be a level: tasks and seeds are always separate")
+        return self
+
+    @property
+    def seed_values(self) -> list[int]:
+        """Every reported seed the matrix may train: the seed axis's, or 0 .. seeds.max-1."""
+        if self.seeds is not None:
+            return list(range(self.seeds.max))
+        return [int(seed) for seed in self.axes.get("seed", [0])]
+
+    @property
+    def levels(self) -> list[str]:
+        """The axes comparisons are made within: ``within:`` and every axis of :data:`ALWAYS_WITHIN`."""
+        return [*self.within, *(key for key in ALWAYS_WITHIN if key in self.axes and key not in self.within)]
 
 
 def _same_setting(key: str, other: str) -> bool:
