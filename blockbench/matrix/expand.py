@@ -13,12 +13,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config import ConfigError, MatrixConfig, RunConfig, build_run_config, describe_validation_error, load_yaml
+from ..config import (
+    REPLICA_AXIS,
+    REPLICA_SEED_STRIDE,
+    ConfigError,
+    MatrixConfig,
+    RunConfig,
+    build_run_config,
+    describe_validation_error,
+    load_yaml,
+)
 from ..layout import TUNE_DIR, cell_directory, cell_folder, folder_name, tuning_cell_directory
 from .tuning import REPORT, TUNE
 
 #: axes that identify a cell's row (task) and repetition (seed) rather than its variant
 NON_VARIANT_AXES = ("task", "task.name", "seed")
+#: what a tuning cell sets in its task: it validates on the task's tuning split, which no reported
+#: metric uses (a value picked on the split it is reported on fits that split's noise)
+TUNING_SPLIT = {"task.eval_split": "tuning"}
 #: the HParams column that says whether a run tuned or is reported (a matrix with ``tune:``)
 PHASE_HPARAM = "phase"
 
@@ -139,7 +151,12 @@ class Expansion:
 
     def run_config(self, axes: dict[str, Any], extra: dict[str, Any] | None = None) -> RunConfig:
         """The config of the cell at ``axes`` with ``extra`` keys set (tuned values, a tuning seed);
-        raises ConfigError."""
+        raises ConfigError. A ``replica`` axis is not a config key: replica i shifts the seed by
+        i x REPLICA_SEED_STRIDE (copies of one model on disjoint seeds, the empirical null)."""
+        axes = dict(axes)
+        if REPLICA_AXIS in axes:
+            replica = self.matrix.axes[REPLICA_AXIS].index(axes.pop(REPLICA_AXIS))
+            axes["seed"] = int(axes.get("seed", 0)) + replica * REPLICA_SEED_STRIDE
         # whole sections first ("task: wikitext103"), so that deeper keys ("task.seq_len") refine them
         settings = {**self.matrix.overrides, **axes, **(extra or {})}
         return build_run_config(self.base, dict(sorted(settings.items(), key=lambda item: item[0].count("."))))
@@ -165,8 +182,10 @@ def expand_matrix(path: str | Path) -> Expansion:
 
     cells, problems = [], []
     phase = REPORT if matrix.tune else None
-    for index, values in enumerate(itertools.product(*matrix.axes.values())):
-        axes = dict(zip(matrix.axes, values, strict=True))
+    # seeds: {min, max, step} is a seed axis of every seed the matrix may train (the runner trains them in rounds)
+    axes_values = {**matrix.axes, **({"seed": matrix.seed_values} if matrix.seeds else {})}
+    for index, values in enumerate(itertools.product(*axes_values.values())):
+        axes = dict(zip(axes_values, values, strict=True))
         try:
             run = expansion.run_config(axes)
         except ConfigError as exc:
@@ -193,18 +212,20 @@ def expand_matrix(path: str | Path) -> Expansion:
 
 def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], list[str]]:
     """The tuning cells of a matrix with ``tune:``: for each task x variant of ``cells``, one per
-    combination of the candidates, at ``tune_seed``; and the problems that keep them from running
-    (a candidate the config rejects, a tuning seed that is also a reported one)."""
+    combination of the candidates and tuning seed (``tune_seeds``; successive halving trains only some,
+    see :mod:`blockbench.matrix.tuning`), each validating on its task's tuning split; and the problems
+    that keep them from running (a candidate the config rejects, a tuning seed that is also a reported one)."""
     matrix, path = expansion.matrix, expansion.path
     if not matrix.tune:
         return [], []
     problems = []
     seeds = sorted({cell.seed for cell in cells})
-    if matrix.tune_seed in seeds:
+    reported = sorted(set(matrix.tune_seeds) & set(seeds))
+    if reported:
         problems.append(
-            f"{path}: tune_seed {matrix.tune_seed} is also a reported seed ({', '.join(map(str, seeds))}); a value "
-            "picked on a run fits that run's noise, so the tuning run must not be reported: set tune_seed to a seed "
-            f"the matrix does not report, e.g. tune_seed: {max(seeds) + 1000}"
+            f"{path}: tune_seeds {', '.join(map(str, reported))} also reported ({', '.join(map(str, seeds))}); a value "
+            "picked on a run fits that run's noise, so a tuning run must not be reported: set tune_seeds to seeds "
+            f"the matrix does not report, e.g. tune_seeds: [{max(seeds) + 1000}, {max(seeds) + 1001}]"
         )
     variants: dict[tuple[str, str], Cell] = {}  # the first reported cell of each task x variant
     for cell in cells:
@@ -212,10 +233,10 @@ def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], l
     tuning = []
     for cell in variants.values():
         axes = {key: value for key, value in cell.axes.items() if key != "seed"}
-        for values in itertools.product(*matrix.tune.values()):
+        for seed, values in itertools.product(matrix.tune_seeds, itertools.product(*matrix.tune.values())):
             tuned = dict(zip(matrix.tune, values, strict=True))
             try:
-                run = expansion.run_config(axes, {**tuned, "seed": matrix.tune_seed})
+                run = expansion.run_config(axes, {**tuned, **TUNING_SPLIT, "seed": seed})
             except ConfigError as exc:
                 where = f"{path} [tuning cell {axes_text({**axes, **tuned})}]"
                 problems += [f"{where}: {line}" for line in str(exc).splitlines()]

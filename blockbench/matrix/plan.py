@@ -29,7 +29,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import RunConfig
@@ -46,6 +46,9 @@ DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "f
 #: variant's choice is not known (its tuning cells have yet to train), and when no candidate finished
 #: (it is not trained: it fails, naming the tuning cells)
 AFTER_TUNING, NO_CHOICE = "after tuning", "no choice"
+#: a cell that trains only if a later round needs it: a tuning cell of a later rung of successive
+#: halving (if its candidate survives), or a seed beyond ``seeds: min`` (if its question is undecided)
+IF_NEEDED = "if needed"
 
 
 @dataclass(frozen=True)
@@ -306,10 +309,16 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     }
     parts = [f"{count} {kind}" for kind, count in kinds.items() if count]
     counts += f" ({', '.join(parts)})" if parts else ""
-    reused = sum(not plan.trains and plan.status != NO_CHOICE for plan in plans)
+    reused = sum(not plan.trains and plan.status not in (NO_CHOICE, IF_NEEDED) for plan in plans)
     counts += f", {reused} reused" if reused else ""
     unchosen = sum(plan.status == NO_CHOICE for plan in plans)
     counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
+    maybe = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED]
+    if maybe:
+        more = [seconds for plan in maybe if (seconds := estimator.seconds(plan)) is not None]
+        counts += f"; up to {len(maybe)} more if needed (later tuning rungs, seeds for undecided verdicts)" + (
+            f", up to +{format_duration(sum(more) / jobs)}" if more else ""
+        )
     if not training:
         return counts
     estimates = [estimator.seconds(plan) for plan in training]

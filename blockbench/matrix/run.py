@@ -62,18 +62,19 @@ from .jobs import (
 from .launch import start_server, stop_cells_on_sigterm, stopping
 from .plan import (
     AFTER_TUNING,
+    IF_NEEDED,
     NO_CHOICE,
     CellPlan,
     MatrixProgress,
     TimeEstimator,
     describe_total,
-    earlier_record,
     plan_cell,
     plan_cells,
     print_plan,
 )
+from .rounds import Counts, first_round, merge_phases, next_round, pending_tuning, tuning_outcomes
 from .say import say
-from .tuning import REPORT, TUNE, Tuning, candidate, tuning_record
+from .tuning import REPORT, TUNE, Tuning, tuning_record
 
 
 def run_matrix(
@@ -118,16 +119,42 @@ def run_matrix(
     matrix_dir = results_root / matrix.name
     fingerprint = code_fingerprint()
     reuse = dict(force=force, reuse_stale=reuse_stale)
-    tuning_plans = plan_cells(tuning, matrix_dir, fingerprint, **reuse)
-    # the variants whose tuning cells all have results to reuse: their choice is known before anything trains
-    known = tuning_outcomes(tuning, matrix_dir, settled={plan.cell.key for plan in tuning_plans if not plan.trains})
-    plans = tuning_plans + plan_reported(expansion, known, matrix_dir, fingerprint, start=len(tuning) + 1, **reuse)
+    counts = Counts(fingerprint, reuse_stale, force)
+    # the tuning cells the current rung of each variant still needs; the variants whose tuning has ended
+    # (every rung reusable here): their choice is known before anything trains
+    tunings = tuning_outcomes(tuning, matrix_dir, matrix.tune_seeds, counts, finished_only=True)
+    settled = {cell.key for cell in tuning if counts.record(cell, matrix_dir, finished_only=True)}
+    pending = {cell.key for cell in pending_tuning(tuning, tunings)}
+    tuning_plans = plan_cells(
+        [cell for cell in tuning if cell.key in settled | pending], matrix_dir, fingerprint, **reuse
+    )
+    known = {key: t for key, t in tunings.items() if t.complete}
+    first = first_round(expansion)
+    plans = tuning_plans + plan_reported(
+        expansion, first, known, matrix_dir, fingerprint, start=len(tuning_plans) + 1, **reuse
+    )
+    planned = {plan.cell.key for plan in tuning_plans}
+    later = [
+        cell
+        for cell in tuning
+        if cell.key not in planned
+        and (cell.task, cell.variant) not in known
+        and counts.record(cell, matrix_dir) is None
+    ]
+    later += [cell for cell in cells if cell not in first]
+    plans += [CellPlan(len(plans) + i, cell, IF_NEEDED, trains=False) for i, cell in enumerate(later, 1)]
     estimator = TimeEstimator()
     estimator.add_results(tuning + cells, matrix_dir)
     # a cell that another live run trains now (a runner started twice): never a second process on it
     held = {plan.cell.key: by for plan in plans if plan.trains and (by := holder(plan.cell.directory(matrix_dir)))}
     if dry_run:
         notes = [f"tuned {tuned.describe()}" for tuned in known.values()]
+        if matrix.seeds:
+            notes.append(
+                f"seeds in rounds: {matrix.seeds.min} per variant first, then {matrix.seeds.step} more at a time "
+                f"for the variants whose verdict is undecided, up to {matrix.seeds.max} "
+                f"(looks at {list(matrix.seeds.sizes)})"
+            )
         notes += [f"{key} is being trained by {by}: a run now would stop at once" for key, by in held.items()]
         return print_plan(matrix.name, matrix_dir, plans, estimator, jobs, notes=notes)
     if held:
@@ -161,7 +188,7 @@ def run_matrix(
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     how = f" --launcher {launcher}" if launcher != "local" else f" --jobs {jobs}" if jobs > 1 else ""
     command = f"blockbench matrix {path}{how}{stale_flag}"
-    n_cells = len(plans)
+    n_cells = len(plans) - len(later)  # the cells planned so far (a later round adds its own)
     failed: list[str] = []
     cell_times: list[dict[str, Any]] = []  # each trained cell's seconds as seen from here, in the order they ended
     progress = MatrixProgress([plan for plan in plans if plan.trains], estimator, jobs)
@@ -232,31 +259,75 @@ def run_matrix(
                     pool.shutdown(wait=True, cancel_futures=True)
         return {"cells": len(phase_plans), "trained": len(todo), "wall_time_s": round(time.perf_counter() - started, 1)}
 
-    def run_phases(phases: dict[str, dict[str, Any]]) -> None:
-        """Tuning (with ``tune:``), then the reported cells; each phase's record into ``phases``."""
-        report_plans = plans[len(tuning) :]
-        if tuning:
-            say(
-                f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} "
-                f"at seed {matrix.tune_seed}"
-            )
-            phases[TUNE] = run_phase(tuning_plans)
+    def add_plans(cells_to_plan: list[Cell]) -> list[CellPlan]:
+        """Plans for cells a later round needs, numbered after every plan so far."""
+        nonlocal n_cells
+        new = plan_cells(cells_to_plan, matrix_dir, fingerprint, start=n_cells + 1, **reuse)
+        n_cells += len(new)
+        progress.revise(new)
+        return new
+
+    def run_tuning(phases: dict[str, dict[str, Any]]) -> dict[tuple[str, str], Tuning]:
+        """Successive halving, rung by rung, until every variant's tuning is complete; its records in ``phases``."""
+        say(
+            f"phase 1 of 2, tuning: each variant's candidates of {', '.join(matrix.tune)} on the tuning split, "
+            f"successive halving over seeds {', '.join(map(str, matrix.tune_seeds))}"
+        )
+        records = [run_phase(tuning_plans)]
+        seen: set[str] = set()
+        while True:
             with clock.part("planning"):
-                tunings = tuning_outcomes(tuning, matrix_dir)
-                write_tuning(matrix_dir, tuning_record(list(matrix.tune), matrix.tune_seed, list(tunings.values())))
+                tunings = tuning_outcomes(tuning, matrix_dir, matrix.tune_seeds, counts)
+                pending = [cell for cell in pending_tuning(tuning, tunings) if cell.key not in seen]
+            if not pending:
+                break
+            seen |= {cell.key for cell in pending}
+            say(f"tuning: next rung, {len(pending)} cell(s) of the candidates that survived")
+            records.append(run_phase(add_plans(pending)))
+        phases[TUNE] = merge_phases(records)
+        write_tuning(matrix_dir, tuning_record(list(matrix.tune), matrix.tune_seeds, list(tunings.values())))
+        for tuned in tunings.values():
+            say(f"tuned {tuned.describe()}")
+        return tunings
+
+    def run_phases(phases: dict[str, dict[str, Any]]) -> None:
+        """Tuning (with ``tune:``), then the reported cells in rounds; each phase's record into ``phases``."""
+        report_plans = plans[len(tuning_plans) : len(plans) - len(later)]
+        tunings = known
+        if tuning:
+            tunings = run_tuning(phases)
+            with clock.part("planning"):
                 report_plans = plan_reported(
-                    expansion, tunings, matrix_dir, fingerprint, start=len(tuning) + 1, **reuse
+                    expansion, first, tunings, matrix_dir, fingerprint, start=n_cells + 1, **reuse
                 )
-            for tuned in tunings.values():
-                say(f"tuned {tuned.describe()}")
             progress.revise(report_plans)
             say(f"phase 2 of 2, the reported seeds at the tuned values (recorded in {matrix_dir / TUNE_FILE})")
+        records = []
         for plan in report_plans:
             if plan.status == NO_CHOICE:  # no candidate finished: nothing to train these cells at
                 record_no_choice(plan.cell, matrix_dir, path, plan.detail)
                 failed.append(plan.cell.key)
                 say(f"[{plan.n}/{n_cells}] {plan.cell.key}: FAILED: {plan.detail}")
-        phases[REPORT] = run_phase([plan for plan in report_plans if plan.status != NO_CHOICE])
+        records.append(run_phase([plan for plan in report_plans if plan.status != NO_CHOICE]))
+        planned = {plan.cell.key for plan in report_plans}
+        while matrix.seeds is not None:
+            with clock.part("planning"):
+                wanted = next_round(expansion, matrix_dir)
+                todo = [cell for cell in wanted if cell.key not in planned]
+            if not todo:
+                break
+            planned |= {cell.key for cell in todo}
+            groups = sorted({f"{cell.task}/{cell.variant}" for cell in todo})
+            say(f"undecided: {len(todo)} more seed cell(s) for {', '.join(groups)}")
+            tuned = [
+                expansion.at_choice(cell, tunings[cell.task, cell.variant].chosen.values)  # type: ignore[union-attr]
+                if tuning
+                else cell
+                for cell in todo
+                if not tuning or (tunings.get((cell.task, cell.variant)) and tunings[cell.task, cell.variant].chosen)
+            ]
+            records.append(run_phase(add_plans(tuned)))
+        phases[REPORT] = merge_phases(records)
 
     phases: dict[str, dict[str, Any]] = {}
     terminated: list[int] = []  # SIGTERM received (local cells only: cluster jobs are the scheduler's)
@@ -287,37 +358,9 @@ def run_matrix(
     )
 
 
-def tuning_outcomes(
-    tuning: list[Cell], matrix_dir: Path, *, settled: set[str] | None = None
-) -> dict[tuple[str, str], Tuning]:
-    """The tuning of each task x variant (see :mod:`blockbench.matrix.tuning`), scored from its tuning cells'
-    results on its task's headline metric; with ``settled`` (the keys of the tuning cells that have
-    results to reuse), only of the variants all of whose tuning cells are settled: the others' choice
-    is not known until they have trained."""
-    variants: dict[tuple[str, str], list[Cell]] = {}
-    for cell in tuning:
-        variants.setdefault((cell.task, cell.variant), []).append(cell)
-    tunings = {}
-    for (task, variant), group in variants.items():
-        if settled is not None and any(cell.key not in settled for cell in group):
-            continue
-        metric = group[0].run.task.metrics[0]  # the headline metric: the summary's first, TensorBoard's primary
-        candidates = tuple(
-            candidate(cell.tuned, cell.candidate, cell.key, current_record(cell, matrix_dir), metric.name)
-            for cell in group
-        )
-        tunings[task, variant] = Tuning(task, variant, metric.name, metric.higher_is_better, candidates)
-    return tunings
-
-
-def current_record(cell: Cell, matrix_dir: Path) -> CellRecord | None:
-    """The cell's result record (of any status) if it is of the cell's current config, else None."""
-    record = earlier_record(cell.directory(matrix_dir))
-    return record if record and record.config_hash == cell.run.config_hash() else None
-
-
 def plan_reported(
     expansion: Expansion,
+    cells: list[Cell],
     tunings: dict[tuple[str, str], Tuning],
     matrix_dir: Path,
     fingerprint: str,
@@ -326,14 +369,14 @@ def plan_reported(
     force: bool = False,
     reuse_stale: bool = False,
 ) -> list[CellPlan]:
-    """The plans of the reported cells, numbered from ``start``. With ``tune:``, a cell whose variant
+    """The plans of the reported ``cells``, numbered from ``start``. With ``tune:``, a cell whose variant
     has a choice in ``tunings`` is planned at the chosen values (its config, so a changed choice
     retrains it and an unchanged one reuses it); one whose variant has no finished candidate is
     NO_CHOICE (it fails, untrained); one whose variant is still tuning trains AFTER_TUNING."""
     if not expansion.tuning:
-        return plan_cells(expansion.cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, start=start)
+        return plan_cells(cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, start=start)
     plans = []
-    for n, cell in enumerate(expansion.cells, start):
+    for n, cell in enumerate(cells, start):
         tuning = tunings.get((cell.task, cell.variant))
         if tuning is None:
             plans.append(CellPlan(n, cell, AFTER_TUNING, f"at the {', '.join(expansion.matrix.tune)} its tuning picks"))

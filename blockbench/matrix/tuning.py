@@ -5,29 +5,31 @@ the LM at a rate pre-norm likes, the known warmup and learning-rate sensitivity 
 et al. 2020), not a verdict on it. With ``tune: {optimizer.lr: [3.0e-4, 1.0e-3, 3.0e-3]}`` the runner
 (``blockbench.matrix``) works in two phases:
 
-1. **tuning**: for every task x variant, one *tuning cell* per candidate (every combination of the
-   tuned keys' values), at ``tune_seed``: ordinary cells (resumable, reused by config and code, a
-   TensorBoard run each) under ``tune/cells/``, where the statistics of the reported seeds never
-   read them;
+1. **tuning**: for every task x variant, *tuning cells*: ordinary cells (resumable, reused by config
+   and code, a TensorBoard run each) under ``tune/cells/``, which validate on the task's **tuning
+   split** (``task.eval_split: tuning``), data no reported metric uses, at seeds no reported cell
+   uses (``tune_seeds``). **Successive halving** over those seeds keeps the cost near one seed per
+   candidate while no choice rests on one run: every candidate trains at the first tuning seed, the
+   better half (rounded up) of those that finished again at the next, and so on; the choice is the
+   best mean over the seeds of the last rung. With three candidates and two seeds that is 5 cells;
 2. **reported**: every seed of the axes trains with the chosen values set in its config, so the
    choice is part of its config hash: a changed choice retrains it, an unchanged one reuses it.
 
-The choice (:func:`choose`) is the candidate with the best final value of the task's headline
-metric, the first of its metrics (``TaskConfig.metrics``: what the summary reports first and
-TensorBoard as ``final/primary_metric``), in that metric's direction. A candidate that diverged,
-failed or has no finite score never wins; of equal scores the candidate listed first wins. A
+Scores are the final value of the task's headline metric, the first of its metrics
+(``TaskConfig.metrics``), in that metric's direction. A candidate any of whose cells diverged, failed
+or has no finite score never survives a rung; of equal scores the candidate listed first wins. A
 variant none of whose candidates finished has no choice, and its reported cells fail with a message
-naming its tuning cells. The tuning seed is not a reported seed: a value picked on a run fits that
-run's noise, and reporting the run would flatter the variant (selection bias).
+naming its tuning cells.
 
-``tune.json`` records the tuned keys, the seed, and per task its metric and direction, per variant
-every candidate's status and score and the choice; ``blockbench.report.tuning`` renders it in the
-summary from the file (``blockbench.record.read_tuning``), without the runner.
+``tune.json`` records the tuned keys, the seeds, and per task its metric and direction, per variant
+every candidate's cells, scores and the rung it reached, and the choice; ``blockbench.report.tuning``
+renders it in the summary from the file (``blockbench.record.read_tuning``), without the runner.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,19 +45,18 @@ NOT_RUN = "not run"
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One candidate of a task x variant: its values, its tuning cell and how that cell ended."""
+class Trial:
+    """One tuning cell of a candidate: its seed, its key and how it ended."""
 
-    values: dict[str, Any]  # tuned key -> value, e.g. {"optimizer.lr": 0.001}
-    label: str  # ``lr=0.001``
+    seed: int
     cell: str  # the tuning cell's key, ``tune/lm/norm_placement=post/lr=0.001/seed1000``
     status: str  # ok, diverged, failed or NOT_RUN
     score: float | None = None  # the headline metric's final value (an ok cell's)
-    detail: str = ""  # why a candidate that is not ok cannot win
+    detail: str = ""  # why a trial that is not ok cannot count
 
     @property
     def eligible(self) -> bool:
-        """Whether the candidate can be chosen: it finished with a finite score."""
+        """Whether the trial counts: it finished with a finite score."""
         return self.status == "ok" and self.score is not None and math.isfinite(self.score)
 
     def describe(self) -> str:
@@ -63,56 +64,119 @@ class Candidate:
         return f"{self.cell} {self.detail or self.status}"
 
 
-def candidate(values: dict[str, Any], label: str, cell: str, result: CellRecord | None, metric: str) -> Candidate:
-    """The candidate ``values`` scored from its tuning cell's ``result`` (None: no result of its config yet)."""
+def trial(seed: int, cell: str, result: CellRecord | None, metric: str) -> Trial:
+    """The trial of tuning cell ``cell`` scored from its ``result`` (None: no result of its config yet)."""
     if result is None:
-        return Candidate(values, label, cell, NOT_RUN, detail="has not run")
+        return Trial(seed, cell, NOT_RUN, detail="has not run")
     if result.status == "ok":
         score = result.metrics.get(metric)
         score = None if score is None else float(score)
         detail = "" if score is not None and math.isfinite(score) else f"has no finite {metric} ({score})"
-        return Candidate(values, label, cell, "ok", score, detail)
+        return Trial(seed, cell, "ok", score, detail)
     if result.status == "diverged":
         step = "?" if result.diverged_at_step is None else result.diverged_at_step
-        return Candidate(values, label, cell, "diverged", detail=f"diverged at step {step}")
+        return Trial(seed, cell, "diverged", detail=f"diverged at step {step}")
     error = "no error recorded" if result.error is None else result.error
-    return Candidate(values, label, cell, "failed", detail=f"failed ({error[:200]})")
+    return Trial(seed, cell, "failed", detail=f"failed ({error[:200]})")
 
 
-def choose(candidates: Sequence[Candidate], higher_is_better: bool) -> Candidate | None:
-    """The eligible candidate with the best score; of equal scores the first listed; None if none is eligible."""
-    best = None
-    for option in candidates:
-        if option.eligible and (best is None or _better(option.score, best.score, higher_is_better)):
-            best = option
-    return best
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of a task x variant: its values and its trials so far, in tuning-seed order."""
+
+    values: dict[str, Any]  # tuned key -> value, e.g. {"optimizer.lr": 0.001}
+    label: str  # ``lr=0.001``
+    trials: tuple[Trial, ...]
+
+    def ran(self, seeds: Sequence[int]) -> list[Trial]:
+        """Its trials at ``seeds`` (those that have a result)."""
+        return [t for t in self.trials if t.seed in seeds and t.status != NOT_RUN]
+
+    def score(self, seeds: Sequence[int]) -> float | None:
+        """Mean score over ``seeds``; None unless every trial there counts."""
+        trials = [t for t in self.trials if t.seed in seeds]
+        if len(trials) < len(seeds) or not all(t.eligible for t in trials):
+            return None
+        return statistics.fmean(t.score for t in trials)  # type: ignore[misc]
+
+    def describe(self) -> str:
+        return "; ".join(t.describe() for t in self.trials if t.status != NOT_RUN) or f"{self.label} has not run"
 
 
-def _better(score: float, than: float, higher_is_better: bool) -> bool:
-    return score > than if higher_is_better else score < than
+def rank(candidates: Sequence[Candidate], seeds: Sequence[int], higher_is_better: bool) -> list[Candidate]:
+    """The candidates whose trials at ``seeds`` all count, best mean first (of equal scores the first listed)."""
+    scored = [(c, c.score(seeds)) for c in candidates]
+    eligible = [(c, s) for c, s in scored if s is not None]
+    return [c for c, _ in sorted(eligible, key=lambda item: -item[1] if higher_is_better else item[1])]
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """The tuning of one task x variant: the headline metric, every candidate in the listed order, the choice."""
+    """The tuning of one task x variant by successive halving: the headline metric, every candidate in
+    the listed order with its trials, the tuning seeds (one rung each) and, once the last rung has run,
+    the choice."""
 
     task: str
     variant: str
     metric: str
     higher_is_better: bool
     candidates: tuple[Candidate, ...]
+    seeds: tuple[int, ...]
+
+    def rungs(self) -> list[list[Candidate]]:
+        """The candidates each rung trains, as far as the results go: rung 0 all of them; rung r + 1 the
+        better half (rounded up) of rung r's candidates that finished there, ranked by their mean over
+        seeds[: r + 1]. A rung some of whose cells have not run is the last listed."""
+        alive = list(self.candidates)
+        rungs = [alive]
+        for r in range(len(self.seeds) - 1):
+            if any(not c.ran([self.seeds[r]]) for c in alive):
+                break  # rung r has cells to run
+            ranked = rank(alive, self.seeds[: r + 1], self.higher_is_better)
+            if not ranked:
+                break
+            alive = ranked[: math.ceil(len(ranked) / 2)]
+            rungs.append(alive)
+        return rungs
+
+    def pending(self) -> list[tuple[Candidate, int]]:
+        """(candidate, seed) of the tuning cells the current rung still needs."""
+        rungs = self.rungs()
+        seed = self.seeds[len(rungs) - 1]
+        return [(c, seed) for c in rungs[-1] if not any(t.seed == seed and t.status != NOT_RUN for t in c.trials)]
+
+    @property
+    def complete(self) -> bool:
+        """Every rung has run (or no candidate is left to run the next)."""
+        rungs = self.rungs()
+        if self.pending():
+            return False
+        return len(rungs) == len(self.seeds) or not rank(rungs[-1], self.seeds[: len(rungs)], self.higher_is_better)
 
     @property
     def chosen(self) -> Candidate | None:
-        return choose(self.candidates, self.higher_is_better)
+        """The best of the last rung by its mean over every tuning seed it ran; None until complete or if
+        no candidate finished."""
+        if not self.complete:
+            return None
+        rungs = self.rungs()
+        ranked = rank(rungs[-1], self.seeds[: len(rungs)], self.higher_is_better)
+        return ranked[0] if ranked else None
+
+    @property
+    def cells(self) -> int:
+        """Tuning cells that ran."""
+        return sum(len(c.ran(self.seeds)) for c in self.candidates)
 
     def describe(self) -> str:
-        """``lm/norm_placement=post: lr=0.0003 (perplexity 10.93; lr=0.001 30.61, lr=0.003 diverged)``."""
+        """``lm/norm_placement=post: lr=0.0003 (perplexity 10.93 over 2 seeds; lr=0.001 30.61, lr=0.003 diverged)``."""
         chosen = self.chosen
         if chosen is None:
             return f"{self.task}/{self.variant}: no choice, {self.failure()}"
-        others = ", ".join(f"{c.label} {_score_text(c)}" for c in self.candidates if c is not chosen)
-        scores = f"{self.metric} {chosen.score:.4g}" + (f"; {others}" if others else "")
+        n = len(self.rungs())
+        score = chosen.score(self.seeds[:n])
+        others = ", ".join(f"{c.label} {_score_text(c, self.seeds)}" for c in self.candidates if c is not chosen)
+        scores = f"{self.metric} {score:.4g} over {n} seed{'s' if n > 1 else ''}" + (f"; {others}" if others else "")
         return f"{self.task}/{self.variant}: {chosen.label} ({scores})"
 
     def failure(self) -> str:
@@ -125,6 +189,8 @@ class Tuning:
 
     def record(self) -> dict[str, Any]:
         chosen = self.chosen
+        rungs = self.rungs()
+        reached = {c.label: r for r, rung in enumerate(rungs) for c in rung}
         return {
             "chosen": chosen.values if chosen else None,
             "chosen_label": chosen.label if chosen else None,
@@ -132,10 +198,15 @@ class Tuning:
                 {
                     "values": c.values,
                     "label": c.label,
-                    "cell": c.cell,
-                    "status": c.status,
-                    "score": c.score,
-                    **({"detail": c.detail} if c.detail else {}),
+                    # the mean over the seeds it ran, all of which counted (None: one did not)
+                    "score": c.score([t.seed for t in c.ran(self.seeds)]) if c.ran(self.seeds) else None,
+                    "status": _status(c, self.seeds),
+                    "rung": reached.get(c.label, 0),
+                    "trials": [
+                        {"seed": t.seed, "cell": t.cell, "status": t.status, "score": t.score}
+                        | ({"detail": t.detail} if t.detail else {})
+                        for t in c.ran(self.seeds)
+                    ],
                 }
                 for c in self.candidates
             ],
@@ -143,12 +214,20 @@ class Tuning:
         }
 
 
-def _score_text(option: Candidate) -> str:
-    return f"{option.score:.4g}" if option.eligible else option.status
+def _status(option: Candidate, seeds: Sequence[int]) -> str:
+    """``ok`` when every trial that ran counted, else the first other status."""
+    ran = option.ran(seeds)
+    return next((t.status for t in ran if not t.eligible), "ok" if ran else NOT_RUN)
 
 
-def tuning_record(keys: Sequence[str], tune_seed: int, tunings: Sequence[Tuning]) -> dict[str, Any]:
-    """What ``tune.json`` holds: the tuned keys and seed; per task its headline metric and direction,
+def _score_text(option: Candidate, seeds: Sequence[int]) -> str:
+    ran = option.ran(seeds)
+    score = option.score([t.seed for t in ran]) if ran else None
+    return f"{score:.4g}" if score is not None else _status(option, seeds)
+
+
+def tuning_record(keys: Sequence[str], tune_seeds: Sequence[int], tunings: Sequence[Tuning]) -> dict[str, Any]:
+    """What ``tune.json`` holds: the tuned keys and seeds; per task its headline metric and direction,
     and per variant (:meth:`Tuning.record`) every candidate and the choice."""
     tasks: dict[str, dict[str, Any]] = {}
     for tuning in tunings:
@@ -156,4 +235,4 @@ def tuning_record(keys: Sequence[str], tune_seed: int, tunings: Sequence[Tuning]
             tuning.task, {"metric": tuning.metric, "higher_is_better": tuning.higher_is_better, "variants": {}}
         )
         task["variants"][tuning.variant] = tuning.record()
-    return {"keys": list(keys), "tune_seed": tune_seed, "tasks": tasks}
+    return {"keys": list(keys), "tune_seeds": list(tune_seeds), "method": "successive halving", "tasks": tasks}

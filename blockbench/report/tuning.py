@@ -50,13 +50,21 @@ def tuning_section(matrix_dir: Path) -> list[str]:
     if not record or not record.get("tasks"):
         return []
     keys = ", ".join(f"`{key}`" for key in record["keys"])
+    seeds = record.get("tune_seeds") or [record.get("tune_seed")]
+    how = (
+        f"by successive halving over the tuning seeds {', '.join(map(str, seeds))} (none a reported seed): every "
+        "candidate trained on the first, the better half (rounded up) again on the next, and the best mean over the "
+        "last rung's seeds was chosen"
+        if len(seeds) > 1
+        else f"every candidate trained once on the tuning seed {seeds[0]} (not a reported seed); the best was chosen"
+    )
     lines = [
         "## Tuning",
         "",
-        f"Each variant's reported seeds trained at its own {keys}: every candidate trained once on the tuning seed "
-        f"{record['tune_seed']} (not a reported seed), and the one with the best final validation value of the task's "
-        "headline metric was chosen. A diverged or failed candidate cannot be chosen; of equal scores the one listed "
-        f"first is. **Bold**: the choice; `{TUNE_FILE}` has every score.",
+        f"Each variant's reported seeds trained at its own {keys}, {how}. Scores are the final value of the task's "
+        "headline metric on the task's tuning split (`task.eval_split: tuning`), which no reported metric uses. A "
+        "diverged or failed candidate cannot be chosen; of equal scores the one listed first is. **Bold**: the "
+        f"choice; a score over several seeds is their mean (n seeds); `{TUNE_FILE}` has every cell's score.",
         "",
     ]
     if any(grid_edges(t) for entry in record["tasks"].values() for t in entry["variants"].values()):
@@ -71,7 +79,7 @@ def tuning_section(matrix_dir: Path) -> list[str]:
         labels = list(
             dict.fromkeys(c["label"] for variant in entry["variants"].values() for c in variant["candidates"])
         )
-        lines += [f"**{task}**: {entry['metric']} {arrow} at seed {record['tune_seed']}", ""]
+        lines += [f"**{task}**: {entry['metric']} {arrow} on the tuning split", ""]
         lines += [_row(["variant", *labels, "tuned value"]), "|" + "---|" * (len(labels) + 2)]
         for variant, tuned in entry["variants"].items():
             by_label = {c["label"]: c for c in tuned["candidates"]}
@@ -90,4 +98,6 @@ def _candidate_cell(option: dict[str, Any] | None, chosen: bool) -> str:
     if option["status"] != "ok" or score is None or not math.isfinite(score):
         return option["status"] if option["status"] != "ok" else f"no score ({score})"
     text = f"{score:.4g}"
+    seeds = len(option.get("trials") or [])
+    text += f" ({seeds} seeds)" if seeds > 1 else ""
     return f"**{text}**" if chosen else text

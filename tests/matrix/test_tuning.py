@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY_LM, blockbench, tensorboard_events, write_matrix
+from conftest import TINY_LM, blockbench, write_matrix
 
 from blockbench.cli import main
 from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
-from blockbench.matrix.run import plan_reported, tuning_outcomes
-from blockbench.matrix.tuning import Tuning, candidate, choose, tuning_record
+from blockbench.matrix.rounds import Counts, first_round, tuning_outcomes
+from blockbench.matrix.run import plan_reported
+from blockbench.matrix.tuning import Candidate, Tuning, trial, tuning_record
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord, write_tuning
 from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
@@ -41,46 +42,73 @@ def ok(value: float, metric: str = "perplexity") -> CellRecord:
     return record(status="ok", metrics={metric: value, "loss": 1.0})
 
 
-def scored(results: list[CellRecord | None], metric: str = "perplexity") -> list:
+def scored(results: list[CellRecord | None], metric: str = "perplexity", seed: int = 1000) -> list:
+    """One candidate per result, lr=i, with a single trial at ``seed``."""
     return [
-        candidate({"optimizer.lr": i}, f"lr={i}", f"tune/lm/v/lr={i}/seed1000", result, metric)
+        Candidate({"optimizer.lr": i}, f"lr={i}", (trial(seed, f"tune/lm/v/lr={i}/seed{seed}", result, metric),))
         for i, result in enumerate(results)
     ]
 
 
-# --- the choice -------------------------------------------------------------------------------------
-
-
-def test_the_choice_is_the_best_score_in_the_metrics_direction_first_listed_on_ties():
-    lower = scored([ok(12.0), ok(9.5), ok(9.5), ok(30.0)])
-    assert choose(lower, higher_is_better=False).values == {
-        "optimizer.lr": 1
-    }  # perplexity: lowest, the first of equals
-    assert choose(lower, higher_is_better=True).values == {"optimizer.lr": 3}
-    accuracy = scored(
-        [ok(0.5, "accuracy"), ok(0.75, "accuracy"), ok(0.75, "accuracy"), ok(0.25, "accuracy")], "accuracy"
+def halving(scores: dict[int, list[CellRecord | None]], higher_is_better: bool = False) -> Tuning:
+    """A Tuning over seeds 1000, 1001 whose candidate i has ``scores[seed][i]`` (None: not run)."""
+    n = len(scores[1000])
+    candidates = tuple(
+        Candidate(
+            {"optimizer.lr": i},
+            f"lr={i}",
+            tuple(
+                trial(seed, f"tune/lm/v/lr={i}/seed{seed}", results[i], "perplexity")
+                for seed, results in scores.items()
+            ),
+        )
+        for i in range(n)
     )
-    assert choose(accuracy, higher_is_better=True).values == {
-        "optimizer.lr": 1
-    }  # accuracy: highest, the first of equals
+    return Tuning("lm", "v", "perplexity", higher_is_better, candidates, (1000, 1001))
 
 
-def test_a_diverged_failed_or_unscored_candidate_never_wins():
+# --- the choice: successive halving -------------------------------------------------------------------
+
+
+def test_successive_halving_trains_the_better_half_again_and_chooses_the_best_mean():
+    """Three candidates: all train at seed 1000; the better two (perplexity 9 and 10) again at 1001; the
+    choice is the best mean over both seeds (lr=0: (10 + 8) / 2 = 9 beats lr=1: (9 + 11) / 2 = 10), not
+    the best first-seed score (lr=1)."""
+    start = halving({1000: [None, None, None], 1001: [None, None, None]})
+    assert [(c.label, seed) for c, seed in start.pending()] == [("lr=0", 1000), ("lr=1", 1000), ("lr=2", 1000)]
+    assert start.chosen is None and not start.complete
+    rung0 = halving({1000: [ok(10.0), ok(9.0), ok(12.0)], 1001: [None, None, None]})
+    assert [(c.label, seed) for c, seed in rung0.pending()] == [("lr=1", 1001), ("lr=0", 1001)]
+    done = halving({1000: [ok(10.0), ok(9.0), ok(12.0)], 1001: [ok(8.0), ok(11.0), None]})
+    assert done.complete and done.pending() == []
+    assert done.chosen.label == "lr=0"
+    assert "lr=0 (perplexity 9 over 2 seeds" in done.describe()
+    record = done.record()
+    assert [(c["label"], c["rung"], c["score"]) for c in record["candidates"]] == [
+        ("lr=0", 1, 9.0),
+        ("lr=1", 1, 10.0),
+        ("lr=2", 0, 12.0),
+    ]
+    # higher is better (accuracy): the halving keeps the highest
+    acc = halving({1000: [ok(0.5), ok(0.9), ok(0.7)], 1001: [None, None, None]}, higher_is_better=True)
+    assert [c.label for c, _ in acc.pending()] == ["lr=1", "lr=2"]
+
+
+def test_a_diverged_failed_or_unscored_candidate_never_survives_a_rung():
     diverged = record(status="diverged", diverged_at_step=3, metrics={"perplexity": 1.0})  # a stray score is ignored
-    candidates = scored(
-        [diverged, record(status="failed", error="RuntimeError: boom"), ok(float("nan")), None, ok(50.0)]
-    )
-    assert [c.status for c in candidates] == ["diverged", "failed", "ok", "not run", "ok"]
-    assert (
-        choose(candidates, higher_is_better=False) is candidates[4]
-    )  # the worst score, but the only one that finished
-    nothing = Tuning("lm", "norm_placement=post", "perplexity", False, tuple(candidates[:4]))
-    assert nothing.chosen is None
+    failed = record(status="failed", error="RuntimeError: boom")
+    only = halving({1000: [diverged, failed, ok(float("nan")), ok(50.0)], 1001: [None, None, None, None]})
+    # one candidate finished: the better half of one is itself, trained again at the second seed
+    assert [(c.label, seed) for c, seed in only.pending()] == [("lr=3", 1001)]
+    nothing = halving({1000: [diverged, failed, ok(float("nan"))], 1001: [None, None, None]})
+    assert nothing.complete and nothing.chosen is None and nothing.pending() == []
     # the message the reported cells fail with names every tuning cell and how it ended
     assert "tune/lm/v/lr=0/seed1000 diverged at step 3" in nothing.failure()
     assert "tune/lm/v/lr=1/seed1000 failed (RuntimeError: boom)" in nothing.failure()
     assert "tune/lm/v/lr=2/seed1000 has no finite perplexity (nan)" in nothing.failure()
-    assert "tune/lm/v/lr=3/seed1000 has not run" in nothing.failure()
+    # a survivor that diverges on the second seed loses to one that finished both
+    second = halving({1000: [ok(9.0), ok(10.0), ok(30.0)], 1001: [diverged, ok(10.5), None]})
+    assert second.chosen.label == "lr=1"
 
 
 def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp_path):
@@ -91,6 +119,7 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
             "perplexity",
             False,
             tuple(scored([ok(8.123456), ok(7.5), record(status="diverged", diverged_at_step=2)])),
+            (1000,),
         ),
         Tuning(
             "lm",
@@ -98,6 +127,7 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
             "perplexity",
             False,
             tuple(scored([record(status="failed", error="x"), record(status="diverged"), record(status="diverged")])),
+            (1000,),
         ),
     ]
     vit = [
@@ -107,12 +137,14 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
             "accuracy",
             True,
             tuple(scored([ok(0.5, "accuracy"), ok(0.25, "accuracy"), ok(0.5, "accuracy")], "accuracy")),
+            (1000,),
         )
     ]
-    write_tuning(tmp_path, tuning_record(["optimizer.lr"], 1000, lm + vit))
+    write_tuning(tmp_path, tuning_record(["optimizer.lr"], [1000], lm + vit))
     text = "\n".join(tuning_section(tmp_path))
     assert text.startswith("## Tuning") and "`optimizer.lr`" in text and "tuning seed 1000" in text
-    assert "**lm**: perplexity ↓ at seed 1000" in text and "**vit**: accuracy ↑ at seed 1000" in text
+    assert "tuning split (`task.eval_split: tuning`)" in text
+    assert "**lm**: perplexity ↓ on the tuning split" in text and "**vit**: accuracy ↑ on the tuning split" in text
     assert "| variant | lr=0 | lr=1 | lr=2 | tuned value |" in text
     assert "| norm_placement=pre | 8.123 | **7.5** | diverged | lr=1 |" in text
     assert "| norm_placement=post | failed | diverged | diverged | none: no candidate finished" in text
@@ -171,8 +203,13 @@ def test_a_choice_at_an_end_of_the_grid_is_marked_per_key():
         ),
         (
             {"seed": [0, 1]},
-            {"tune": {"optimizer.lr": [1.0e-3]}, "tune_seed": 1},
-            "tune_seed 1 is also a reported seed (0, 1)",
+            {"tune": {"optimizer.lr": [1.0e-3]}, "tune_seeds": [1, 1000]},
+            "tune_seeds 1 also reported (0, 1)",
+        ),
+        (
+            {"seed": [0]},
+            {"tune": {"optimizer.lr": [1.0e-3]}, "tune_seeds": [1000]},
+            "tune_seeds: List should have at least 2 items",
         ),
         (
             {"seed": [0]},
@@ -183,7 +220,7 @@ def test_a_choice_at_an_end_of_the_grid_is_marked_per_key():
         ({"seed": [0]}, {"tune": {"optimizer.lr": []}}, "tune: 'optimizer.lr' has no candidate values"),
         ({"seed": [0]}, {"tune": {"optimizer.lr": [1.0e-3, 1.0e-3]}}, "lists the candidate 0.001 more than once"),
         ({"seed": [0]}, {"tune": {"seed": [1, 2]}}, "'seed' cannot be tuned"),
-        ({"seed": [0]}, {"tune_seed": 7}, "tune_seed is set but nothing is tuned"),
+        ({"seed": [0]}, {"tune_seeds": [7, 8]}, "tune_seeds is set but nothing is tuned"),
     ],
 )
 def test_tuning_mistakes_stop_the_matrix_before_anything_trains(tmp_path, capsys, axes, tune, expected):
@@ -200,15 +237,20 @@ def test_dry_run_lists_the_tuning_cells_and_the_reported_ones_after_tuning(tmp_p
     )
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "4 cells (2 tuning, 2 reported)" in out
-    rows = dict(re.findall(r"^\[\d/4\] (\S+)\s+(to run|after tuning)\s+~", out, re.M))
+    assert "6 cells (4 tuning, 2 reported)" in out
+    rows = dict(re.findall(r"^\[\d/6\] (\S+)\s+(to run|after tuning)\s+~", out, re.M))
     assert rows == {
         "tune/lm/norm_placement=pre/lr=0.0003/seed1000": "to run",
         "tune/lm/norm_placement=pre/lr=0.003/seed1000": "to run",
         "lm/norm_placement=pre/seed0": "after tuning",
         "lm/norm_placement=pre/seed1": "after tuning",
     }, out
-    assert "4 to train (2 tuning, 2 after tuning): about" in out  # the estimate counts both phases
+    # the second rung trains only the better half: listed as cells that may train, with their time
+    assert re.findall(r"^\[\d/6\] (\S+)\s+if needed", out, re.M) == [
+        "tune/lm/norm_placement=pre/lr=0.0003/seed1001",
+        "tune/lm/norm_placement=pre/lr=0.003/seed1001",
+    ], out
+    assert "4 to train (2 tuning, 2 after tuning); up to 2 more if needed" in out  # the estimate counts both phases
     assert not (tmp_path / "results").exists()
 
 
@@ -221,8 +263,10 @@ def _mtimes(folder: Path) -> dict[str, int]:
 
 def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing(tmp_path, capsys):
     """Two candidates of one variant: 10000 diverges (listed first: it must not win for being first),
-    3e-3 finishes; the reported seed trains at 3e-3, not at the base's 1e-3. A rerun trains nothing;
-    a tuning result that changes leaves the variant without a choice, and its seed fails untrained."""
+    3e-3 finishes and, as the better half of the first rung, trains again at the second tuning seed; the
+    reported seed trains at 3e-3, not at the base's 1e-3. Tuning cells validate on the tuning split. A
+    rerun trains nothing; a tuning result that changes leaves the variant without a choice, and its seed
+    fails untrained."""
     path = tuned_matrix(
         tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, tune={"optimizer.lr": [1.0e4, 3.0e-3]}
     )
@@ -231,90 +275,74 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     assert first.returncode == 0, first.stderr[-3000:]
     matrix_dir = results / "m"
     tune_dir = matrix_dir / "tune" / "cells" / "lm" / "norm_placement=pre"
-    good = json.loads((tune_dir / "lr=0.003" / "seed1000" / RESULT_FILE).read_text())
-    assert good["status"] == "ok" and good["seed"] == 1000
+    good = [json.loads((tune_dir / "lr=0.003" / f"seed{s}" / RESULT_FILE).read_text()) for s in (1000, 1001)]
+    assert [g["status"] for g in good] == ["ok", "ok"] and [g["seed"] for g in good] == [1000, 1001]
+    assert not (tune_dir / "lr=10000.0" / "seed1001").exists()  # halved away after the first rung
+    config = yaml.safe_load((tune_dir / "lr=0.003" / "seed1000" / "config.yaml").read_text())
+    assert config["task"]["eval_split"] == "tuning"
     assert json.loads((tune_dir / "lr=10000.0" / "seed1000" / RESULT_FILE).read_text())["status"] == "diverged"
     assert "phase 1 of 2, tuning" in first.stdout and "phase 2 of 2" in first.stdout
-    assert (
-        f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {good['metrics']['perplexity']:.4g}; lr=10000.0 diverged)"
-        in first.stdout
+    mean = (good[0]["metrics"]["perplexity"] + good[1]["metrics"]["perplexity"]) / 2
+    assert f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {mean:.4g} over 2 seeds; lr=10000.0 diverged)" in (
+        first.stdout
     )
 
-    # tune.json: the metric, its direction, every candidate, the choice
+    # tune.json: the metric, its direction, every candidate with its trials, the choice
     record = json.loads((matrix_dir / "tune.json").read_text())
-    assert record["keys"] == ["optimizer.lr"] and record["tune_seed"] == 1000
+    assert record["keys"] == ["optimizer.lr"] and record["tune_seeds"] == [1000, 1001]
     lm = record["tasks"]["lm"]
     assert (lm["metric"], lm["higher_is_better"]) == ("perplexity", False)
     variant = lm["variants"]["norm_placement=pre"]
     assert variant["chosen"] == {"optimizer.lr": 0.003}
-    assert [(c["label"], c["status"], c["score"]) for c in variant["candidates"]] == [
-        ("lr=10000.0", "diverged", None),
-        ("lr=0.003", "ok", good["metrics"]["perplexity"]),
+    assert [(c["label"], c["status"], c["score"], c["rung"]) for c in variant["candidates"]] == [
+        ("lr=10000.0", "diverged", None, 0),
+        ("lr=0.003", "ok", pytest.approx(mean), 1),
     ]
 
-    # the reported seed trained at the chosen value, and says so
+    # the reported seed trained at the chosen value, on the validation split, and says so
     reported = matrix_dir / "cells" / "lm" / "norm_placement=pre" / "seed0"
     config = yaml.safe_load((reported / "config.yaml").read_text())
-    assert config["optimizer"]["lr"] == 0.003 and config["seed"] == 0
+    assert config["optimizer"]["lr"] == 0.003 and config["seed"] == 0 and config["task"]["eval_split"] == "validation"
     cell = json.loads((reported / "cell.json").read_text())
     assert (cell["phase"], cell["tuned"]) == ("report", {"optimizer.lr": 0.003})
     assert json.loads((reported / RESULT_FILE).read_text())["status"] == "ok"
 
-    # TensorBoard: a run per tuning cell under tune/; the reported run lists its tuned value
-    assert (
-        "val/lm/perplexity"
-        in tensorboard_events(matrix_dir / "tb" / "tune" / "lm" / "pre" / "lr=0.003" / "seed1000").Tags()["scalars"]
-    )
-    from conftest import hparams_session
-
-    session = hparams_session(matrix_dir / "tb" / "lm" / "pre" / "seed0")
-    assert session.hparams["optimizer.lr"].string_value == "0.003" and session.hparams["phase"].string_value == "report"
-
-    # matrix_run.json records both phases; the summary's statistics see the reported seed alone
+    # matrix_run.json records both phases and the tuning's two rungs
     run = json.loads((matrix_dir / "matrix_run.json").read_text())
-    assert run["phases"] == {
-        "tune": {"cells": 2, "trained": 2, "wall_time_s": run["phases"]["tune"]["wall_time_s"]},
-        "report": {"cells": 1, "trained": 1, "wall_time_s": run["phases"]["report"]["wall_time_s"]},
+    assert {phase: (r["cells"], r["trained"], r["rounds"]) for phase, r in run["phases"].items()} == {
+        "tune": (3, 3, 2),
+        "report": (1, 1, 1),
     }
     assert [(c["key"], c["phase"]) for c in run["cells"]][-1] == ("lm/norm_placement=pre/seed0", "report")
     summary = (matrix_dir / "summary.md").read_text()
-    assert "Cells: 1 (1 ok, 0 diverged, 0 failed)" in summary
-    # where the last run's time went counts the tuning cells' training steps too
-    breakdowns = [c["wall_time_breakdown"] for c in run["cells"][:2]]
-    breakdowns.append(
-        json.loads((matrix_dir / "cells/lm/norm_placement=pre/seed0" / RESULT_FILE).read_text())["wall_time_breakdown"]
-    )
-    assert re.search(r"The last run took [\d.,]+ s: 3 cells", summary)
-    assert f"{sum(b['train_steps'] for b in breakdowns):,.1f} s of it training steps" in summary
-    assert (
-        f"| norm_placement=pre | diverged | **{good['metrics']['perplexity']:.4g}** | lr=0.003 (lowest lr tried) |"
-        in summary
-    )
+    assert f"| norm_placement=pre | diverged | **{mean:.4g} (2 seeds)** | lr=0.003 (lowest lr tried) |" in summary
 
-    # a rerun (here in this process: no interpreter start-up to wait for) reuses all three cells: nothing
+    # a rerun (here in this process: no interpreter start-up to wait for) reuses all four cells: nothing
     # trains, no result is rewritten
     before = _mtimes(matrix_dir)
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "0 to train, 3 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
+    assert "0 to train, 4 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
     assert main(["--results-dir", str(results), "matrix", str(path)]) == 0
     again = capsys.readouterr().out
-    assert ": training" not in again and again.count("done earlier, reusing its result") == 3
+    assert ": training" not in again and again.count("done earlier, reusing its result") == 4
     assert json.loads((matrix_dir / "matrix_run.json").read_text())["cells_trained"] == 0
     assert _mtimes(matrix_dir) == before
 
     # the choice is part of the reported cell's config: another choice would retrain it, the same one reuses it
     expansion = expand_matrix(path)
-    tunings = tuning_outcomes(expansion.tuning, matrix_dir)
-    [same] = plan_reported(expansion, tunings, matrix_dir, code_fingerprint(), start=3)
+    tunings = tuning_outcomes(expansion.tuning, matrix_dir, (1000, 1001), Counts(code_fingerprint()))
+    [same] = plan_reported(expansion, first_round(expansion), tunings, matrix_dir, code_fingerprint(), start=3)
     assert same.status == "done"
-    changed = candidate({"optimizer.lr": 1.0e-3}, "lr=0.001", "c", ok(1.0), "perplexity")
-    other = {key: Tuning(t.task, t.variant, t.metric, False, (changed,)) for key, t in tunings.items()}
-    [retrain] = plan_reported(expansion, other, matrix_dir, code_fingerprint(), start=3)
+    changed = Candidate({"optimizer.lr": 1.0e-3}, "lr=0.001", (trial(1000, "c", ok(1.0), "perplexity"),))
+    other = {key: Tuning(t.task, t.variant, t.metric, False, (changed,), (1000,)) for key, t in tunings.items()}
+    [retrain] = plan_reported(expansion, first_round(expansion), other, matrix_dir, code_fingerprint(), start=3)
     assert (retrain.status, retrain.trains, retrain.cell.run.optimizer.lr) == ("to run", True, 1.0e-3)
 
-    # no candidate finished (the good one's record now says it diverged): the seed fails, untrained, naming them
-    write_json(tune_dir / "lr=0.003" / "seed1000" / RESULT_FILE, {**good, "status": "diverged", "diverged_at_step": 3})
+    # no candidate finished (the good one's first record now says it diverged): the seed fails, untrained
+    write_json(
+        tune_dir / "lr=0.003" / "seed1000" / RESULT_FILE, {**good[0], "status": "diverged", "diverged_at_step": 3}
+    )
     assert main(["--results-dir", str(results), "matrix", str(path)]) == 1
     assert ": training" not in capsys.readouterr().out
     error = json.loads((reported / RESULT_FILE).read_text())
