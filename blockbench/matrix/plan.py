@@ -25,15 +25,17 @@ Where the time estimate of a cell comes from, best first:
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import RunConfig
-from ..layout import CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG
+from ..layout import CELL_FILE, CELLS_DIR, CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG, TUNE_DIR
+from ..lifeline import LOCK_FILE
 from ..progress import format_duration, pace_of_lines
 from ..record import CellRecord, read_record
 from .expand import Cell
@@ -46,6 +48,9 @@ DONE, STALE, RESUMABLE, FAILED_BEFORE, TO_RUN = "done", "stale", "resumable", "f
 #: variant's choice is not known (its tuning cells have yet to train), and when no candidate finished
 #: (it is not trained: it fails, naming the tuning cells)
 AFTER_TUNING, NO_CHOICE = "after tuning", "no choice"
+#: a cell whose config another matrix of the results root has already trained with this code: its
+#: folder is copied, not trained again
+ELSEWHERE = "done elsewhere"
 #: a cell that trains only if a later round needs it: a tuning cell of a later rung of successive
 #: halving (if its candidate survives), or a seed beyond ``seeds: min`` (if its question is undecided)
 IF_NEEDED = "if needed"
@@ -61,6 +66,7 @@ class CellPlan:
     detail: str = ""
     trains: bool = True
     resume_step: int = 0
+    source: Path | None = None  # ELSEWHERE: the cell folder its result is copied from
 
     @property
     def steps_to_train(self) -> int:
@@ -75,20 +81,63 @@ def plan_cells(
     force: bool = False,
     reuse_stale: bool = False,
     start: int = 1,
+    elsewhere: Mapping[str, Path] | None = None,
 ) -> list[CellPlan]:
     """Each cell's status (see :func:`plan_cell`), in matrix order, numbered from ``start``."""
     return [
-        plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale)
+        plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
         for n, cell in enumerate(cells, start)
     ]
 
 
+def trained_elsewhere(results_root: Path, fingerprint: str) -> dict[str, Path]:
+    """Config hash -> the folder of a finished cell (ok or diverged) of any matrix under ``results_root``,
+    reported or tuning, made by this code (``fingerprint``): a matrix that needs the same config copies it
+    instead of training it again. The shared baselines (pre-norm, the dense FFN, learned positions) are
+    the same config in every matrix of the book, so each trains once."""
+    found: dict[str, Path] = {}
+    for result in sorted(results_root.glob(f"*/{CELLS_DIR}/*/*/*/{RESULT_FILE}")) + sorted(
+        results_root.glob(f"*/{TUNE_DIR}/{CELLS_DIR}/*/*/*/*/{RESULT_FILE}")
+    ):
+        record = read_record(result)
+        if record is not None and record.finished and record.code_fingerprint == fingerprint and record.config_hash:
+            found.setdefault(record.config_hash, result.parent)
+    return found
+
+
+#: what a copied cell folder leaves behind: its matrix's own files (cell.json names that matrix's
+#: variant and axes), a live run's lock, and training state that a finished cell no longer needs
+NOT_COPIED = (CELL_FILE, LOCK_FILE, CHECKPOINT_DIR, TRAIN_LOG)
+
+
+def copy_cell(source: Path, cell_dir: Path) -> None:
+    """Copy a finished cell's files from ``source`` into ``cell_dir`` (see :data:`NOT_COPIED`), the
+    result last, so that a copy cut short has no result and is planned again."""
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    for item in sorted(source.iterdir(), key=lambda p: p.name == RESULT_FILE):
+        if item.name in NOT_COPIED:
+            continue
+        if item.is_dir():
+            shutil.copytree(item, cell_dir / item.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, cell_dir / item.name)
+
+
 def plan_cell(
-    n: int, cell: Cell, matrix_dir: Path, fingerprint: str, *, force: bool = False, reuse_stale: bool = False
+    n: int,
+    cell: Cell,
+    matrix_dir: Path,
+    fingerprint: str,
+    *,
+    force: bool = False,
+    reuse_stale: bool = False,
+    elsewhere: Mapping[str, Path] | None = None,
 ) -> CellPlan:
-    """Whether ``cell`` is reused (done; stale with ``reuse_stale``, see :func:`reuse_earlier`),
-    retrained (stale, failed before), resumed from a checkpoint of the same config and code, or
-    trained from step 0. Reads only: the cell's training process clears what it cannot resume."""
+    """Whether ``cell`` is reused (done; stale with ``reuse_stale``, see :func:`reuse_earlier`), copied
+    from another matrix that trained the same config with this code (``elsewhere``: config hash ->
+    cell folder, see :func:`trained_elsewhere`), retrained (stale, failed before), resumed from a
+    checkpoint of the same config and code, or trained from step 0. Reads only: the cell's training
+    process clears what it cannot resume, and the runner copies."""
     cell_dir = cell.directory(matrix_dir)
     if force:
         return CellPlan(n, cell, TO_RUN, "--force: from step 0")
@@ -96,6 +145,9 @@ def plan_cell(
     stale = message is not None and not message.startswith(REUSED)
     if reuse:
         return CellPlan(n, cell, STALE if stale else DONE, message or "", trains=False)
+    source = (elsewhere or {}).get(cell.run.config_hash())
+    if source is not None and source.resolve() != cell_dir.resolve():
+        return CellPlan(n, cell, ELSEWHERE, f"done in {source}, copying its result", trains=False, source=source)
     status, detail = (STALE, message or "") if stale else (TO_RUN, "")
     earlier = earlier_record(cell_dir)
     if status == TO_RUN and earlier and earlier.status == "failed" and earlier.config_hash == cell.run.config_hash():
@@ -309,8 +361,10 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     }
     parts = [f"{count} {kind}" for kind, count in kinds.items() if count]
     counts += f" ({', '.join(parts)})" if parts else ""
-    reused = sum(not plan.trains and plan.status not in (NO_CHOICE, IF_NEEDED) for plan in plans)
+    reused = sum(not plan.trains and plan.status not in (NO_CHOICE, IF_NEEDED, ELSEWHERE) for plan in plans)
     counts += f", {reused} reused" if reused else ""
+    copied = sum(plan.status == ELSEWHERE for plan in plans)
+    counts += f", {copied} copied from other matrices (same config and code)" if copied else ""
     unchosen = sum(plan.status == NO_CHOICE for plan in plans)
     counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
     maybe = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED]

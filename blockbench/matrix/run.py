@@ -62,15 +62,18 @@ from .jobs import (
 from .launch import start_server, stop_cells_on_sigterm, stopping
 from .plan import (
     AFTER_TUNING,
+    ELSEWHERE,
     IF_NEEDED,
     NO_CHOICE,
     CellPlan,
     MatrixProgress,
     TimeEstimator,
+    copy_cell,
     describe_total,
     plan_cell,
     plan_cells,
     print_plan,
+    trained_elsewhere,
 )
 from .rounds import Counts, first_round, merge_phases, next_round, pending_tuning, tuning_outcomes
 from .say import say
@@ -118,7 +121,9 @@ def run_matrix(
     jobs = resolve_jobs(jobs, max(len(cells), len(tuning)), list(needs.values()))  # the larger phase
     matrix_dir = results_root / matrix.name
     fingerprint = code_fingerprint()
-    reuse = dict(force=force, reuse_stale=reuse_stale)
+    # a config another matrix of this results root trained with this code is copied, not trained again
+    elsewhere = {} if force else trained_elsewhere(results_root, fingerprint)
+    reuse = dict(force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
     counts = Counts(fingerprint, reuse_stale, force)
     # the tuning cells the current rung of each variant still needs; the variants whose tuning has ended
     # (every rung reusable here): their choice is known before anything trains
@@ -241,6 +246,9 @@ def run_matrix(
         for plan in phase_plans:
             if plan.detail and (not plan.trains or plan.status != "resumable"):  # resuming is said when the cell starts
                 say(f"[{plan.n}/{n_cells}] {plan.cell.key}: {plan.detail}")
+            if plan.status == ELSEWHERE and plan.source is not None:
+                copy_cell(plan.source, plan.cell.directory(matrix_dir))
+                write_cell_file(plan.cell, matrix_dir, path)
         todo = [(plan.n, plan.cell) for plan in phase_plans if plan.trains]
         with clock.part("cells"):
             if launcher != "local":
@@ -368,13 +376,16 @@ def plan_reported(
     start: int,
     force: bool = False,
     reuse_stale: bool = False,
+    elsewhere: dict[str, Path] | None = None,
 ) -> list[CellPlan]:
     """The plans of the reported ``cells``, numbered from ``start``. With ``tune:``, a cell whose variant
     has a choice in ``tunings`` is planned at the chosen values (its config, so a changed choice
     retrains it and an unchanged one reuses it); one whose variant has no finished candidate is
     NO_CHOICE (it fails, untrained); one whose variant is still tuning trains AFTER_TUNING."""
     if not expansion.tuning:
-        return plan_cells(cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, start=start)
+        return plan_cells(
+            cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, start=start, elsewhere=elsewhere
+        )
     plans = []
     for n, cell in enumerate(cells, start):
         tuning = tunings.get((cell.task, cell.variant))
@@ -384,7 +395,9 @@ def plan_reported(
             plans.append(CellPlan(n, cell, NO_CHOICE, tuning.failure(), trains=False))
         else:
             tuned = expansion.at_choice(cell, tuning.chosen.values)
-            plans.append(plan_cell(n, tuned, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale))
+            plans.append(
+                plan_cell(n, tuned, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
+            )
     return plans
 
 

@@ -1,0 +1,48 @@
+"""The rounds of a matrix run: a config another matrix already trained is copied, not trained again;
+``seeds: {min, max, step}`` trains the first seeds, then more for the questions still undecided; a
+``replica`` axis trains copies of one model on disjoint seeds."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import blockbench, write_matrix
+
+from blockbench.cli import main
+from blockbench.config import REPLICA_SEED_STRIDE
+from blockbench.layout import RESULT_FILE
+from blockbench.matrix.expand import expand_matrix
+
+
+def test_a_config_another_matrix_trained_is_copied_not_trained_again(tmp_path, capsys):
+    results = tmp_path / "results"
+    first = write_matrix(tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, name="a")
+    assert blockbench("--results-dir", str(results), "matrix", str(first), cwd=tmp_path).returncode == 0
+    second = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0]}, name="b")
+    assert main(["--results-dir", str(results), "matrix", str(second), "--dry-run"]) == 0
+    assert "1 to train, 1 copied from other matrices (same config and code)" in capsys.readouterr().out
+    assert main(["--results-dir", str(results), "matrix", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": training") == 1 and "lm/norm_placement=post/seed0: training" in out
+    assert f"done in {results / 'a' / 'cells' / 'lm' / 'norm_placement=pre' / 'seed0'}, copying its result" in out
+    source = results / "a" / "cells" / "lm" / "norm_placement=pre" / "seed0"
+    copy = results / "b" / "cells" / "lm" / "norm_placement=pre" / "seed0"
+    assert (copy / RESULT_FILE).read_bytes() == (source / RESULT_FILE).read_bytes()
+    assert json.loads((copy / "cell.json").read_text())["matrix_file"]["path"] == str(second)  # b's own cell.json
+    # the copy is now b's own result: a rerun reuses it in place
+    assert main(["--results-dir", str(results), "matrix", str(second), "--dry-run"]) == 0
+    assert "0 to train, 2 reused" in capsys.readouterr().out
+
+
+def test_a_replica_axis_gives_copies_of_one_model_disjoint_seeds(tmp_path):
+    path = write_matrix(tmp_path, {"replica": ["a", "b"], "seed": [0, 1]})
+    cells = expand_matrix(path).cells
+    assert [(c.variant, c.seed) for c in cells] == [
+        ("replica=a", 0),
+        ("replica=a", 1),
+        ("replica=b", REPLICA_SEED_STRIDE),
+        ("replica=b", REPLICA_SEED_STRIDE + 1),
+    ]
+    # the same model: the configs differ in the seed alone
+    a, b = cells[0].run.resolved_dict(), cells[2].run.resolved_dict()
+    assert {k for k in a if a[k] != b[k]} == {"seed"}
