@@ -124,6 +124,9 @@ class CellRecord(_Open):
     metrics: dict[str, float] = Field(default_factory=dict)
     primary_metric: str | None = None
     baselines: dict[str, float | None] = Field(default_factory=dict)
+    #: whether the headline metric beats the task's trivial baseline (None: no baseline to beat, or a
+    #: record written before it was recorded); False is a run that finished but **did not learn**
+    learned: bool | None = None
     # diverged
     diverged_at_step: int | None = None
     diverging_loss: float | str | None = None  # "nan" or "inf" where not finite
@@ -171,6 +174,12 @@ class CellRecord(_Open):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def did_not_learn(self) -> bool:
+        """A run that finished without beating its task's trivial baseline on the headline metric
+        (post-norm LM cells ending at the unigram's perplexity): a finding, distinct from diverged and failed."""
+        return self.status == "ok" and self.learned is False
 
     @property
     def finished(self) -> bool:

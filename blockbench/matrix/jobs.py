@@ -287,7 +287,10 @@ def describe_outcome(result: CellRecord) -> str:
     ``FAILED: ...``."""
     if result.status == "ok":
         primary = result.primary_metric
-        return f"ok, {primary} {result.metrics[primary]:.4g}"
+        text = f"ok, {primary} {result.metrics[primary]:.4g}"
+        if result.did_not_learn:
+            text += f": DID NOT LEARN (the trivial baseline has {result.baselines.get(primary, float('nan')):.4g})"
+        return text
     if result.status == "diverged":
         return f"DIVERGED at step {result.diverged_at_step} (last finite loss {result.last_finite_loss})"
     return f"FAILED: {result.error}"
