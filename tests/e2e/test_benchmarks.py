@@ -630,3 +630,12 @@ def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(t
     assert row, out.read_text()
     _lone, _shared, ratio, low, high = (float(x) for x in row.groups()[:5])
     assert low <= ratio <= high and row.group(6) in ("2 cells at once", "one cell at a time", "tie")
+
+
+def test_the_book_runs_the_flagship_first_and_leaves_out_the_gpu_matrix_and_the_demonstration():
+    """run_book.py's order: the flagship first (the matrices after it copy its shared cells), every design
+    matrix once, the empirical null and the real-data matrix last; not the GPU-sized one or smoke."""
+    order = [path.stem for path in benchmark_module("run_book").book_order()]
+    design = sorted(p.stem for p in (REPO / "configs" / "matrix").glob("*.yaml"))
+    assert order[0] == "prenorm_vs_postnorm" and order[-2:] == ["null_comparison", "prenorm_vs_postnorm_real_cpu"]
+    assert sorted(order) == sorted(set(design) - {"prenorm_vs_postnorm_real", "smoke"})
