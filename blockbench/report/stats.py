@@ -1,13 +1,15 @@
 """Statistics over seeds for the summary: pure functions, no I/O.
 
 - ``mean_std``: mean and sample standard deviation.
-- ``t_confidence_interval``: confidence interval of a mean (Student t), kept inside the metric's
-  bounds (logit scale for a metric bounded on both sides, cut at the bound for one bound).
+- ``t_confidence_interval``: confidence interval of a mean (Student t), cut at the metric's bounds
+  (cutting removes only values the metric cannot take; the mean always stays inside).
 - ``diverged_value``, ``with_diverged``: the value a diverged seed counts with, and a seed's values
   with the diverged seeds counted at it.
 - ``compare``: difference of two variants' means, with a paired t interval when their seeds match
-  and Welch's otherwise (``paired_difference``, ``welch_difference``), cut to the metric's range.
-- ``holm_adjust``: Holm's step-down adjustment of a family of p-values.
+  and Welch's otherwise (``paired_difference``, ``welch_difference``), never cut: a difference
+  interval says how uncertain the difference is, and cutting it to ± the metric's range hid that.
+- ``holm_adjust``: Holm's step-down adjustment of a family of p-values (no longer what verdicts
+  use: they are decided per question by ``decide.decide``).
 - ``time_to_target``: the first validation of a training history that reaches a target.
 """
 
@@ -16,15 +18,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from scipy import stats as scipy_stats
 
 from ..record import HistoryPoint
 
-#: a value of a metric bounded on both sides is clamped to this share of its range from either
-#: edge before the logit (a share of exactly 0 or 1 has no logit): 0.1 BLEU, an accuracy of 0.001
+#: no longer used here (intervals are plain t intervals cut at the bounds since issue 31): kept only
+#: because section.py's methods text still names it; remove it with that text
 LOGIT_EPSILON = 1e-3
 
 #: a spread below this share of the values' magnitude is rounding error (0.7 - 0.5 and 0.8 - 0.6
@@ -54,27 +56,20 @@ def _t_quantile(level: float, dof: float) -> float:
 def t_confidence_interval(
     values: Sequence[float], level: float = 0.95, low: float = -math.inf, high: float = math.inf
 ) -> tuple[float, float] | None:
-    """Confidence interval of the mean of ``values`` that stays inside the metric's range [low, high].
+    """Confidence interval of the mean of ``values``: mean ± t(level, n - 1) · std / √n, cut at the
+    metric's range [low, high].
 
-    - No bounds: mean ± t(level, n - 1) · std / √n.
-    - Bounded on both sides (accuracy, BLEU): the same interval on the logit scale of the share of the
-      range, ``logit((v - low) / (high - low))``, with shares clamped to [ε, 1 - ε] (``LOGIT_EPSILON``),
-      transformed back. It is an interval of the mean on that scale; unlike the plain interval, which
-      leaves [0, 100] for BLEU seeds of 1, 2 and 12, it cannot leave the range.
-    - Bounded on one side (perplexity ≥ 1, loss ≥ 0): the plain interval cut at the bound. The mean
-      lies inside the range, so cutting never removes it and the coverage stays the same.
+    Cutting removes only values the metric cannot take (BLEU above 100, a loss below 0), and the
+    mean lies inside the range, so the interval always contains its own mean and covers the true
+    mean as often as the uncut one. (Until issue 31 a metric bounded on both sides got an interval
+    on the logit scale of its share of the range, with shares clamped a little inside the edges:
+    GeGLU's BLEU seeds 100, 100 and 99.938 then got [99.900, 99.900], an interval that missed its
+    own mean 99.979.)
 
     None for fewer than two values: one seed says nothing about the spread.
     """
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return None
-    if math.isfinite(low) and math.isfinite(high):
-        if min(values) == max(values):
-            return values[0], values[0]  # no spread: nothing to transform (a clamped edge would move it)
-        shares = [min(max((v - low) / (high - low), LOGIT_EPSILON), 1 - LOGIT_EPSILON) for v in values]
-        logit_low, logit_high = _t_interval([math.log(s / (1 - s)) for s in shares], level)
-        return tuple(low + (high - low) / (1 + math.exp(-x)) for x in (logit_low, logit_high))  # type: ignore[return-value]
     interval_low, interval_high = _t_interval(values, level)
     return max(interval_low, low), min(interval_high, high)
 
@@ -132,13 +127,6 @@ class Difference:
         """The interval lies entirely above or below zero (False without an interval)."""
         return self.ci_low is not None and self.ci_high is not None and (self.ci_low > 0 or self.ci_high < 0)
 
-    def clipped(self, span: float) -> Difference:
-        """The interval cut to [-span, span]: a difference of a metric whose range is ``span`` wide
-        (100 for BLEU) cannot lie outside it."""
-        if self.ci_low is None or self.ci_high is None:
-            return self
-        return replace(self, ci_low=max(self.ci_low, -span), ci_high=min(self.ci_high, span))
-
 
 def welch_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Difference:
     """Difference of means ``mean(a) - mean(b)`` with Welch's t interval and p-value.
@@ -185,16 +173,19 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
 
 
 def compare(
-    a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95, span: float = math.inf
+    a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95, span: float | None = None
 ) -> Difference:
     """``mean(a) - mean(b)`` of two variants' values by seed: the paired test when both have the
-    same seeds, Welch's otherwise; the interval cut to [-span, span]."""
+    same seeds, Welch's otherwise. The interval is never cut: [-100.00, +97.08] cut from about
+    [-171, +97] said the difference was known better than it was.
+
+    ``span`` is ignored: it is accepted only because report/analysis.py still passes the metric's
+    span until it moves to ``decide.decide`` (issue 31); remove the parameter then."""
+    del span  # intervals are no longer cut (see above)
     if a.keys() == b.keys():
         seeds = list(a)
-        difference = paired_difference([a[s] for s in seeds], [b[s] for s in seeds], level)
-    else:
-        difference = welch_difference(list(a.values()), list(b.values()), level)
-    return difference.clipped(span)
+        return paired_difference([a[s] for s in seeds], [b[s] for s in seeds], level)
+    return welch_difference(list(a.values()), list(b.values()), level)
 
 
 def holm_adjust(p_values: Mapping[Key, float]) -> dict[Key, float]:

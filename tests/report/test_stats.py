@@ -1,5 +1,6 @@
-"""The summary's statistics against hand computations and scipy: intervals inside a metric's range,
-the value a diverged seed counts with, paired vs Welch differences, and Holm's adjustment."""
+"""The summary's statistics against hand computations and scipy: intervals of a mean cut at a metric's
+range (and containing the mean), the value a diverged seed counts with, paired vs Welch differences
+(never cut), and Holm's adjustment."""
 
 import math
 
@@ -8,7 +9,6 @@ from conftest import T_975_DF2
 from scipy import stats as scipy_stats
 
 from blockbench.report.stats import (
-    LOGIT_EPSILON,
     PAIRED,
     WELCH,
     compare,
@@ -19,49 +19,30 @@ from blockbench.report.stats import (
     with_diverged,
 )
 
-
-def _logit(share: float) -> float:
-    return math.log(share / (1 - share))
-
-
-def _expit(x: float) -> float:
-    return 1 / (1 + math.exp(-x))
-
-
 # intervals inside the range --------------------------------------------------------------------
 
 
-def test_bleu_interval_is_a_logit_interval_inside_0_100():
-    bleu = [1.0, 2.0, 12.0]  # like post-norm's translation seeds in the issue
-    plain_low, _ = t_confidence_interval(bleu)
-    assert plain_low < 0  # the plain t interval leaves the range: 5 ± 15.1
-    # by hand: logits of the shares 0.01, 0.02, 0.12 of the range [0, 100]
-    logits = [_logit(0.01), _logit(0.02), _logit(0.12)]  # -4.595, -3.892, -1.992
-    mean = sum(logits) / 3
-    std = math.sqrt(sum((x - mean) ** 2 for x in logits) / 2)
-    half_width = T_975_DF2 * std / math.sqrt(3)
+def test_interval_of_a_bounded_metric_contains_its_own_mean():
+    """GeGLU's translation seeds at 1500 steps: the logit interval with shares clamped to 0.999 was
+    [99.900, 99.900], which misses the mean 99.979; the plain t interval cut at 100 contains it."""
+    bleu = [100.0, 100.0, 99.938]
+    mean = sum(bleu) / 3
+    std = math.sqrt(sum((x - mean) ** 2 for x in bleu) / 2)  # 0.0358
+    half_width = T_975_DF2 * std / math.sqrt(3)  # 0.0889
     low, high = t_confidence_interval(bleu, 0.95, low=0, high=100)
-    assert low == pytest.approx(100 * _expit(mean - half_width), rel=1e-9)
-    assert high == pytest.approx(100 * _expit(mean + half_width), rel=1e-9)
-    assert 0 < low < 1 and 40 < high < 50  # [0.107, 46.3]
-    assert low < sum(bleu) / 3 < high
+    assert low == pytest.approx(mean - half_width, rel=1e-12) and high == 100.0  # 99.890, cut at 100
+    assert low < mean < high
 
 
-def test_values_at_the_edge_of_the_range_are_clamped_before_the_logit():
-    accuracy = [0.0, 0.0, 0.002]
-    logits = [_logit(LOGIT_EPSILON), _logit(LOGIT_EPSILON), _logit(0.002)]
-    mean = sum(logits) / 3
-    half_width = T_975_DF2 * math.sqrt(sum((x - mean) ** 2 for x in logits) / 2) / math.sqrt(3)
-    low, high = t_confidence_interval(accuracy, 0.95, low=0, high=1)
-    assert (low, high) == pytest.approx((_expit(mean - half_width), _expit(mean + half_width)), rel=1e-9)
-    assert low >= 0 and high <= 1
+def test_interval_of_a_metric_bounded_on_both_sides_is_the_t_interval_cut_at_the_bounds():
+    bleu = [1.0, 2.0, 12.0]  # like post-norm's translation seeds in the issue
+    plain_low, plain_high = t_confidence_interval(bleu)
+    assert plain_low == pytest.approx(5 - T_975_DF2 * math.sqrt(37) / math.sqrt(3))  # 5 ± 15.1: below 0
+    assert t_confidence_interval(bleu, 0.95, low=0, high=100) == (0.0, plain_high)
     assert t_confidence_interval([1.0, 1.0, 1.0], 0.95, low=0, high=1) == (1.0, 1.0)  # no spread: the value itself
     assert t_confidence_interval([0.7], 0.95, low=0, high=1) is None  # one seed: no interval
-    # a range other than [0, 1]: the share is (value - low) / (high - low)
-    shifted = t_confidence_interval([11.0, 12.0, 20.0], 0.95, low=10, high=110)
-    assert shifted == pytest.approx(
-        tuple(10 + v for v in t_confidence_interval([1.0, 2.0, 10.0], 0.95, low=0, high=100))
-    )
+    inside = [0.40, 0.45, 0.50]  # far from both bounds: the plain interval
+    assert t_confidence_interval(inside, 0.95, low=0, high=1) == t_confidence_interval(inside)
 
 
 def test_interval_of_a_metric_bounded_on_one_side_is_cut_at_the_bound():
@@ -137,14 +118,16 @@ def test_compare_pairs_by_seed_when_the_seeds_match_and_uses_welch_otherwise():
     assert one_seed.difference == pytest.approx(0.4) and one_seed.ci_low is None and one_seed.p_value is None
 
 
-def test_compare_cuts_the_interval_of_a_bounded_metric_to_its_range():
-    # exact match differences -0.9, -0.9, +0.9: the paired interval is [-2.88, +2.28]
+def test_compare_never_cuts_a_difference_interval_to_the_metric_range():
+    """Exact-match differences -0.9, -0.9, +0.9: the paired interval is -0.3 ± 4.303 · 1.039 / √3 =
+    [-2.88, +2.28]; it used to be cut to [-1, +1] (the metric's span), which hid how little 3 seeds say."""
     variant, baseline = {0: 0.0, 1: 0.0, 2: 0.9}, {0: 0.9, 1: 0.9, 2: 0.0}
-    uncut = compare(variant, baseline)
-    assert uncut.ci_low < -1 and uncut.ci_high > 1
-    cut = compare(variant, baseline, span=1.0)
-    assert (cut.ci_low, cut.ci_high) == (-1.0, 1.0)
-    assert (cut.difference, cut.p_value) == (uncut.difference, uncut.p_value)  # only the interval is cut
+    half_width = T_975_DF2 * math.sqrt(((0.6**2) * 2 + 1.2**2) / 2) / math.sqrt(3)
+    for result in (compare(variant, baseline), compare(variant, baseline, span=1.0)):
+        assert result.difference == pytest.approx(-0.3)
+        assert (result.ci_low, result.ci_high) == pytest.approx((-0.3 - half_width, -0.3 + half_width))
+        assert result.ci_low < -2.8 and result.ci_high > 2.2
+    assert not hasattr(compare(variant, baseline), "clipped")
 
 
 def test_holm_adjustment_by_hand():
