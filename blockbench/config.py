@@ -219,7 +219,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(
-        0, description="training seed: initialisation, data order, dropout, augmentation (the data: task.data_seed)"
+        0,
+        description="training seed: initialisation, data order, dropout, augmentation, and a generated task's data "
+        "draw (unless task.data_seed fixes it)",
     )
     model: ModelConfig = ModelConfig()
     task: TaskSection = Field(

@@ -12,6 +12,7 @@ import math
 import random
 import re
 import warnings
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -119,6 +120,9 @@ class TaskConfig(BaseModel, ABC):
     #: ``build`` fills them in (see ``with_data_fields``) and a config must not set them
     data_decided_fields: ClassVar[tuple[str, ...]] = ()
 
+    #: what a training seed varies besides the data (``seed_varies`` adds what it says of the data)
+    seed_also_varies: ClassVar[str] = "the order of the training data, the initialisation and dropout"
+
     label: str | None = Field(
         None, description="row name in summaries and results folders; default: the preset or task name"
     )
@@ -138,6 +142,11 @@ class TaskConfig(BaseModel, ABC):
     def display_name(self) -> str:
         return self.label or self.name
 
+    def seed_varies(self) -> str:
+        """What the training seed varies in this task's cells, for the summary: a real-data task's data
+        are the dataset itself, the same for every seed."""
+        return f"{self.seed_also_varies}; the data are the dataset's own, the same for every seed"
+
     @abstractmethod
     def model_overrides(self) -> dict[str, Any]:
         """The ``model:`` fields this task decides (family and data-dependent sizes)."""
@@ -147,15 +156,40 @@ class TaskConfig(BaseModel, ABC):
 
     @abstractmethod
     def build(
-        self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int
+        self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0
     ) -> tuple[TaskModule, TaskDataModule]:
-        """The LightningModule and LightningDataModule of one run."""
+        """The LightningModule and LightningDataModule of one run; ``seed`` is the run's training seed
+        (a generated task draws its data from it unless ``task.data_seed`` fixes the draw)."""
+
+
+def derived_data_seed(seed: int, task_name: str) -> int:
+    """The data seed of a generated task whose ``data_seed`` is null: a 64-bit number drawn by
+    ``numpy.random.SeedSequence([seed mod 2**64, crc32(task_name)])`` from the run's training seed,
+    so that each training seed sees its own draw of the data and two tasks never share a draw."""
+    entropy = [seed % 2**64, zlib.crc32(task_name.encode())]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
 
 
 class EmbeddedTaskConfig(TaskConfig):
-    """A task on data that blockbench generates: deterministic from ``data_seed``, no download."""
+    """A task on data that blockbench generates, no download: deterministic from the data seed,
+    which by default the run's training seed decides (``derived_data_seed``), so that the spread over
+    seeds includes the draw of the data; ``data_seed: 1234`` fixes the draw for every seed."""
 
-    data_seed: int = Field(1234, description="seed of the generated data; fixed across training seeds")
+    data_seed: int | None = Field(
+        None,
+        description="seed of the generated data (training, validation and tuning draws); null: derived from the "
+        "run's seed, so each training seed draws its own data; an int fixes the draw across seeds",
+    )
+
+    def data_seed_for(self, seed: int) -> int:
+        """The seed the data of a run with training seed ``seed`` are generated from."""
+        return self.data_seed if self.data_seed is not None else derived_data_seed(seed, self.name)
+
+    def seed_varies(self) -> str:
+        """What the training seed varies: the data draw too, unless ``data_seed`` fixes it."""
+        if self.data_seed is None:
+            return f"the data draw, {self.seed_also_varies}"
+        return f"{self.seed_also_varies}; the data draw is fixed (data_seed={self.data_seed})"
 
 
 def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:

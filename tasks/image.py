@@ -57,6 +57,7 @@ class ImageTaskConfig(TaskConfig):
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy", low=0),
     )
     data_decided_fields = ("n_classes",)
+    seed_also_varies = "the order of the training data, augmentation, the initialisation and dropout"
 
     name: Literal["image_classification"] = "image_classification"
     data: ImageSource = Field(description="where the images come from: task.data.source picks the kind of source")
@@ -70,7 +71,7 @@ class ImageTaskConfig(TaskConfig):
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "image_size": self.image_size, "in_channels": self.channels}
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
         datamodule = ImageDataModule(self, batch_size)
         images = datamodule.load()  # decodes (or reads from the cache) to learn the number of classes
         model = with_data_fields(model, n_classes=len(images.class_names))

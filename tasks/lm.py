@@ -59,8 +59,9 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
                 f"use one of: {', '.join(usable)}"
             )
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
-        return LMTask(model, optimizer, max_steps, logit_lens=self.logit_lens), AgreementDataModule(self, batch_size)
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
+        datamodule = AgreementDataModule(self, batch_size, seed=seed)
+        return LMTask(model, optimizer, max_steps, logit_lens=self.logit_lens), datamodule
 
 
 def _blocks(stream: np.ndarray, length: int) -> torch.Tensor:
@@ -70,9 +71,13 @@ def _blocks(stream: np.ndarray, length: int) -> torch.Tensor:
 
 
 class AgreementDataModule(TaskDataModule):
-    def __init__(self, cfg: LMTaskConfig, batch_size: int):
+    """The generated text of the ``lm`` task of a run with training seed ``seed``: drawn from the
+    task's data seed for it (``data_seed_for``)."""
+
+    def __init__(self, cfg: LMTaskConfig, batch_size: int, *, seed: int = 0):
         super().__init__(batch_size)
         self.cfg = cfg
+        self.data_seed = cfg.data_seed_for(seed)
         self.corpus: AgreementCorpus | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -84,7 +89,7 @@ class AgreementDataModule(TaskDataModule):
             n_probes=self.cfg.n_probes,
             max_depth=self.cfg.max_depth,
             probe_len=self.cfg.seq_len,
-            seed=self.cfg.data_seed,
+            seed=self.data_seed,
         )
         # each row holds seq_len inputs and, shifted by one, seq_len targets
         self.train_rows = _blocks(self.corpus.train, self.cfg.seq_len + 1)

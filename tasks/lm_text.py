@@ -51,7 +51,7 @@ class TextLMTaskConfig(LogitLensConfig, TaskConfig):
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "max_seq_len": self.seq_len}
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
         datamodule = TextLMDataModule(self, batch_size)
         datamodule.prepare_data()
         datamodule.setup()

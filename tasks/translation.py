@@ -139,7 +139,7 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
         task = TranslationTask(
             model,
             optimizer,
@@ -151,7 +151,7 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
             length_penalty=self.length_penalty,
             logit_lens=self.logit_lens,
         )
-        return task, ParallelDataModule(self, batch_size)
+        return task, ParallelDataModule(self, batch_size, seed=seed)
 
 
 class TranslationDataModule(TaskDataModule):
@@ -168,16 +168,20 @@ class TranslationDataModule(TaskDataModule):
 
 
 class ParallelDataModule(TranslationDataModule):
-    def __init__(self, cfg: TranslationTaskConfig, batch_size: int):
+    """The generated sentence pairs of the ``translation`` task of a run with training seed ``seed``:
+    drawn from the task's data seed for it (``data_seed_for``)."""
+
+    def __init__(self, cfg: TranslationTaskConfig, batch_size: int, *, seed: int = 0):
         super().__init__(batch_size)
         self.cfg = cfg
+        self.data_seed = cfg.data_seed_for(seed)
         self.corpus: ParallelCorpus | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.corpus is not None:
             return
         self.corpus = generate_parallel_corpus(
-            n_train=self.cfg.n_train, n_val=self.cfg.n_val, max_len=self.cfg.max_len, seed=self.cfg.data_seed
+            n_train=self.cfg.n_train, n_val=self.cfg.n_val, max_len=self.cfg.max_len, seed=self.data_seed
         )
 
     def _dataset(self, split: str) -> TensorDataset:

@@ -61,7 +61,7 @@ class TextTranslationTaskConfig(DecodingConfig):
     def model_overrides(self) -> dict[str, Any]:
         return {"family": self.family, "max_seq_len": self.max_len}
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
         datamodule = TextTranslationDataModule(self, batch_size)
         datamodule.prepare_data()
         datamodule.setup()

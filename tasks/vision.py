@@ -46,8 +46,8 @@ class VisionTaskConfig(EmbeddedTaskConfig):
             "n_classes": len(shapes_class_names()),
         }
 
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int):
-        return VisionTask(model, optimizer, max_steps), ShapesDataModule(self, batch_size)
+    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
+        return VisionTask(model, optimizer, max_steps), ShapesDataModule(self, batch_size, seed=seed)
 
 
 def to_tensor_dataset(data: ShapesDataset, mean: torch.Tensor, std: torch.Tensor) -> TensorDataset:
@@ -57,16 +57,20 @@ def to_tensor_dataset(data: ShapesDataset, mean: torch.Tensor, std: torch.Tensor
 
 
 class ShapesDataModule(TaskDataModule):
-    def __init__(self, cfg: VisionTaskConfig, batch_size: int):
+    """The rendered images of the ``vit`` task of a run with training seed ``seed``: drawn from the
+    task's data seed for it (``data_seed_for``)."""
+
+    def __init__(self, cfg: VisionTaskConfig, batch_size: int, *, seed: int = 0):
         super().__init__(batch_size)
         self.cfg = cfg
+        self.data_seed = cfg.data_seed_for(seed)
         self.train_set: TensorDataset | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         # train and validation images come from independent seeds derived from data_seed
-        train_seed, val_seed = np.random.SeedSequence(self.cfg.data_seed).generate_state(2)
+        train_seed, val_seed = np.random.SeedSequence(self.data_seed).generate_state(2)
         train = generate_shapes(n_images=self.cfg.n_train, image_size=self.cfg.image_size, seed=int(train_seed))
         self.val_data = generate_shapes(n_images=self.cfg.n_val, image_size=self.cfg.image_size, seed=int(val_seed))
         pixels = torch.from_numpy(train.images).float().div_(255)

@@ -199,7 +199,7 @@ def test_attention_moe_and_sparsity_knobs_and_an_embedded_tasks_own_knobs(listin
     assert single(blocks["model.n_kv_heads"])[1] == "int >0 or null"
     assert per_owner(blocks["task.n_probes"], "lm") == (512, "held-out sentences for the agreement accuracy")
     assert per_owner(blocks["task.max_depth"], "lm")[0] == 2
-    assert per_owner(blocks["task.data_seed"], "vit")[0] == 1234
+    assert per_owner(blocks["task.data_seed"], "vit")[0] is None  # null: the training seed draws the data
     assert per_owner(blocks["task.seq_len"], "lm")[0] == 64 and per_owner(blocks["task.seq_len"], "lm_text")[0] == 256
 
 

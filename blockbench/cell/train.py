@@ -186,7 +186,7 @@ def train_cell(
     L.seed_everything(run.seed, workers=True, verbose=False)
     with clock.part("build"):  # the real-data tasks prepare their data here: the model's vocabulary depends on it
         module, datamodule = task_cfg.build(
-            run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch
+            run.resolved_model(), run.optimizer, max_steps=cfg.max_steps, batch_size=per_device_batch, seed=run.seed
         )
     datamodule.load_for(**data_loading(cfg, accelerator, trainer.num_devices))
     if resume_from and trainer.is_global_zero:
