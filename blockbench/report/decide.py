@@ -1,0 +1,478 @@
+"""The verdict of one question: is a variant better than, worse than, or equivalent to its baseline?
+
+**One confirmatory question per task x variant** (x level of a ``within:`` axis, the training budget
+always): the task's headline metric, variant minus baseline, over the training seeds (paired by seed
+when both sides have the same seeds, Welch otherwise). Secondary metrics are described and decide
+nothing.
+
+**Error rates are controlled per question**, not over a family of a matrix's comparisons (Holm) or as
+a false discovery rate. The book is a catalogue of separate questions that a reader looks up one at
+a time ("is RMSNorm worse than LayerNorm for translation?"); a family across a matrix made a verdict
+depend on which other variants happened to share the matrix file, so the same cells got different
+verdicts in different matrices. Per question, a verdict depends only on the cells it compares: the
+same cells give the same verdict in every matrix. What a reader may not do is count verdicts across
+the book as if none could be false: each has its stated error rate, no more and no less.
+
+**Four verdicts**, at the per-look level α_k (below):
+
+- ``better`` / ``worse``: the two-sided difference test rejects zero (p < α_k, the (1 - α_k)
+  interval excludes zero); the direction follows the metric's ``higher_is_better``.
+- ``equivalent``: two one-sided tests (TOST) at α_k show the difference lies within ± the margin:
+  the (1 - 2α_k) interval lies inside (-margin, +margin). If both a difference and equivalence are
+  shown (a real difference smaller than the margin) the verdict is ``equivalent``, since the
+  difference is below what matters, and the decision records that the difference excluded zero
+  (``excludes_zero``).
+- ``undecided``: neither. Not "no difference": the data cannot tell.
+
+**Seeds in rounds**: a matrix may train its seeds in rounds (``seeds: {min: 3, max: 9, step: 3}``:
+looks at n = 3, 6, 9; the last look is always ``max``); a question stops at the first look that
+decides it. Error control over the looks splits each α equally over the K planned looks (Bonferroni
+over looks, :class:`Looks`): valid under any dependence between the looks, simple to state, and a look
+at an unplanned n (a missing cell) still uses α/K. α = 0.05 for a false better/worse (two-sided) and
+α = 0.05 for a false equivalent; a fixed seed list is K = 1.
+
+**Failed runs**: when a side mixes seeds that learned and seeds that did not (or diverged, counted at
+the trivial baseline), the values are bimodal and a t test's normal model is wrong. The caller then
+passes ``rank_based=True`` and the decision uses a rank test valid for any distribution: the exact
+Wilcoxon signed-rank test on seed-matched pairs, else the exact Mann-Whitney U test (scipy), at
+α_k. A rank test has no equivalence counterpart here, so such a question is better, worse or
+undecided, never equivalent. (With 3 pairs no exact signed-rank test reaches p < 0.25: a rank-based
+question needs more seeds to be decided.)
+
+**No spread**: with fewer than two seeds on a side (two pairs when paired) there is no test and the
+question is undecided. With two or more and no spread at all (every paired difference the same, or
+both sides constant), the t statistic is undefined: if that constant difference is within the
+margin (identical values on both sides, e.g. BLEU 100 for every seed of both) the question is
+``equivalent`` (test ``none``); otherwise ``undecided``, since a constant step between quantized
+values (an accuracy over a fixed evaluation set) is no proof that seeds do not vary, and better or
+worse needs a test.
+
+Beside the mean difference every decision reports the **probability of improvement**, P(a variant
+seed beats a baseline seed) over all seed pairs with ties counting half (rliable's), with a 95%
+percentile bootstrap interval (``scipy.stats.bootstrap``, fixed random state), and which test decided.
+
+The tests are written over numpy arrays (:func:`paired_moments`, :func:`welch_moments`,
+:func:`t_tests`, :func:`signed_rank_tests`, :func:`rank_sum_tests`) so that
+``benchmarks/verdict_error_rates.py`` simulates this very code on many comparisons at once;
+:func:`decide` calls them with one. The rule and its simulated error rates are written up in
+docs/decisions/verdict-rule.md and results/verdict_error_rates.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from .stats import NO_SPREAD
+
+BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
+VERDICTS = (BETTER, WORSE, EQUIVALENT, UNDECIDED)
+PAIRED_T, WELCH_T, SIGNED_RANK, RANK_SUM, NO_TEST = (
+    "paired t",
+    "Welch t",
+    "Wilcoxon signed-rank",
+    "Mann-Whitney U",
+    "none",
+)
+
+#: the error rate of a false better/worse (two-sided) and, separately, of a false equivalent, per question
+ALPHA = 0.05
+#: the level of the interval of the probability of improvement (descriptive: it decides nothing)
+PROB_LEVEL = 0.95
+#: bootstrap resamples of that interval, and the fixed random state that makes it reproducible
+BOOTSTRAP_RESAMPLES = 4999
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class Looks:
+    """The planned looks of a sequential comparison: the seed counts at which the question is decided
+    if it can be, and the error rate each look may spend.
+
+    Each of the K looks spends α/K (Bonferroni over looks): the chance of a false verdict at any of
+    them is at most K · α/K = α whatever the dependence between looks, and stopping at a decided look
+    only removes later chances to err. A look at a size that was not planned (a missing cell) spends
+    α/K too."""
+
+    sizes: tuple[int, ...]
+    alpha: float = ALPHA
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(n < 1 for n in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"Looks: sizes={self.sizes} must be increasing seed counts of at least 1, e.g. (3, 6, 9)")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"Looks: alpha={self.alpha} must lie between 0 and 1, e.g. 0.05")
+
+    @classmethod
+    def plan(cls, minimum: int, maximum: int, step: int, alpha: float = ALPHA) -> Looks:
+        """The looks of ``seeds: {min, max, step}``: min, min + step, ..., and always max (as
+        ``config.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8."""
+        if not 1 <= minimum <= maximum or step < 1:
+            raise ValueError(
+                f"Looks.plan: min={minimum}, max={maximum}, step={step} needs 1 <= min <= max and step >= 1"
+            )
+        return cls((*range(minimum, maximum, step), maximum), alpha)
+
+    @classmethod
+    def fixed(cls, n: int, alpha: float = ALPHA) -> Looks:
+        """A fixed list of ``n`` seeds: one look, the whole α."""
+        return cls((n,), alpha)
+
+    @property
+    def per_look_alpha(self) -> float:
+        """α/K: the error rate each look spends (for a false better/worse, and for a false equivalent)."""
+        return self.alpha / len(self.sizes)
+
+    def is_last(self, n: int) -> bool:
+        """Whether ``n`` seeds reach the last planned look (no more seeds will be added)."""
+        return n >= self.sizes[-1]
+
+    def next_size(self, n: int) -> int | None:
+        """The next planned seed count above ``n``; None after the last."""
+        return next((size for size in self.sizes if size > n), None)
+
+
+# the tests, over arrays: one comparison per row ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moments:
+    """What the t tests need of many comparisons (arrays of one shape): the mean difference, its
+    standard error and degrees of freedom, and whether the values vary at all (``spread``: False
+    where the standard error is rounding error, or there are fewer than two values to measure it)."""
+
+    mean: np.ndarray
+    standard_error: np.ndarray
+    dof: np.ndarray
+    spread: np.ndarray
+    #: the comparisons have two seeds or pairs at least (a spread could be measured)
+    measurable: np.ndarray
+
+
+def _no_spread(standard_error: np.ndarray, *values: np.ndarray) -> np.ndarray:
+    """As ``stats._no_spread``: a spread below ``NO_SPREAD`` of the values' magnitude is rounding error."""
+    scale = np.max([np.max(np.abs(v), axis=-1) for v in values], axis=0)
+    return standard_error <= NO_SPREAD * scale
+
+
+def paired_moments(a: np.ndarray, b: np.ndarray) -> Moments:
+    """Paired t moments of the seed-matched differences a - b (rows of shape (..., n)): their mean,
+    std/√n and n - 1 degrees of freedom. Whether they vary is judged against the values' magnitude
+    (0.7 - 0.5 and 0.8 - 0.6 differ by rounding error alone)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = a - b
+    n = d.shape[-1]
+    mean = d.mean(axis=-1)
+    std = d.std(axis=-1, ddof=1) if n > 1 else np.zeros_like(mean)
+    standard_error = std / math.sqrt(n)
+    dof = np.full_like(mean, max(n - 1, 1))
+    measurable = np.full(mean.shape, n >= 2)
+    return Moments(mean, standard_error, dof, measurable & ~_no_spread(standard_error, a, b), measurable)
+
+
+def welch_moments(a: np.ndarray, b: np.ndarray) -> Moments:
+    """Welch t moments of mean(a) - mean(b) (rows of shapes (..., n_a) and (..., n_b)): the standard
+    error √(s_a²/n_a + s_b²/n_b) and Welch–Satterthwaite's degrees of freedom."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n_a, n_b = a.shape[-1], b.shape[-1]
+    mean = a.mean(axis=-1) - b.mean(axis=-1)
+    measurable = np.full(mean.shape, n_a >= 2 and n_b >= 2)
+    if not (n_a >= 2 and n_b >= 2):
+        zeros = np.zeros_like(mean)
+        return Moments(mean, zeros, np.ones_like(mean), measurable, measurable)
+    var_a, var_b = a.var(axis=-1, ddof=1) / n_a, b.var(axis=-1, ddof=1) / n_b  # squared standard errors
+    standard_error = np.sqrt(var_a + var_b)
+    spread = ~_no_spread(standard_error, a, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
+    return Moments(mean, standard_error, np.where(spread, dof, 1.0), spread, measurable)
+
+
+@dataclass(frozen=True)
+class TTests:
+    """The difference and equivalence t tests of many comparisons (arrays of one shape; NaN where
+    there is no spread): the two-sided p-value and (1 - α) interval of the difference, and TOST's
+    p-value and (1 - 2α) interval."""
+
+    p_value: np.ndarray
+    p_equivalence: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    equivalence_low: np.ndarray
+    equivalence_high: np.ndarray
+
+
+def t_tests(moments: Moments, margin: float, alpha: float) -> TTests:
+    """Both t tests at level ``alpha`` for each comparison of ``moments``.
+
+    TOST is written here with scipy's t distribution (statsmodels, which has it, is not a dependency
+    and would pull in pandas and patsy for one line): p = max(P(T > (d + m)/se), P(T < (d - m)/se)),
+    below α exactly when the (1 - 2α) interval d ± t(1 - α)·se lies inside (-m, m)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where(moments.spread, moments.standard_error, np.nan)
+        t = scipy_stats.t
+        p_value = 2 * t.sf(np.abs(moments.mean) / se, moments.dof)
+        p_equivalence = np.maximum(
+            t.sf((moments.mean + margin) / se, moments.dof), t.cdf((moments.mean - margin) / se, moments.dof)
+        )
+        half = t.ppf(1 - alpha / 2, moments.dof) * se
+        equivalence_half = t.ppf(1 - alpha, moments.dof) * se
+    return TTests(
+        p_value,
+        p_equivalence,
+        moments.mean - half,
+        moments.mean + half,
+        moments.mean - equivalence_half,
+        moments.mean + equivalence_half,
+    )
+
+
+def _direction(sign: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """better where the variant's values are larger (``sign`` > 0) and higher is better, or smaller
+    and lower is better; worse otherwise."""
+    return np.where((sign > 0) == higher_is_better, BETTER, WORSE)
+
+
+def t_verdicts(
+    moments: Moments, tests: TTests, margin: float, alpha: float, higher_is_better: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The verdict of each comparison by the t tests, and whether its difference test rejected zero.
+
+    Equivalent where TOST rejects (even where the difference test rejects too: a real difference
+    below the margin); else better/worse where the difference test rejects; else undecided. Without
+    spread (two values or more on each side): equivalent where the constant difference lies within
+    the margin, undecided otherwise (see the module's docstring)."""
+    rejects = moments.spread & (tests.p_value < alpha)
+    equivalent = moments.spread & (tests.p_equivalence < alpha)
+    constant_within = moments.measurable & ~moments.spread & (np.abs(moments.mean) < margin)
+    verdicts = np.where(
+        equivalent | constant_within,
+        EQUIVALENT,
+        np.where(rejects, _direction(moments.mean, higher_is_better), UNDECIDED),
+    )
+    return verdicts, rejects
+
+
+@dataclass(frozen=True)
+class RankTests:
+    """A rank test of many comparisons: its two-sided exact p-value and the side the ranks lean to
+    (> 0: the variant's values are larger)."""
+
+    p_value: np.ndarray
+    sign: np.ndarray
+
+
+def signed_rank_tests(differences: np.ndarray) -> RankTests:
+    """The exact Wilcoxon signed-rank test of seed-matched differences (rows of shape (..., n)).
+
+    Zero differences (a pair whose values are identical, e.g. both seeds at the trivial baseline) are
+    dropped first (Wilcoxon's own treatment; under the null the remaining signs are still exchangeable),
+    here rather than by scipy, so that every scipy version computes the exact p-value: rows are grouped
+    by how many differences are left. A row with none left has p = 1. The sign is that of the sum of
+    signed ranks."""
+    d = np.asarray(differences, dtype=float)
+    shape = d.shape[:-1]
+    d = d.reshape(-1, d.shape[-1])
+    p_value, sign = np.ones(len(d)), np.zeros(len(d))
+    nonzero = d != 0
+    left = nonzero.sum(axis=-1)
+    for count in np.unique(left[left > 0]):
+        rows = np.flatnonzero(left == count)
+        kept = d[rows][nonzero[rows]].reshape(len(rows), count)
+        p_value[rows] = scipy_stats.wilcoxon(kept, axis=-1, method="exact").pvalue
+        ranks = scipy_stats.rankdata(np.abs(kept), axis=-1)
+        sign[rows] = np.sign((ranks * np.sign(kept)).sum(axis=-1))
+    return RankTests(p_value.reshape(shape), sign.reshape(shape))
+
+
+def rank_sum_tests(a: np.ndarray, b: np.ndarray) -> RankTests:
+    """The exact Mann-Whitney U test of a against b (rows of shapes (..., n_a) and (..., n_b)); the
+    sign is that of U_a - n_a·n_b/2 (a's values tend to be larger where it is positive). scipy's exact
+    distribution ignores ties; the simulation (benchmarks/verdict_error_rates.py) checks the error
+    rate where both sides have seeds tied at the trivial baseline."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    result = scipy_stats.mannwhitneyu(a, b, axis=-1, method="exact")
+    return RankTests(np.asarray(result.pvalue), np.sign(np.asarray(result.statistic) - a.shape[-1] * b.shape[-1] / 2))
+
+
+def rank_verdicts(tests: RankTests, alpha: float, higher_is_better: bool) -> np.ndarray:
+    """Better/worse where the rank test rejects at ``alpha``, else undecided (never equivalent)."""
+    return np.where(tests.p_value < alpha, _direction(tests.sign, higher_is_better), UNDECIDED)
+
+
+def prob_improvement(variant: np.ndarray, baseline: np.ndarray, higher_is_better: bool, axis: int = -1) -> np.ndarray:
+    """P(a variant seed beats a baseline seed) over all pairs of their seeds, ties counting half
+    (rliable's probability of improvement): the Mann-Whitney U of the better side over n_a·n_b."""
+    x = np.moveaxis(np.asarray(variant, dtype=float), axis, -1)[..., :, None]
+    y = np.moveaxis(np.asarray(baseline, dtype=float), axis, -1)[..., None, :]
+    wins = (x > y) if higher_is_better else (x < y)
+    return (wins + 0.5 * (x == y)).mean(axis=(-2, -1))
+
+
+def prob_improvement_interval(
+    variant: np.ndarray, baseline: np.ndarray, higher_is_better: bool
+) -> tuple[float, float] | None:
+    """The 95% percentile bootstrap interval of :func:`prob_improvement`, each side resampled on its
+    own (``scipy.stats.bootstrap``, fixed random state); None with fewer than two seeds on a side.
+    Percentile rather than BCa: BCa is undefined when every resample gives the same value (P = 0 or 1)."""
+    if len(variant) < 2 or len(baseline) < 2:
+        return None
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        return prob_improvement(x, y, higher_is_better, axis)
+
+    result = scipy_stats.bootstrap(
+        (np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)),
+        statistic,
+        vectorized=True,
+        paired=False,
+        confidence_level=PROB_LEVEL,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=BOOTSTRAP_SEED,
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+# one question ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to one question (see the module's docstring) and everything that decided it.
+
+    ``interval`` is the (1 - α_k) interval of the mean difference (never cut to the metric's range),
+    ``equivalence_interval`` TOST's (1 - 2α_k) one (None for a rank-based decision, which has no
+    equivalence test); ``alpha`` is the per-look α_k = α/K; ``n`` the number of pairs, or the two
+    sides' seed counts (variant, baseline) when unpaired. ``excludes_zero``: the difference test named
+    in ``test`` rejected zero at α_k (also recorded when the verdict is equivalent). ``final``: no
+    more seeds will be added (decided, or the last planned look reached)."""
+
+    verdict: str
+    test: str  # "paired t" | "Welch t" | "Wilcoxon signed-rank" | "Mann-Whitney U" | "none"
+    difference: float  # mean(variant) - mean(baseline)
+    interval: tuple[float, float] | None
+    equivalence_interval: tuple[float, float] | None
+    p_value: float | None
+    p_equivalence: float | None
+    margin: float
+    alpha: float
+    n: tuple[int, ...]
+    excludes_zero: bool
+    prob_improvement: float | None
+    prob_improvement_interval: tuple[float, float] | None
+    final: bool
+
+    def describe(self) -> str:
+        """One line: ``worse (paired t, n=3, α/K=0.0167): +23.3 [+20.1, +26.5], margin ±0.07;
+        P(better)=0.00 [0.00, 0.00]``, with what else decided it (a difference below the margin, no
+        spread, more seeds to come)."""
+        decimals = _decimals(self)
+        interval = (
+            "" if self.interval is None else f" [{self.interval[0]:+.{decimals}f}, {self.interval[1]:+.{decimals}f}]"
+        )
+        notes = []
+        if self.verdict == EQUIVALENT and self.excludes_zero:
+            notes.append("the difference excludes zero but lies within the margin")
+        if self.test == NO_TEST and self.verdict == EQUIVALENT:
+            notes.append("no spread: the same difference in every seed, within the margin")
+        elif self.test == NO_TEST:
+            notes.append("no test: one seed, or no spread")
+        if not self.final:
+            notes.append("more seeds to come")
+        prob = ""
+        if self.prob_improvement is not None:
+            prob = f"; P(better)={self.prob_improvement:.2f}"
+            if self.prob_improvement_interval is not None:
+                prob += f" [{self.prob_improvement_interval[0]:.2f}, {self.prob_improvement_interval[1]:.2f}]"
+        sizes = "/".join(str(n) for n in self.n)
+        return (
+            f"{self.verdict} ({self.test}, n={sizes}, α/K={self.alpha:.3g}): "
+            f"{self.difference:+.{decimals}f}{interval}, margin ±{self.margin:g}{prob}"
+            + "".join(f"; {note}" for note in notes)
+        )
+
+
+def _decimals(decision: Decision) -> int:
+    """Decimals that show the interval's width (else the margin's) to two significant digits."""
+    width = decision.interval[1] - decision.interval[0] if decision.interval else 0.0
+    scale = width if math.isfinite(width) and width > 0 else decision.margin
+    return max(0, 1 - math.floor(math.log10(scale)))
+
+
+def _optional(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def decide(
+    variant: Mapping[Hashable, float],
+    baseline: Mapping[Hashable, float],
+    *,
+    margin: float,
+    higher_is_better: bool,
+    looks: Looks,
+    rank_based: bool = False,
+) -> Decision:
+    """The verdict of ``variant`` against ``baseline`` (seed -> headline metric value) under the rule
+    of this module: paired tests when both sides have the same seeds, else Welch / Mann-Whitney;
+    ``rank_based`` (a side mixes seeds that learned and seeds that did not) decides by a rank test.
+
+    The look is the number of pairs, or the smaller side's seed count when unpaired; its α is
+    ``looks.per_look_alpha`` whatever that number is."""
+    if not margin > 0:
+        raise ValueError(f"decide: margin={margin} must be positive (the smallest difference that matters)")
+    if not variant or not baseline:
+        raise ValueError(
+            f"decide: a side without seeds ({len(variant)} variant, {len(baseline)} baseline values); "
+            "a question needs at least one seed on each side"
+        )
+    if not all(math.isfinite(v) for v in (*variant.values(), *baseline.values())):
+        raise ValueError("decide: a value is not finite; count a diverged seed at stats.diverged_value first")
+    paired = variant.keys() == baseline.keys()
+    seeds = list(variant)
+    a = np.array([variant[s] for s in seeds] if paired else list(variant.values()), dtype=float)
+    b = np.array([baseline[s] for s in seeds] if paired else list(baseline.values()), dtype=float)
+    alpha = looks.per_look_alpha
+    n = (len(a),) if paired else (len(a), len(b))
+    moments = paired_moments(a[None], b[None]) if paired else welch_moments(a[None], b[None])
+    tests = t_tests(moments, margin, alpha)
+    has_interval = bool(moments.spread[0])
+    interval = (float(tests.low[0]), float(tests.high[0])) if has_interval else None
+    if rank_based:
+        ranks = signed_rank_tests(a[None] - b[None]) if paired else rank_sum_tests(a[None], b[None])
+        verdict = str(rank_verdicts(ranks, alpha, higher_is_better)[0])
+        test, p_value, p_equivalence, equivalence_interval = (
+            SIGNED_RANK if paired else RANK_SUM,
+            float(ranks.p_value[0]),
+            None,
+            None,
+        )
+        excludes_zero = p_value < alpha
+    else:
+        verdicts, rejects = t_verdicts(moments, tests, margin, alpha, higher_is_better)
+        verdict, excludes_zero = str(verdicts[0]), bool(rejects[0])
+        test = (PAIRED_T if paired else WELCH_T) if has_interval else NO_TEST
+        p_value, p_equivalence = _optional(tests.p_value[0]), _optional(tests.p_equivalence[0])
+        equivalence_interval = (
+            (float(tests.equivalence_low[0]), float(tests.equivalence_high[0])) if has_interval else None
+        )
+    return Decision(
+        verdict=verdict,
+        test=test,
+        difference=float(a.mean() - b.mean()),
+        interval=interval,
+        equivalence_interval=equivalence_interval,
+        p_value=p_value,
+        p_equivalence=p_equivalence,
+        margin=margin,
+        alpha=alpha,
+        n=n,
+        excludes_zero=excludes_zero,
+        prob_improvement=float(prob_improvement(a, b, higher_is_better)),
+        prob_improvement_interval=prob_improvement_interval(a, b, higher_is_better),
+        final=verdict != UNDECIDED or looks.is_last(n[0] if paired else min(n)),
+    )

@@ -1,0 +1,263 @@
+"""The verdict rule (blockbench.report.decide) against scipy's own tests and hand computations: the
+planned looks and their α/K, the paired and Welch t tests and TOST, the four verdicts (equivalence
+winning over a difference below the margin), the rank tests for bimodal values, the probability of
+improvement, the cases without spread, and the one-line description. The error rates the rule
+claims are checked by simulation in tests/e2e/test_verdict_error_rates.py."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from blockbench.report.decide import (
+    BETTER,
+    EQUIVALENT,
+    NO_TEST,
+    PAIRED_T,
+    RANK_SUM,
+    SIGNED_RANK,
+    UNDECIDED,
+    WELCH_T,
+    WORSE,
+    Looks,
+    decide,
+    paired_moments,
+    prob_improvement,
+    prob_improvement_interval,
+    signed_rank_tests,
+    t_tests,
+    t_verdicts,
+)
+
+FIXED3 = Looks.fixed(3)
+PLAN = Looks.plan(3, 9, 3)
+
+
+def seeds(values):
+    return dict(enumerate(values))
+
+
+# looks ----------------------------------------------------------------------------------------------
+
+
+def test_a_plan_looks_at_min_every_step_and_always_at_max_and_splits_alpha_equally():
+    assert PLAN.sizes == (3, 6, 9) and PLAN.per_look_alpha == pytest.approx(0.05 / 3)
+    assert Looks.plan(3, 8, 3).sizes == (3, 6, 8)  # the last look is max even off the step
+    assert Looks.plan(3, 3, 3).sizes == (3,) and Looks.plan(3, 3, 3).per_look_alpha == 0.05
+    assert Looks((3,)) == FIXED3 and FIXED3.per_look_alpha == 0.05
+    assert Looks.plan(2, 10, 4, alpha=0.1).sizes == (2, 6, 10)
+    assert Looks.plan(2, 10, 4, alpha=0.1).per_look_alpha == pytest.approx(0.1 / 3)
+    assert [PLAN.next_size(n) for n in (0, 3, 4, 6, 8, 9, 12)] == [3, 6, 6, 9, 9, None, None]
+    assert [PLAN.is_last(n) for n in (3, 6, 8, 9, 10)] == [False, False, False, True, True]
+    with pytest.raises(ValueError, match=r"needs 1 <= min <= max"):
+        Looks.plan(6, 3, 3)
+    with pytest.raises(ValueError, match=r"increasing seed counts"):
+        Looks((6, 3))
+    with pytest.raises(ValueError, match=r"alpha=1.5 must lie between 0 and 1"):
+        Looks((3,), alpha=1.5)
+
+
+# the t tests ----------------------------------------------------------------------------------------
+
+
+def test_paired_t_and_tost_match_scipy_at_the_per_look_alpha():
+    variant, baseline = [7.339, 7.402, 7.448, 7.40, 7.36, 7.39], [7.349, 7.356, 7.363, 7.35, 7.37, 7.36]
+    margin = 0.0736
+    decision = decide(seeds(variant), seeds(baseline), margin=margin, higher_is_better=False, looks=PLAN)
+    d = np.subtract(variant, baseline)
+    alpha = 0.05 / 3
+    assert decision.test == PAIRED_T and decision.n == (6,) and decision.alpha == pytest.approx(alpha)
+    assert decision.difference == pytest.approx(d.mean())
+    assert decision.p_value == pytest.approx(scipy_stats.ttest_rel(variant, baseline).pvalue, rel=1e-10)
+    # TOST as two one-sided scipy tests: d > -margin and d < +margin
+    lower = scipy_stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(d, margin, alternative="less").pvalue
+    assert decision.p_equivalence == pytest.approx(max(lower, upper), rel=1e-10)
+    se = d.std(ddof=1) / math.sqrt(6)
+    assert decision.interval == pytest.approx(
+        (d.mean() - scipy_stats.t.ppf(1 - alpha / 2, 5) * se, d.mean() + scipy_stats.t.ppf(1 - alpha / 2, 5) * se)
+    )
+    assert decision.equivalence_interval == pytest.approx(
+        (d.mean() - scipy_stats.t.ppf(1 - alpha, 5) * se, d.mean() + scipy_stats.t.ppf(1 - alpha, 5) * se)
+    )
+    # the verdict follows the tests: equivalent exactly when TOST's interval lies inside ± the margin
+    inside = -margin < decision.equivalence_interval[0] and decision.equivalence_interval[1] < margin
+    assert (decision.verdict == EQUIVALENT) == inside == (decision.p_equivalence < alpha)
+
+
+def test_welch_t_and_tost_match_scipy_when_the_seeds_differ():
+    variant, baseline = {0: 0.865, 1: 0.842, 2: 0.874, 3: 0.85}, {0: 0.795, 1: 0.738, 5: 0.791}
+    margin = 0.005
+    decision = decide(variant, baseline, margin=margin, higher_is_better=True, looks=FIXED3)
+    a, b = list(variant.values()), list(baseline.values())
+    assert decision.test == WELCH_T and decision.n == (4, 3)
+    assert decision.p_value == pytest.approx(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
+    lower = scipy_stats.ttest_ind(np.add(a, margin), b, equal_var=False, alternative="greater").pvalue
+    upper = scipy_stats.ttest_ind(np.subtract(a, margin), b, equal_var=False, alternative="less").pvalue
+    assert decision.p_equivalence == pytest.approx(max(lower, upper), rel=1e-10)
+    assert decision.p_value < 0.05 and decision.verdict == BETTER and decision.excludes_zero and decision.final
+
+
+def test_better_and_worse_follow_the_metric_direction():
+    low, high = [1.0, 2.0, 3.0, 4.0], [1.5, 2.6, 3.4, 4.5]  # high - low: +0.5, +0.6, +0.4, +0.5
+    looks = Looks.fixed(4)
+    assert decide(seeds(high), seeds(low), margin=0.1, higher_is_better=True, looks=looks).verdict == BETTER
+    assert decide(seeds(high), seeds(low), margin=0.1, higher_is_better=False, looks=looks).verdict == WORSE
+    assert decide(seeds(low), seeds(high), margin=0.1, higher_is_better=True, looks=looks).verdict == WORSE
+    assert decide(seeds(low), seeds(high), margin=0.1, higher_is_better=False, looks=looks).verdict == BETTER
+
+
+def test_a_real_difference_below_the_margin_is_equivalent_and_says_it_excluded_zero():
+    baseline = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
+    variant = [b + 0.1 + e for b, e in zip(baseline, [0.01, -0.01, 0.02, -0.02, 0.0, 0.0], strict=True)]
+    decision = decide(seeds(variant), seeds(baseline), margin=1.0, higher_is_better=True, looks=Looks.fixed(6))
+    assert decision.p_value < 0.05 and decision.p_equivalence < 0.05
+    assert decision.verdict == EQUIVALENT and decision.excludes_zero and decision.interval[0] > 0
+    assert "the difference excludes zero but lies within the margin" in decision.describe()
+
+
+def test_the_split_alpha_decides_less_than_a_single_look_on_the_same_seeds():
+    # paired differences +0.3, +0.5, +0.4: p = 0.0198, below 0.05 but above 0.05 / 3
+    variant, baseline = seeds([1.3, 2.5, 3.4]), seeds([1.0, 2.0, 3.0])
+    p = scipy_stats.ttest_rel([1.3, 2.5, 3.4], [1.0, 2.0, 3.0]).pvalue
+    assert 0.05 / 3 < p < 0.05
+    once = decide(variant, baseline, margin=0.1, higher_is_better=True, looks=FIXED3)
+    first_of_three = decide(variant, baseline, margin=0.1, higher_is_better=True, looks=PLAN)
+    assert (once.verdict, once.final) == (BETTER, True)
+    assert (first_of_three.verdict, first_of_three.final) == (UNDECIDED, False)  # six seeds next
+    assert "more seeds to come" in first_of_three.describe()
+    # at the last look an undecided question is final; a decided one is final at any look
+    at_last = decide(
+        seeds([1.3, 2.5, 3.4, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0]),
+        seeds([1.0, 2.0, 3.0, 1.2, 0.7, 1.1, 2.3, 1.8, 2.1]),
+        margin=0.1,
+        higher_is_better=True,
+        looks=PLAN,
+    )
+    assert at_last.verdict == UNDECIDED and at_last.final
+
+
+# rank tests -----------------------------------------------------------------------------------------
+
+
+def test_rank_based_decisions_use_scipy_exact_tests_and_are_never_equivalent():
+    # nine seed pairs, the variant ahead in every one: the exact signed-rank p is 2 / 2^9
+    baseline = [99.0, 98.5, 0.9, 99.2, 98.8, 0.9, 99.1, 98.9, 99.3]
+    variant = [b + 0.05 * (i + 1) for i, b in enumerate(baseline)]
+    decision = decide(seeds(variant), seeds(baseline), margin=1.0, higher_is_better=True, looks=PLAN, rank_based=True)
+    assert decision.test == SIGNED_RANK and decision.p_value == pytest.approx(2 / 512)
+    assert decision.verdict == BETTER and decision.excludes_zero
+    assert decision.p_equivalence is None and decision.equivalence_interval is None
+    # the same values by the t rule: equivalent (every difference is below the margin); a rank test never says so
+    assert decide(seeds(variant), seeds(baseline), margin=1.0, higher_is_better=True, looks=PLAN).verdict == EQUIVALENT
+    # three pairs can never reach α: the smallest exact two-sided p is 2 / 2^3
+    three = decide(
+        seeds(variant[:3]), seeds(baseline[:3]), margin=1.0, higher_is_better=True, looks=PLAN, rank_based=True
+    )
+    assert three.p_value == pytest.approx(0.25) and three.verdict == UNDECIDED and not three.final
+    # unpaired: the exact Mann-Whitney U test
+    other = {k + 100: v for k, v in seeds(baseline).items()}
+    unpaired = decide(seeds(variant), other, margin=1.0, higher_is_better=False, looks=PLAN, rank_based=True)
+    reference = scipy_stats.mannwhitneyu(variant, baseline, method="exact")
+    assert unpaired.test == RANK_SUM and unpaired.n == (9, 9)
+    assert unpaired.p_value == pytest.approx(reference.pvalue)
+    assert unpaired.verdict == UNDECIDED  # two low seeds on each side: the ranks barely lean
+
+
+def test_the_signed_rank_test_drops_zero_differences_and_its_sign_follows_the_ranks():
+    # zeros (both seeds of a pair at the trivial baseline) are dropped, then scipy's exact test
+    d = np.array([[0.0, 1.0, 2.0, -0.5, 0.0, 3.0, 4.0]])
+    tests = signed_rank_tests(d)
+    assert tests.p_value[0] == pytest.approx(scipy_stats.wilcoxon([1.0, 2.0, -0.5, 3.0, 4.0], method="exact").pvalue)
+    assert tests.sign[0] == 1.0
+    both = signed_rank_tests(np.array([[0.0, 0.0, 0.0], [-1.0, -2.0, 0.5]]))
+    assert both.p_value[0] == 1.0 and both.sign[0] == 0.0  # nothing left: no evidence
+    assert both.sign[1] == -1.0  # ranks 2 and 3 negative, 1 positive
+    # rows of different zero counts in one call give each row's own test
+    many = signed_rank_tests(np.array([[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]))
+    assert many.p_value.tolist() == pytest.approx([0.5, 0.25])
+
+
+# probability of improvement -------------------------------------------------------------------------
+
+
+def test_probability_of_improvement_counts_all_seed_pairs_with_ties_as_half():
+    variant, baseline = [3.0, 1.0, 2.0], [2.0, 0.0]
+    # pairs (v > b): 3>2, 3>0, 1<2, 1>0, 2=2 (half), 2>0 -> (4 + 0.5) / 6
+    assert prob_improvement(np.array(variant), np.array(baseline), higher_is_better=True) == pytest.approx(4.5 / 6)
+    assert prob_improvement(np.array(variant), np.array(baseline), higher_is_better=False) == pytest.approx(1.5 / 6)
+    # it is the Mann-Whitney U of the variant over n_a n_b (scipy counts ties as half too)
+    u = scipy_stats.mannwhitneyu(variant, baseline).statistic
+    assert prob_improvement(np.array(variant), np.array(baseline), True) == pytest.approx(u / 6)
+    interval = prob_improvement_interval(np.array(variant), np.array(baseline), True)
+    assert interval == prob_improvement_interval(np.array(variant), np.array(baseline), True)  # fixed random state
+    assert 0 <= interval[0] <= 4.5 / 6 <= interval[1] <= 1
+    assert prob_improvement_interval(np.array([1.0]), np.array(baseline), True) is None  # one seed: no interval
+    decision = decide(seeds(variant), {10: 2.0, 11: 0.0}, margin=0.5, higher_is_better=True, looks=FIXED3)
+    assert decision.prob_improvement == pytest.approx(4.5 / 6) and decision.prob_improvement_interval == interval
+
+
+# no spread, one seed, bad input ---------------------------------------------------------------------
+
+
+def test_without_spread_identical_sides_are_equivalent_and_a_constant_step_beyond_the_margin_is_undecided():
+    saturated = decide(seeds([100.0] * 3), seeds([100.0] * 3), margin=1.0, higher_is_better=True, looks=FIXED3)
+    assert (saturated.verdict, saturated.test, saturated.p_value, saturated.interval) == (
+        EQUIVALENT,
+        NO_TEST,
+        None,
+        None,
+    )
+    assert saturated.final and not saturated.excludes_zero
+    small_step = decide(
+        seeds([0.802, 0.812, 0.822]), seeds([0.8, 0.81, 0.82]), margin=0.005, higher_is_better=True, looks=FIXED3
+    )
+    assert small_step.verdict == EQUIVALENT and small_step.test == NO_TEST  # +0.002 in every seed, within 0.005
+    step = decide(seeds([2.0, 3.0, 4.0]), seeds([1.0, 2.0, 3.0]), margin=0.5, higher_is_better=True, looks=FIXED3)
+    assert (step.verdict, step.test, step.p_value) == (UNDECIDED, NO_TEST, None)
+    welch_constant = decide(
+        {0: 100.0, 1: 100.0}, {5: 100.0, 6: 100.0, 7: 100.0}, margin=1.0, higher_is_better=True, looks=FIXED3
+    )
+    assert welch_constant.verdict == EQUIVALENT and welch_constant.n == (2, 3)
+    one_seed = decide({0: 0.5}, {0: 0.5}, margin=0.1, higher_is_better=True, looks=PLAN)
+    assert (one_seed.verdict, one_seed.test, one_seed.final) == (UNDECIDED, NO_TEST, False)
+    assert one_seed.prob_improvement == 0.5 and one_seed.prob_improvement_interval is None
+
+
+def test_bad_input_says_what_is_wrong():
+    with pytest.raises(ValueError, match="margin=0 must be positive"):
+        decide(seeds([1.0, 2.0]), seeds([1.0, 2.0]), margin=0, higher_is_better=True, looks=FIXED3)
+    with pytest.raises(ValueError, match="a side without seeds"):
+        decide({}, seeds([1.0, 2.0]), margin=1, higher_is_better=True, looks=FIXED3)
+    with pytest.raises(ValueError, match="diverged seed"):
+        decide(seeds([math.nan, 2.0]), seeds([1.0, 2.0]), margin=1, higher_is_better=True, looks=FIXED3)
+
+
+# one line, and the array functions ------------------------------------------------------------------
+
+
+def test_describe_gives_the_verdict_the_test_and_the_numbers_in_one_line():
+    # post-norm vs pre-norm LM perplexity in the issue: +23.29, every seed far worse
+    decision = decide(
+        seeds([30.65, 30.633, 30.64]), seeds([7.349, 7.356, 7.363]), margin=0.0736, higher_is_better=False, looks=PLAN
+    )
+    assert decision.describe() == (
+        "worse (paired t, n=3, α/K=0.0167): +23.29 [+23.22, +23.35], margin ±0.0736; P(better)=0.00 [0.00, 0.00]"
+    )
+
+
+def test_the_array_functions_give_decide_s_verdicts_row_by_row():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.0, 1.0, (200, 6)), rng.normal(0.0, 1.0, (200, 6))
+    a[:50] += 2.0  # some better
+    a[50:100] = b[50:100] + rng.normal(0.0, 0.05, (50, 6))  # some equivalent
+    alpha = PLAN.per_look_alpha
+    moments = paired_moments(a, b)
+    verdicts, rejects = t_verdicts(moments, t_tests(moments, 0.5, alpha), 0.5, alpha, higher_is_better=True)
+    rows = [
+        decide(seeds(x), seeds(y), margin=0.5, higher_is_better=True, looks=PLAN) for x, y in zip(a, b, strict=True)
+    ]
+    assert verdicts.tolist() == [r.verdict for r in rows]
+    assert rejects.tolist() == [r.excludes_zero for r in rows]
+    assert {BETTER, EQUIVALENT, UNDECIDED} <= set(verdicts.tolist())
