@@ -1,0 +1,113 @@
+"""benchmarks/verdict_error_rates.py: the noise it reads from a book (checked on a book written here
+with known variances), the rates it simulates checked against known truth (the nominal error rates,
+power at a huge difference, decide.decide agreeing with the array functions), and the report it writes."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy
+from conftest import REPO
+
+from blockbench.record import CellRecord, write_record
+from blockbench.report.decide import BETTER, EQUIVALENT, WORSE, Looks
+
+
+def script():
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    return importlib.import_module("verdict_error_rates")
+
+
+def write_book(root: Path, matrix: str, variants: dict[str, list[float]], steps: int = 300, verdicts: bool = True):
+    (root / matrix).mkdir(parents=True, exist_ok=True)
+    (root / matrix / "matrix.yaml").write_text(f"name: {matrix}\n" + ("" if verdicts else "verdicts: false\n"))
+    for variant, values in variants.items():
+        for seed, value in enumerate(values):
+            record = CellRecord(
+                status="ok",
+                task="lm",
+                seed=seed,
+                steps=steps,
+                metrics={"perplexity": value},
+                primary_metric="perplexity",
+                baselines={"perplexity": 30.6},
+            )
+            write_record(root / matrix / "cells" / "lm" / variant / f"seed{seed}" / "result.json", record)
+
+
+def test_the_noise_is_the_robust_pooled_sd_of_seed_matched_differences(tmp_path):
+    a = [7.0, 7.1, 7.2]
+    b = [x + d for x, d in zip(a, [0.0, 0.1, 0.2], strict=True)]  # a - b has variance 0.01
+    c = [x + d for x, d in zip(a, [0.0, 0.0, 0.3], strict=True)]  # a - c 0.03, b - c 0.01
+    d = [x + d for x, d in zip(a, [0.5, -0.5, 0.0], strict=True)]  # a - d 0.25
+    write_book(tmp_path, "m1", {"a": a, "b": b, "c": c})
+    write_book(tmp_path, "m1", {"a_long": [6.0, 6.5, 7.0], "b_long": [9.0, 6.0, 6.0]}, steps=1500)  # another budget
+    write_book(tmp_path, "m2", {"a": a, "d": d})
+    write_book(tmp_path, "m3", {"a": a, "b": b})  # the same pair again: counts once
+    write_book(tmp_path, "smoke", {"a": [1.0, 2.0, 3.0], "e": [30.0, 1.0, 9.0]}, verdicts=False)  # left out
+    noise = script().measure_noise(tmp_path, script().FAMILIES[0])
+    # variances 0.01, 0.03, 0.01, 0.25: median 0.02; the median of chi2(2) / 2 is ln 2
+    assert noise.pairs == 4
+    assert noise.sd == pytest.approx(math.sqrt(0.02 / math.log(2)))
+    assert noise.sd_mean == pytest.approx(math.sqrt((0.01 + 0.03 + 0.01 + 0.25) / 4))
+    assert noise.baseline_mean == pytest.approx(7.1)  # a: in three matrices
+    assert noise.margin == pytest.approx(0.071) and noise.trivial == 30.6
+
+
+def noise_like(sd_in_margins: float, higher_is_better: bool = True):
+    module = script()
+    family = module.Family("vit", "test accuracy", "accuracy", higher_is_better, 0.01)
+    return module.Noise(family, sd_in_margins * 0.01, 0.0, 1, 0.8, 0.2, 0.01)
+
+
+@pytest.mark.parametrize(("plan", "looks"), [("rounds", Looks.plan(3, 9, 3)), ("fixed", Looks.fixed(3))])
+def test_simulated_rates_keep_the_claims_and_the_power_reaches_one(plan, looks):
+    module = script()
+    reps = 4000
+    slack = 4 * math.sqrt(0.05 * 0.95 / reps)  # four Monte-Carlo standard errors at the nominal rate
+    for noise in (noise_like(0.6), noise_like(5.0, higher_is_better=False)):
+        run = module.simulate(noise, plan, looks, reps, np.random.default_rng(1))
+        assert run.checked > 0 and run.agreed == run.checked  # decide.decide gives the same verdicts
+        assert run.power[0.0].share(BETTER, WORSE) <= 0.05 + slack
+        assert run.power[1.0].share(EQUIVALENT) <= 0.05 + slack
+        assert run.minus_margin.share(EQUIVALENT) <= 0.05 + slack
+        for (pairing, rule), rates in run.bimodal.items():
+            assert rates.share(BETTER, WORSE) <= 0.05 + slack, (pairing, rule)
+            if rule == "rank test":
+                assert rates.share(EQUIVALENT) == 0.0
+        assert run.power[4.0].shares[WORSE] <= 0.025 + slack  # better in truth: called worse at most alpha / 2
+    # a single look at noise far above the margin almost never shows equivalence, so the t test's size is
+    # exactly alpha: the simulated null rate is not merely small, it is 0.05
+    if looks.per_look_alpha == 0.05:
+        loud = module.simulate(noise_like(20.0), plan, looks, reps, np.random.default_rng(2))
+        assert abs(loud.power[0.0].share(BETTER, WORSE) - 0.05) <= slack
+    # a difference of 4 margins with noise a tenth of a margin: every question is decided better at the first look
+    quiet = module.simulate(noise_like(0.1, higher_is_better=False), plan, looks, 500, np.random.default_rng(3))
+    assert quiet.power[4.0].shares[BETTER] == 1.0 and quiet.power[4.0].mean_seeds == 3.0
+
+
+def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
+    out = tmp_path / "rates.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "verdict_error_rates.py"), "--reps", "300", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    assert "Produced by `python benchmarks/verdict_error_rates.py --reps 300 --out " in text
+    assert f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}" in text
+    assert "- CPU: " in text and "300 simulated questions per scenario" in text
+    for family in ("LM perplexity", "translation BLEU", "ViT accuracy"):
+        assert text.count(f"| {family}") == 1 + 2 + 2 * 6 + 2 * 5  # noise, claims, bimodal and power rows
+    assert "SD of seed-matched differences" in done.stdout
