@@ -15,7 +15,7 @@ import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
@@ -126,6 +126,12 @@ class TaskConfig(BaseModel, ABC):
     label: str | None = Field(
         None, description="row name in summaries and results folders; default: the preset or task name"
     )
+    eval_split: Literal["validation", "tuning"] = Field(
+        "validation",
+        description="the split validation scores: 'validation' (the reported one) or 'tuning' (never trained on, "
+        "never reported: for choosing settings; a generated task draws it apart, a real-data task holds out "
+        "task.tuning_fraction of its training data for it)",
+    )
 
     @field_validator("label")
     @classmethod
@@ -170,10 +176,44 @@ def derived_data_seed(seed: int, task_name: str) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
 
 
+#: seed of the permutation that picks a real-data task's tuning items: fixed, so that the held-out
+#: part is the same in every run, like the dataset's own splits (it is part of the data, not of a seed)
+TUNING_HOLDOUT_SEED = 31
+
+
+def held_out_for_tuning(n_items: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(training items, tuning items) of a real-data task's ``n_items`` training items, each sorted:
+    ``round(fraction * n_items)`` of them (at least one, and one left to train on) drawn by a fixed
+    permutation (``TUNING_HOLDOUT_SEED``), so that tuning items are spread over the data, whatever
+    order the dataset lists them in."""
+    if n_items < 2:
+        raise ValueError(f"{n_items} training item(s): too few to hold out a tuning split; add training data")
+    n_tuning = min(max(1, round(fraction * n_items)), n_items - 1)
+    order = np.random.default_rng(TUNING_HOLDOUT_SEED).permutation(n_items)
+    return np.sort(order[n_tuning:]), np.sort(order[:n_tuning])
+
+
+class RealDataTaskConfig(TaskConfig):
+    """A task on real data (a hub dataset or local files): the data are the dataset, the same for every
+    seed. A share of its training data, ``tuning_fraction``, is always held out as the tuning split
+    (``eval_split: tuning`` validates on it), so that a tuning cell trains on exactly what a reported
+    cell trains on and no choice of settings looks at the reported validation split."""
+
+    tuning_fraction: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="share of the training data held out as the tuning split, whatever eval_split says (never "
+        "trained on)",
+    )
+
+
 class EmbeddedTaskConfig(TaskConfig):
     """A task on data that blockbench generates, no download: deterministic from the data seed,
     which by default the run's training seed decides (``derived_data_seed``), so that the spread over
-    seeds includes the draw of the data; ``data_seed: 1234`` fixes the draw for every seed."""
+    seeds includes the draw of the data; ``data_seed: 1234`` fixes the draw for every seed. Its
+    tuning split (``eval_split: tuning``) is drawn from a stream of its own, as large as the
+    validation set; the training data do not depend on which split is scored."""
 
     data_seed: int | None = Field(
         None,

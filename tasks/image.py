@@ -8,6 +8,11 @@ Training images are augmented per item with ``torchvision.transforms.v2`` (rando
 padding, horizontal flip, RandAugment) and optionally mixed per batch (MixUp/CutMix, giving soft
 targets); validation images are only normalized. Metric: top-1 validation accuracy; baseline:
 always predicting the class most frequent in the training labels.
+
+``task.tuning_fraction`` of the training images, picked by a fixed permutation
+(``base.held_out_for_tuning``), is always held out as the tuning split: never trained on, not in
+the normalization statistics, and scored instead of the validation images with
+``task.eval_split: tuning``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,17 @@ from torchvision.transforms import v2
 
 from blockbench.models import ModelConfig
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, WorkerRngState, with_data_fields
+from .base import (
+    Metric,
+    OptimizerConfig,
+    RealDataTaskConfig,
+    TaskDataModule,
+    WorkerRngState,
+    held_out_for_tuning,
+    with_data_fields,
+)
 from .baselines import majority_class_accuracy
-from .data.images import ImageSource, PreparedImages, prepare_images
+from .data.images import ImageSource, PreparedImages, channel_stats, prepare_images
 from .vision import VisionTask
 
 # --------------------------------------------------------------------------- config
@@ -47,7 +60,7 @@ class AugmentConfig(BaseModel):
     )
 
 
-class ImageTaskConfig(TaskConfig):
+class ImageTaskConfig(RealDataTaskConfig):
     family = "vit"
     throughput_unit = "images"
     description = "ViT classification of real images (npz, image folder, HF hub or torchvision CIFAR)"
@@ -163,16 +176,26 @@ class ImageDataModule(TaskDataModule):
         if self.train_set is not None:
             return
         images = self.load()
-        if len(images.train_labels) < self.batch_size:
+        #: the dataset's training images this task trains on, and those it holds out for tuning (indices)
+        self.train_rows, self.tuning_rows = held_out_for_tuning(len(images.train_labels), self.cfg.tuning_fraction)
+        if len(self.train_rows) < self.batch_size:
             raise ValueError(
-                f"{len(images.train_labels)} training images, fewer than one batch (trainer.batch_size="
-                f"{self.batch_size}); lower the batch size or add images"
+                f"{len(self.train_rows)} training images (after holding out task.tuning_fraction="
+                f"{self.cfg.tuning_fraction}), fewer than one batch (trainer.batch_size={self.batch_size}); "
+                "lower the batch size or add images"
             )
-        normalize = normalization(images.mean, images.std)
+        train_images, self.train_labels = images.train_images[self.train_rows], images.train_labels[self.train_rows]
+        if self.cfg.eval_split == "validation":
+            val_images, self.val_labels = images.val_images, images.val_labels
+        else:
+            val_images, self.val_labels = images.train_images[self.tuning_rows], images.train_labels[self.tuning_rows]
+        #: per-channel statistics of the images trained on (the tuning images left out)
+        self.mean, self.std = channel_stats(train_images)
+        normalize = normalization(self.mean, self.std)
         self.train_set = self._dataset(
-            images.train_images, images.train_labels, augmentation(self.cfg.augment, self.cfg.image_size) + normalize
+            train_images, self.train_labels, augmentation(self.cfg.augment, self.cfg.image_size) + normalize
         )
-        self.val_set = self._dataset(images.val_images, images.val_labels, normalize)
+        self.val_set = self._dataset(val_images, self.val_labels, normalize)
 
     @staticmethod
     def _dataset(images: np.ndarray, labels: np.ndarray, steps: list[v2.Transform]) -> ImageDataset:
@@ -187,13 +210,14 @@ class ImageDataModule(TaskDataModule):
         return self.validation_loader(self.val_set)
 
     def data_summary(self) -> dict[str, Any]:
-        images = self.load()
+        self.setup()  # idempotent: the split into training and tuning images
         return {
-            "n_classes": len(images.class_names),
-            "train_images": len(images.train_labels),
-            "val_images": len(images.val_labels),
+            "n_classes": len(self.load().class_names),
+            "train_images": len(self.train_labels),
+            "val_images": len(self.val_labels),
+            "tuning_images_held_out": len(self.tuning_rows),
         }
 
     def baselines(self) -> dict[str, float]:
-        images = self.load()
-        return {"accuracy": majority_class_accuracy(images.train_labels, images.val_labels)}
+        self.setup()
+        return {"accuracy": majority_class_accuracy(self.train_labels, self.val_labels)}

@@ -43,7 +43,9 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
         None, gt=1, description="validation context length; longer than seq_len tests length extrapolation"
     )
     n_train_tokens: int = Field(400_000, gt=0, description="tokens of generated training text")
-    n_val_tokens: int = Field(16_384, gt=0, description="tokens of generated validation text (another seed)")
+    n_val_tokens: int = Field(
+        16_384, gt=0, description="tokens of generated validation text (another stream; the tuning text is as long)"
+    )
     n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
     max_depth: int = Field(2, ge=1, description="nesting depth of relative clauses / prepositional phrases")
 
@@ -90,6 +92,7 @@ class AgreementDataModule(TaskDataModule):
             max_depth=self.cfg.max_depth,
             probe_len=self.cfg.seq_len,
             seed=self.data_seed,
+            held_out=self.cfg.eval_split,
         )
         # each row holds seq_len inputs and, shifted by one, seq_len targets
         self.train_rows = _blocks(self.corpus.train, self.cfg.seq_len + 1)

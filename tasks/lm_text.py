@@ -4,6 +4,10 @@ The text is tokenized with tiktoken (``task.tokenizer``), cached, concatenated a
 blocks of ``seq_len + 1`` tokens (inputs and next-token targets). Metrics: validation loss,
 perplexity and bits per byte (loss per UTF-8 byte of the targets, which, unlike perplexity, does
 not depend on the tokenizer). Baseline: an add-one unigram model of the training tokens.
+
+The last ``task.tuning_fraction`` of the training tokens is always held out as the tuning split
+(one contiguous stretch: blocks cut from the middle of the text would leave each held-out block's
+context in training); ``task.eval_split: tuning`` validates on it instead of the validation split.
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ from torchmetrics import SumMetric
 
 from blockbench.models import ModelConfig, logit_lens_depth
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule, with_data_fields
+from .base import Metric, OptimizerConfig, RealDataTaskConfig, TaskDataModule, TaskModule, with_data_fields
 from .data.text import TextData
 from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
 from .lens import LensLosses, LogitLensConfig
 from .lm import next_token_lens, next_token_loss
 
 
-class TextLMTaskConfig(LogitLensConfig, TaskConfig):
+class TextLMTaskConfig(LogitLensConfig, RealDataTaskConfig):
     family = "decoder_lm"
     throughput_unit = "tokens"
     description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
@@ -45,7 +49,7 @@ class TextLMTaskConfig(LogitLensConfig, TaskConfig):
     tokenizer: TokenizerConfig = TokenizerConfig()
     seq_len: int = Field(256, gt=1, description="training and validation context length")
     max_val_tokens: int | None = Field(
-        1_000_000, gt=0, description="validate on at most this many held-out tokens (null: all of them)"
+        1_000_000, gt=0, description="validate on at most this many held-out tokens (null: all of them), tuning too"
     )
 
     def model_overrides(self) -> dict[str, Any]:
@@ -119,17 +123,25 @@ class TextLMDataModule(TaskDataModule):
         else:  # hold out the end of the training text, as nanoGPT does for Shakespeare
             cut = int(len(train) * (1 - data.val_fraction))
             train, val = train[:cut], train[cut:]
-        for split, stream in (("training", train), ("validation", val)):
+        # the tuning split: the end of what is left, held out whatever eval_split says
+        cut = len(train) - min(max(1, round(len(train) * self.cfg.tuning_fraction)), len(train) - 1)
+        train, tuning = train[:cut], train[cut:]
+        held_out = ("validation", val) if self.cfg.eval_split == "validation" else ("tuning", tuning)
+        for split, stream in (("training", train), held_out):
             if len(stream) <= seq_len:
                 raise ValueError(
                     f"the {split} text has {len(stream)} tokens, fewer than one block of task.seq_len={seq_len} + 1; "
                     "use more text or a shorter task.seq_len"
+                    + (", or raise task.tuning_fraction" if split == "tuning" else "")
                 )
         self.tokenizer = Tokenizer.for_training_tokens(
             self.cfg.tokenizer.encoding, self.cfg.tokenizer.compact_vocab, [train]
         )
         self.train_tokens = self.tokenizer.compact(train) if self.tokenizer.original_ids is not None else train
-        self.val_tokens = self.tokenizer.compact(val)[: (self.cfg.max_val_tokens or len(val)) + 1]
+        self.n_tuning_tokens = len(tuning)
+        scored = held_out[1]
+        #: the held-out tokens validation scores: the validation split's or (eval_split: tuning) the tuning split's
+        self.val_tokens = self.tokenizer.compact(scored)[: (self.cfg.max_val_tokens or len(scored)) + 1]
 
     def train_dataloader(self) -> DataLoader:
         return self.training_loader(TokenBlocks(self.train_tokens, self.cfg.seq_len))
@@ -143,6 +155,7 @@ class TextLMDataModule(TaskDataModule):
             "vocab_size": self.tokenizer.vocab_size,
             "train_tokens": len(self.train_tokens),
             "val_tokens": len(self.val_tokens),
+            "tuning_tokens_held_out": self.n_tuning_tokens,
         }
 
     def baselines(self) -> dict[str, float]:

@@ -130,7 +130,9 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
 
     name: Literal["translation"] = "translation"
     n_train: int = Field(40_000, gt=0, description="training sentence pairs")
-    n_val: int = Field(512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU)")
+    n_val: int = Field(
+        512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU); the tuning split has as many"
+    )
     max_len: int = Field(24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included")
     label_smoothing: float = Field(
         0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
@@ -181,7 +183,11 @@ class ParallelDataModule(TranslationDataModule):
         if self.corpus is not None:
             return
         self.corpus = generate_parallel_corpus(
-            n_train=self.cfg.n_train, n_val=self.cfg.n_val, max_len=self.cfg.max_len, seed=self.data_seed
+            n_train=self.cfg.n_train,
+            n_val=self.cfg.n_val,
+            max_len=self.cfg.max_len,
+            seed=self.data_seed,
+            held_out=self.cfg.eval_split,
         )
 
     def _dataset(self, split: str) -> TensorDataset:

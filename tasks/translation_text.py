@@ -6,6 +6,10 @@ Training pairs longer than ``max_len`` tokens (BOS/EOS included) on either side 
 validation pairs are all kept (sources truncated to ``max_len``), and BLEU compares the
 detokenized output with the untouched reference text. Batches group pairs of similar length.
 The LightningModule is the same ``TranslationTask`` as the embedded task's.
+
+``task.tuning_fraction`` of the training pairs, picked by a fixed permutation
+(``base.held_out_for_tuning``), is always held out as the tuning split: never trained on, and
+scored like the validation split (all kept, sorted by length) with ``task.eval_split: tuning``.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from blockbench.models import ModelConfig
 
-from .base import Metric, OptimizerConfig, with_data_fields
+from .base import Metric, OptimizerConfig, RealDataTaskConfig, held_out_for_tuning, with_data_fields
 from .data.text import ParallelData
 from .data.tokenizer import Tokenizer, TokenizerConfig, tokenized_pairs
 from .translation import DecodingConfig, SpecialIds, TranslationDataModule, TranslationTask, corpus_bleu
 
 
-class TextTranslationTaskConfig(DecodingConfig):
+class TextTranslationTaskConfig(DecodingConfig, RealDataTaskConfig):
     family = "encoder_decoder"
     throughput_unit = "target tokens"
     description = (
@@ -55,7 +59,9 @@ class TextTranslationTaskConfig(DecodingConfig):
     label_smoothing: float = Field(
         0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
     )
-    max_val_pairs: int | None = Field(None, gt=0, description="decode at most this many validation pairs (null: all)")
+    max_val_pairs: int | None = Field(
+        None, gt=0, description="decode at most this many validation (or tuning) pairs (null: all)"
+    )
     beam_size: int = Field(4, ge=1, description="1: greedy decoding; more: beam search")
 
     def model_overrides(self) -> dict[str, Any]:
@@ -77,6 +83,20 @@ class TextTranslationTaskConfig(DecodingConfig):
             logit_lens=self.logit_lens,
         )
         return task, datamodule
+
+
+def select_pairs(arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The tokenized pairs ``rows`` of ``arrays`` (flat ids and offsets per side, as ``tokenized_pairs``
+    gives them), in that order, as arrays of the same form."""
+    selected = {}
+    for side in ("src", "tgt"):
+        offsets = arrays[f"{side}_offsets"]
+        starts, lengths = offsets[rows], np.diff(offsets)[rows]
+        # every id of the chosen rows: each row's start repeated over its length, plus 0, 1, 2, ... within it
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        selected[side] = arrays[side][np.repeat(starts, lengths) + within]
+        selected[f"{side}_offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return selected
 
 
 class TokenizedPairs(Dataset):
@@ -185,6 +205,8 @@ class TextTranslationDataModule(TranslationDataModule):
         """Every split's tokenized pairs (tokenized once, then from the cache), loaded once."""
         if self._loaded_splits is None:
             data, encoding = self.cfg.data, self.cfg.tokenizer.encoding
+            # the texts of the scored split: the tuning split's references are training pairs
+            scored = data.val_split if self.cfg.eval_split == "validation" else data.train_split
             self._loaded_splits = {}
             for split in data.splits:
                 arrays, texts, self.cache_hits[split] = tokenized_pairs(
@@ -192,7 +214,7 @@ class TextTranslationDataModule(TranslationDataModule):
                     data.describe(split),
                     lambda split=split: data.pairs(split),
                     encoding,
-                    keep_texts=split == data.val_split,
+                    keep_texts=split == scored,
                 )
                 self._loaded_splits[split] = arrays, texts
         return self._loaded_splits
@@ -205,8 +227,15 @@ class TextTranslationDataModule(TranslationDataModule):
             return
         cfg = self.cfg
         splits = self._tokenized()
-        train, _ = splits[cfg.data.train_split]
-        val, self.val_texts = splits[cfg.data.val_split]
+        every_train, train_texts = splits[cfg.data.train_split]
+        train_rows, tuning_rows = held_out_for_tuning(len(every_train["src_offsets"]) - 1, cfg.tuning_fraction)
+        train = select_pairs(every_train, train_rows)
+        if cfg.eval_split == "validation":
+            val, self.val_texts = splits[cfg.data.val_split]
+        else:
+            val = select_pairs(every_train, tuning_rows)
+            self.val_texts = {side: [texts[i] for i in tuning_rows] for side, texts in train_texts.items()}
+        self.n_tuning_pairs = len(tuning_rows)
         self.tokenizer = Tokenizer.for_training_tokens(
             cfg.tokenizer.encoding, cfg.tokenizer.compact_vocab, [train["src"], train["tgt"]]
         )
@@ -231,7 +260,7 @@ class TextTranslationDataModule(TranslationDataModule):
         train_set.rows = np.flatnonzero(fits)
         self.train_set = train_set
 
-        # validation: held-out ids may fall back to bytes, so compact sentence by sentence
+        # validation (or tuning): held-out ids may fall back to bytes, so compact sentence by sentence
         n_val = min(len(val["src_offsets"]) - 1, cfg.max_val_pairs or len(val["src_offsets"]))
         sides = {}
         for side in ("src", "tgt"):
@@ -283,6 +312,7 @@ class TextTranslationDataModule(TranslationDataModule):
             "train_pairs": len(self.train_set),
             "train_pairs_dropped_over_max_len": self.n_train_dropped,
             "val_pairs": len(self.val_set),
+            "tuning_pairs_held_out": self.n_tuning_pairs,
         }
 
     def baselines(self) -> dict[str, float]:

@@ -35,7 +35,9 @@ class VisionTaskConfig(EmbeddedTaskConfig):
 
     name: Literal["vit"] = "vit"
     n_train: int = Field(20_000, gt=0, description="training images")
-    n_val: int = Field(2_000, gt=0, description="validation images (rendered from another seed)")
+    n_val: int = Field(
+        2_000, gt=0, description="validation images (rendered from another seed); the tuning split has as many"
+    )
     image_size: int = Field(32, gt=0, description="side of the rendered images in pixels")
 
     def model_overrides(self) -> dict[str, Any]:
@@ -69,10 +71,14 @@ class ShapesDataModule(TaskDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        # train and validation images come from independent seeds derived from data_seed
-        train_seed, val_seed = np.random.SeedSequence(self.data_seed).generate_state(2)
+        # training, validation and tuning images come from independent seeds derived from the data seed
+        # (generate_state(3)'s first two are generate_state(2)'s: a fixed seed draws what it drew before)
+        train_seed, val_seed, tuning_seed = np.random.SeedSequence(self.data_seed).generate_state(3)
+        held_out_seed = val_seed if self.cfg.eval_split == "validation" else tuning_seed
         train = generate_shapes(n_images=self.cfg.n_train, image_size=self.cfg.image_size, seed=int(train_seed))
-        self.val_data = generate_shapes(n_images=self.cfg.n_val, image_size=self.cfg.image_size, seed=int(val_seed))
+        self.val_data = generate_shapes(
+            n_images=self.cfg.n_val, image_size=self.cfg.image_size, seed=int(held_out_seed)
+        )
         pixels = torch.from_numpy(train.images).float().div_(255)
         mean, std = pixels.mean(dim=(0, 1, 2))[:, None, None], pixels.std(dim=(0, 1, 2))[:, None, None]
         self.train_labels = train.labels  # the majority-class baseline picks its class from these

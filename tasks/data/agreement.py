@@ -22,14 +22,17 @@ attractors when their number differs from the head's, e.g. (head "keys", attract
 so predicting "are" over "is" needs the sentence structure, not the nearest noun.
 
 The lexicon is fixed, so ``agreement_vocab()`` (and the vocabulary size) is known without
-generating anything. ``generate_agreement_corpus`` returns train and validation token
-streams and agreement probes: held-out sentences with the position of the main verb and
-its two number forms, scored as ``logit[correct] > logit[wrong]`` at the preceding position.
+generating anything. ``generate_agreement_corpus`` returns train and held-out token streams
+and agreement probes: held-out sentences with the position of the main verb and its two
+number forms, scored as ``logit[correct] > logit[wrong]`` at the preceding position. The
+held-out stream and probes are the validation ones, or (``held_out="tuning"``) those of the
+tuning split: drawn alike from streams of their own, never trained on and never reported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -108,7 +111,7 @@ _THE, _THAT = _ID[DETERMINER], _ID[COMPLEMENTIZER]
 class AgreementCorpus:
     vocab: list[str]
     train: np.ndarray  # int64 stream: sentences, each followed by "."
-    val: np.ndarray  # same format, independent random stream
+    val: np.ndarray  # the held-out stream (validation or tuning): same format, independent random stream
     probes: np.ndarray  # int64 (N, L): "." + sentence + ".", right-padded with <pad>
     probe_position: np.ndarray  # int64 (N,): column of the main verb, predicted from column - 1
     probe_correct: np.ndarray  # int64 (N,): the agreeing verb form
@@ -208,8 +211,9 @@ def _stream(draws: _Draws, n_tokens: int, max_depth: int) -> tuple[np.ndarray, s
     return np.asarray(tokens, dtype=np.int64), sentences
 
 
-def _probes(draws: _Draws, n_probes: int, max_depth: int, probe_len: int, train_sentences: set):
-    """Probe ``i`` has a plural head if ``i`` is odd and an attractor if ``i % 4 < 2``."""
+def _probes(draws: _Draws, n_probes: int, max_depth: int, probe_len: int, excluded: set):
+    """Probe ``i`` has a plural head if ``i`` is odd and an attractor if ``i % 4 < 2``; no probe
+    sentence is in ``excluded`` (the training sentences, and for the tuning probes the validation ones)."""
     rows = np.full((n_probes, probe_len), PAD_ID, dtype=np.int64)
     position = np.zeros(n_probes, dtype=np.int64)
     correct = np.zeros(n_probes, dtype=np.int64)
@@ -220,7 +224,7 @@ def _probes(draws: _Draws, n_probes: int, max_depth: int, probe_len: int, train_
         while True:
             sentence = _sentence(draws, max_depth, head_number)
             fits = len(sentence.tokens) + 1 <= probe_len  # +1 for the leading "."
-            if fits and sentence.attractor == want_attractor and tuple(sentence.tokens) not in train_sentences:
+            if fits and sentence.attractor == want_attractor and tuple(sentence.tokens) not in excluded:
                 break
         row = [SEPARATOR_ID, *sentence.tokens]
         rows[i, : len(row)] = row
@@ -231,6 +235,11 @@ def _probes(draws: _Draws, n_probes: int, max_depth: int, probe_len: int, train_
     return rows, position, correct, wrong, attractor
 
 
+def _probe_sentence(row: list[int]) -> tuple[int, ...]:
+    """The sentence of a probe row (``"." + sentence + "."`` and padding): its tokens, final "." included."""
+    return tuple(row[1 : row.index(SEPARATOR_ID, 1) + 1])
+
+
 def generate_agreement_corpus(
     *,
     n_train_tokens: int,
@@ -239,20 +248,34 @@ def generate_agreement_corpus(
     max_depth: int = 2,
     probe_len: int = 64,
     seed: int = 0,
+    held_out: Literal["validation", "tuning"] = "validation",
 ) -> AgreementCorpus:
-    """Train/val streams of whole sentences (each at least the requested length, ending in ".")
+    """Train/held-out streams of whole sentences (each at least the requested length, ending in ".")
     and ``n_probes`` held-out probe sentences: half with a singular head, half plural, at least
     half with an attractor, none appearing verbatim in the train stream.
+
+    Five independent generators spawned from ``seed`` draw the training stream, the validation
+    stream, the validation probes, the tuning stream and the tuning probes; ``held_out`` picks
+    which held-out pair the corpus holds. The training stream is the same for both, and the
+    tuning probes avoid the validation probes' sentences too.
     """
     if max_depth < 1:
         raise ValueError(f"max_depth must be >= 1 (a subject needs room for an attractor), got {max_depth}")
     shortest_attractor_probe = 9  # ". the key near the doors is red ." (subject + verb + complement)
     if probe_len < shortest_attractor_probe:
         raise ValueError(f"probe_len must be >= {shortest_attractor_probe}, got {probe_len}")
-    train_rng, val_rng, probe_rng = np.random.default_rng(seed).spawn(3)
+    if held_out not in ("validation", "tuning"):
+        raise ValueError(f"held_out must be 'validation' or 'tuning', got {held_out!r}")
+    # spawn(5)'s first three generators are spawn(3)'s: a fixed seed draws the data it drew before tuning existed
+    train_rng, val_rng, probe_rng, tuning_rng, tuning_probe_rng = np.random.default_rng(seed).spawn(5)
     train, train_sentences = _stream(_Draws(train_rng), n_train_tokens, max_depth)
-    val, _ = _stream(_Draws(val_rng), n_val_tokens, max_depth)
     probes = _probes(_Draws(probe_rng), n_probes, max_depth, probe_len, train_sentences)
+    if held_out == "validation":
+        val, _ = _stream(_Draws(val_rng), n_val_tokens, max_depth)
+    else:
+        val, _ = _stream(_Draws(tuning_rng), n_val_tokens, max_depth)
+        validation_probes = {_probe_sentence(row) for row in probes[0].tolist()}
+        probes = _probes(_Draws(tuning_probe_rng), n_probes, max_depth, probe_len, train_sentences | validation_probes)
     return AgreementCorpus(list(_VOCAB), train, val, *probes)
 
 

@@ -50,6 +50,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -310,7 +311,7 @@ class ParallelSplit:
 class ParallelCorpus:
     vocab: list[str]
     train: ParallelSplit
-    val: ParallelSplit
+    val: ParallelSplit  # the held-out pairs: the validation split, or the tuning split (``held_out``)
 
     def decode(self, ids) -> str:
         """The words of ``ids`` up to the first EOS, without PAD and BOS, space-joined."""
@@ -394,12 +395,29 @@ def word_by_word_translations(corpus: ParallelCorpus) -> list[str]:
     return [translate_word_by_word(source, dictionary) for source in corpus.val.src_text]
 
 
-def generate_parallel_corpus(*, n_train: int, n_val: int, max_len: int = 24, seed: int = 0) -> ParallelCorpus:
-    """Train and validation sentence pairs from independent random streams of ``seed``; no
-    validation source sentence occurs in train. Both arrays are ``max_len`` columns wide."""
+def generate_parallel_corpus(
+    *,
+    n_train: int,
+    n_val: int,
+    max_len: int = 24,
+    seed: int = 0,
+    held_out: Literal["validation", "tuning"] = "validation",
+) -> ParallelCorpus:
+    """Train and held-out sentence pairs from independent random streams of ``seed``; no held-out
+    source sentence occurs in train. Both arrays are ``max_len`` columns wide.
+
+    The held-out pairs are the ``n_val`` validation pairs, or with ``held_out="tuning"`` as many
+    tuning pairs: drawn from a stream of their own, their sources in neither the training nor the
+    validation pairs, so tuning never sees what is reported. The training pairs are the same for both.
+    """
     longest = MAX_SENTENCE_WORDS + 2  # the target row with BOS and EOS
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is too short: a sentence pair needs up to {longest} tokens")
+    if held_out not in ("validation", "tuning"):
+        raise ValueError(f"held_out must be 'validation' or 'tuning', got {held_out!r}")
     train = _sample_split(random.Random(f"{seed}/train"), n_train, max_len, excluded_sources=set())
     val = _sample_split(random.Random(f"{seed}/val"), n_val, max_len, excluded_sources=set(train.src_text))
+    if held_out == "tuning":
+        excluded = set(train.src_text) | set(val.src_text)
+        val = _sample_split(random.Random(f"{seed}/tuning"), n_val, max_len, excluded_sources=excluded)
     return ParallelCorpus(vocab=translation_vocab(), train=train, val=val)

@@ -18,7 +18,7 @@ from PIL import Image
 import blockbench.tasks.data.images
 from blockbench.models import ModelConfig
 from blockbench.tasks import TASK_PRESETS as IMAGE_PRESETS
-from blockbench.tasks.base import OptimizerConfig
+from blockbench.tasks.base import OptimizerConfig, held_out_for_tuning
 from blockbench.tasks.data import DataError
 from blockbench.tasks.image import ImageTaskConfig
 
@@ -92,9 +92,14 @@ def test_npz_loads_the_exact_pixels_labels_and_class_names(cache_dir, subset):
     assert images.train_labels.dtype == np.int64
     assert images.class_names == [str(c) for c in subset["class_names"]]
     assert module.model_config.n_classes == 10 and module.model_config.in_channels == 3
-    # the training labels are balanced (475 per class), so the majority-class baseline is the mean
-    # validation accuracy of the 10 tied classes, 0.1 (before issue 12: the validation majority 'frog', 112/1000)
-    assert datamodule.baselines() == {"accuracy": pytest.approx(0.1)}
+    # the subset's training labels are balanced (475 per class), but 5% of them are held out for tuning
+    # (issue 31): the majority of the 4512 left, counted here, is scored on the validation labels
+    kept = np.delete(subset["y_train"], held_out_for_tuning(4750, 0.05)[1])
+    assert len(kept) == 4750 - 238
+    counts = np.bincount(kept, minlength=10)
+    majority = np.flatnonzero(counts == counts.max())
+    expected = np.mean([(subset["y_test"] == c).mean() for c in majority])
+    assert datamodule.baselines() == {"accuracy": pytest.approx(expected)}
 
 
 def test_second_load_is_a_cache_hit_and_does_not_decode(cache_dir, subset, monkeypatch):
@@ -272,10 +277,15 @@ def test_torchvision_root_without_the_dataset_files_says_how_to_fix(cache_dir, t
 
 
 def normalized(datamodule, index: int, split: str = "train") -> torch.Tensor:
-    """The image's pixels scaled to [0, 1] and normalized by the training set's channel statistics."""
+    """Item ``index`` of the training set (the dataset's training images less those held out for
+    tuning) or of the validation set: its pixels scaled to [0, 1] and normalized by the channel
+    statistics of the training set, computed here from its pixels."""
     images = datamodule.images
-    pixels = torch.from_numpy(getattr(images, f"{split}_images")[index]).permute(2, 0, 1).float() / 255
-    return (pixels - torch.tensor(images.mean)[:, None, None]) / torch.tensor(images.std)[:, None, None]
+    source = images.train_images[datamodule.train_rows] if split == "train" else images.val_images
+    trained = torch.from_numpy(images.train_images[datamodule.train_rows]).double() / 255
+    mean, std = trained.mean(dim=(0, 1, 2)), trained.std(dim=(0, 1, 2), correction=0)
+    pixels = torch.from_numpy(source[index]).permute(2, 0, 1).double() / 255
+    return ((pixels - mean[:, None, None]) / std[:, None, None]).float()
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -290,10 +300,10 @@ def small_npz(cache_dir, subset, tmp_path) -> dict:
 def test_without_augmentation_train_items_are_the_normalized_pixels(small_npz):
     _, datamodule = build(small_npz, augment=NO_AUGMENT)
     datamodule.setup("fit")
-    for index in (0, 5, 63):
+    for index in (0, 5, 60):  # 61 of the 64 training images are trained on, 3 held out for tuning
         image, label = datamodule.train_set[index]
         torch.testing.assert_close(image, normalized(datamodule, index))
-        assert label == int(datamodule.images.train_labels[index])
+        assert label == int(datamodule.images.train_labels[datamodule.train_rows[index]])
 
 
 def test_flip_and_crop_change_the_image_but_not_its_shape(small_npz):
