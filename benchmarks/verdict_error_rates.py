@@ -461,12 +461,16 @@ def reading(noises: list[Noise], runs: list[Simulated]) -> list[str]:
         f"({r.noise.family.label}, {r.plan}, {key[0]}, {key[1]}).",
     ]
     for n in noises:
-        shown = [r for r in runs if r.noise is n and r.power[0.0].share(EQUIVALENT) > 0.5]
-        where = ", ".join(r.plan for r in shown) or "no plan simulated"
-        lines.append(
-            f"- {n.family.label}: seed noise {n.sd / n.margin:.2f} margins; at a true difference of 0, "
-            f"equivalence is shown more often than not with {where}."
-        )
+        parts = []
+        for r in (r for r in runs if r.noise is n):
+            found = next((m for m in MULTIPLES if m and r.power[m].shares[BETTER] >= 0.8), None)
+            power = (
+                f"{found:g} margins found better in 80% or more"
+                if found
+                else "no difference up to 4 margins found in 80%"
+            )
+            parts.append(f"{r.plan}: equivalent at a true 0 in {r.power[0.0].shares[EQUIVALENT]:.1%}, {power}")
+        lines.append(f"- {n.family.label}, seed noise {n.sd / n.margin:.2f} margins. " + "; ".join(parts) + ".")
     lines.append(
         "- A rank test cannot decide with 3 seeds (the smallest exact two-sided p-value of 3 pairs is 0.25, "
         "of 3 against 3 seeds 0.1): a question with a failed seed needs the rounds to be decided."
