@@ -62,6 +62,7 @@ from .jobs import (
 from .launch import start_server, stop_cells_on_sigterm, stopping
 from .plan import (
     AFTER_TUNING,
+    DONE,
     ELSEWHERE,
     IF_NEEDED,
     NO_CHOICE,
@@ -147,7 +148,15 @@ def run_matrix(
         and counts.record(cell, matrix_dir) is None
     ]
     later += [cell for cell in cells if cell not in first]
-    plans += [CellPlan(len(plans) + i, cell, IF_NEEDED, trains=False) for i, cell in enumerate(later, 1)]
+    # a later round's cells: reused where a run got that far, else trained only if a round needs them
+    for cell in later:
+        n = len(plans) + 1
+        chosen = known.get((cell.task, cell.variant))
+        if cell.phase == REPORT and tuning and chosen is not None and chosen.chosen is not None:
+            cell = expansion.at_choice(cell, chosen.chosen.values)
+        plan = plan_cell(n, cell, matrix_dir, fingerprint, **reuse)
+        done = plan.status == DONE and not (cell.phase == REPORT and tuning and not cell.tuned)
+        plans.append(plan if done else CellPlan(n, cell, IF_NEEDED, trains=False))
     estimator = TimeEstimator()
     estimator.add_results(tuning + cells, matrix_dir)
     # a cell that another live run trains now (a runner started twice): never a second process on it
