@@ -465,9 +465,9 @@ def reading(noises: list[Noise], runs: list[Simulated]) -> list[str]:
         for r in (r for r in runs if r.noise is n):
             found = next((m for m in MULTIPLES if m and r.power[m].shares[BETTER] >= 0.8), None)
             power = (
-                f"{found:g} margins found better in 80% or more"
+                f"{found:g} × the margin found better in ≥ 80%"
                 if found
-                else "no difference up to 4 margins found in 80%"
+                else "no difference up to 4 × the margin found in 80%"
             )
             parts.append(f"{r.plan}: equivalent at a true 0 in {r.power[0.0].shares[EQUIVALENT]:.1%}, {power}")
         lines.append(f"- {n.family.label}, seed noise {n.sd / n.margin:.2f} margins. " + "; ".join(parts) + ".")
