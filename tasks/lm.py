@@ -4,10 +4,17 @@ Metrics: validation loss, perplexity, and targeted agreement accuracy: on held-o
 does the model give the verb form that agrees with the (distant) head noun a higher logit than
 the other form? Baselines: the unigram perplexity and the majority verb form. With
 ``task.logit_lens`` (the default), validation also logs each block's logit-lens loss (``tasks.lens``).
+
+The language's entropy floor is known exactly (``data.agreement_floor``): the loss of the true
+conditional distribution on the validation rows, each token predicted from the earlier tokens of
+its row as the model predicts it. It is recorded with the baselines (``loss_floor``,
+``perplexity_floor``), and every validation logs the model's ``excess_loss`` over it and
+``gap_closed``, the share of the way from the unigram baseline's loss down to the floor.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +27,7 @@ from blockbench.models import ModelConfig, extrapolating_pos_encodings, logit_le
 
 from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
+from .data.agreement_floor import grammar_automaton
 from .lens import LensLosses, LogitLensConfig
 
 
@@ -29,12 +37,23 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
     description = "decoder-only LM on a generated language with long-range subject-verb agreement"
     baseline_description = (
         "a unigram model (perplexity = exp of the unigram entropy of the training tokens) and, "
-        "for agreement, always choosing the verb form that is more frequent in training"
+        "for agreement, always choosing the verb form that is more frequent in training; beside them the "
+        "entropy floor, the loss and perplexity of the true conditional distribution (the best possible model)"
     )
     metrics = (
         Metric(name="perplexity", higher_is_better=False, description="validation perplexity", low=1),
         Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred", low=0, high=1),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
+        Metric(
+            name="excess_loss",
+            higher_is_better=False,
+            description="validation loss above the language's entropy floor (nats/token; 0: the best possible model)",
+        ),
+        Metric(
+            name="gap_closed",
+            higher_is_better=True,
+            description="share of the gap from the unigram baseline's loss to the entropy floor the model closed",
+        ),
     )
 
     name: Literal["lm"] = "lm"
@@ -64,6 +83,26 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
     def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
         datamodule = AgreementDataModule(self, batch_size, seed=seed)
         return LMTask(model, optimizer, max_steps, logit_lens=self.logit_lens), datamodule
+
+
+@dataclass(frozen=True)
+class LossFloor:
+    """Where the LM's validation loss is measured from: the entropy floor of the validation rows
+    (nats per target token of the true conditional distribution, given each token's earlier tokens
+    in its row, as the model sees them), the same with the whole stream before each token in view
+    (lower: a row's first tokens lack their sentence's start), and the unigram baseline's loss."""
+
+    loss: float
+    full_context: float
+    unigram: float
+
+    def excess(self, loss: torch.Tensor) -> torch.Tensor:
+        """The validation loss above the floor (nats/token)."""
+        return loss - self.loss
+
+    def gap_closed(self, loss: torch.Tensor) -> torch.Tensor:
+        """``(unigram - loss) / (unigram - floor)``: 0 at the unigram baseline, 1 at the floor."""
+        return (self.unigram - loss) / (self.unigram - self.loss)
 
 
 def _blocks(stream: np.ndarray, length: int) -> torch.Tensor:
@@ -98,11 +137,24 @@ class AgreementDataModule(TaskDataModule):
         self.train_rows = _blocks(self.corpus.train, self.cfg.seq_len + 1)
         self.val_rows = _blocks(self.corpus.val, (self.cfg.eval_seq_len or self.cfg.seq_len) + 1)
         corpus = self.corpus
+        self.floor = self._loss_floor()
         self.probes = TensorDataset(
             *(
                 torch.from_numpy(a)
                 for a in (corpus.probes, corpus.probe_position, corpus.probe_correct, corpus.probe_wrong)
             )
+        )
+
+    def _loss_floor(self) -> LossFloor:
+        """The entropy floor of the validation rows, exactly (``data.agreement_floor``)."""
+        automaton = grammar_automaton(self.cfg.max_depth)
+        rows = self.val_rows.numpy()
+        n_rows, length = rows.shape
+        in_view = automaton.stream_cross_entropy(self.corpus.val[: n_rows * length]).reshape(n_rows, length)[:, 1:]
+        return LossFloor(
+            loss=float(automaton.row_cross_entropy(rows).mean()),
+            full_context=float(in_view.mean()),
+            unigram=unigram_entropy(self.corpus.train, len(self.corpus.vocab)),
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -113,11 +165,19 @@ class AgreementDataModule(TaskDataModule):
 
     def baselines(self) -> dict[str, float]:
         assert self.corpus is not None, "call setup() first"
-        entropy = unigram_entropy(self.corpus.train, len(self.corpus.vocab))
+        entropy = self.floor.unigram
         # always choosing the verb form seen more often in training (agreement-blind)
         counts = np.bincount(self.corpus.train, minlength=len(self.corpus.vocab))
         majority_right = counts[self.corpus.probe_correct] >= counts[self.corpus.probe_wrong]
-        return {"loss": entropy, "perplexity": float(np.exp(entropy)), "agreement_acc": float(majority_right.mean())}
+        return {
+            "loss": entropy,
+            "perplexity": float(np.exp(entropy)),
+            "agreement_acc": float(majority_right.mean()),
+            # not trivial baselines but the other end of the scale: the best possible model's figures
+            "loss_floor": self.floor.loss,
+            "perplexity_floor": float(np.exp(self.floor.loss)),
+            "loss_floor_full_context": self.floor.full_context,
+        }
 
 
 def next_token_loss(model: torch.nn.Module, rows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -170,6 +230,16 @@ class LMTask(TaskModule):
         super().on_validation_epoch_end()
         loss = self.val_loss.compute()
         lens = self.lens.pop() if self.lens is not None else {}
-        self.log_validation({"loss": loss, "perplexity": loss.exp(), "agreement_acc": self.agreement.compute(), **lens})
+        floor: LossFloor = self.trainer.datamodule.floor
+        self.log_validation(
+            {
+                "loss": loss,
+                "perplexity": loss.exp(),
+                "agreement_acc": self.agreement.compute(),
+                "excess_loss": floor.excess(loss),
+                "gap_closed": floor.gap_closed(loss),
+                **lens,
+            }
+        )
         self.val_loss.reset()
         self.agreement.reset()

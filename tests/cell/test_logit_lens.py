@@ -268,10 +268,13 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
     assert result["status"] == "ok" and [v["step"] for v in result["history"]] == [2, 4]
     for validation in result["history"]:
         metrics = validation["metrics"]
-        assert list(metrics) == ["perplexity", "agreement_acc", "loss", "lens/layer0", "lens/layer1"]
+        assert list(metrics) == [
+            *("perplexity", "agreement_acc", "loss", "excess_loss", "gap_closed"),  # the task's metrics first
+            *("lens/layer0", "lens/layer1"),
+        ]
         assert metrics["lens/layer1"] == metrics["loss"]
         assert metrics["lens/layer0"] != metrics["lens/layer1"]
-    assert set(result["metrics"]) == {"perplexity", "agreement_acc", "loss"}  # the lens is no headline metric
+    assert set(result["metrics"]) == {"perplexity", "agreement_acc", "loss", "excess_loss", "gap_closed"}  # no lens
     on_disk = load_record(tmp_path / "cell" / "result.json")
     assert last_lens(on_disk) == [on_disk.history[-1].metrics[f"lens/layer{i}"] for i in (0, 1)]
     run_dir = tmp_path / "tb" / "lm/pre" / "seed0"

@@ -194,7 +194,10 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
         assert (
             titles
             == {
-                "lm": ["val/curve_loss", "val/perplexity", "val/agreement_acc", "val/loss", "train/loss", LENS_CHART],
+                "lm": [
+                    *("val/curve_loss", "val/perplexity", "val/agreement_acc", "val/loss"),
+                    *("val/excess_loss", "val/gap_closed", "train/loss", LENS_CHART),
+                ],
                 "vit": ["val/curve_loss", "val/accuracy", "val/loss", "train/loss"],
             }[category["title"]]
         )

@@ -124,7 +124,9 @@ def test_tiny_matrix_end_to_end(tmp_path):
     with open(matrix_dir / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert {(r["variant"], r["metric"]) for r in rows} == {
-        (v, m) for v in ("norm_placement=pre", "norm_placement=post") for m in ("perplexity", "agreement_acc", "loss")
+        (v, m)
+        for v in ("norm_placement=pre", "norm_placement=post")
+        for m in ("perplexity", "agreement_acc", "loss", "excess_loss", "gap_closed")
     }
     summary = (matrix_dir / "summary.md").read_text()
     assert "| norm_placement=pre |" in summary and "| norm_placement=post |" in summary
