@@ -134,7 +134,7 @@ def test_the_graph_is_read():
         "blockbench.models",
     } <= modules().keys()
     assert any(
-        i.source == "blockbench.report.verdicts" and i.target == "blockbench.report.stats" for i in all_imports()
+        i.source == "blockbench.report.verdicts" and i.target == "blockbench.report.decide" for i in all_imports()
     )
     source = """
 from blockbench import models

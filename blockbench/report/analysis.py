@@ -1,18 +1,31 @@
 """The statistics of a matrix, task by task: each variant's mean, spread and 95% interval per metric,
-its difference from the baseline variant with a 95% interval and a Holm-adjusted p-value over the whole
-matrix, and its time to the matrix's targets. :func:`analyze` is the one path from the cells to the
-numbers; the summary (``section``, ``summary``) and the index of verdicts (``index``) only render what
-it computed, so the two cannot disagree.
+its difference from the baseline variant, the one confirmatory question per task x variant x level
+and its decision, and its time to the matrix's targets. :func:`analyze` is the one path from the cells
+to the numbers; the summary (``section``, ``summary``) and the index of verdicts (``index``) only render
+what it computed, so the two cannot disagree; :func:`open_questions` tells the runner which questions
+more seeds may still answer.
 
-The rules that keep the statistics from flattering a variant:
+The rules (issue 31; ``docs/decisions/verdict-rule.md``):
 
-- A diverged seed counts, with the worse of the task's trivial baseline and the task's worst
-  finished seed (``stats.diverged_value``): an unstable variant is not judged by its good seeds.
-- Seeds of different variants share the data order, so a variant with the baseline variant's
-  seeds is compared by a paired t test on the seed-matched differences.
-- Every difference of the matrix is one family: Holm's adjustment controls the chance of any
-  false mark.
-- Cells that failed (an error, not a finding) are left out of the statistics and listed.
+- **One question per task x variant x level**: the task's headline metric (the first of its
+  metrics), the variant minus the baseline variant at the same level (the values of the matrix's
+  ``within:`` axes and its budget). ``decide.decide`` answers it from the two sides' cells alone, at a
+  per-question error rate: no family across the matrix, so the same cells get the same verdict in
+  every matrix. Secondary metrics are described with unadjusted 95% intervals and decide nothing.
+- **Four verdicts**: better, worse, equivalent (the difference lies inside ± the margin of practical
+  equivalence: the task's declared one, or the matrix file's ``margins:``), undecided. A side
+  without a seed is *no result*; both sides at the metric's best value, or the LM within its
+  saturation distance of the entropy floor, is *saturated*: the metric cannot tell them apart, so
+  such a comparison gets no verdict.
+- **Seeds in rounds**: with ``seeds: {min, max, step}`` every look spends an equal share of the
+  error rate (``decide.Looks.plan``); a fixed seed axis is one look.
+- **Runs that fail**: a diverged seed counts with the worse of the task's trivial baseline and the
+  task's worst finished seed (``stats.diverged_value``): an unstable variant is not judged by its good
+  seeds. A finished seed that does not beat the trivial baseline *did not learn*; it counts as it
+  is. Where a side mixes seeds that learned with seeds that did not (or diverged), the question is
+  decided by a rank test (``rank_based``), valid for such bimodal values.
+- Seeds of different variants share the data order, so a variant with the baseline variant's seeds
+  is compared seed-matched (paired); cells that failed (an error, not a finding) are left out and listed.
 """
 
 from __future__ import annotations
@@ -27,21 +40,14 @@ from typing import Any
 from blockbench.tasks import TASK_CONFIGS, Metric
 
 from ..record import SPEED_FIGURES
-from .results import Group, MatrixSettings, load_groups
-from .stats import (
-    Difference,
-    compare,
-    diverged_value,
-    holm_adjust,
-    mean_std,
-    t_confidence_interval,
-    time_to_target,
-    with_diverged,
-)
-from .verdicts import Side
+from .decide import UNDECIDED, Decision, Looks, decide
+from .headroom import Headroom, headroom, saturation_text
+from .results import Group, MatrixSettings, level_text, load_groups
+from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
+from .verdicts import NO_RESULT, SATURATED
 
-LEVEL = 0.95  # confidence level of every interval in the summary
-ALPHA = 1 - LEVEL  # a difference is marked when its Holm-adjusted p-value is below this
+LEVEL = 0.95  # confidence level of the descriptive intervals (the decisions' own level is decide's)
+NO_MARGIN = 1e-12  # the margin of a task that declares none (decide needs a positive one)
 
 
 def direction(difference: float, metric: Metric) -> str:
@@ -83,22 +89,55 @@ class MetricStats:
     values: dict[Any, float]
     mean: float | None  # of ``values`` (None: no seed in the statistics)
     std: float | None
-    interval: tuple[float, float] | None  # of the mean, inside the metric's range (None: fewer than two seeds)
+    interval: tuple[float, float] | None  # of the mean (None: fewer than two seeds)
     mean_finished: float | None  # of the finished seeds alone
-    difference: Difference | None  # from the baseline variant (None: the baseline itself, or a side without seeds)
-    p_holm: float | None  # the difference's Holm-adjusted p-value over the matrix's family of comparisons
+    #: from the baseline variant, with its unadjusted 95% interval: a description, never a verdict
+    #: (None: the baseline itself, or a side without seeds)
+    difference: Difference | None
     target: float | None  # the matrix's target for this metric
     outcome: TargetOutcome | None  # the seeds against ``target`` (None: no target, or no finished seed)
-
-    @property
-    def significant(self) -> bool:
-        """Whether the difference's Holm-adjusted p-value is below ALPHA."""
-        return self.p_holm is not None and self.p_holm < ALPHA
 
     @property
     def direction(self) -> str:
         """``better``, ``worse`` or ``same`` than the baseline variant; empty without a difference."""
         return direction(self.difference.difference, self.metric) if self.difference else ""
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The margin of practical equivalence a question used: an absolute difference of the headline
+    metric, and where it comes from (the task's declaration, with its reason, or the matrix file)."""
+
+    value: float
+    source: str  # ``task`` (declared in code), ``matrix`` (the matrix file's margins:) or ``none``
+    reason: str  # the task's one-line reason, or what the matrix file overrides
+    relative: float | None = None  # the declared share of the baseline's mean, for a relative margin
+
+
+@dataclass(frozen=True)
+class Question:
+    """One confirmatory question: a variant's headline metric against the baseline variant's at the same
+    level. ``verdict`` is decide's word (better, worse, equivalent, undecided), or ``no result`` or
+    ``saturated``, which are not verdicts."""
+
+    group: Group
+    baseline: Group | None
+    verdict: str
+    decision: Decision | None  # None: a side without seeds (or no baseline)
+    margin: Margin | None
+    rank_based: bool = False  # a side mixes seeds that learned with seeds that did not
+    saturation: str = ""  # why the comparison is saturated (empty if it is not)
+    missing: str = ""  # why there is no decision (empty if there is one)
+
+    @property
+    def decided(self) -> bool:
+        """A verdict that answers the question: better, worse or equivalent."""
+        return self.decision is not None and self.verdict == self.decision.verdict and self.verdict != UNDECIDED
+
+    @property
+    def seeds(self) -> int:
+        """The seeds of the smaller side in the statistics (0 without a decision)."""
+        return min(self.decision.n) if self.decision is not None and self.decision.n else 0
 
 
 @dataclass(frozen=True)
@@ -113,38 +152,60 @@ class GroupStats:
     throughput: float | None  # mean over the finished seeds
     throughput_unit: str | None
     speed: dict[str, float | None]  # each of SPEED_FIGURES: mean over the finished seeds that recorded it
+    question: Question | None  # None: a baseline group
+    headroom: Headroom | None  # the LM's distance to its entropy floor (None: the task has no floor)
+
+
+@dataclass(frozen=True)
+class OpenQuestion:
+    """A question more seeds may still answer: its decision is undecided and not final. ``variant`` and
+    ``baseline`` are the two groups' labels as their cells' ``variant`` (cell.json), so that the runner
+    adds seeds to exactly those cells; ``level`` is the (axis, value) pairs of the level; ``seeds`` the
+    seeds of the smaller side so far."""
+
+    task: str
+    variant: str
+    baseline: str
+    level: tuple[tuple[str, Any], ...]
+    seeds: int
 
 
 class TaskAnalysis:
-    """One task's statistics: which variant each is compared with, the values its seeds count with, the
-    differences (on construction) and, once the matrix's family of comparisons is known, each group's
-    :class:`GroupStats` (:meth:`summarize`)."""
+    """One task's statistics: which group each is compared with (the baseline design at its level), the
+    values its seeds count with, each group's :class:`GroupStats` and each variant's :class:`Question`,
+    all computed on construction from the task's cells alone."""
 
-    def __init__(
-        self, matrix_dir: Path, task: str, groups: list[Group], baseline_variant: str | None, settings: MatrixSettings
-    ) -> None:
+    def __init__(self, matrix_dir: Path, task: str, groups: list[Group], settings: MatrixSettings) -> None:
         self.matrix_dir = matrix_dir
         self.task = task
         self.groups = groups
+        self.settings = settings
         self.task_cfg = TASK_CONFIGS[groups[0].task_name]
         self.metrics: tuple[Metric, ...] = self.task_cfg.metrics
-        self.baseline_variant = baseline_variant
-        #: whether each variant is compared with the baseline variant at its own budget (see BUDGET_AXIS)
-        self.by_budget = any(g.budget is not None for g in groups) and any(g.design for g in groups)
+        self.headline = self.metrics[0]
+        baseline_variant = settings.baseline_variant or groups[0].variant
+        #: whether each design is compared with the baseline design at its own level (``within:``, the budget)
+        self.by_level = any(g.level for g in groups) and any(g.design for g in groups)
+        #: the level axes of this task's groups, in the matrix's order
+        self.level_axes: tuple[str, ...] = tuple(dict.fromkeys(key for g in groups for key, _ in g.level))
         named = next((g for g in groups if g.variant == baseline_variant), None)
-        #: the baseline variant's label, without the budget when comparisons are by budget
-        self.baseline_label = (
-            (named.design if named else baseline_variant or "") if self.by_budget else baseline_variant or ""
-        )
-        #: budget (None unless by budget) -> the baseline variant's group
-        self.baselines: dict[Any, Group] = {
-            (g.budget if self.by_budget else None): g
+        #: the baseline variant's label, without the level when comparisons are by level
+        self.baseline_label = (named.design if named else baseline_variant) if self.by_level else baseline_variant
+        #: level (() unless by level) -> the baseline variant's group
+        self.baselines: dict[tuple, Group] = {
+            self._level(g): g
             for g in groups
-            if (g.design == self.baseline_label if self.by_budget else g.variant == baseline_variant)
+            if (g.design == self.baseline_label if self.by_level else g.variant == baseline_variant)
         }
         self.targets = settings.targets.get(task) or settings.targets.get(groups[0].task_name) or {}
         self.trivial_baselines: dict[str, float] = next(
-            (r.baselines for g in groups for r in g.ok + g.diverged if r.baselines), {}
+            (
+                {k: v for k, v in r.baselines.items() if v is not None}
+                for g in groups
+                for r in g.ok + g.diverged
+                if r.baselines
+            ),
+            {},
         )
         #: the value a diverged seed counts with, per metric (None: no baseline and no finished seed)
         self.diverged_values: dict[str, float | None] = {
@@ -164,24 +225,34 @@ class TaskAnalysis:
             for g in groups
             for m in self.metrics
         }
-        #: (variant, metric) -> its difference from the baseline variant
-        self.differences: dict[tuple[str, str], Difference] = {
-            (g.variant, m.name): d for g in groups for m in self.metrics if (d := self._difference(g, m)) is not None
-        }
-        #: variant -> its statistics (set by :meth:`summarize`, once the matrix's comparisons are known)
-        self.stats: dict[str, GroupStats] = {}
-        self.family_size = 0
+        #: the planned looks of every question: seeds in rounds, or one look at the seed axis's count
+        self.looks = (
+            Looks.plan(settings.seeds.min, settings.seeds.max, settings.seeds.step)
+            if settings.seeds is not None
+            else Looks.fixed(settings.seed_axis or max(1, *(len(g.ok) + len(g.diverged) for g in groups)))
+        )
+        #: variant -> its statistics
+        self.stats: dict[str, GroupStats] = {g.variant: self._group_stats(g) for g in groups}
+
+    def _level(self, group: Group) -> tuple:
+        return group.level if self.by_level else ()
 
     def baseline_of(self, group: Group) -> Group | None:
-        """The group ``group`` is compared with: the baseline variant's (at ``group``'s budget when by budget)."""
-        return self.baselines.get(group.budget if self.by_budget else None)
+        """The group ``group`` is compared with: the baseline variant's (at ``group``'s level when by level)."""
+        return self.baselines.get(self._level(group))
 
     def is_baseline(self, group: Group) -> bool:
         return any(group is baseline for baseline in self.baselines.values())
 
+    def label(self, group: Group) -> str:
+        """The group's label in the verdicts: its design when comparisons are by level, else its variant."""
+        return group.design if self.by_level else group.variant
+
+    # differences and questions ----------------------------------------------------------------------
+
     def _difference(self, group: Group, metric: Metric) -> Difference | None:
-        """``group`` minus the baseline variant, paired when their seeds match (see ``stats.compare``);
-        None for the baseline itself or when a side has no seed in the statistics."""
+        """``group`` minus its baseline with an unadjusted 95% interval, paired when their seeds match (see
+        ``stats.compare``): a description; None for the baseline itself or a side without seeds."""
         baseline = self.baseline_of(group)
         if baseline is None or group is baseline:
             return None
@@ -189,29 +260,94 @@ class TaskAnalysis:
         baseline_values = self.values[baseline.variant, metric.name]
         if not values or not baseline_values:
             return None
-        return compare(values, baseline_values, LEVEL, metric.span)
+        return compare(values, baseline_values, LEVEL)
 
-    def summarize(self, holm_p: dict[tuple[str, str], float], family_size: int) -> None:
-        """Compute every group's statistics (:attr:`stats`), which the markdown and the CSV render.
-        ``holm_p``: (variant, metric) -> the Holm-adjusted p-value of its difference over the matrix's
-        family of ``family_size`` comparisons (every task's: known only once every task is analyzed)."""
-        self.family_size = family_size
-        self.stats = {g.variant: self._group_stats(g, holm_p) for g in self.groups}
+    def margin(self, baseline_mean: float) -> Margin:
+        """The headline metric's margin of practical equivalence at a baseline mean of ``baseline_mean``:
+        the matrix file's ``margins:`` for the task (absolute), else the task's declared one (relative
+        margins are a share of the baseline's mean), else none (0: equivalence cannot be shown)."""
+        overrides = self.settings.margins.get(self.task) or self.settings.margins.get(self.groups[0].task_name) or {}
+        if self.headline.name in overrides:  # 0: no equivalence can be shown (decide needs a positive margin)
+            value = max(float(overrides[self.headline.name]), NO_MARGIN)
+            return Margin(value, "matrix", "the matrix file's margins:")
+        declared = getattr(self.task_cfg, "margin", None)
+        if declared is None:  # decide needs a positive margin: one this small shows only identical sides equivalent
+            return Margin(NO_MARGIN, "none", "the task declares no margin, so equivalence cannot be shown")
+        return Margin(
+            float(declared.absolute(baseline_mean)),
+            "task",
+            declared.reason,
+            float(declared.value) if declared.relative else None,
+        )
 
-    def _group_stats(self, group: Group, holm_p: dict[tuple[str, str], float]) -> GroupStats:
+    def mixed(self, group: Group) -> bool:
+        """Whether ``group``'s seeds mix runs that learned with runs that did not learn or diverged: its
+        values are then bimodal, and a normal-theory test is no longer valid."""
+        not_learned = len(group.did_not_learn(self.headline)) + len(group.diverged)
+        return 0 < not_learned < len(group.ok) + len(group.diverged)
+
+    def _question(self, group: Group) -> Question | None:
+        """The confirmatory question of a non-baseline group (None for a baseline)."""
+        if self.is_baseline(group):
+            return None
+        baseline = self.baseline_of(group)
+        if baseline is None:
+            at = f" at {level_text(group.level)}" if self.by_level else ""
+            return Question(
+                group, None, NO_RESULT, None, None, missing=f"no cells of the baseline `{self.baseline_label}`{at}"
+            )
+        values = self.values[group.variant, self.headline.name]
+        baseline_values = self.values[baseline.variant, self.headline.name]
+        if not baseline_values:
+            return Question(
+                group,
+                baseline,
+                NO_RESULT,
+                None,
+                None,
+                missing=f"every seed of the baseline {baseline.status_without_ok}",
+            )
+        if not values:
+            return Question(group, baseline, NO_RESULT, None, None, missing=group.status_without_ok)
+        if not all(math.isfinite(v) for v in (*values.values(), *baseline_values.values())):
+            return Question(group, baseline, NO_RESULT, None, None, missing="a finished seed's value is not finite")
+        margin = self.margin(statistics.fmean(baseline_values.values()))
+        rank_based = self.mixed(group) or self.mixed(baseline)
+        decision = decide(
+            values,
+            baseline_values,
+            margin=margin.value,
+            higher_is_better=self.headline.higher_is_better,
+            looks=self.looks,
+            rank_based=rank_based,
+        )
+        saturation = saturation_text(
+            self.task_cfg,
+            self.headline,
+            [group, baseline],
+            [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())],
+        )
+        verdict = SATURATED if saturation else decision.verdict
+        return Question(group, baseline, verdict, decision, margin, rank_based, saturation)
+
+    # statistics -------------------------------------------------------------------------------------
+
+    def _group_stats(self, group: Group) -> GroupStats:
         first = group.ok[0] if group.ok else None
         return GroupStats(
             group,
-            {m.name: self._metric_stats(group, m, holm_p.get((group.variant, m.name))) for m in self.metrics},
+            {m.name: self._metric_stats(group, m) for m in self.metrics},
             steps=first.steps if first else None,
             wall_time_s=statistics.fmean(r.wall_time_s for r in group.ok) if group.ok else None,
             parameters=first.parameters if first else None,
             throughput=statistics.fmean(r.throughput for r in group.ok) if group.ok else None,
             throughput_unit=first.throughput_unit if first else None,
             speed={figure: group.speed_mean(figure) for figure in SPEED_FIGURES},
+            question=self._question(group),
+            headroom=headroom(group),
         )
 
-    def _metric_stats(self, group: Group, metric: Metric, p_holm: float | None) -> MetricStats:
+    def _metric_stats(self, group: Group, metric: Metric) -> MetricStats:
         values = self.values[group.variant, metric.name]
         finished = list(group.finished_values(metric.name).values())
         mean, std = mean_std(list(values.values())) if values else (None, None)
@@ -223,15 +359,23 @@ class TaskAnalysis:
             std,
             interval=t_confidence_interval(list(values.values()), LEVEL, metric.low, metric.high) if values else None,
             mean_finished=statistics.fmean(finished) if finished else None,
-            difference=self.differences.get((group.variant, metric.name)),
-            p_holm=p_holm,
+            difference=self._difference(group, metric),
             target=target,
             outcome=self._target_outcome(group, metric, target) if target is not None and group.ok else None,
         )
 
     @property
+    def questions(self) -> list[Question]:
+        """Every variant's question, in group order."""
+        return [s.question for s in self.stats.values() if s.question is not None]
+
+    @property
     def any_diverged(self) -> bool:
         return any(g.diverged for g in self.groups)
+
+    @property
+    def any_did_not_learn(self) -> bool:
+        return any(g.did_not_learn(self.headline) for g in self.groups)
 
     def _target_outcome(self, group: Group, metric: Metric, target: float) -> TargetOutcome:
         """The finished seeds that reached ``target``, out of the finished seeds with a history and the
@@ -248,52 +392,50 @@ class TaskAnalysis:
         """Whether ``group`` has a seed in the statistics (finished, or diverged with a value to count)."""
         return any(stats.values for stats in self.stats[group.variant].metrics.values())
 
-    def side(self, group: Group | None, metric: Metric) -> Side:
-        """``group``'s side of a verdict in ``metric``: its seeds in the statistics, the diverged ones, its
-        median step time, and the metric's best value where every finished seed reached it."""
-        if group is None:
-            return Side(0, 0, None)
-        best = metric.high if metric.higher_is_better else metric.low
-        solved = (
-            group.ok
-            and not group.diverged
-            and math.isfinite(best)
-            and all(
-                abs(value - best) <= 1e-9 * max(1.0, abs(best)) for value in group.finished_values(metric.name).values()
-            )
-        )
-        return Side(
-            len(group.ok) + len(group.diverged),
-            len(group.diverged),
-            self.stats[group.variant].speed["step_time_ms"],
-            at_best=best if solved else None,
-        )
+    def seed_varies(self) -> str:
+        """What a seed varies in this task's cells, as the task config says (``seed_varies()``), or from
+        the cells' ``task.data_seed``: a fixed one draws the same data for every seed."""
+        sections = [g.task_section for g in self.groups if g.task_section is not None]
+        if not sections:
+            return ""
+        try:
+            config = self.task_cfg.model_validate(sections[0])
+        except ValueError:
+            config = None  # a config of older code: read its data seed below
+        if config is not None and hasattr(config, "seed_varies"):
+            return str(config.seed_varies())
+        if not any("data_seed" in section for section in sections):
+            return ""
+        draws = {section.get("data_seed") for section in sections}
+        if draws == {None}:
+            return "the data draw, its order and the initialisation"
+        if len(draws) == 1:
+            return f"the order and the initialisation; the data draw is fixed (data_seed={draws.pop()})"
+        return "the order and the initialisation; the data draw differs between variants (task.data_seed)"
 
 
 def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list[TaskAnalysis]]:
     """A matrix's settings, its groups and the analysis of each task with every statistic computed: the
     one path from the cells to the numbers, which the summary and the index of verdicts both render."""
     settings = MatrixSettings.load(matrix_dir)
-    groups = load_groups(matrix_dir)
+    groups = load_groups(matrix_dir, settings.levels)
     by_task: dict[str, list[Group]] = defaultdict(list)
     for group in groups:
         by_task[group.task].append(group)
-    baseline_variant = settings.baseline_variant or (groups[0].variant if groups else None)
-    analyses = [
-        TaskAnalysis(matrix_dir, task, task_groups, baseline_variant, settings) for task, task_groups in by_task.items()
+    return settings, groups, [TaskAnalysis(matrix_dir, task, found, settings) for task, found in by_task.items()]
+
+
+def open_questions(matrix_dir: Path) -> list[OpenQuestion]:
+    """Every question of the matrix whose decision is undecided and not final (another look is planned):
+    those that more seeds may answer, which the runner's next round adds seeds to (the variant's and the
+    baseline's cells at its level). Decided from the cells on disk; a missing result counts as not there."""
+    _, _, analyses = analyze(Path(matrix_dir))
+    return [
+        OpenQuestion(a.task, q.group.variant, q.baseline.variant, q.group.level, q.seeds)
+        for a in analyses
+        for q in a.questions
+        if q.baseline is not None and q.decision is not None and q.verdict == UNDECIDED and not q.decision.final
     ]
-    # one family: every comparison of the matrix (task x variant x metric) that has a p-value
-    adjusted = holm_adjust(
-        {
-            (analysis.task, *key): diff.p_value
-            for analysis in analyses
-            for key, diff in analysis.differences.items()
-            if diff.p_value is not None
-        }
-    )
-    for analysis in analyses:
-        analysis.summarize(
-            {(variant, metric): p for (task, variant, metric), p in adjusted.items() if task == analysis.task},
-            len(adjusted),
-        )
-    return settings, groups, analyses
+
+
+__all__ = ["LEVEL", "NO_RESULT", "SATURATED", "OpenQuestion", "Question", "TaskAnalysis", "analyze", "open_questions"]

@@ -1,8 +1,9 @@
 """The index of a results root, ``results/README.md``: the verdicts of every matrix folder there, from
-the same statistics as each one's summary (``analysis.analyze``, worded as ``section.comparisons``),
-with the code, machines and cost that made them, and the matrices not run yet with the command that
-runs them. One page that says what the benchmark has found so far, refreshed by ``blockbench matrix``
-after each run and by ``blockbench report --index``; ``verdicts`` words it.
+the same decisions as each one's summary (``analysis.analyze``, worded as ``section.comparisons``),
+how many of them are decided and what the whole book cost, with the code, machines and cost that
+made each matrix, and the matrices not run yet with the command that runs them. One page that says
+what the benchmark has found so far, refreshed by ``blockbench matrix`` after each run and by
+``blockbench report --index``; ``verdicts`` words it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
 from .results import (
     MatrixSettings,
+    cell_seconds,
     code_versions,
     first_cell,
     gives_verdicts,
@@ -42,6 +44,8 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     )
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
+    seconds = [cell_seconds(folder) for folder in folders]
+    index.book_seconds = (sum(r for r, _ in seconds), sum(t for _, t in seconds))
     for folder in folders:
         if not gives_verdicts(folder / MATRIX_FILE):
             index.demonstrations.append(folder.name)

@@ -1,8 +1,9 @@
-"""The results of a matrix read back: its settings (the runner's copy of the matrix file), its cells'
-records grouped by task x variant (the input of every statistic of the report), its tuning cells'
-records, and what made them: the code versions and the machines that both a summary's header and the
-index of every matrix name. The one module of the report that reads the files of a results folder, so
-that the statistics and the rendering work on typed records (``blockbench.record``), never on paths.
+"""The results of a matrix read back: its settings (the runner's copy of the matrix file, read as a
+``blockbench.config.MatrixConfig``), its cells' records grouped by task x variant (the input of every
+statistic of the report), its tuning cells' records and what they cost, and what made them: the code
+versions and the machines that both a summary's header and the index of every matrix name. The one
+module of the report that reads the files of a results folder, so that the statistics and the
+rendering work on typed records (``blockbench.record``), never on paths.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from ..layout import CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
+from blockbench.tasks import Metric
+
+from ..config import ALWAYS_WITHIN, MatrixConfig, SeedPlan
+from ..layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
 from ..provenance import code_fingerprint
 from ..record import CellRecord, load_record
 
@@ -25,9 +30,33 @@ from ..record import CellRecord, load_record
 BUDGET_AXIS = "trainer.max_steps"
 
 
+def beats(metric: Metric, value: float, reference: float | None) -> bool:
+    """Whether ``value`` is strictly better than ``reference`` (a task's trivial baseline) in ``metric``'s
+    direction: a cell that does not beat it did not learn. True without a reference (nothing to beat)."""
+    if reference is None or not math.isfinite(reference):
+        return True
+    if hasattr(metric, "beats"):  # the task's own rule (blockbench.tasks.Metric.beats)
+        return bool(metric.beats(value, reference))
+    return value > reference if metric.higher_is_better else value < reference
+
+
+def level_part(key: str, value: Any) -> str:
+    """How one level axis reads in a label: ``n_layers=4``, or ``1,500 steps`` for the budget."""
+    if key == BUDGET_AXIS:
+        return f"{value:,} steps" if isinstance(value, int) else f"{value} steps"
+    return f"{key.rsplit('.', 1)[-1]}={value}"
+
+
+def level_text(level: tuple[tuple[str, Any], ...]) -> str:
+    """``n_layers=4, 300 steps``: a level as the verdicts name it (empty for no level)."""
+    return ", ".join(level_part(key, value) for key, value in level)
+
+
 @dataclass
 class Group:
-    """The cells of one task x variant (one per seed)."""
+    """The cells of one task x variant (one per seed). ``levels``: the axes the matrix compares within
+    (``within:`` and the budget): the group's values of them are its level, and its label without
+    them is its design, which is compared with the baseline design at the same level."""
 
     task: str  # the row label (a preset name, or the task name)
     task_name: str  # the task kind, a key of TASK_CONFIGS
@@ -36,24 +65,27 @@ class Group:
     results: list[CellRecord] = field(default_factory=list)
     axes: dict[str, Any] = field(default_factory=dict)  # the cell's axis values (cell.json), seed included
     family: str | None = None  # ``model.family`` of the cells' resolved config (None: no config.yaml)
+    levels: tuple[str, ...] = ()  # the matrix's level axes that this group's cells have
+    #: the ``task:`` section of the first cell's resolved config (None: no config.yaml)
+    task_section: dict[str, Any] | None = None
 
     @property
-    def budget(self) -> Any:
-        """The cells' ``trainer.max_steps`` if the matrix varies it (an axis), else None."""
-        return self.axes.get(BUDGET_AXIS)
+    def level(self) -> tuple[tuple[str, Any], ...]:
+        """(axis, value) of each level axis: ``(("model.n_layers", 4),)``; () without levels."""
+        return tuple((key, self.axes[key]) for key in self.levels if key in self.axes)
 
     @property
     def design(self) -> str:
-        """The variant's label without its budget: ``ffn=swiglu`` for ``ffn=swiglu,max_steps=300`` (the
-        label itself when the budget is not an axis; empty when the budget is the only one)."""
-        if self.budget is None:
-            return self.variant
+        """The variant's label without its level: ``norm_placement=post`` for
+        ``n_layers=4,norm_placement=post`` (the label itself without levels; empty when the level axes
+        are its only ones). A label names an axis by its last key part unless that is ambiguous."""
         parts = self.variant.split(",")
-        for name in ("max_steps", BUDGET_AXIS):  # the label names an axis by its last key part unless ambiguous
-            if f"{name}={self.budget}" in parts:
-                parts.remove(f"{name}={self.budget}")
-                return ",".join(parts)
-        return self.variant
+        for key, value in self.level:
+            for name in (key.rsplit(".", 1)[-1], key):
+                if f"{name}={value}" in parts:
+                    parts.remove(f"{name}={value}")
+                    break
+        return ",".join(parts)
 
     @property
     def ok(self) -> list[CellRecord]:
@@ -67,13 +99,28 @@ class Group:
     def failed(self) -> list[CellRecord]:
         return [r for r in self.results if not r.finished]
 
+    def did_not_learn(self, metric: Metric) -> list[CellRecord]:
+        """The finished seeds whose ``metric`` (the headline) does not beat the task's trivial baseline
+        (the record's ``learned``, or :func:`beats` in a record from before it): they ran to the end and
+        learned nothing, which is neither a divergence nor a failure."""
+        return [
+            r
+            for r in self.ok
+            if (
+                r.learned is False
+                if r.learned is not None
+                else not beats(metric, r.metrics[metric.name], r.baselines.get(metric.name))
+            )
+        ]
+
     def values(self, metric: str) -> list[float]:
-        """``metric`` of every finished seed."""
-        return [r.metrics[metric] for r in self.ok]
+        """``metric`` of every finished seed that recorded it."""
+        return [r.metrics[metric] for r in self.ok if metric in r.metrics]
 
     def finished_values(self, metric: str) -> dict[Any, float]:
-        """Seed -> ``metric`` of every finished seed."""
-        return {_seed(r, i): r.metrics[metric] for i, r in enumerate(self.results) if r.ok}
+        """Seed -> ``metric`` of every finished seed that recorded it (a record written before its task
+        added the metric has none)."""
+        return {_seed(r, i): r.metrics[metric] for i, r in enumerate(self.results) if r.ok and metric in r.metrics}
 
     @property
     def diverged_seeds(self) -> list[Any]:
@@ -93,10 +140,16 @@ class Group:
         """What a group without a finished seed shows instead of numbers."""
         return "diverged" if self.diverged else "failed"
 
-    def seeds_label(self) -> str:
-        """The seeds in the statistics (finished and diverged), then the diverged and the failed ones:
-        ``3``, ``3 (1 diverged)``, ``2 (1 failed, not counted)``, ``3 (3 diverged; 1 failed, not counted)``."""
-        extra = [f"{len(self.diverged)} diverged"] if self.diverged else []
+    def seeds_label(self, headline: Metric | None = None) -> str:
+        """The seeds in the statistics (finished and diverged), then those that did not learn (with the
+        ``headline`` metric), diverged or failed: ``3``, ``3 (1 diverged)``, ``3 (1 did not learn)``,
+        ``2 (1 failed, not counted)``, ``3 (3 diverged; 1 failed, not counted)``."""
+        extra = []
+        not_learned = self.did_not_learn(headline) if headline is not None else []
+        if not_learned:
+            extra.append(f"{len(not_learned)} did not learn")
+        if self.diverged:
+            extra.append(f"{len(self.diverged)} diverged")
         if self.failed:
             extra.append(f"{len(self.failed)} failed, not counted")
         return f"{len(self.ok) + len(self.diverged)}" + (f" ({'; '.join(extra)})" if extra else "")
@@ -109,28 +162,72 @@ def _seed(result: CellRecord, index: int) -> Any:
 
 @dataclass(frozen=True)
 class MatrixSettings:
-    """What the report reads from the runner's copy of the matrix file."""
+    """What the report reads from the runner's copy of the matrix file (``blockbench.config.MatrixConfig``).
+
+    A copy that no longer validates (an older matrix file, e.g. with ``tune_seed:``) is read key by
+    key, leniently: its results are about to be rerun, and until then they must still be summarised."""
 
     description: str = ""
     baseline_variant: str | None = None
     targets: dict[str, dict[str, float]] = field(default_factory=dict)
-    cells: int = 0  # the reported cells the matrix has (its axes' product; 0: not known)
+    cells: int = 0  # the reported cells the matrix has (its axes' product; with seeds: {min, ...}, the first round)
+    #: the axes comparisons are made within (``MatrixConfig.levels``: ``within:`` and the budget)
+    levels: tuple[str, ...] = ()
+    seeds: SeedPlan | None = None  # seeds in rounds (None: a fixed seed axis)
+    seed_axis: int | None = None  # the seed axis's length (None: no seed axis, or seeds in rounds)
+    #: task (or preset label) -> metric -> an absolute margin of practical equivalence overriding the task's
+    margins: dict[str, dict[str, float]] = field(default_factory=dict)
+    verdicts: bool = True
 
     @classmethod
     def load(cls, matrix_dir: Path) -> MatrixSettings:
-        path = matrix_dir / MATRIX_FILE
-        raw = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+        raw = matrix_file_keys(matrix_dir / MATRIX_FILE)
+        try:
+            matrix = MatrixConfig.model_validate(raw)
+        except ValidationError:
+            return cls._lenient(raw)
+        return cls(
+            matrix.description,
+            matrix.baseline_variant,
+            matrix.targets,
+            _cells(matrix.axes, matrix.seeds),
+            tuple(matrix.levels),
+            matrix.seeds,
+            len(matrix.axes["seed"]) if "seed" in matrix.axes else None,
+            matrix.margins,
+            matrix.verdicts,
+        )
+
+    @classmethod
+    def _lenient(cls, raw: dict[str, Any]) -> MatrixSettings:
+        """The settings of a matrix file that does not validate (or of none: hand-written results)."""
         targets = {
             str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
             for task, metrics in (raw.get("targets") or {}).items()
         }
-        axes = raw.get("axes") or {}
-        cells = (
-            math.prod(len(values) for values in axes.values())
-            if isinstance(axes, dict) and all(isinstance(values, list) for values in axes.values()) and axes
-            else 0
+        axes = raw.get("axes") if isinstance(raw.get("axes"), dict) else {}
+        lists = {key: values for key, values in axes.items() if isinstance(values, list)}
+        within = [key for key in raw.get("within") or [] if key in lists]
+        levels = (*within, *(key for key in ALWAYS_WITHIN if key in lists and key not in within))
+        try:
+            seeds = SeedPlan.model_validate(raw["seeds"]) if isinstance(raw.get("seeds"), dict) else None
+        except ValidationError:
+            seeds = None
+        margins = {
+            str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
+            for task, metrics in (raw.get("margins") or {}).items()
+        }
+        return cls(
+            str(raw.get("description") or ""),
+            raw.get("baseline_variant"),
+            targets,
+            _cells(lists, seeds) if len(lists) == len(axes) else 0,
+            levels,
+            seeds,
+            len(lists["seed"]) if "seed" in lists else None,
+            margins,
+            raw.get("verdicts") is not False,
         )
-        return cls(raw.get("description") or "", raw.get("baseline_variant"), targets, cells)
 
     def without_result(self, matrix_dir: Path, results: int) -> int:
         """Cells of the matrix with no result yet: those its axes make and those begun (a cell.json)
@@ -138,8 +235,20 @@ class MatrixSettings:
         return max(self.cells, len(cell_files(matrix_dir))) - results
 
 
-def load_groups(matrix_dir: Path) -> list[Group]:
-    """Every task x variant with a result, in matrix order."""
+def _cells(axes: dict[str, list[Any]], seeds: SeedPlan | None) -> int:
+    """The reported cells of a matrix's axes: their product, times the first round's seeds with
+    ``seeds: {min, ...}`` (later rounds train only where a question is undecided); 0 without axes."""
+    if not axes:
+        return 0
+    return math.prod(len(values) for values in axes.values()) * (seeds.min if seeds is not None else 1)
+
+
+def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list[Group]:
+    """Every task x variant with a result, in matrix order. ``levels``: the matrix's level axes (default:
+    its settings', :class:`MatrixSettings`)."""
+    if levels is None:
+        levels = MatrixSettings.load(matrix_dir).levels
+    levels = (*levels, *(key for key in ALWAYS_WITHIN if key not in levels))  # the budget, even if the file lacks it
     groups: dict[tuple[str, str], Group] = {}
     for cell_file in cell_files(matrix_dir):
         result_file = cell_file.with_name(RESULT_FILE)
@@ -149,13 +258,17 @@ def load_groups(matrix_dir: Path) -> list[Group]:
         result = load_record(result_file)
         group = groups.get((cell["task"], cell["variant"]))
         if group is None:
+            axes = cell.get("axes") or {}
+            config = _config(cell_file.with_name(CONFIG_FILE))
             group = groups[cell["task"], cell["variant"]] = Group(
                 cell["task"],
                 cell.get("task_name", cell["task"]),
                 cell["variant"],
                 cell["index"],
-                axes=cell.get("axes") or {},
-                family=_model_family(cell_file.with_name(CONFIG_FILE)),
+                axes=axes,
+                family=(config.get("model") or {}).get("family") if config else None,
+                levels=tuple(key for key in levels if key in axes),
+                task_section=config.get("task") if config and isinstance(config.get("task"), dict) else None,
             )
         group.index = min(group.index, cell["index"])
         group.results.append(result)
@@ -164,18 +277,51 @@ def load_groups(matrix_dir: Path) -> list[Group]:
     return sorted(groups.values(), key=lambda g: g.index)
 
 
-def _model_family(config_file: Path) -> str | None:
-    """``model.family`` of a cell's resolved config (None without one: results written by hand)."""
+def _config(config_file: Path) -> dict[str, Any] | None:
+    """A cell's resolved config (None without one: results written by hand)."""
     if not config_file.is_file():
         return None
-    config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    return (config.get("model") or {}).get("family")
+    config = yaml.load(config_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return config if isinstance(config, dict) else None
 
 
 def tuning_records(matrix_dir: Path) -> list[CellRecord]:
     """The records of a matrix's tuning cells (``<matrix>/tune/cells``): no statistic reads them, but
     their code, machine and time are part of the matrix's."""
     return [load_record(path) for path in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
+
+
+@dataclass(frozen=True)
+class TuningCost:
+    """What tuning one task x variant cost: its tuning cells with a result and their processes' seconds."""
+
+    cells: int
+    seconds: float
+
+
+def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
+    """(task, variant) -> the cost of its tuning cells (``<matrix>/tune/cells/<task>/<variant>/...``, named
+    by their cell.json), in matrix order: the price of each variant's tuned value, which the summary states."""
+    costs: dict[tuple[str, str], TuningCost] = {}
+    for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
+        cell_file = result_file.with_name(CELL_FILE)
+        if not cell_file.is_file():
+            continue
+        cell = json.loads(cell_file.read_text())
+        key = (cell["task"], cell["variant"])
+        before = costs.get(key, TuningCost(0, 0.0))
+        costs[key] = TuningCost(before.cells + 1, before.seconds + (load_record(result_file).wall_time_s or 0.0))
+    return costs
+
+
+def cell_seconds(matrix_dir: Path) -> tuple[float, float]:
+    """The seconds of every reported cell's process and of every tuning cell's (``wall_time_s``, summed):
+    what the matrix cost on one slot, whether it ran at once or in pieces."""
+    reported = sum(
+        load_record(path).wall_time_s or 0.0 for path in (matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}")
+    )
+    tuning = sum(r.wall_time_s or 0.0 for r in tuning_records(matrix_dir))
+    return reported, tuning
 
 
 def machines(records: list[CellRecord]) -> list[str]:

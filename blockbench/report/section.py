@@ -16,28 +16,31 @@ from typing import Any
 from blockbench.tasks import Metric
 
 from ..layout import PLOTS_DIR
-from ..record import SPEED_FIGURES, read_tuning
-from .analysis import ALPHA, LEVEL, GroupStats, MetricStats, TaskAnalysis
+from ..record import SPEED_FIGURES
+from .analysis import LEVEL, GroupStats, MetricStats, TaskAnalysis
+from .differences import comparisons, difference_table, question_note
+from .headroom import headroom_lines
 from .lens import logit_lens_section
 from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
-from .results import BUDGET_AXIS, Group
-from .stats import LOGIT_EPSILON, PAIRED, Difference
-from .table import decimals, fmt
+from .results import Group
+from .table import arrow, decimals, fmt
 from .table import row as _row
 from .table import table_head as _table_head
-from .tuning import chosen_text
-from .verdicts import Comparison
 
-SIGNIFICANT = "✓"  # marks a difference whose Holm-adjusted p-value is below ALPHA
+__all__ = ["comparisons", "section_csv_rows", "section_markdown"]
+
+NOT_RECORDED = "not recorded"  # a metric the cells' records lack (written before their task added it)
 
 
 def section_markdown(a: TaskAnalysis) -> list[str]:
     """The task's markdown lines; draws its plot (``plots/<task>.png``) on the way."""
     lines = [f"## {a.task}: {a.task_cfg.description}", ""]
+    lines += question_note(a)
     lines += main_table(a)
     lines += ["", main_note(a), ""]
     lines += speed_note(a)
     lines += sparsity_note(a)
+    lines += headroom_lines(a.groups, [m.name for m in a.metrics])
     lines += interval_table(a)
     lines += difference_table(a)
     lines += target_table(a)
@@ -66,13 +69,9 @@ def has_sparsity(a: TaskAnalysis) -> bool:
 # the table of means and its notes ---------------------------------------------------------------
 
 
-def _arrow(metric: Metric) -> str:
-    return f"{metric.name} {'↑' if metric.higher_is_better else '↓'}"
-
-
 def main_table(a: TaskAnalysis) -> list[str]:
     performance, peak_memory, sparse = has_performance(a), has_peak_memory(a), has_sparsity(a)
-    header = ["variant"] + [_arrow(m) for m in a.metrics]
+    header = ["variant"] + [arrow(m) for m in a.metrics]
     header += ["seeds", "steps", "wall time (s)", "parameters"]
     if performance:
         header.append("step time (ms)")
@@ -87,12 +86,12 @@ def main_table(a: TaskAnalysis) -> list[str]:
     for group in a.groups:
         if not group.ok:
             status = group.status_without_ok
-            row = [group.variant] + [status] * len(a.metrics) + [group.seeds_label()]
+            row = [group.variant] + [status] * len(a.metrics) + [group.seeds_label(a.headline)]
             lines.append(_row(row + [""] * (len(header) - len(row))))
             continue
         stats = a.stats[group.variant]
         row = [group.variant] + [mean_cell(group, stats.metrics[metric.name]) for metric in a.metrics]
-        row += [group.seeds_label(), str(stats.steps), f"{stats.wall_time_s:.1f}", f"{stats.parameters:,}"]
+        row += [group.seeds_label(a.headline), str(stats.steps), f"{stats.wall_time_s:.1f}", f"{stats.parameters:,}"]
         if performance:
             row.append(_speed_cell(stats.speed["step_time_ms"], "{:,.1f}"))
         row.append(f"{stats.throughput:,.0f}")
@@ -112,6 +111,8 @@ def main_table(a: TaskAnalysis) -> list[str]:
 def mean_cell(group: Group, stats: MetricStats) -> str:
     """``mean ± std`` over the seeds in the statistics; with diverged seeds, also the mean of the
     finished ones alone: ``26.37 ± 40.0 (finished 72.55)``."""
+    if stats.mean is None:
+        return NOT_RECORDED
     text = f"{fmt(stats.mean)} ± {fmt(stats.std, decimals(stats.mean))}"
     if group.diverged:
         text += f" (finished {fmt(stats.mean_finished, decimals(stats.mean))})"
@@ -128,6 +129,11 @@ def main_note(a: TaskAnalysis) -> str:
         note += (
             " A diverged seed left no usable model, so it counts with the worse of the trivial baseline and the "
             f'worst finished seed of this task: {counted}; "finished" is the mean of the finished seeds alone.'
+        )
+    if a.any_did_not_learn:
+        note += (
+            f" A seed that *did not learn* finished with a {a.headline.name} no better than the trivial baseline's; "
+            "it counts as it is (it finished)."
         )
     if any(g.failed for g in a.groups):
         note += " Failed seeds (an error, not a finding) are not counted."
@@ -208,12 +214,14 @@ def interval_table(a: TaskAnalysis) -> list[str]:
         return []
     counted = " (diverged seeds counted as above)" if a.any_diverged else ""
     lines = [f"{LEVEL:.0%} confidence interval of the mean over seeds{counted}:", ""]
-    lines += _table_head(["variant"] + [_arrow(m) for m in a.metrics])
+    lines += _table_head(["variant"] + [arrow(m) for m in a.metrics])
     for group in a.groups:
         cells = []
         for stats in a.stats[group.variant].metrics.values():
             if not group.ok:
                 cells.append(group.status_without_ok)
+            elif stats.mean is None:
+                cells.append(NOT_RECORDED)
             elif stats.interval is None:
                 cells.append("one seed")
             else:
@@ -224,155 +232,20 @@ def interval_table(a: TaskAnalysis) -> list[str]:
 
 
 def interval_method(metrics: tuple[Metric, ...]) -> str:
-    """How the intervals of the task's metrics were computed, by the kind of range they have."""
-    both = [m for m in metrics if math.isfinite(m.low) and math.isfinite(m.high)]
-    one = [m for m in metrics if math.isfinite(m.low) != math.isfinite(m.high)]
-    free = [m for m in metrics if not (math.isfinite(m.low) or math.isfinite(m.high))]
-    parts = []
-    if both:
-        ranges = ", ".join(f"{m.name} in [{m.low:g}, {m.high:g}]" for m in both)
-        parts.append(
-            f"{ranges}: Student t on the logit of the share of the range, (value − low) / (high − low), "
-            f"with shares clamped to [{LOGIT_EPSILON:g}, {1 - LOGIT_EPSILON:g}], transformed back, so the "
-            "interval stays inside the range"
-        )
-    if one:
-        bounds = ", ".join(f"{m.name} ≥ {m.low:g}" if math.isfinite(m.low) else f"{m.name} ≤ {m.high:g}" for m in one)
-        parts.append(f"{bounds}: Student t, cut at the bound")
-    if free:
-        parts.append(f"{', '.join(m.name for m in free)}: Student t")
-    return "Method: " + "; ".join(parts) + "."
-
-
-# differences from the baseline variant ----------------------------------------------------------
-
-
-def difference_table(a: TaskAnalysis) -> list[str]:
-    """Each variant minus the baseline variant, per metric, with its interval, a mark where the
-    Holm-adjusted p-value is below ALPHA, and the tests used."""
-    others = [g for g in a.groups if not a.is_baseline(g)]
-    if not others:
-        return []
-    if not a.baselines:
-        return [f"No differences: the baseline variant `{a.baseline_label}` has no cells for this task.", ""]
-    if not any(a.has_values(baseline) for baseline in a.baselines.values()):
-        status = " or ".join(dict.fromkeys(b.status_without_ok for b in a.baselines.values()))
-        return [f"No differences: every seed of the baseline variant `{a.baseline_label}` {status}.", ""]
-    at = f" at the same budget (`{BUDGET_AXIS}`)" if a.by_budget else ""
-    lines = [
-        f"Difference from the baseline variant `{a.baseline_label}`{at} (variant − baseline) with its {LEVEL:.0%} "
-        f"interval; {SIGNIFICANT} = Holm-adjusted p < {ALPHA:.2g}:",
-        "",
-    ]
-    lines += _table_head(["variant"] + [_arrow(m) for m in a.metrics])
-    for group in others:
-        lines.append(_row([group.variant] + [difference_cell(a, group, m) for m in a.metrics]))
-    return [*lines, "", difference_method(a, others), ""]
-
-
-def no_difference_reason(a: TaskAnalysis, group: Group) -> str:
-    """Why ``group`` has no difference from its baseline: ``failed``, ``diverged`` (its own seeds), or the
-    baseline's."""
-    baseline = a.baseline_of(group)
-    if baseline is None:
-        at = f" at {group.budget} steps" if a.by_budget else ""
-        return f"no cells of the baseline variant `{a.baseline_label}`{at}"
-    if not a.has_values(baseline):
-        return f"every seed of the baseline {baseline.status_without_ok}"
-    return group.status_without_ok
-
-
-def difference_cell(a: TaskAnalysis, group: Group, metric: Metric) -> str:
-    stats = a.stats[group.variant].metrics[metric.name]
-    if stats.difference is None:
-        return no_difference_reason(a, group)
-    text = difference_text(a, group, metric)
-    return f"{text} {SIGNIFICANT} {stats.direction}" if stats.significant else text
-
-
-def difference_text(a: TaskAnalysis, group: Group, metric: Metric) -> str:
-    """``+23.29 [+23.26, +23.31]``, or ``+0.200 (no interval: one seed)``: ``group``'s difference from
-    its baseline in ``metric``, to the decimals of the larger mean."""
-    stats = a.stats[group.variant].metrics[metric.name]
-    diff = stats.difference
-    baseline_mean = a.stats[a.baseline_of(group).variant].metrics[metric.name].mean
-    digits = decimals(max(abs(stats.mean), abs(baseline_mean)))
-    text = fmt(diff.difference, digits, sign=True)
-    if diff.ci_low is None or diff.ci_high is None:
-        return f"{text} (no interval: {_no_interval_reason(diff)})"
-    return text + f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
-
-
-def difference_method(a: TaskAnalysis, others: list[Group]) -> str:
-    """Which test each variant's differences used, the Holm family, and the cut of bounded ranges."""
-    tests: dict[str, list[str]] = {}
-    for group in others:
-        diff = next((s.difference for s in a.stats[group.variant].metrics.values() if s.difference is not None), None)
-        if diff is not None:
-            tests.setdefault(_test_text(diff), []).append(f"`{group.variant}`")
-    if len(tests) == 1:
-        test_text = f"Test: {next(iter(tests))}. "
-    else:
-        test_text = "; ".join(f"{text} for {', '.join(variants)}" for text, variants in tests.items())
-        test_text = f"Tests: {test_text}. " if tests else ""
-    spans = [m.name for m in a.metrics if math.isfinite(m.span)]
-    cut = f" Intervals of {', '.join(spans)} are cut to ± the width of the metric's range." if spans else ""
-    return (
-        f"{test_text}Family-wise error: Holm over {a.family_size} comparisons (every task x variant x metric "
-        f"of this matrix against the baseline variant); the intervals themselves are not adjusted.{cut}"
+    """How the intervals of the task's metrics were computed: Student t, cut at the metric's bounds."""
+    bounded = [m for m in metrics if math.isfinite(m.low) or math.isfinite(m.high)]
+    if not bounded:
+        return "Method: Student t."
+    ranges = ", ".join(
+        f"{m.name} in [{m.low:g}, {m.high:g}]"
+        if math.isfinite(m.low) and math.isfinite(m.high)
+        else (f"{m.name} ≥ {m.low:g}" if math.isfinite(m.low) else f"{m.name} ≤ {m.high:g}")
+        for m in bounded
     )
-
-
-def _test_text(diff: Difference) -> str:
-    """``paired t over 3 seed-matched pairs``, ``Welch t (seeds differ ...: 3 vs 2)`` or ``none (one seed)``."""
-    if min(diff.n) < 2:
-        return "none (one seed)"
-    if diff.test == PAIRED:
-        return f"paired t over {diff.n[0]} seed-matched pairs"
-    return f"Welch t (seeds differ from the baseline variant's: {diff.n[0]} vs {diff.n[1]})"
-
-
-def _no_interval_reason(diff: Difference) -> str:
-    if min(diff.n) < 2:
-        return "one seed"
-    return "the same difference in every seed pair" if diff.test == PAIRED else "seeds identical"
-
-
-def comparisons(a: TaskAnalysis) -> list[Comparison]:
-    """Each variant against its baseline in the task's headline metric (its first), as the task's
-    section shows it: what the verdicts (``blockbench.report.verdicts``) word."""
-    metric = a.metrics[0]
-    family = next((g.family for g in a.groups if g.family), None) or a.task_cfg.family
-    tuned = ((read_tuning(a.matrix_dir) or {}).get("tasks") or {}).get(a.task, {}).get("variants")
-
-    def tuned_value(group: Group | None) -> str | None:
-        return chosen_text(tuned.get(group.variant)) if tuned and group else None
-
-    found = []
-    for group in a.groups:
-        if a.is_baseline(group):
-            continue
-        baseline, stats = a.baseline_of(group), a.stats[group.variant].metrics[metric.name]
-        found.append(
-            Comparison(
-                task=a.task,
-                family=family,
-                variant=group.design if a.by_budget else group.variant,
-                baseline=a.baseline_label,
-                budget=group.budget if a.by_budget else None,
-                metric=metric,
-                difference=stats.difference,
-                difference_text=difference_text(a, group, metric) if stats.difference else "",
-                significant=stats.significant,
-                direction=stats.direction,
-                variant_side=a.side(group, metric),
-                baseline_side=a.side(baseline, metric),
-                missing="" if stats.difference else no_difference_reason(a, group),
-                tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,
-                p_holm=stats.p_holm,
-            )
-        )
-    return found
+    return (
+        f"Method: Student t, cut at the metric's bounds ({ranges}): cutting removes only values the metric cannot "
+        "take, so each interval holds its own mean."
+    )
 
 
 # targets and the plot ---------------------------------------------------------------------------
@@ -452,8 +325,12 @@ def section_csv_rows(a: TaskAnalysis) -> list[dict[str, Any]]:
 
 def csv_row(a: TaskAnalysis, group_stats: GroupStats, stats: MetricStats) -> dict[str, Any]:
     """One group x metric: ``mean``, ``std``, ``ci_*`` and ``diff_*`` count the diverged seeds (at
-    ``diverged_value``); ``mean_finished`` is over the finished seeds alone."""
+    ``diverged_value``); ``mean_finished`` is over the finished seeds alone. ``diff_*`` is the
+    unadjusted 95% description; ``verdict`` and the ``decision_*`` columns are the headline metric's
+    question (empty in the other metrics' rows and the baseline's)."""
     group, metric, diff, outcome = group_stats.group, stats.metric, stats.difference, stats.outcome
+    question = group_stats.question if metric is a.headline else None
+    decision = question.decision if question is not None else None
     return {
         "task": group.task,
         "variant": group.variant,
@@ -466,6 +343,7 @@ def csv_row(a: TaskAnalysis, group_stats: GroupStats, stats: MetricStats) -> dic
         "seeds": len(stats.values),  # in the statistics: finished and diverged
         "seeds_diverged": len(group.diverged),
         "seeds_failed": len(group.failed),
+        "seeds_did_not_learn": len(group.did_not_learn(a.headline)),
         "diverged_value": _blank(a.diverged_values[metric.name]) if group.diverged else "",
         "higher_is_better": metric.higher_is_better,
         "baseline_variant": baseline.variant if (baseline := a.baseline_of(group)) else a.baseline_label,
@@ -474,9 +352,24 @@ def csv_row(a: TaskAnalysis, group_stats: GroupStats, stats: MetricStats) -> dic
         "diff_ci_high": _blank(diff.ci_high) if diff else "",
         "diff_test": diff.test if diff else "",
         "diff_p_value": _blank(diff.p_value) if diff else "",
-        "diff_p_holm": _blank(stats.p_holm),
-        "significant": stats.significant if diff else "",
         "direction": stats.direction,
+        "verdict": question.verdict if question is not None else "",
+        "decision_test": decision.test if decision else "",
+        "decision_alpha": decision.alpha if decision else "",
+        "decision_difference": decision.difference if decision else "",
+        "decision_ci_low": decision.interval[0] if decision and decision.interval else "",
+        "decision_ci_high": decision.interval[1] if decision and decision.interval else "",
+        "decision_p_value": _blank(decision.p_value) if decision else "",
+        "decision_p_equivalence": _blank(decision.p_equivalence) if decision else "",
+        "margin": question.margin.value if question is not None and question.margin else "",
+        "prob_improvement": _blank(decision.prob_improvement) if decision else "",
+        "prob_improvement_low": decision.prob_improvement_interval[0]
+        if decision and decision.prob_improvement_interval
+        else "",
+        "prob_improvement_high": decision.prob_improvement_interval[1]
+        if decision and decision.prob_improvement_interval
+        else "",
+        "decision_final": decision.final if decision else "",
         "baseline": a.trivial_baselines.get(metric.name, ""),  # the task's trivial baseline
         "steps": _blank(group_stats.steps),
         "wall_time_s": _blank(group_stats.wall_time_s),

@@ -1,16 +1,19 @@
 """Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv`` and ``plots/<task>.png``.
 
-Per task x variant: each metric's mean ± std over seeds, the task's trivial baseline, steps,
-wall time, parameters, and the speed figures (step time, throughput, MFU, data wait, peak memory;
-means over the finished seeds); then each metric's 95% confidence interval over seeds (Student t,
-kept inside the metric's range), its difference from the matrix's baseline variant with a 95%
-interval (paired t when the seeds match, Welch otherwise) and a mark where the Holm-adjusted
-p-value over the whole matrix is below 0.05, the steps and seconds to reach the matrix's
-``targets``, and the validation curves. Above them, the verdict of each variant in each task's
-headline metric (``verdicts``). The statistics are ``analysis``'s and each task's part is rendered
-by ``section``; this module puts them together under the matrix's header (its command, cells, machines
-and code) and adds the lists of diverged and failed cells and where the wall time went. The index of
-every matrix, ``results/README.md``, is ``index.write_index``'s, from the same statistics.
+At the top, the verdicts: one question per task x variant (x level of the matrix's ``within:`` axes
+and budget), the task's headline metric against the baseline variant, answered better, worse,
+equivalent or undecided from the two sides' cells alone (``analysis``, ``decide``; worded by
+``verdicts``). Then, with ``tune:``, each variant's tuning and what it cost; then per task: the
+question (the margin of practical equivalence and its reason, the planned looks, what a seed varies),
+each metric's mean ± std over seeds with the task's trivial baseline, steps, wall time, parameters and
+the speed figures (means over the finished seeds), the LM's headroom to its entropy floor, each
+metric's 95% interval over seeds (Student t, cut at the metric's bounds), the differences from the
+baseline variant (the headline metric as decided, the others described with unadjusted intervals),
+the steps and seconds to the matrix's ``targets``, and the validation curves. The statistics are
+``analysis``'s and each task's part is rendered by ``section``; this module puts them together under
+the matrix's header (its command, cells, machines and code) and adds the lists of the cells that did
+not learn, diverged or failed, and where the wall time went. The index of every matrix,
+``results/README.md``, is ``index.write_index``'s, from the same statistics.
 """
 
 from __future__ import annotations
@@ -25,13 +28,13 @@ from typing import Any
 from ..layout import MATRIX_FILE, SUMMARY_CSV, SUMMARY_MD, write_atomic
 from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
-from .analysis import analyze
+from .analysis import TaskAnalysis, analyze
 from .results import Group, MatrixSettings, code_versions, gives_verdicts, machines, tuning_records
 from .section import comparisons, section_csv_rows, section_markdown
 from .table import fmt
 from .table import row as _row
 from .table import table_head as _table_head
-from .tuning import tuning_section
+from .tuning import tuning_cost_lines, tuning_section
 from .verdicts import verdict_lines
 
 __all__ = ["write_report"]
@@ -46,10 +49,13 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     matrix_dir = Path(matrix_dir)
     settings, groups, analyses = analyze(matrix_dir)
     lines: list[str] = tuning_section(matrix_dir)  # a matrix with tune: each variant's values, before its results
+    cost = tuning_cost_lines(matrix_dir)
+    lines += cost if lines or not cost else ["## Tuning", "", *cost]
     csv_rows: list[dict[str, Any]] = []
     for analysis in analyses:
         lines += section_markdown(analysis)
         csv_rows += section_csv_rows(analysis)
+    lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
 
     if before_header is not None:
@@ -68,6 +74,38 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
 
 def _seed_text(result: CellRecord) -> Any:
     return "?" if result.seed is None else result.seed
+
+
+def _did_not_learn(analyses: list[TaskAnalysis]) -> list[str]:
+    """The cells that finished without beating their task's trivial baseline in the headline metric:
+    where they ended and what they had to beat, and how many each variant has."""
+    rows = [(a, g, r) for a in analyses for g in a.groups for r in g.did_not_learn(a.headline)]
+    if not rows:
+        return []
+    lines = [
+        "## Cells that did not learn",
+        "",
+        "These cells finished (neither diverged nor failed) with a headline metric no better than their task's "
+        "trivial baseline: their values count as they are, and a side that mixes them with seeds that learned is "
+        "decided by a rank test.",
+        "",
+    ]
+    for a, g, r in rows:
+        metric = a.headline
+        reference = r.baselines.get(metric.name)
+        against = f" (trivial baseline {fmt(reference)})" if reference is not None else ""
+        lines.append(
+            f"- `{g.task}/{g.variant}/seed{_seed_text(r)}`: {metric.name} {fmt(r.metrics[metric.name])}{against}"
+        )
+    counts = {}
+    for a, g, _ in rows:
+        counts[g.task, g.variant] = f"{len(g.did_not_learn(a.headline))} of {len(g.ok) + len(g.diverged)}"
+    lines += [
+        "",
+        "Per variant: " + "; ".join(f"{task} {variant}: {n}" for (task, variant), n in counts.items()) + ".",
+        "",
+    ]
+    return lines
 
 
 def _diverged_and_failed(groups: list[Group]) -> list[str]:

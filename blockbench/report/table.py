@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from blockbench.tasks import Metric
+
 
 def row(cells: list[str]) -> str:
     """One markdown table row."""
@@ -20,3 +22,8 @@ def decimals(value: float) -> int:
 
 def fmt(value: float, digits: int | None = None, sign: bool = False) -> str:
     return f"{value:{'+' if sign else ''},.{decimals(value) if digits is None else digits}f}"
+
+
+def arrow(metric: Metric) -> str:
+    """``perplexity ↓``: a metric's name and which way is better."""
+    return f"{metric.name} {'↑' if metric.higher_is_better else '↓'}"

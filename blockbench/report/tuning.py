@@ -1,5 +1,6 @@
 """The summary's ``Tuning`` section, read from a matrix's ``tune.json`` (written by the runner's
-tuning rules, ``blockbench.matrix.tuning``): each variant's candidates, their scores and the choice.
+tuning rules, ``blockbench.matrix.tuning``): each variant's candidates, their scores and the choice,
+and what the tuning cost per variant (its tuning cells' process time).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..layout import TUNE_FILE
 from ..record import read_tuning
+from .results import tuning_costs
 from .table import row as _row
 
 
@@ -101,3 +103,21 @@ def _candidate_cell(option: dict[str, Any] | None, chosen: bool) -> str:
     seeds = len(option.get("trials") or [])
     text += f" ({seeds} seeds)" if seeds > 1 else ""
     return f"**{text}**" if chosen else text
+
+
+def tuning_cost_lines(matrix_dir: Path) -> list[str]:
+    """What tuning cost, per task x variant: its tuning cells and their processes' seconds summed (the
+    price of each variant's tuned value, beside the reported cells' own time); empty without tuning cells."""
+    costs = tuning_costs(Path(matrix_dir))
+    if not costs:
+        return []
+    lines = [
+        "Tuning cost per variant: the tuning cells that have a result, and the seconds of their processes summed "
+        "(cell-process time, as a run on one slot would take):",
+        "",
+        _row(["task", "variant", "tuning cells", "cell-process time (s)"]),
+        "|---|---|---|---|",
+    ]
+    lines += [_row([task, variant, str(cost.cells), f"{cost.seconds:,.0f}"]) for (task, variant), cost in costs.items()]
+    cells, seconds = sum(c.cells for c in costs.values()), sum(c.seconds for c in costs.values())
+    return [*lines, _row(["all", "", str(cells), f"{seconds:,.0f}"]), ""]

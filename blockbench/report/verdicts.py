@@ -1,23 +1,25 @@
 """Verdicts: does a variant help, and does it help in every model family?
 
-The summary of a matrix (``blockbench.report``) computes, per task, each variant's difference from
-the baseline variant in every metric, with its interval and a Holm-adjusted test. This module turns
-the headline metric's comparison into a verdict and words it, once, for two places:
+The analysis of a matrix (``blockbench.report.analysis``) asks one question per task x variant x
+level: the task's headline metric against the baseline variant at the same level, decided by
+``decide.decide`` from the two sides' cells alone. This module words each answer, once, for two places:
 
-- the top of each ``summary.md``: one line per variant vs baseline per task (:func:`verdict_lines`);
+- the top of each ``summary.md``: one line per variant vs baseline per task (:func:`verdict_lines`),
+  and where the matrix compares within levels (``within:``, the budget) a table of the differences
+  across the levels side by side;
 - the index of a results root, ``results/README.md`` (:func:`index_markdown`): one row per matrix x
-  variant vs baseline (x budget), one column per model family, and whether the verdict transfers
-  across the families.
+  variant vs baseline (x level), one column per model family, whether the verdict transfers across
+  the families, how many of the family verdicts are decided and what the whole book cost.
 
-A verdict is **better** or **worse** where the summary marks the difference ✓ (its Holm-adjusted
-p-value is below 0.05), **n.s.** (no significant difference) where it does not, **untested** where
-there is no test (one seed, or no spread between seeds), and no result where a side has no seed in
-the statistics. Nothing here computes a statistic: :class:`Comparison` carries the summary's own.
+There are four verdicts: **better** or **worse** (the test rejects no difference), **equivalent**
+(the difference lies within ± the margin of practical equivalence), **undecided** (neither is shown:
+more seeds may answer it). Two states are not verdicts: **no result** (a side has no seed in the
+statistics) and **saturated** (both sides where the metric cannot tell them apart: the best value,
+or the LM's entropy floor). Nothing here computes a statistic: :class:`Comparison` carries the
+analysis's own decision.
 
-When a matrix varies the training budget (``trainer.max_steps`` as an axis), each budget has its own
-comparison against the baseline variant at the same budget, and a verdict that changes between
-budgets is flagged (``⚠ flips: worse at 300 steps, better at 1500 steps``): short runs can reverse
-what long ones find.
+A verdict that changes from one level to another is flagged (``⚠ flips: worse at 300 steps, better
+at 1,500 steps``): short runs can reverse what long ones find, and a deeper model what a shallow one does.
 """
 
 from __future__ import annotations
@@ -29,30 +31,36 @@ from typing import Any
 
 from blockbench.tasks import Metric
 
-from .stats import Difference
+from .decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, Decision
+from .results import BUDGET_AXIS, level_text
 
 #: the index's family columns, in order: ``model.family`` -> column title
 FAMILIES = {"decoder_lm": "LM", "encoder_decoder": "translator", "vit": "ViT"}
 
-BETTER, WORSE, NOT_SIGNIFICANT, UNTESTED, NO_RESULT = "better", "worse", "n.s.", "untested", "no result"
+NO_RESULT, SATURATED = "no result", "saturated"  # states that are not verdicts
 #: the verdicts that answer the question, in the order the transfer column lists them
-DECIDED = (BETTER, WORSE, NOT_SIGNIFICANT)
+DECIDED = (BETTER, WORSE, EQUIVALENT)
 MIXED = "mixed"  # a family whose tasks disagree
+#: every family verdict in the order the transfer column lists them
+ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NO_RESULT)
 
 LEGEND = (
-    "Each verdict is the headline metric's difference (variant − baseline, the arrow says which way is better) with "
-    "its 95% interval, from the matrix's summary: **better** or **worse** where the summary's test finds a difference "
-    "(Holm-adjusted p < 0.05 over every comparison of the matrix; the adjusted p follows the verdict), **n.s.** (no "
-    "significant difference) where it does not, even where the unadjusted interval leaves out zero, "
-    "**untested** where there is no test (one seed, or the same difference in every seed pair). A share of diverged "
-    "seeds is shown where it is not zero (diverged seeds count in the difference as a model that learned nothing), "
-    "and *both at the best possible* value where every seed of both sides reached it (BLEU 100: the task is solved "
-    "and cannot tell them apart), "
-    "then the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in a matrix with "
-    "`tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a "
-    "value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers across the "
-    "families names the n.s. families whose unadjusted interval leaves out zero (*unadjusted: worse in "
-    "translator*), and says *unclear* rather than *yes* where they lean opposite ways."
+    "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
+    "which way is better), decided from the two sides' cells alone at a 5% error rate per question (no family "
+    "across the matrix: the same cells get the same verdict in every matrix; with seeds in rounds each look spends "
+    "an equal share of it). **better** / **worse**: the test finds a difference; **equivalent**: the difference's "
+    "interval lies within ± the task's margin of practical equivalence (two one-sided tests); **undecided**: "
+    "neither is shown (more seeds may answer it). *saturated* (no verdict): both sides sit at the metric's best "
+    "value or within the stated distance of the LM's entropy floor, where it cannot tell them apart; *no result*: "
+    "a side has no seed. After the verdict: the test that decided it, its seeds and level α, the difference with "
+    "its interval at that level, the margin, and the probability of improvement P(better) (variant better than "
+    "baseline over all seed pairs, ties half) with its bootstrap interval; a rank test decides where a side mixes "
+    "seeds that learned with seeds that did not learn or diverged. Then the shares of seeds that *did not learn* "
+    "(finished no better than the trivial baseline; counted as they are) or diverged (counted as a model that "
+    "learned nothing), the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in "
+    "a matrix with `tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest "
+    "tried* where a value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers "
+    "across the families uses the same four words: *equivalent in all 3* is an answer, *undecided* is not a no."
 )
 
 
@@ -61,8 +69,11 @@ def family_title(family: str) -> str:
     return FAMILIES.get(family, family)
 
 
-def budget_text(budget: Any) -> str:
-    return f"{budget:,} steps" if isinstance(budget, int) else f"{budget} steps"
+def _level_key(level: tuple[tuple[str, Any], ...]) -> tuple:
+    """A sort key of a level: numbers by value, anything else by its text, after them."""
+    return tuple(
+        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v)) for _, v in level
+    )
 
 
 @dataclass(frozen=True)
@@ -72,45 +83,41 @@ class Side:
     seeds: int  # in the statistics: finished and diverged
     diverged: int
     step_time_ms: float | None  # mean of the finished seeds' median step times (None: not recorded)
-    #: the headline metric's best possible value (BLEU 100) when every seed reached it, none diverged; else None
-    at_best: float | None = None
+    did_not_learn: int = 0  # finished seeds no better than the trivial baseline
 
-    def diverged_text(self) -> str:
-        """``1/3 diverged``, or empty when no seed diverged."""
-        return f"{self.diverged}/{self.seeds} diverged" if self.diverged else ""
+    def issues_text(self) -> str:
+        """``1/3 did not learn, 1/3 diverged``, or empty when every seed learned."""
+        parts = [f"{self.did_not_learn}/{self.seeds} did not learn"] if self.did_not_learn else []
+        parts += [f"{self.diverged}/{self.seeds} diverged"] if self.diverged else []
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A variant against the matrix's baseline variant on one task, in the task's headline metric, as
-    the summary computed it."""
+    """A variant against the matrix's baseline variant on one task (at one level), in the task's
+    headline metric, as the analysis decided it."""
 
     task: str
     family: str  # ``model.family`` of the task's cells
-    variant: str  # the variant's label, without the budget when the matrix varies it
+    variant: str  # the variant's label, without the level when the matrix compares within levels
     baseline: str  # the baseline variant's label, likewise
-    budget: Any  # ``trainer.max_steps`` when the matrix varies it (an axis), else None
+    level: tuple[tuple[str, Any], ...]  # (axis, value) of each level axis; () without levels
     metric: Metric
-    difference: Difference | None  # None: a side has no seed in the statistics (see ``missing``)
-    difference_text: str  # as the summary's difference table shows it: ``+23.29 [+23.26, +23.31]``
-    significant: bool  # the summary's ✓: Holm-adjusted p < 0.05
-    direction: str  # ``better`` / ``worse`` / ``same`` of the difference, whatever its test
+    verdict: str  # better, worse, equivalent, undecided; or no result, saturated
+    decision: Decision | None  # None: no result (see ``missing``)
+    #: the decision's difference and interval to the decimals of the larger mean: ``+23.29 [+23.26, +23.31]``
+    difference_text: str
+    margin_text: str  # ``±0.074``
     variant_side: Side
     baseline_side: Side
-    missing: str = ""  # why there is no difference
+    missing: str = ""  # why there is no decision
+    saturation: str = ""  # why the comparison is saturated
     #: a matrix with ``tune:``: the tuned value each side's seeds trained at (``lr=0.001``), None if it has none
     tuned: tuple[str | None, str | None] | None = None
-    #: the difference's Holm-adjusted p-value (None: untested): shown so that an n.s. whose unadjusted
-    #: interval leaves out zero reads as what it is, a difference the family-wise test cannot confirm
-    p_holm: float | None = None
 
     @property
-    def verdict(self) -> str:
-        if self.difference is None:
-            return NO_RESULT
-        if self.difference.p_value is None:
-            return UNTESTED
-        return self.direction if self.significant else NOT_SIGNIFICANT
+    def decided(self) -> bool:
+        return self.verdict in DECIDED
 
     @property
     def step_time_ratio(self) -> float | None:
@@ -119,29 +126,47 @@ class Comparison:
         return ours / theirs if ours is not None and theirs else None
 
     @property
+    def level_text(self) -> str:
+        """``n_layers=4`` or ``300 steps`` (empty without levels)."""
+        return level_text(self.level)
+
+    @property
     def label(self) -> str:
-        """``ffn=swiglu vs ffn=mlp`` (``at 300 steps`` when the matrix varies the budget)."""
-        at = f" at {budget_text(self.budget)}" if self.budget is not None else ""
-        return f"{self.variant} vs {self.baseline}{at}"
+        """``ffn=swiglu vs ffn=mlp`` (``at 300 steps``, ``at n_layers=4`` when compared within levels)."""
+        return f"{self.variant} vs {self.baseline}" + (f" at {self.level_text}" if self.level else "")
+
+    def test_text(self) -> str:
+        """``paired t, 3 pairs, α 0.05``: the test that decided, its seeds and the α of its look."""
+        d = self.decision
+        if d is None:
+            return ""
+        seeds = f"{d.n[0]} pairs" if len(d.n) == 1 else " vs ".join(str(n) for n in d.n) + " seeds"
+        return f"{d.test}, {seeds}, α {d.alpha:.2g}"
 
     def describe(self, flag: str = "") -> str:
-        """``**worse**, perplexity ↓ +23.29 [+23.26, +23.31]; 1/3 diverged; step time ×1.02``, then in a
-        tuned matrix the values the two sides trained at (``tuned lr=0.0003 vs lr=0.001``), then ``flag``."""
-        if self.difference is None:
+        """``**worse** (paired t, 3 pairs, α 0.05), perplexity ↓ +23.29 [+23.26, +23.31], margin ±0.074;
+        P(better) 0.00 [0.00, 0.00]; 1/3 did not learn; step time ×1.02``, then in a tuned matrix the values
+        the two sides trained at (``tuned lr=0.0003 vs lr=0.001``), then ``flag``."""
+        if self.decision is None:
             text = f"no result: {self.missing}"
         else:
             arrow = "↑" if self.metric.higher_is_better else "↓"
-            p = "" if self.p_holm is None else f" (Holm p {_p_text(self.p_holm)})"
-            parts = [f"**{self.verdict}**{p}, {self.metric.name} {arrow} {self.difference_text}"]
-            diverged = [self.variant_side.diverged_text(), self.baseline_side.diverged_text()]
-            if any(diverged):
-                parts.append(", ".join(filter(None, [diverged[0], diverged[1] and f"baseline {diverged[1]}"])))
-            if self.variant_side.at_best is not None and self.baseline_side.at_best is not None:
+            head = f"**{self.verdict}**"
+            if self.verdict == SATURATED:
+                head += f" (no verdict: {self.saturation})"
+            else:
+                more = "; more seeds may decide it" if self.verdict == UNDECIDED and not self.decision.final else ""
+                head += f" ({self.test_text()}{more})"
+            parts = [f"{head}, {self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"]
+            p = self.decision.prob_improvement
+            if p is not None:
+                interval = self.decision.prob_improvement_interval
                 parts.append(
-                    f"both at the best possible {self.metric.name} ({self.variant_side.at_best:g}) in every "
-                    f"seed: the task is solved{' at this budget' if self.budget is not None else ''} and cannot "
-                    f"tell them apart"
+                    f"P(better) {p:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval is not None else "")
                 )
+            issues = [self.variant_side.issues_text(), self.baseline_side.issues_text()]
+            if any(issues):
+                parts.append(", ".join(filter(None, [issues[0], issues[1] and f"baseline {issues[1]}"])))
             ratio = self.step_time_ratio
             parts.append(f"step time ×{ratio:.2f}" if ratio is not None else "step time n/a")
             if self.tuned is not None:
@@ -150,33 +175,35 @@ class Comparison:
         return f"{text}; {flag}" if flag else text
 
 
-def _p_text(p: float) -> str:
-    """``0.027``, ``0.0031``, ``< 0.001``."""
-    return "< 0.001" if p < 0.001 else f"{p:.2g}"
-
-
-def budget_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:
-    """(task, variant, baseline) -> a warning where the verdict changes with the budget:
+def level_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:
+    """(task, variant, baseline) -> a warning where the verdict changes from one level to another:
     ``⚠ flips: worse at 300 steps, better at 1,500 steps`` when it turns from better to worse or back,
-    ``⚠ changes with the budget: n.s. at 300 steps, better at 1,500 steps`` otherwise."""
+    ``⚠ changes with the budget: equivalent at 300 steps, better at 1,500 steps`` (``with the level``
+    where the level is not only the budget) otherwise. Only decided verdicts count: an undecided level
+    does not disagree with anything."""
     by_key: dict[tuple[str, str, str], list[Comparison]] = {}
     for c in comparisons:
-        if c.budget is not None:
+        if c.level:
             by_key.setdefault((c.task, c.variant, c.baseline), []).append(c)
     flags = {}
-    for key, group in by_key.items():
-        group = sorted(group, key=lambda c: c.budget)
-        decided = [c for c in group if c.verdict in DECIDED]
+    for key, found in by_key.items():
+        decided = [c for c in sorted(found, key=lambda c: _level_key(c.level)) if c.decided]
         if len({c.verdict for c in decided}) < 2:
             continue
-        what = "flips" if {BETTER, WORSE} <= {c.verdict for c in decided} else "changes with the budget"
-        flags[key] = f"⚠ {what}: " + ", ".join(f"{c.verdict} at {budget_text(c.budget)}" for c in decided)
+        budget_only = all(axis == BUDGET_AXIS for c in decided for axis, _ in c.level)
+        what = (
+            "flips"
+            if {BETTER, WORSE} <= {c.verdict for c in decided}
+            else f"changes with the {'budget' if budget_only else 'level'}"
+        )
+        flags[key] = f"⚠ {what}: " + ", ".join(f"{c.verdict} at {c.level_text}" for c in decided)
     return flags
 
 
 def family_verdicts(comparisons: list[Comparison]) -> dict[str, str]:
     """Family -> the verdict of its tasks, in :data:`FAMILIES` order: the one decided verdict (better,
-    worse, n.s.) its tasks have, ``mixed`` when they have several, else untested or no result."""
+    worse, equivalent) its tasks have, ``mixed`` when they have several, else undecided, saturated or
+    no result."""
     verdicts: dict[str, set[str]] = {}
     for c in comparisons:
         verdicts.setdefault(c.family, set()).add(c.verdict)
@@ -188,7 +215,7 @@ def _one_verdict(verdicts: set[str]) -> str:
     decided = verdicts & set(DECIDED)
     if decided:
         return decided.pop() if len(decided) == 1 else MIXED
-    return UNTESTED if UNTESTED in verdicts else NO_RESULT
+    return next(v for v in (UNDECIDED, SATURATED, NO_RESULT) if v in verdicts or v == NO_RESULT)
 
 
 def _join(names: list[str]) -> str:
@@ -197,69 +224,70 @@ def _join(names: list[str]) -> str:
 
 
 def transfer(comparisons: list[Comparison]) -> str:
-    """Whether one variant's verdict (at one budget) is the same in every family that ran:
-    ``yes: better in all 3``, ``no: better in LM, n.s. in translator and ViT``, ``only LM run``,
-    ``yes: worse in LM and ViT (translator not run)``, ``undecided: ...`` when fewer than two
-    families have a decided verdict (better, worse or n.s.) and none disagree. A family whose tasks
-    disagree (``mixed``) is a verdict that does not transfer. An n.s. whose unadjusted interval
-    leaves out zero is named after it (``yes: n.s. in all 3 (unadjusted: worse in translator)``),
-    and where such intervals point opposite ways, ``yes`` becomes ``unclear``: three n.s. verdicts
-    would otherwise read as "no difference anywhere" when the families in fact lean apart."""
+    """Whether one variant's verdict (at one level) is the same in every family that ran:
+    ``yes: better in all 3``, ``yes: equivalent in all 3``, ``no: better in LM, worse in ViT``,
+    ``only LM run``, ``yes: worse in LM and ViT (translator not run)``, ``undecided: ...`` when fewer
+    than two families have a decided verdict (better, worse, equivalent) and none disagree: an
+    undecided family is not a "no". A family whose tasks disagree (``mixed``) is a verdict that does
+    not transfer."""
     families = family_verdicts(comparisons)
     if len(families) < 2:
         return f"only {_join([family_title(f) for f in families])} run" if families else "nothing run"
     by_verdict: dict[str, list[str]] = {}
     for family, verdict in families.items():
         by_verdict.setdefault(verdict, []).append(family_title(family))
-    order = [*DECIDED, MIXED, UNTESTED, NO_RESULT]
-    listing = ", ".join(f"{v} in {_join(by_verdict[v])}" for v in order if v in by_verdict)
+    every = len(by_verdict) == 1 and len(families) == len(FAMILIES)
+    listing = (
+        f"{next(iter(by_verdict))} in all {len(families)}"
+        if every
+        else ", ".join(f"{v} in {_join(by_verdict[v])}" for v in ORDER if v in by_verdict)
+    )
     decided = [v for v in families.values() if v in DECIDED]
     not_run = [title for family, title in FAMILIES.items() if family not in families]
-    leanings = _leanings(comparisons)
-    notes = [f"{_join(not_run)} not run"] if not_run else []
-    notes += ["unadjusted: " + ", ".join(f"{d} in {_join(leanings[d])}" for d in leanings)] if leanings else []
-    note = f" ({'; '.join(notes)})" if notes else ""
+    note = f" ({_join(not_run)} not run)" if not_run else ""
     if MIXED in families.values() or len(set(decided)) > 1:
         return f"no: {listing}{note}"
     if len(decided) < 2:
         return f"undecided: {listing}{note}"
-    answer = "unclear" if len(leanings) > 1 else "yes"  # n.s. everywhere, but leaning both ways
-    if len(decided) == len(families) == len(FAMILIES):
-        return f"{answer}: {decided[0]} in all {len(families)}{note}"
-    return f"{answer}: {listing}{note}"
+    return f"yes: {listing}{note}"
 
 
-def _leanings(comparisons: list[Comparison]) -> dict[str, list[str]]:
-    """``better``/``worse`` -> the families (``LM (wikitext)``: the task, where a family has several)
-    with an n.s. verdict whose unadjusted interval leaves out zero on that side, in :data:`FAMILIES`
-    order (better first; empty when there are none)."""
-    tasks: dict[str, set[str]] = {}
+def _rows(comparisons: list[Comparison]) -> dict[tuple[str, str, tuple], list[Comparison]]:
+    """(variant, baseline, level) -> its comparisons (one per task), variants in the order they first
+    come, each one's levels ascending."""
+    rows: dict[tuple[str, str, tuple], list[Comparison]] = {}
     for c in comparisons:
-        tasks.setdefault(c.family, set()).add(c.task)
-    leanings: dict[str, list[str]] = {BETTER: [], WORSE: []}
-    for family in family_verdicts(comparisons):  # FAMILIES order
-        for c in comparisons:
-            if c.family != family or c.direction not in leanings or c.verdict != NOT_SIGNIFICANT:
-                continue
-            if c.difference is not None and c.difference.excludes_zero:
-                title = family_title(family) + (f" ({c.task})" if len(tasks[family]) > 1 else "")
-                if title not in leanings[c.direction]:
-                    leanings[c.direction].append(title)
-    return {direction: titles for direction, titles in leanings.items() if titles}
+        rows.setdefault((c.variant, c.baseline, c.level), []).append(c)
+    variants = list(dict.fromkeys(key[0] for key in rows))
+    return dict(sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), _level_key(item[0][2]))))
 
 
-def _rows(comparisons: list[Comparison]) -> dict[tuple[str, str, Any], list[Comparison]]:
-    """(variant, baseline, budget) -> its comparisons (one per task), in the order they come."""
-    rows: dict[tuple[str, str, Any], list[Comparison]] = {}
-    for c in comparisons:
-        rows.setdefault((c.variant, c.baseline, c.budget), []).append(c)
-    return dict(sorted(rows.items(), key=lambda item: _order(item[0], rows)))
-
-
-def _order(key: tuple[str, str, Any], rows: dict[tuple[str, str, Any], list[Comparison]]) -> tuple[int, Any]:
-    """Variants in the order they first come, each one's budgets ascending."""
-    variants = list(dict.fromkeys(k[0] for k in rows))
-    return variants.index(key[0]), (key[2] is not None, key[2] if key[2] is not None else 0)
+def level_tables(comparisons: list[Comparison]) -> list[str]:
+    """Per task compared within levels: its differences across the levels side by side, a row per design
+    and a column per level (``**worse** +2.6 [+1.9, +3.3]``), so a trend with depth or budget shows."""
+    lines: list[str] = []
+    tasks = list(dict.fromkeys(c.task for c in comparisons if c.level))
+    for task in tasks:
+        found = [c for c in comparisons if c.task == task and c.level]
+        levels = sorted(dict.fromkeys(c.level for c in found), key=_level_key)
+        if len(levels) < 2:
+            continue
+        metric, baseline = found[0].metric, found[0].baseline
+        arrow = "↑" if metric.higher_is_better else "↓"
+        lines += [f"**{task}**, {metric.name} {arrow} minus `{baseline}` at each level:", ""]
+        lines += ["| variant | " + " | ".join(level_text(level) for level in levels) + " |"]
+        lines += ["|" + "---|" * (len(levels) + 1)]
+        for variant in dict.fromkeys(c.variant for c in found):
+            by_level = {c.level: c for c in found if c.variant == variant}
+            cells = [
+                f"**{c.verdict}** {c.difference_text}"
+                if (c := by_level.get(level)) and c.decision
+                else (c.verdict if c else "–")
+                for level in levels
+            ]
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 DEMONSTRATION = (
@@ -270,12 +298,13 @@ DEMONSTRATION = (
 
 
 def verdict_lines(comparisons: list[Comparison], *, demonstration: bool = False) -> list[str]:
-    """The ``Verdicts`` section at the top of a summary: one line per variant vs baseline per task,
-    then, where it ran in several families, whether its verdict transfers across them (empty without
-    comparisons). A ``demonstration`` (``verdicts: false`` in the matrix file) says so first."""
+    """The ``Verdicts`` section at the top of a summary: one line per variant vs baseline per task (per
+    level), then, where it ran in several families, whether its verdict transfers across them, then the
+    differences across levels side by side (empty without comparisons). A ``demonstration``
+    (``verdicts: false`` in the matrix file) says so first."""
     if not comparisons:
         return []
-    flags = budget_flags(comparisons)
+    flags = level_flags(comparisons)
     lines = ["## Verdicts", "", *([DEMONSTRATION, ""] if demonstration else []), LEGEND, ""]
     for row in _rows(comparisons).values():
         for c in row:
@@ -283,7 +312,8 @@ def verdict_lines(comparisons: list[Comparison], *, demonstration: bool = False)
             lines.append(f"- {c.task} ({family_title(c.family)}), {c.label}: {c.describe(flag)}")
         if len({c.family for c in row}) > 1:
             lines.append(f"- {row[0].label}, across the families: {transfer(row)}")
-    return [*lines, ""]
+    lines.append("")
+    return lines + level_tables(comparisons)
 
 
 @dataclass
@@ -320,6 +350,8 @@ class Index:
     matrices: list[MatrixVerdicts] = field(default_factory=list)
     not_run: list[NotRun] = field(default_factory=list)
     demonstrations: list[str] = field(default_factory=list)  # matrices with ``verdicts: false`` that have results
+    #: the seconds of every cell process of the book: reported cells and tuning cells (demonstrations included)
+    book_seconds: tuple[float, float] = (0.0, 0.0)
 
 
 def _cell(text: str) -> str:
@@ -338,11 +370,11 @@ def _matrix_cell(matrix: MatrixVerdicts) -> str:
 
 
 def index_rows(matrix: MatrixVerdicts, families: list[str]) -> list[list[str]]:
-    """One table row per variant vs baseline (per budget): matrix, variant, baseline, a cell per family
+    """One table row per variant vs baseline (per level): matrix, variant, baseline, a cell per family
     in ``families`` (``task: ...`` lines when a family has several tasks), the transfer column."""
-    flags = budget_flags(matrix.comparisons)
+    flags = level_flags(matrix.comparisons)
     rows = []
-    for (variant, baseline, budget), row in _rows(matrix.comparisons).items():
+    for (variant, baseline, level), row in _rows(matrix.comparisons).items():
         cells = []
         for family in families:
             ours = [c for c in row if c.family == family]
@@ -352,13 +384,30 @@ def index_rows(matrix: MatrixVerdicts, families: list[str]) -> list[list[str]]:
             if len(ours) > 1:
                 texts = [f"{c.task}: {text}" for c, text in zip(ours, texts, strict=True)]
             cells.append("<br>".join(texts) if texts else "–")
-        at = f" at {budget_text(budget)}" if budget is not None else ""
+        at = f" at {level_text(level)}" if level else ""
         rows.append([_matrix_cell(matrix), f"{variant}{at}", baseline, *cells, transfer(row)])
     return rows
 
 
+def decided_count(index: Index) -> tuple[int, int]:
+    """(decided, all) family verdicts of the index: one per row x family that ran, decided where it is
+    better, worse or equivalent (a family whose tasks disagree, mixed, is not one answer)."""
+    verdicts = [
+        verdict
+        for matrix in index.matrices
+        for row in _rows(matrix.comparisons).values()
+        for verdict in family_verdicts(row).values()
+    ]
+    return sum(v in DECIDED for v in verdicts), len(verdicts)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f}"
+
+
 def index_markdown(index: Index) -> str:
-    """``results/README.md``: the verdict table of every matrix with results, and those not run yet."""
+    """``results/README.md``: the verdict table of every matrix with results, how many of its family
+    verdicts are decided and what the book cost, and the matrices not run yet."""
     lines = [
         "# Verdicts",
         "",
@@ -368,7 +417,16 @@ def index_markdown(index: Index) -> str:
         "",
     ]
     comparisons = [c for m in index.matrices for c in m.comparisons]
+    reported, tuning = index.book_seconds
     if comparisons:
+        decided, total = decided_count(index)
+        lines += [
+            f"**{decided} of {total} family verdicts are decided** (better, worse or equivalent; the rest undecided, "
+            f"saturated or without a result), for **{_hours(reported + tuning)} cell-process hours** (the summed "
+            f"wall time of every cell's process: {_hours(reported)} h reported cells, {_hours(tuning)} h tuning "
+            "cells).",
+            "",
+        ]
         present = {c.family for c in comparisons}
         families = [*FAMILIES, *sorted(present - set(FAMILIES))]
         header = [

@@ -1,14 +1,17 @@
-"""The cross-family verdicts (``blockbench.report.verdicts``): the lines at the top of each summary and the
-index of a results root (``results/README.md``), from hand-written matrix folders whose differences,
-intervals, Holm-adjusted tests, diverged shares and step times are computed here by hand (scipy).
+"""The verdicts (``blockbench.report.verdicts``, from ``analysis``'s questions): the lines at the top of
+each summary and the index of a results root (``results/README.md``), from hand-written matrix folders
+whose paired differences, intervals, tests (t and two one-sided), probabilities of improvement,
+diverged and did-not-learn shares and step times are computed here by hand (scipy's t distribution).
 No training: every cell is a result.json written below."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,17 +20,18 @@ from scipy import stats as scipy_stats
 from blockbench.cli import main
 from blockbench.layout import write_json
 from blockbench.matrix.run import finish_matrix
+from blockbench.report.analysis import OpenQuestion, analyze, open_questions
+from blockbench.report.decide import Decision, prob_improvement_interval
 from blockbench.report.index import write_index
 from blockbench.report.results import load_groups
-from blockbench.report.stats import Difference
 from blockbench.report.summary import write_report
 from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
 from blockbench.tasks import TASK_CONFIGS
 from blockbench.walltime import WallClock
 
+REPO = Path(__file__).resolve().parents[2]
 PRE, POST = "norm_placement=pre", "norm_placement=post"
-#: every metric but the headline one is the same in every cell: its paired differences are all zero, so
-#: it has no test and stays out of the Holm family (which then holds the headline metrics alone)
+#: every metric but the headline one is the same in every cell: it is described, and decides nothing
 CONSTANT = {
     "lm": {"agreement_acc": 0.5, "loss": 2.0},
     "lm_text": {"bits_per_byte": 1.5, "loss": 2.0},
@@ -42,6 +46,9 @@ TRIVIAL = {
     "translation": {"bleu": 0.93},
     "vit": {"accuracy": 0.2},
 }
+#: the margins of practical equivalence the matrix files below set (``margins:``), so that the expected
+#: verdicts do not depend on the tasks' declared ones
+MARGINS = {"lm": 0.1, "lm_text": 0.5, "translation": 1.0, "vit": 0.005}
 
 
 def _result(task_name: str, seed: int, value: float | None, step_time_ms: float | None) -> dict:
@@ -76,9 +83,10 @@ def _result(task_name: str, seed: int, value: float | None, step_time_ms: float 
     return result
 
 
-def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None) -> None:
+def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None, **settings: object) -> None:
     """``cells``: dicts of task (the row label), task_name, variant, axes, values (headline metric per
-    seed, None = diverged) and step_time_ms; each cell gets cell.json, config.yaml (model.family) and result.json."""
+    seed, None = diverged) and step_time_ms; each cell gets cell.json, config.yaml (model.family) and
+    result.json. The matrix file sets :data:`MARGINS` and ``settings`` (e.g. ``within``, ``axes``)."""
     matrix_dir = root / name
     index = 0
     for cell in cells:
@@ -98,42 +106,70 @@ def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | No
             (cell_dir / "config.yaml").write_text(yaml.safe_dump({"model": {"family": FAMILY[cell["task_name"]]}}))
             write_json(cell_dir / "result.json", _result(cell["task_name"], seed, value, cell.get("step_time_ms")))
             index += 1
-    matrix = {"name": name, "axes": {"task": sorted({c["task"] for c in cells})}}
+    tasks = sorted({c["task"] for c in cells})
+    matrix = {
+        "name": name,
+        "axes": {"task": tasks},
+        "margins": {c["task"]: {HEADLINE[c["task_name"]]: MARGINS[c["task_name"]]} for c in cells},
+        **settings,
+    }
     if baseline_variant:
         matrix["baseline_variant"] = baseline_variant
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix))
 
 
-def _paired(variant: list[float], baseline: list[float]) -> tuple[float, float, float, float]:
-    """The summary's paired t: mean difference, 95% interval and p-value, by hand."""
+@dataclass(frozen=True)
+class Hand:
+    """A question decided by hand: the paired t test and TOST at α = 0.05 (one look)."""
+
+    mean: float
+    low: float
+    high: float
+    p: float
+    p_equivalence: float
+    verdict: str
+    prob: float  # P(better) over all seed pairs, ties half, by counting
+
+
+def _hand(variant: list[float], baseline: list[float], higher_is_better: bool, margin: float) -> Hand:
+    """The verdict of the seed-matched ``variant`` vs ``baseline``, by hand."""
     differences = [v - b for v, b in zip(variant, baseline, strict=True)]
-    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
-    half = scipy_stats.t.ppf(0.975, len(differences) - 1) * sd / math.sqrt(len(differences))
-    p = scipy_stats.ttest_rel(variant, baseline).pvalue
-    assert p == pytest.approx(
-        2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(len(differences))), len(differences) - 1)
+    n = len(differences)
+    mean, se = statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(n)
+    t = scipy_stats.t(n - 1)
+    half = t.ppf(0.975) * se
+    p = 2 * t.sf(abs(mean) / se)
+    assert p == pytest.approx(scipy_stats.ttest_rel(variant, baseline).pvalue)
+    p_equivalence = max(t.sf((mean + margin) / se), t.cdf((mean - margin) / se))
+    if p_equivalence < 0.05:
+        verdict = "equivalent"
+    elif p < 0.05:
+        verdict = "better" if (mean > 0) == higher_is_better else "worse"
+    else:
+        verdict = "undecided"
+    wins = [
+        1.0 if (v > b if higher_is_better else v < b) else 0.5 if v == b else 0.0 for v in variant for b in baseline
+    ]
+    return Hand(mean, mean - half, mean + half, p, p_equivalence, verdict, statistics.fmean(wins))
+
+
+def _expected(
+    variant: list[float], baseline: list[float], task_name: str, digits: int, rest: str, flag: str = ""
+) -> str:
+    """The verdict text of a paired question decided by hand; ``rest`` what follows P(better) (step time...).
+    The bootstrap interval of P(better) is ``decide.prob_improvement_interval``'s (tested in test_decide.py)."""
+    metric = TASK_CONFIGS[task_name].metrics[0]
+    hand = _hand(variant, baseline, metric.higher_is_better, MARGINS[task_name])
+    low, high = prob_improvement_interval(variant, baseline, metric.higher_is_better)
+    arrow = "↑" if metric.higher_is_better else "↓"
+    margin = MARGINS[task_name]
+    margin_text = f"{margin:,.{3 if margin < 10 else 2}f}"
+    text = (
+        f"**{hand.verdict}** (paired t, {len(variant)} pairs, α 0.05), {metric.name} {arrow} "
+        f"{hand.mean:+.{digits}f} [{hand.low:+.{digits}f}, {hand.high:+.{digits}f}], margin ±{margin_text}; "
+        f"P(better) {hand.prob:.2f} [{low:.2f}, {high:.2f}]; {rest}"
     )
-    return mean, mean - half, mean + half, p
-
-
-def _holm(p_values: list[float]) -> list[float]:
-    """Holm's adjusted p-values, by hand, in the order given."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted, running = [0.0] * len(p_values), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def _p(p_holm: float) -> str:
-    """The verdict's ``(Holm p 0.0021)``, from a hand-adjusted p-value."""
-    return f"(Holm p {'< 0.001' if p_holm < 0.001 else f'{p_holm:.2g}'})"
-
-
-def _interval_text(values: tuple[float, float, float, float], digits: int) -> str:
-    mean, low, high, _ = values
-    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+    return f"{text}; {flag}" if flag else text
 
 
 # norms: post better than pre in all three families; step times 110, 90, 100 ms against 100 ms
@@ -220,7 +256,8 @@ def root(tmp_path_factory):
                     "step_time_ms": 100.0,
                 }
             )
-    _write_matrix(root, "budget", budget_cells)
+    axes = {"task": ["lm"], "model.ffn": ["mlp", "swiglu"], "trainer.max_steps": [300, 1500], "seed": [0, 1, 2]}
+    _write_matrix(root, "budget", budget_cells, axes=axes)
 
     for seed in (0, 1):
         cell_dir = root / "broken" / "cells" / "vit" / PRE / f"seed{seed}"
@@ -336,63 +373,62 @@ def test_the_index_says_which_code_and_machine_made_each_matrix_and_what_it_cost
 def test_index_row_of_a_variant_better_in_every_family(index):
     header = next(line for line in index.splitlines() if line.startswith("| comparison"))
     assert header == "| comparison | variant | baseline | LM | translator | ViT | transfers across the families? |"
-    p = {task: _paired(post, pre)[3] for task, (pre, post, _) in NORMS.items()}
-    holm = _holm(list(p.values()))
-    assert max(holm) < 0.05  # every difference is significant after Holm over the 3
-    lm, translation, vit = (_paired(post, pre) for pre, post, _ in NORMS.values())
+    lm, translation, vit = ((post, pre) for pre, post, _ in NORMS.values())
     assert _row(index, "norms", POST) == [
         "[norms](norms/summary.md)",
         POST,
         PRE,
         # lower perplexity is better
-        f"**better** {_p(holm[0])}, perplexity ↓ {_interval_text(lm, 2)}; step time ×1.10",
-        f"**better** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; step time ×0.90",
-        f"**better** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; step time ×1.00",
+        _expected(*lm, "lm", 2, "step time ×1.10"),
+        _expected(*translation, "translation", 2, "step time ×0.90"),
+        _expected(*vit, "vit", 3, "step time ×1.00"),
         "yes: better in all 3",
     ]
+    assert _hand(*lm, False, MARGINS["lm"]).verdict == "better"  # the reference says so too
 
 
 def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(index, root):
-    images = _paired([25.0, 26.5, 27.2], [20.0, 21.0, 22.0])
-    # a diverged seed counts with the worse of the trivial baseline and the task's worst finished seed
-    translation = _paired([51.0, 50.0, 56.0], [50.0, 52.0, 0.93])
-    vit = _paired([0.52, 0.58, 0.2], [0.50, 0.55, 0.60])
-    holm = _holm([images[3], translation[3], vit[3]])
-    assert holm[0] < 0.05 and holm[1] > 0.05 and holm[2] > 0.05
+    """A side whose seeds mix runs that learned with a diverged one is bimodal: the exact Wilcoxon
+    signed-rank test decides it (with 3 pairs its smallest p-value is 0.25, so it stays undecided), and
+    one decided family out of three is no "yes" and no "no": undecided."""
     # the LM column because the cells' resolved config says model.family: decoder_lm, whatever the task's label
     assert {g.task: g.family for g in load_groups(root / "mixed")} == {
         "images": "decoder_lm",
         "translation": "encoder_decoder",
         "vit": "vit",
     }
-    assert _row(index, "mixed", POST) == [
-        "[mixed](mixed/summary.md)",
-        POST,
-        PRE,  # the baseline the matrix file names, not the first variant
-        # higher perplexity: worse
-        f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(images, 2)}; step time ×1.25",
-        f"**n.s.** {_p(holm[1])}, bleu ↑ {_interval_text(translation, 2)}; baseline 1/3 diverged; step time ×1.00",
-        f"**n.s.** {_p(holm[2])}, accuracy ↑ {_interval_text(vit, 3)}; 1/3 diverged; step time n/a",
-        "no: worse in LM, n.s. in translator and ViT",
-    ]
+    row = _row(index, "mixed", POST)
+    assert row[:3] == ["[mixed](mixed/summary.md)", POST, PRE]  # the baseline the matrix file names
+    # higher perplexity: worse (MARGINS["lm_text"] of 0.5)
+    images = ([25.0, 26.5, 27.2], [20.0, 21.0, 22.0])
+    assert _hand(*images, False, 0.5).verdict == "worse"
+    assert row[3] == (_expected(*images, "lm_text", 2, "step time ×1.25").replace("margin ±0.500", "margin ±0.500"))
+    # a diverged seed counts with the worse of the trivial baseline and the task's worst finished seed (0.93)
+    assert row[4].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ ")
+    translation = _hand([51.0, 50.0, 56.0], [50.0, 52.0, 0.93], True, 1.0)
+    assert f"bleu ↑ {translation.mean:+.2f} [{translation.low:+.2f}, {translation.high:+.2f}], margin ±1.000" in row[4]
+    assert f"P(better) {translation.prob:.2f} " in row[4] and translation.prob == pytest.approx(6.5 / 9)
+    assert row[4].endswith("; baseline 1/3 diverged; step time ×1.00")
+    assert scipy_stats.wilcoxon([1.0, -2.0, 55.07], method="exact").pvalue >= 0.25  # too weak for 3 pairs
+    assert row[5].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), accuracy ↑ ")
+    assert row[5].endswith("; 1/3 diverged; step time n/a")
+    assert row[6] == "undecided: worse in LM, undecided in translator and ViT"
 
 
 def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(index, root):
-    short, long = (_paired(swiglu, mlp) for mlp, swiglu in BUDGET.values())
-    holm = _holm([short[3], long[3]])
-    assert max(holm) < 0.05
     flag = "⚠ flips: worse at 300 steps, better at 1,500 steps"
+    (mlp, swiglu), (mlp_long, swiglu_long) = BUDGET.values()
     assert _row(index, "budget", "ffn=swiglu at 300 steps") == [
         "[budget](budget/summary.md)",
         "ffn=swiglu at 300 steps",
         "ffn=mlp",
-        f"**worse** {_p(holm[0])}, perplexity ↓ {_interval_text(short, 2)}; step time ×1.00; {flag}",
+        _expected(swiglu, mlp, "lm", 2, "step time ×1.00", flag),
         "–",
         "–",
         "only LM run",
     ]
     assert _row(index, "budget", "ffn=swiglu at 1,500 steps")[3] == (  # means below 10: three decimals
-        f"**better** {_p(holm[1])}, perplexity ↓ {_interval_text(long, 3)}; step time ×1.00; {flag}"
+        _expected(swiglu_long, mlp_long, "lm", 3, "step time ×1.00", flag)
     )
     # the MLP at 1500 steps is the baseline of its budget, not a variant compared with the MLP at 300
     assert "| ffn=mlp at" not in index
@@ -400,12 +436,19 @@ def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(in
 
 def test_the_summary_compares_each_budget_with_the_baseline_variant_at_that_budget(root):
     summary = write_report(root / "budget")
-    assert "Difference from the baseline variant `ffn=mlp` at the same budget (`trainer.max_steps`)" in summary
-    mean = _paired(BUDGET[1500][1], BUDGET[1500][0])[0]
+    assert "Difference from the baseline variant `ffn=mlp` at the same level (`trainer.max_steps`)" in summary
+    mean = _hand(BUDGET[1500][1], BUDGET[1500][0], False, 0.1).mean
     rows = (root / "budget" / "summary.csv").read_text().splitlines()
     swiglu_long = next(r for r in rows if r.startswith('lm,"ffn=swiglu,max_steps=1500",perplexity,'))
     assert ',"ffn=mlp,max_steps=1500",' in swiglu_long and f"{mean:.6f}"[:8] in swiglu_long
-    assert "Holm over 2 comparisons" in summary  # the two budgets' comparisons, not the MLP's 1500 vs 300
+    assert "Holm" not in summary  # each question alone: no family
+    # the differences across the budgets side by side
+    assert "| variant | 300 steps | 1,500 steps |" in summary
+    short, long = (_hand(swiglu, mlp, False, 0.1) for mlp, swiglu in BUDGET.values())
+    assert (
+        f"| ffn=swiglu | **worse** {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}] "
+        f"| **better** {long.mean:+.3f} [{long.low:+.3f}, {long.high:+.3f}] |"
+    ) in summary
 
 
 def test_matrices_without_results_are_listed_with_the_command_that_runs_them(index, root):
@@ -432,9 +475,10 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
         f"- {POST} vs {PRE}, across the families: yes: better in all 3",
     ]
     budget = write_report(root / "budget")
-    short = _interval_text(_paired(BUDGET[300][1], BUDGET[300][0]), 2)
-    assert "- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (Holm p " in budget
-    assert f"), perplexity ↓ {short}; step time ×1.00; ⚠ flips" in budget
+    short = _hand(BUDGET[300][1], BUDGET[300][0], False, 0.1)
+    assert "- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (paired t, 3 pairs, α 0.05), " in budget
+    assert f"perplexity ↓ {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}], margin ±0.100; " in budget
+    assert "; step time ×1.00; ⚠ flips" in budget
     assert "across the families: " not in budget  # one family: nothing to transfer
 
 
@@ -457,91 +501,271 @@ def test_a_finished_matrix_refreshes_the_index_of_its_results_root(root):
     assert "## Verdicts" in (root / "norms" / "summary.md").read_text()
 
 
-def _comparison(family: str, p_value: float | None, significant: bool, difference: float = 1.0) -> Comparison:
-    """A comparison in accuracy (higher is better), as the summary would hand it over."""
+def test_the_index_counts_the_decided_family_verdicts_and_what_the_book_cost(tmp_path):
+    """Point 1 of the "done when" of issue 31: the index says how many of its family verdicts are
+    decided (better, worse or equivalent) of how many, and the book's cost in cell-process hours,
+    reported and tuning cells together."""
+    cells = []
+    for task, (pre, post, _) in NORMS.items():  # better in all 3 families
+        cells += [
+            {"task": task, "task_name": task, "variant": PRE, "values": pre},
+            {"task": task, "task_name": task, "variant": POST, "values": post},
+        ]
+    # a second variant: undecided on the LM (differences +1, -1, +0.5), equivalent on the ViT, no translation
+    cells += [
+        {"task": "lm", "task_name": "lm", "variant": "norm_placement=sandwich", "values": [11.0, 10.0, 13.0]},
+        {"task": "vit", "task_name": "vit", "variant": "norm_placement=sandwich", "values": [0.501, 0.5515, 0.6005]},
+    ]
+    _write_matrix(tmp_path, "book", cells, baseline_variant=PRE)
+    tune_dir = tmp_path / "book" / "tune" / "cells" / "lm" / POST / "lr=0.001" / "seed1000"
+    write_json(tune_dir / "cell.json", {"index": 0, "task": "lm", "task_name": "lm", "variant": POST, "seed": 1000})
+    write_json(tune_dir / "result.json", {**_result("lm", 1000, 9.0, None), "wall_time_s": 3600.0})
+    write_report(tmp_path / "book")
+    index = write_index(tmp_path, tmp_path / "none")
+    assert _hand([11.0, 10.0, 13.0], NORMS["lm"][0], False, 0.1).verdict == "undecided"
+    assert _hand([0.501, 0.5515, 0.6005], NORMS["vit"][0], True, 0.005).verdict == "equivalent"
+    # family verdicts: post 3 (better x 3), sandwich 2 (LM undecided, ViT equivalent): 4 of 5 decided;
+    # 24 reported cells of 4 s and one tuning cell of an hour
+    hours = (24 * 4.0 + 3600.0) / 3600
+    assert (
+        f"**4 of 5 family verdicts are decided** (better, worse or equivalent; the rest undecided, saturated or "
+        f"without a result), for **{hours:.1f} cell-process hours** (the summed wall time of every cell's process: "
+        f"{24 * 4.0 / 3600:.1f} h reported cells, 1.0 h tuning cells)."
+    ) in index
+    sandwich = _row(index, "book", "norm_placement=sandwich")
+    assert sandwich[6] == "undecided: equivalent in ViT, undecided in LM (translator not run)"
+
+
+def test_equivalent_in_every_family_is_an_answer_and_undecided_is_not_a_no(tmp_path):
+    """Four verdicts (issue 31, point 2): a difference whose two one-sided tests put it inside ± the
+    margin is **equivalent**, and the transfer column says so (``yes: equivalent in all 3``) instead of
+    three "n.s." that did not tell "alike" from "we don't know"."""
+    alike = {
+        "lm": ([7.00, 7.10, 7.20], [7.01, 7.105, 7.21]),
+        "translation": ([98.0, 99.0, 97.0], [98.2, 99.1, 97.1]),
+        "vit": ([0.80, 0.82, 0.84], [0.801, 0.8215, 0.8405]),
+    }
+    cells = []
+    for task, (pre, post) in alike.items():
+        cells += [
+            {"task": task, "task_name": task, "variant": PRE, "values": pre},
+            {"task": task, "task_name": task, "variant": POST, "values": post},
+        ]
+    _write_matrix(tmp_path, "alike", cells)
+    summary = write_report(tmp_path / "alike")
+    for task, (pre, post) in alike.items():
+        hand = _hand(post, pre, TASK_CONFIGS[task].metrics[0].higher_is_better, MARGINS[task])
+        assert hand.verdict == "equivalent" and hand.p_equivalence < 0.05
+        assert f"**equivalent** (paired t, 3 pairs, α 0.05), {HEADLINE[task]} " in summary
+    assert f"- {POST} vs {PRE}, across the families: yes: equivalent in all 3" in summary
+    rows = {r.split(",")[2]: r for r in (tmp_path / "alike" / "summary.csv").read_text().splitlines()[1:]}
+    assert "equivalent" in rows["accuracy"] and "paired t" in rows["accuracy"]
+    # vit's difference 0.001 [0.00016, 0.00184] excludes zero yet lies within ±0.005: equivalent, not better
+    assert _hand(*reversed(alike["vit"]), True, 0.005).p < 0.1
+
+
+def test_the_verdict_of_identical_cells_is_the_same_in_every_matrix(tmp_path):
+    """Issue 31, point 1: a verdict depends only on the cells it compares. The same post- and pre-norm
+    cells in a matrix of two variants and in one of five get the same verdict and numbers (under Holm over
+    each matrix's family the larger matrix needed a p-value five times smaller)."""
+    pre, post = [7.35, 7.36, 7.34], [7.52, 7.61, 7.48]
+    base = [
+        {"task": "lm", "task_name": "lm", "variant": PRE, "values": pre},
+        {"task": "lm", "task_name": "lm", "variant": POST, "values": post},
+    ]
+    others = [
+        {"task": "lm", "task_name": "lm", "variant": f"norm_placement={name}", "values": [7.3 + 0.1 * i, 7.5, 7.7]}
+        for i, name in enumerate(("sandwich", "deepnorm", "mixed"))
+    ]
+    _write_matrix(tmp_path, "two", base)
+    _write_matrix(tmp_path, "five", base + others)
+    line = lambda name: next(  # noqa: E731
+        x for x in write_report(tmp_path / name).splitlines() if x.startswith(f"- lm (LM), {POST} vs {PRE}: ")
+    )
+    hand = _hand(post, pre, False, 0.1)
+    assert hand.verdict == "worse" and 0.01 < hand.p < 0.05  # 4 x p would not pass: Holm called it n.s.
+    assert line("two") == line("five") and "**worse**" in line("two")
+
+
+def _committed_lm_cells(matrix: str) -> dict[tuple[str, int], str]:
+    """(variant, seed) -> config hash of the committed LM cells of a results folder of the book."""
+    return {
+        (path.parent.parent.name, int(path.parent.name.removeprefix("seed"))): json.loads(path.read_text())[
+            "config_hash"
+        ]
+        for path in (REPO / "results" / matrix / "cells" / "lm").glob("*/seed*/result.json")
+    }
+
+
+def test_the_committed_post_vs_pre_norm_lm_comparison_gets_one_verdict_in_both_matrices(tmp_path):
+    """The issue's own case: post- vs pre-norm on the LM, identical cells (config hashes) in
+    results/norm_placement and results/prenorm_vs_postnorm_tuned, was n.s. in one and worse in the other
+    under Holm. Each question now depends only on its cells: the same verdict and numbers in both."""
+    lines = {}
+    for matrix in ("norm_placement", "prenorm_vs_postnorm_tuned"):
+        hashes = _committed_lm_cells(matrix)
+        if not hashes:
+            pytest.skip(f"results/{matrix} has no LM cells in this checkout")
+        lines[matrix] = {key: h for key, h in hashes.items() if key[0] in (PRE, POST)}
+    first, second = lines.values()
+    if first != second:
+        pytest.skip("the two matrices' post- and pre-norm LM cells differ after a rerun: nothing identical to compare")
+    verdicts = {}
+    for matrix in lines:
+        shutil.copytree(REPO / "results" / matrix, tmp_path / matrix)
+        [line] = [
+            x for x in write_report(tmp_path / matrix).splitlines() if x.startswith(f"- lm (LM), {POST} vs {PRE}: ")
+        ]
+        verdicts[matrix] = line.split("; step time")[0]  # the step times are the two runs' own
+    assert verdicts["norm_placement"] == verdicts["prenorm_vs_postnorm_tuned"]
+    assert "**worse** (paired t, 3 pairs, α 0.05), perplexity ↓ +3.67 [+2.80, +4.53]" in verdicts["norm_placement"]
+
+
+def test_verdicts_within_levels_of_any_axis(tmp_path):
+    """Issue 31, point 8: with ``within: [model.n_layers]`` post-norm is compared with pre-norm at each
+    depth ("at n_layers=2", "at n_layers=4"), not every combination with the first; the differences
+    across the depths stand side by side, and a verdict that changes with the depth is flagged."""
+    values = {
+        (2, "pre"): [7.00, 7.10, 7.20],
+        (2, "post"): [7.01, 7.105, 7.21],  # equivalent at 2 layers
+        (4, "pre"): [6.50, 6.60, 6.70],
+        (4, "post"): [9.10, 9.40, 9.50],  # worse at 4
+    }
+    cells = [
+        {
+            "task": "lm",
+            "task_name": "lm",
+            "variant": f"n_layers={layers},norm_placement={norm}",
+            "values": seeds,
+            "axes": {"model.n_layers": layers, "model.norm_placement": norm},
+            "step_time_ms": 100.0,
+        }
+        for (layers, norm), seeds in values.items()
+    ]
+    axes = {"task": ["lm"], "model.n_layers": [2, 4], "model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]}
+    _write_matrix(tmp_path, "depth", cells, axes=axes, within=["model.n_layers"])
+    summary = write_report(tmp_path / "depth")
+    flag = "⚠ changes with the level: equivalent at n_layers=2, worse at n_layers=4"
+    lines = [line for line in summary.splitlines() if line.startswith("- lm (LM)")]
+    assert lines == [
+        f"- lm (LM), {POST} vs {PRE} at n_layers=2: "
+        + _expected(values[2, "post"], values[2, "pre"], "lm", 3, "step time ×1.00", flag),
+        f"- lm (LM), {POST} vs {PRE} at n_layers=4: "
+        + _expected(values[4, "post"], values[4, "pre"], "lm", 3, "step time ×1.00", flag),
+    ]
+    assert "n_layers=4,norm_placement=post vs" not in summary
+    deep = _hand(values[4, "post"], values[4, "pre"], False, 0.1)
+    shallow = _hand(values[2, "post"], values[2, "pre"], False, 0.1)
+    assert (
+        f"| {POST} | **equivalent** {shallow.mean:+.3f} [{shallow.low:+.3f}, {shallow.high:+.3f}] "
+        f"| **worse** {deep.mean:+.3f} [{deep.low:+.3f}, {deep.high:+.3f}] |"
+    ) in summary
+    assert "| variant | n_layers=2 | n_layers=4 |" in summary
+    index = write_index(tmp_path, tmp_path / "none")
+    assert _row(index, "depth", f"{POST} at n_layers=4")[2] == PRE
+    assert _row(index, "depth", f"{POST} at n_layers=2")[3].startswith("**equivalent** (paired t, 3 pairs")
+    # the runner's view: nothing open (a fixed seed axis is one look, final)
+    assert open_questions(tmp_path / "depth") == []
+
+
+def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_path):
+    """``seeds: {min: 3, max: 9, step: 3}``: a question undecided at 3 seeds is open (the runner adds seeds
+    to both sides' cells, named by their cell.json labels), a decided one is not, and none is open once
+    a side reaches the last look."""
+    cells = [
+        {"task": "lm", "task_name": "lm", "variant": PRE, "values": [7.0, 7.1, 7.2]},
+        {"task": "lm", "task_name": "lm", "variant": POST, "values": [7.5, 7.0, 7.6]},  # undecided
+        {"task": "lm", "task_name": "lm", "variant": "norm_placement=sandwich", "values": [9.0, 9.2, 9.3]},  # worse
+    ]
+    seeds = {"min": 3, "max": 9, "step": 3}
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    _write_matrix(tmp_path, "rounds", cells, baseline_variant=PRE, axes=axes, seeds=seeds)
+    questions = {q.group.variant: q for a in analyze(tmp_path / "rounds")[2] for q in a.questions}
+    assert questions[POST].verdict == "undecided" and questions["norm_placement=sandwich"].verdict == "worse"
+    # three looks: each spends 0.05 / 3
+    assert questions[POST].decision.alpha == pytest.approx(0.05 / 3) and not questions[POST].decision.final
+    assert open_questions(tmp_path / "rounds") == [OpenQuestion("lm", POST, PRE, (), 3)]
+    summary = write_report(tmp_path / "rounds")
+    assert "Seeds in rounds: looks at 3, 6, 9 seeds, α 0.05 split equally over them." in summary
+    assert "**undecided** (paired t, 3 pairs, α 0.017; more seeds may decide it)" in summary
+    nine = [{**c, "values": c["values"] * 3} for c in cells]  # the last look: final, whatever it says
+    _write_matrix(tmp_path, "last", nine, baseline_variant=PRE, axes=axes, seeds=seeds)
+    assert open_questions(tmp_path / "last") == []
+
+
+def _comparison(family: str, verdict: str, difference: float = 1.0) -> Comparison:
+    """A comparison in accuracy (higher is better), as the analysis would hand it over."""
+    decision = Decision(
+        verdict=verdict,
+        test="paired t",
+        difference=difference,
+        interval=(difference - 0.5, difference + 0.5),
+        equivalence_interval=None,
+        p_value=0.01,
+        p_equivalence=0.5,
+        margin=0.005,
+        alpha=0.05,
+        n=(3,),
+        excludes_zero=True,
+        prob_improvement=1.0,
+        prob_improvement_interval=(1.0, 1.0),
+        final=True,
+    )
     return Comparison(
         task=family,
         family=family,
         variant=POST,
         baseline=PRE,
-        budget=None,
+        level=(),
         metric=TASK_CONFIGS["vit"].metrics[0],
-        difference=Difference(difference, None, None, p_value),
-        difference_text="+1.000",
-        significant=significant,
-        direction="better" if difference > 0 else "worse",
+        verdict=verdict,
+        decision=decision,
+        difference_text="+1.000 [+0.500, +1.500]",
+        margin_text="±0.005",
         variant_side=Side(3, 0, None),
         baseline_side=Side(3, 0, None),
     )
 
 
 def test_transfer_names_the_families_that_ran_and_those_without_a_verdict():
-    better, worse, ns = (
-        _comparison("vit", 0.001, True),
-        _comparison("vit", 0.001, True, -1.0),
-        _comparison("vit", 0.3, False),
+    better, worse, equivalent, undecided = (
+        _comparison("vit", v) for v in ("better", "worse", "equivalent", "undecided")
     )
     lm = lambda c: replace(c, task="lm", family="decoder_lm")  # noqa: E731
     translator = lambda c: replace(c, task="translation", family="encoder_decoder")  # noqa: E731
     assert transfer([lm(better), better]) == "yes: better in LM and ViT (translator not run)"
     assert transfer([lm(worse), translator(worse), worse]) == "yes: worse in all 3"
-    assert transfer([lm(better), translator(ns), worse]) == "no: better in LM, worse in ViT, n.s. in translator"
+    assert transfer([lm(equivalent), translator(equivalent), equivalent]) == "yes: equivalent in all 3"
+    assert transfer([lm(better), translator(undecided), worse]) == (
+        "no: better in LM, worse in ViT, undecided in translator"
+    )
+    assert (
+        transfer([lm(better), translator(equivalent), better]) == "no: better in LM and ViT, equivalent in translator"
+    )
     assert transfer([worse]) == "only ViT run"
-    untested = _comparison("vit", None, False)  # one seed: no test
-    assert untested.verdict == "untested"
-    assert transfer([lm(better), untested]) == "undecided: better in LM, untested in ViT (translator not run)"
+    # undecided is not a "no": one decided family is no answer across the families
+    assert transfer([lm(better), undecided]) == "undecided: better in LM, undecided in ViT (translator not run)"
+    assert transfer([lm(undecided), translator(undecided), undecided]) == "undecided: undecided in all 3"
     # two LM tasks that disagree: the family is mixed, so the verdict does not transfer
-    assert transfer([lm(better), replace(lm(ns), task="wikitext"), better]) == (
+    assert transfer([lm(better), replace(lm(equivalent), task="wikitext"), better]) == (
         "no: better in ViT, mixed in LM (translator not run)"
     )
-
-
-def test_transfer_names_the_n_s_families_whose_unadjusted_interval_leaves_out_zero():
-    """attention_score's additive attention: n.s. everywhere after Holm, but the translator's interval
-    lies below zero and (here) the ViT's above it, so "yes: n.s. in all 3" would hide two opposite leanings."""
-    ns = _comparison("vit", 0.3, False)
-    lm = replace(ns, task="lm", family="decoder_lm")  # interval holds zero
-    translator_worse = replace(
-        ns,
-        task="translation",
-        family="encoder_decoder",
-        direction="worse",
-        difference=Difference(-42.7, -62.0, -23.5, 0.007),
-    )
-    vit_better = replace(ns, difference=Difference(0.07, 0.01, 0.13, 0.05))
-    vit_holds_zero = replace(ns, difference=Difference(0.07, -0.04, 0.18, 0.1))
-    assert transfer([lm, translator_worse, vit_holds_zero]) == "yes: n.s. in all 3 (unadjusted: worse in translator)"
-    assert transfer([lm, translator_worse, vit_better]) == (
-        "unclear: n.s. in all 3 (unadjusted: better in ViT, worse in translator)"
-    )
-    assert transfer([lm, vit_better]) == "yes: n.s. in LM and ViT (translator not run; unadjusted: better in ViT)"
-    lm_worse = replace(translator_worse, task="lm", family="decoder_lm")
-    assert transfer([vit_better, lm_worse, translator_worse]) == (  # in the families' order, whatever the tasks'
-        "unclear: n.s. in all 3 (unadjusted: better in ViT, worse in LM and translator)"
-    )
-    wikitext_better = replace(vit_better, task="wikitext", family="decoder_lm")  # a family with two tasks: each named
-    assert transfer([lm_worse, wikitext_better, vit_holds_zero]) == (
-        "unclear: n.s. in LM and ViT (translator not run; unadjusted: better in LM (wikitext), worse in LM (lm))"
-    )
-    untested = _comparison("vit", None, False)
-    assert (
-        transfer([lm_worse, untested])
-        == "undecided: n.s. in LM, untested in ViT (translator not run; unadjusted: worse in LM)"
-    )
-    significant = replace(vit_better, significant=True)  # a decided verdict is not a leaning
-    assert transfer([lm, translator_worse, significant]) == (
-        "no: better in ViT, n.s. in LM and translator (unadjusted: worse in translator)"
-    )
-    assert transfer([lm, ns]) == "yes: n.s. in LM and ViT (translator not run)"  # no interval: nothing named
+    saturated = replace(translator(undecided), verdict="saturated")
+    assert transfer([lm(better), saturated, better]) == "yes: better in LM and ViT, saturated in translator"
 
 
 def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
-    lm = replace(_comparison("decoder_lm", 0.001, True), task="lm")
-    wikitext = replace(_comparison("decoder_lm", 0.3, False), task="wikitext")
-    [row] = index_rows(MatrixVerdicts("real", [lm, wikitext, _comparison("vit", 0.001, True)]), list(FAMILIES))
+    lm = replace(_comparison("decoder_lm", "better"), task="lm")
+    wikitext = replace(_comparison("decoder_lm", "equivalent"), task="wikitext")
+    vit = _comparison("vit", "better")
+    [row] = index_rows(MatrixVerdicts("real", [lm, wikitext, vit]), list(FAMILIES))
     assert row[3] == f"lm: {lm.describe()}<br>wikitext: {wikitext.describe()}"
-    assert row[4] == "–" and row[5] == _comparison("vit", 0.001, True).describe()
+    assert row[4] == "–" and row[5] == vit.describe()
     assert row[6] == "no: better in ViT, mixed in LM (translator not run)"
+    assert vit.describe() == (
+        "**better** (paired t, 3 pairs, α 0.05), accuracy ↑ +1.000 [+0.500, +1.500], margin ±0.005; "
+        "P(better) 1.00 [1.00, 1.00]; step time n/a"
+    )
 
 
 def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(tmp_path):
@@ -572,8 +796,9 @@ def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(t
     assert "## Verdicts" in flagship and "A demonstration" not in flagship
 
 
-def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
-    """Each variant at its own best learning rate: the verdict names both sides' tuned values (tune.json)."""
+def test_a_tuned_matrix_says_which_value_each_side_trained_at_and_what_tuning_cost(tmp_path):
+    """Each variant at its own best learning rate: the verdict names both sides' tuned values (tune.json),
+    and the summary states each variant's tuning cells and their cell-process seconds."""
     GRID = [
         {"values": {"optimizer.lr": lr}, "label": f"lr={lr}", "status": "ok", "score": 1.0} for lr in (3e-4, 1e-3, 3e-3)
     ]
@@ -589,7 +814,7 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
         tmp_path / "tuned" / "tune.json",
         {
             "keys": ["optimizer.lr"],
-            "tune_seed": 1000,
+            "tune_seeds": [1000, 1001],
             "tasks": {
                 "lm": {
                     "metric": "perplexity",
@@ -602,6 +827,12 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
             },
         },
     )
+    # tuning cells: three of post-norm (100, 110, 120 s) and two of pre-norm (50, 60 s)
+    for variant, seconds in ((POST, [100.0, 110.0, 120.0]), (PRE, [50.0, 60.0])):
+        for i, wall in enumerate(seconds):
+            cell_dir = tmp_path / "tuned" / "tune" / "cells" / "lm" / variant / f"lr={i}" / "seed1000"
+            write_json(cell_dir / "cell.json", {"index": i, "task": "lm", "task_name": "lm", "variant": variant})
+            write_json(cell_dir / "result.json", {**_result("lm", 1000, 9.0, None), "wall_time_s": wall})
     write_report(tmp_path / "tuned")
     index = write_index(tmp_path, tmp_path / "no_configs")
     # post-norm's choice is the lowest rate of the grid: its best may lie below, and the verdict says so
@@ -609,6 +840,12 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at(tmp_path):
     summary = (tmp_path / "tuned" / "summary.md").read_text()
     assert f"- lm (LM), {POST} vs {PRE}: **worse**" in summary
     assert "tuned lr=0.0003 (lowest lr tried) vs lr=0.001" in summary
+    cost = summary.split("Tuning cost per variant")[1].split("\n\n")[1]
+    assert cost.splitlines()[2:] == [
+        f"| lm | {POST} | 3 | 330 |",
+        f"| lm | {PRE} | 2 | 110 |",
+        "| all |  | 5 | 440 |",
+    ]
 
 
 def test_a_matrix_stopped_part_way_says_how_many_cells_it_lacks(tmp_path):
@@ -630,9 +867,9 @@ def test_a_matrix_stopped_part_way_says_how_many_cells_it_lacks(tmp_path):
     assert "Unfinished" not in write_report(tmp_path / "whole") and "Cells: 4 (4 ok" in write_report(tmp_path / "whole")
 
 
-def test_a_task_both_sides_solve_in_every_seed_says_it_cannot_tell_them_apart(tmp_path):
-    """BLEU 100 in every seed of both sides (dense_vs_moe's translator at 1,500 steps): the verdict says the
-    task is solved at this budget, rather than only 'untested, +0.0'; one seed below 100 is no such claim."""
+def test_a_task_both_sides_solve_in_every_seed_is_saturated_not_a_verdict(tmp_path):
+    """BLEU 100 in every seed of both sides (dense_vs_moe's translator at 1,500 steps): the comparison is
+    saturated, no verdict, and says why; a side well below 100 is no such claim."""
     cells = []
     for steps, moe, dense in ((300, [93.8, 94.8, 87.6], [99.2, 99.5, 98.9]), (1500, [100.0] * 3, [100.0] * 3)):
         for experts, values in ((0, dense), (4, moe)):
@@ -650,13 +887,68 @@ def test_a_task_both_sides_solve_in_every_seed_says_it_cannot_tell_them_apart(tm
     summary = write_report(tmp_path / "moe")
     [long] = [line for line in summary.splitlines() if line.startswith("- translation") and "1,500 steps" in line]
     [short] = [line for line in summary.splitlines() if line.startswith("- translation") and "at 300 steps" in line]
-    assert "**untested**" in long
-    assert "both at the best possible bleu (100) in every seed: the task is solved at this budget" in long
-    assert "best possible" not in short
+    assert "**saturated** (no verdict: both sides " in long and "the best possible bleu (100)" in long
+    assert "the task is solved at this budget and cannot tell them apart" in long
+    assert "saturated" not in short
+    assert "saturated" in (tmp_path / "moe" / "summary.csv").read_text()
+    index = write_index(tmp_path, tmp_path / "none")
+    # 300 steps: undecided (differences -5.4, -4.7, -11.3: p = 0.08); 1,500 steps saturated: not decided either
+    assert "**0 of 2 family verdicts are decided**" in index
+    assert _row(index, "moe", "n_experts=4 at 1,500 steps")[4].startswith("**saturated** (no verdict: ")
     _write_matrix(
         tmp_path,
         "almost",
-        [{**c, "values": [100.0, 100.0, 99.9]} if c["variant"] == "n_experts=4,max_steps=1500" else c for c in cells],
+        [{**c, "values": [100.0, 100.0, 97.0]} if c["variant"] == "n_experts=4,max_steps=1500" else c for c in cells],
         baseline_variant="n_experts=0",
     )
-    assert "the task is solved at this budget" not in write_report(tmp_path / "almost")
+    assert "**saturated**" not in write_report(tmp_path / "almost")
+
+
+def _translation_cells(post: list[float | None]) -> list[dict]:
+    return [
+        {"task": "translation", "task_name": "translation", "variant": PRE, "values": [60.0, 62.0, 64.0]},
+        {"task": "translation", "task_name": "translation", "variant": POST, "values": post},
+    ]
+
+
+def test_a_cell_that_did_not_learn_is_labelled_counted_and_decided_by_ranks(tmp_path):
+    """Issue 31, point 4: a finished cell whose BLEU is below word-by-word translation's 0.93 did not learn:
+    the summary and the index label it (distinct from diverged and failed) and count it per variant, its
+    value counts as it is, and the side, bimodal, is decided by the exact signed-rank test."""
+    _write_matrix(tmp_path, "dnl", _translation_cells([80.0, 0.5, 70.0]))
+    summary = write_report(tmp_path / "dnl")
+    assert f"| {POST} | 50.17 ± " in summary  # (80 + 0.5 + 70) / 3: the value as it is
+    assert "| 3 (1 did not learn) |" in summary.split(f"| {POST} |")[1].split("\n")[0]
+    section = summary.split("## Cells that did not learn")[1].split("\n## ")[0]
+    assert f"- `translation/{POST}/seed1`: bleu 0.500 (trivial baseline 0.930)" in section
+    assert f"Per variant: translation {POST}: 1 of 3." in section
+    assert "Diverged cells" not in summary and "Failed cells" not in summary
+    assert "Wilcoxon signed-rank (a side mixes seeds that learned with seeds that did not) at α 0.05" in summary
+    row = _row(write_index(tmp_path, tmp_path / "none"), "dnl", POST)
+    assert row[4].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ ")
+    assert "; 1/3 did not learn; step time n/a" in row[4]
+    csv_row = next(r for r in (tmp_path / "dnl" / "summary.csv").read_text().splitlines() if f"{POST},bleu" in r)
+    assert ",1,Wilcoxon signed-rank," not in csv_row and "Wilcoxon signed-rank" in csv_row
+    # the record's own word wins: a cell written with learned: false did not learn, whatever its value
+    result_file = tmp_path / "dnl" / "cells" / "translation" / PRE / "seed0" / "result.json"
+    write_json(result_file, {**json.loads(result_file.read_text()), "learned": False})
+    assert "| 3 (1 did not learn) |" in write_report(tmp_path / "dnl").split(f"| {PRE} |")[1].split("\n")[0]
+
+
+def test_the_summary_says_what_the_seed_varies_and_the_margin_it_used(tmp_path):
+    """Issue 31, points 2 and 6: each task's section states its margin of practical equivalence (the matrix
+    file's, or the task's declared one with its reason) and whether a seed draws the data or the draw is fixed."""
+    _write_matrix(tmp_path, "seeded", _translation_cells([61.0, 62.5, 64.5]))
+    for config in (tmp_path / "seeded" / "cells").rglob("config.yaml"):
+        section = {"name": "translation", "data_seed": 1234}
+        config.write_text(yaml.safe_dump({"model": {"family": "encoder_decoder"}, "task": section}))
+    summary = write_report(tmp_path / "seeded")
+    fixed = TASK_CONFIGS["translation"](data_seed=1234)
+    assert "Margin of practical equivalence: ±1.000 (the matrix file's `margins:`)." in summary
+    if hasattr(fixed, "seed_varies"):
+        assert f"A seed varies {fixed.seed_varies()}." in summary and "data_seed=1234" in summary
+    else:  # from the cells' task.data_seed
+        assert "the data draw is fixed (data_seed=1234)" in summary
+    for config in (tmp_path / "seeded" / "cells").rglob("config.yaml"):
+        config.write_text(yaml.safe_dump({"task": {"name": "translation", "data_seed": None}}))
+    assert "A seed varies the data draw, " in write_report(tmp_path / "seeded")

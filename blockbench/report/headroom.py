@@ -1,0 +1,147 @@
+"""How much room a comparison had: the LM's distance to the entropy floor of its grammar, and whether
+both sides of a comparison sit where the headline metric can no longer tell them apart (saturated).
+
+The LM task's data come from a finite probabilistic grammar whose entropy is computable: no model
+can reach a loss below that floor. A cell records the floor beside its trivial baselines
+(``baselines.loss_floor``, nats per token) and, per validation, its excess loss over it and the
+share of the gap from the unigram baseline to the floor that it closed (``excess_loss``,
+``gap_closed``; computed here from the loss and the baselines where a record lacks them). Two
+variants both within the task's saturation distance of the floor, or of a bounded metric's best
+value (BLEU 100), differ by less than the metric can show at that budget: such a comparison gets no
+verdict, whatever its test says (issue 31, point 7).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from blockbench.tasks import Metric
+
+from .results import Group
+
+#: the record's names: the floor among the trivial baselines, the per-cell figures among the metrics
+FLOOR, UNIGRAM, EXCESS, GAP = "loss_floor", "loss", "excess_loss", "gap_closed"
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """A group's distance to its task's entropy floor, mean over its finished seeds that recorded one."""
+
+    floor: float  # the loss floor, nats per token
+    unigram: float | None  # the unigram baseline's loss (None: not recorded)
+    excess_loss: float  # loss - floor
+    gap_closed: float | None  # (unigram - loss) / (unigram - floor): 1 is the floor, 0 the unigram model
+    seeds: int
+
+
+def headroom(group: Group) -> Headroom | None:
+    """``group``'s :class:`Headroom` (None where no finished seed recorded a floor: not the LM, or a record
+    from before the floor)."""
+    rows = []
+    for record in group.ok:
+        floor = record.baselines.get(FLOOR)
+        loss = record.metrics.get("loss")
+        if floor is None or (loss is None and EXCESS not in record.metrics):
+            continue
+        excess = record.metrics.get(EXCESS, loss - floor if loss is not None else math.nan)
+        unigram = record.baselines.get(UNIGRAM)
+        gap = record.metrics.get(GAP)
+        if gap is None and unigram is not None and loss is not None and unigram > floor:
+            gap = (unigram - loss) / (unigram - floor)
+        rows.append((floor, unigram, excess, gap))
+    if not rows:
+        return None
+    unigrams = [u for _, u, _, _ in rows if u is not None]
+    gaps = [g for _, _, _, g in rows if g is not None]
+    return Headroom(
+        statistics.fmean(f for f, _, _, _ in rows),
+        statistics.fmean(unigrams) if unigrams else None,
+        statistics.fmean(e for _, _, e, _ in rows),
+        statistics.fmean(gaps) if len(gaps) == len(rows) else None,
+        len(rows),
+    )
+
+
+def best_value(metric: Metric) -> float:
+    """The best value ``metric`` can take (BLEU 100, accuracy 1, perplexity 1); infinite where unbounded."""
+    return metric.high if metric.higher_is_better else metric.low
+
+
+@dataclass(frozen=True)
+class _Side:
+    mean: float  # of the headline metric, diverged seeds counted
+    headroom: Headroom | None
+    complete: bool  # every seed in the statistics finished and learned
+
+
+def saturation_text(task_cfg: Any, metric: Metric, groups: Sequence[Group], means: Sequence[float]) -> str:
+    """Why a comparison of ``groups`` (the variant's and the baseline's, whose headline means are
+    ``means``) is saturated, or "" if it is not: both sides within the task's saturation distance
+    (``TASK_CONFIGS[...].saturation``) of the metric's best value, or for the LM of the entropy floor in
+    excess loss. A side with a diverged seed, or one that did not learn, is never saturated. Without a
+    declared distance, only both sides exactly at the best value are."""
+    sides = [
+        _Side(mean, headroom(group), not group.diverged and not group.did_not_learn(metric))
+        for group, mean in zip(groups, means, strict=True)
+    ]
+    if not all(side.complete for side in sides):
+        return ""
+    saturation = getattr(task_cfg, "saturation", None)
+    distance = float(getattr(saturation, "distance", 0.0))
+    reason = getattr(saturation, "reason", "")
+    suffix = f" ({reason})" if reason else ""
+    if getattr(saturation, "of", "best") == "floor":
+        excess = [side.headroom.excess_loss for side in sides if side.headroom is not None]
+        if len(excess) < len(sides) or max(excess) > distance:
+            return ""
+        shown = " and ".join(f"{e:.3f}" for e in excess)
+        return (
+            f"both sides within {distance:g} nats of the entropy floor (excess loss {shown}){suffix}: "
+            f"the {metric.name} cannot tell them apart at this budget"
+        )
+    best = best_value(metric)
+    if not math.isfinite(best) or any(abs(side.mean - best) > distance + 1e-9 * max(1.0, abs(best)) for side in sides):
+        return ""
+    within = f"within {distance:g} of" if distance else "at"
+    return (
+        f"both sides {within} the best possible {metric.name} ({best:g}){suffix}: the task is solved at this "
+        "budget and cannot tell them apart"
+    )
+
+
+def headroom_lines(groups: Sequence[Group], metrics: Sequence[str] = ()) -> list[str]:
+    """The summary's headroom note of a task with an entropy floor (the LM): the floor and the unigram
+    model's loss, and each variant's excess loss over the floor and the share of the unigram-to-floor
+    gap it closed (a table, unless the task's ``metrics`` already show both as columns); empty for other
+    tasks."""
+    rows = [(group, room) for group in groups if (room := headroom(group)) is not None]
+    if not rows:
+        return []
+    floor = statistics.fmean(room.floor for _, room in rows)
+    unigrams = [room.unigram for _, room in rows if room.unigram is not None]
+    unigram = f", the unigram model's {statistics.fmean(unigrams):.3f}" if unigrams else ""
+    note = (
+        f"Headroom: no model can reach a loss below the entropy floor of the task's grammar, {floor:.3f} nats per "
+        f"token on the validation set (perplexity {math.exp(floor):.3f}){unigram}. "
+    )
+    if EXCESS in metrics and GAP in metrics:
+        return [
+            note + f"`{EXCESS}` is a cell's loss above the floor and `{GAP}` the share of the gap from the unigram "
+            "model to the floor that it closed (1: the best possible model).",
+            "",
+        ]
+    lines = [
+        note + "Per variant, mean over its finished seeds: the excess loss over the floor, and the share of the gap "
+        "from the unigram model to the floor that it closed (1: the best possible model).",
+        "",
+        "| variant | excess loss (nats) | gap closed |",
+        "|---|---|---|",
+    ]
+    for group, room in rows:
+        gap = "–" if room.gap_closed is None else f"{room.gap_closed:.1%}"
+        lines.append(f"| {group.variant} | {room.excess_loss:.3f} | {gap} |")
+    return [*lines, ""]
