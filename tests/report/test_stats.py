@@ -154,6 +154,9 @@ def test_every_metric_declares_the_range_its_values_can_take():
         "perplexity": (1, math.inf),
         "loss": (0, math.inf),
         "bits_per_byte": (0, math.inf),
+        # the LM's loss over the task's floor and the share of the gap closed: either sign (tasks/lm.py)
+        "excess_loss": (-math.inf, math.inf),
+        "gap_closed": (-math.inf, math.inf),
     }
     declared = {(task, m.name): (m.low, m.high) for task, cfg in TASK_CONFIGS.items() for m in cfg.metrics}
     assert declared and all(bounds == expected[metric] for (_, metric), bounds in declared.items())
