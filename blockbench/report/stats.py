@@ -8,8 +8,7 @@
 - ``compare``: difference of two variants' means, with a paired t interval when their seeds match
   and Welch's otherwise (``paired_difference``, ``welch_difference``), never cut: a difference
   interval says how uncertain the difference is, and cutting it to ± the metric's range hid that.
-- ``holm_adjust``: Holm's step-down adjustment of a family of p-values (no longer what verdicts
-  use: they are decided per question by ``decide.decide``).
+  (Verdicts are decided per question by ``decide.decide``; Holm's adjustment over a matrix is gone.)
 - ``time_to_target``: the first validation of a training history that reaches a target.
 """
 
@@ -24,10 +23,6 @@ from typing import TypeVar
 from scipy import stats as scipy_stats
 
 from ..record import HistoryPoint
-
-#: no longer used here (intervals are plain t intervals cut at the bounds since issue 31): kept only
-#: because section.py's methods text still names it; remove it with that text
-LOGIT_EPSILON = 1e-3
 
 #: a spread below this share of the values' magnitude is rounding error (0.7 - 0.5 and 0.8 - 0.6
 #: differ by 1e-16), not variation between seeds: the t statistic is then undefined, not huge
@@ -172,35 +167,14 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
     return Difference(mean, mean - half_width, mean + half_width, float(p_value), PAIRED, (n,))
 
 
-def compare(
-    a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95, span: float | None = None
-) -> Difference:
+def compare(a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: float = 0.95) -> Difference:
     """``mean(a) - mean(b)`` of two variants' values by seed: the paired test when both have the
-    same seeds, Welch's otherwise. The interval is never cut: [-100.00, +97.08] cut from about
-    [-171, +97] said the difference was known better than it was.
-
-    ``span`` is ignored: it is accepted only because report/analysis.py still passes the metric's
-    span until it moves to ``decide.decide`` (issue 31); remove the parameter then."""
-    del span  # intervals are no longer cut (see above)
+    same seeds, Welch's otherwise. The interval is never cut to ± the metric's range: [-100.00,
+    +97.08] cut from about [-171, +97] said the difference was known better than it was."""
     if a.keys() == b.keys():
         seeds = list(a)
         return paired_difference([a[s] for s in seeds], [b[s] for s in seeds], level)
     return welch_difference(list(a.values()), list(b.values()), level)
-
-
-def holm_adjust(p_values: Mapping[Key, float]) -> dict[Key, float]:
-    """Holm's step-down adjusted p-values of a family of tests (family-wise error control under any
-    dependence): the i-th smallest of m p-values becomes max over j ≤ i of min(1, (m - j + 1) p_(j)).
-    Rejecting where the adjusted p-value is below α controls the family-wise error rate at α.
-    (Written here: scipy has only Benjamini–Hochberg, which controls the false discovery rate instead.)"""
-    ordered = sorted(p_values, key=lambda key: p_values[key])
-    m = len(ordered)
-    adjusted: dict[Key, float] = {}
-    running = 0.0
-    for rank, key in enumerate(ordered):
-        running = max(running, min(1.0, (m - rank) * p_values[key]))
-        adjusted[key] = running
-    return adjusted
 
 
 # targets -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The summary's statistics against hand computations and scipy: intervals of a mean cut at a metric's
 range (and containing the mean), the value a diverged seed counts with, paired vs Welch differences
-(never cut), and Holm's adjustment."""
+(never cut)."""
 
 import math
 
@@ -13,7 +13,6 @@ from blockbench.report.stats import (
     WELCH,
     compare,
     diverged_value,
-    holm_adjust,
     paired_difference,
     t_confidence_interval,
     with_diverged,
@@ -123,21 +122,11 @@ def test_compare_never_cuts_a_difference_interval_to_the_metric_range():
     [-2.88, +2.28]; it used to be cut to [-1, +1] (the metric's span), which hid how little 3 seeds say."""
     variant, baseline = {0: 0.0, 1: 0.0, 2: 0.9}, {0: 0.9, 1: 0.9, 2: 0.0}
     half_width = T_975_DF2 * math.sqrt(((0.6**2) * 2 + 1.2**2) / 2) / math.sqrt(3)
-    for result in (compare(variant, baseline), compare(variant, baseline, span=1.0)):
-        assert result.difference == pytest.approx(-0.3)
-        assert (result.ci_low, result.ci_high) == pytest.approx((-0.3 - half_width, -0.3 + half_width))
-        assert result.ci_low < -2.8 and result.ci_high > 2.2
-    assert not hasattr(compare(variant, baseline), "clipped")
-
-
-def test_holm_adjustment_by_hand():
-    # sorted: d 0.005, a 0.01, c 0.03, b 0.04; m = 4
-    # d: 4 x 0.005 = 0.02; a: max(0.02, 3 x 0.01) = 0.03; c: max(0.03, 2 x 0.03) = 0.06; b: max(0.06, 0.04) = 0.06
-    adjusted = holm_adjust({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
-    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02})
-    assert holm_adjust({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}  # capped at 1, never below an earlier one
-    assert holm_adjust({"only": 0.03}) == {"only": 0.03}  # a family of one: unadjusted
-    assert holm_adjust({}) == {}
+    result = compare(variant, baseline)
+    assert result.difference == pytest.approx(-0.3)
+    assert (result.ci_low, result.ci_high) == pytest.approx((-0.3 - half_width, -0.3 + half_width))
+    assert result.ci_low < -2.8 and result.ci_high > 2.2
+    assert not hasattr(result, "clipped")
 
 
 # the metrics' ranges ---------------------------------------------------------------------------
