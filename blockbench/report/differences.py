@@ -17,7 +17,7 @@ from .table import arrow, decimals, fmt
 from .table import row as _row
 from .table import table_head as _table_head
 from .tuning import chosen_text
-from .verdicts import Comparison, Side
+from .verdicts import SATURATED, Comparison, Side
 
 
 def question_note(a: TaskAnalysis) -> list[str]:
@@ -148,7 +148,9 @@ def difference_method(a: TaskAnalysis, others: list[Group]) -> str:
     tests: dict[str, list[str]] = {}
     for group in others:
         question = a.stats[group.variant].question
-        if question is not None and question.decision is not None:
+        if question is not None and question.verdict == SATURATED:
+            tests.setdefault("no verdict (saturated)", []).append(f"`{group.variant}`")
+        elif question is not None and question.decision is not None:
             d = question.decision
             why = " (a side mixes seeds that learned with seeds that did not)" if question.rank_based else ""
             tests.setdefault(f"{d.test}{why} at α {d.alpha:.2g}", []).append(f"`{group.variant}`")

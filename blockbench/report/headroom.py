@@ -71,45 +71,53 @@ def best_value(metric: Metric) -> float:
     return metric.high if metric.higher_is_better else metric.low
 
 
-@dataclass(frozen=True)
-class _Side:
-    mean: float  # of the headline metric, diverged seeds counted
-    headroom: Headroom | None
-    complete: bool  # every seed in the statistics finished and learned
+def _floor(group: Group) -> float | None:
+    """The entropy floor the group's finished seeds recorded (their mean; None if none did)."""
+    floors = [r.baselines[FLOOR] for r in group.ok if r.baselines.get(FLOOR) is not None]
+    return statistics.fmean(floors) if floors else None
 
 
 def saturation_text(task_cfg: Any, metric: Metric, groups: Sequence[Group], means: Sequence[float]) -> str:
     """Why a comparison of ``groups`` (the variant's and the baseline's, whose headline means are
-    ``means``) is saturated, or "" if it is not: both sides within the task's saturation distance
-    (``TASK_CONFIGS[...].saturation``) of the metric's best value, or for the LM of the entropy floor in
-    excess loss. A side with a diverged seed, or one that did not learn, is never saturated. Without a
-    declared distance, only both sides exactly at the best value are."""
-    sides = [
-        _Side(mean, headroom(group), not group.diverged and not group.did_not_learn(metric))
-        for group, mean in zip(groups, means, strict=True)
-    ]
-    if not all(side.complete for side in sides):
+    ``means``) is saturated, or "" if it is not: both sides saturated by the task's declared rule
+    (``TASK_CONFIGS[...].saturation``: within its distance of the metric's best value, or for the LM of
+    the entropy floor, in nats of loss). A side with a diverged seed, or one that did not learn, is never
+    saturated, nor is a task that declares no saturation (code from before the declaration: only both
+    sides exactly at the best value)."""
+    if any(group.diverged or group.did_not_learn(metric) for group in groups):
         return ""
-    saturation = getattr(task_cfg, "saturation", None)
-    distance = float(getattr(saturation, "distance", 0.0))
-    reason = getattr(saturation, "reason", "")
-    suffix = f" ({reason})" if reason else ""
-    if getattr(saturation, "of", "best") == "floor":
-        excess = [side.headroom.excess_loss for side in sides if side.headroom is not None]
-        if len(excess) < len(sides) or max(excess) > distance:
+    if not hasattr(task_cfg, "saturation"):  # a task config from before the declaration
+        best = best_value(metric)
+        if math.isfinite(best) and all(abs(mean - best) <= 1e-9 * max(1.0, abs(best)) for mean in means):
+            return (
+                f"both sides at the best possible {metric.name} ({best:g}): the task is solved at this budget and "
+                "cannot tell them apart"
+            )
+        return ""
+    saturation = task_cfg.saturation
+    if saturation is None:
+        return ""
+    reason = f" ({saturation.reason})"
+    if saturation.of == "floor":
+        floors = [_floor(group) for group in groups]
+        if any(floor is None for floor in floors):
+            return ""  # cells from before the floor was recorded
+        if not all(saturation.saturated(m, metric, floor=f) for m, f in zip(means, floors, strict=True)):
             return ""
+        excess = [
+            (math.log(m) if getattr(metric, "exp_of_loss", False) else m) - f
+            for m, f in zip(means, floors, strict=True)
+        ]
         shown = " and ".join(f"{e:.3f}" for e in excess)
         return (
-            f"both sides within {distance:g} nats of the entropy floor (excess loss {shown}){suffix}: "
+            f"both sides within {saturation.distance:g} nats of the entropy floor (excess loss {shown}){reason}: "
             f"the {metric.name} cannot tell them apart at this budget"
         )
-    best = best_value(metric)
-    if not math.isfinite(best) or any(abs(side.mean - best) > distance + 1e-9 * max(1.0, abs(best)) for side in sides):
+    if not all(saturation.saturated(mean, metric) for mean in means):
         return ""
-    within = f"within {distance:g} of" if distance else "at"
     return (
-        f"both sides {within} the best possible {metric.name} ({best:g}){suffix}: the task is solved at this "
-        "budget and cannot tell them apart"
+        f"both sides within {saturation.distance:g} of the best possible {metric.name} ({best_value(metric):g})"
+        f"{reason}: the task is solved at this budget and cannot tell them apart"
     )
 
 
