@@ -1,4 +1,11 @@
-"""``blockbench``: train one config, run a matrix, rebuild a report, show the MFU peak, list the config keys."""
+"""``blockbench``: train one config, run a matrix, rebuild a report, show the MFU peak, list the config keys.
+
+The module imports only what parsing the command line needs: each command imports its own stack
+(the config classes with the models and tasks, torch, Lightning, the report's plotting) when it
+runs, so that ``blockbench --help``, a command's ``--help`` and ``blockbench list`` (which reads the
+config keys from its cache, ``blockbench.listing``) answer at once rather than after the seconds that
+loading torch and Lightning take (``benchmarks/cli_startup.py`` times them).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from blockbench.tasks.data import DataError
-
-from .config import ConfigError, RunConfig, build_run_config, load_yaml, parse_overrides
 from .layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE
 from .lifeline import RUNNER_ENV, FolderHeld, die_with_parent, hold, watch_runner
-from .record import read_record, write_record
 
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+#: where ``blockbench train``'s overrides were set, as a config error names it
+COMMAND_LINE = "on the command line"
 #: the longest run-folder label ``blockbench train`` derives from the overrides (the config hash follows it)
 MAX_LABEL_CHARS = 60
 
@@ -45,6 +54,9 @@ def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
     """What ``out`` already holds: ``("none", None)``; ``("same", None)``, an unfinished run of this
     config (it resumes; a matrix writes its cell's config there first); ``("done", None)``, this
     config's finished run; or ``("other", why)``, a run of another config, which training would replace."""
+    from .config import ConfigError, build_run_config, load_yaml
+    from .record import read_record
+
     record = read_record(out / RESULT_FILE) if (out / RESULT_FILE).is_file() else None
     if record is not None:
         if record.config_hash == run.config_hash():
@@ -64,6 +76,7 @@ def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
 def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities import rank_zero_only
 
+    from .config import build_run_config, load_yaml, parse_overrides
     from .matrix.launch import accept_interrupts
 
     accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
@@ -76,7 +89,7 @@ def _train(args: argparse.Namespace) -> int:
     config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
     raw = load_yaml(config_file) if config_file else {}
     overrides = parse_overrides(sources)
-    run = build_run_config(raw, overrides, source=config_file or "overrides")
+    run = build_run_config(raw, overrides, source=config_file or "", origins=dict.fromkeys(overrides, COMMAND_LINE))
     name = run_folder_name(config_file, overrides, run.config_hash())
     root = Path(args.results_dir) / "train"
     out = Path(args.out) if args.out else root / run.task.display_name / name
@@ -99,6 +112,8 @@ def _train_into(
     from lightning.pytorch.utilities import rank_zero_only
 
     from .cell.train import error_record, train
+    from .config import ConfigError
+    from .record import write_record
 
     state, why = earlier_run(out, run)
     if args.force and state != "none":
@@ -189,6 +204,7 @@ MATRICES_DIR = Path("configs/matrix")
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .config import ConfigError
     from .report.summary import write_report
 
     if args.index is not None:
@@ -209,6 +225,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     """``blockbench report --index RESULTS``: write RESULTS/README.md, the verdicts of every matrix there."""
+    from .config import ConfigError
     from .report.index import write_index
 
     if args.matrix_dir is not None:
@@ -251,16 +268,17 @@ def _peak(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .listing import config_keys, format_listing, select
+    from .listing import format_listing, load_listing, select
 
-    keys = select(config_keys(), args.query)
+    listing = load_listing()
+    keys = select(listing.keys, args.query)
     if not keys:
         print(
             f"blockbench list: no config key matches '{args.query}'; `blockbench list` shows them all", file=sys.stderr
         )
         return 1
     try:
-        print(format_listing(keys), flush=True)
+        print(format_listing(keys, listing.titles), flush=True)
     except BrokenPipeError:  # `blockbench list | head`: the reader is gone; say nothing more (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
@@ -280,9 +298,55 @@ def _env(args: argparse.Namespace) -> int:
 #: ``--results-dir results`` updates
 RUNS_DIR, BOOK_DIR = "runs", "results"
 
+#: the examples under each ``--help`` (argparse epilogs; tests/test_cli.py parses every one of them)
+EXAMPLES = {
+    "blockbench": """\
+examples:
+  blockbench train task=vit model.norm_placement=post      train one config: key=value overrides
+  blockbench matrix configs/matrix/smoke.yaml --dry-run    a matrix's cells, what is done, the time left
+  blockbench matrix configs/matrix/smoke.yaml              run them, then write the summary
+  blockbench report --index results                        the verdicts of every matrix
+  blockbench list moe                                      the config keys that mention MoE
+  blockbench train --help                                  one command's options and examples""",
+    "train": """\
+examples:
+  blockbench train                                         the defaults: the lm task, 400 steps
+  blockbench train task=vit model.norm_placement=post trainer.max_steps=50
+  blockbench train configs/base.yaml model.pos_encoding=rope --out runs/rope
+  blockbench train task=wikitext103 task.seq_len=128       a preset, refined
+keys and their defaults: blockbench list (blockbench list model, blockbench list seq_len)""",
+    "matrix": """\
+examples:
+  blockbench matrix configs/matrix/smoke.yaml --dry-run    check every cell, list what would run
+  blockbench matrix configs/matrix/smoke.yaml --jobs 2     two cells at a time
+  blockbench --results-dir results matrix configs/matrix/norm_type.yaml    update the committed book
+a matrix file takes name, base, overrides (run settings, e.g. trainer.max_steps: 600), axes and tune:
+see configs/matrix/ and the README""",
+    "report": """\
+examples:
+  blockbench report runs/smoke                             rebuild runs/smoke/summary.md and .csv
+  blockbench report --index results                        write results/README.md""",
+    "list": """\
+examples:
+  blockbench list                                          every key
+  blockbench list model                                    the model section
+  blockbench list n_head                                   keys whose name or meaning mention n_head
+  blockbench list moe | less""",
+}
+
+
+def _examples(command: str) -> dict[str, object]:
+    """A subcommand parser's epilog of examples, printed as written."""
+    return {"epilog": EXAMPLES[command], "formatter_class": argparse.RawDescriptionHelpFormatter}
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="blockbench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="blockbench",
+        description=__doc__.split("\n\n")[0],
+        epilog=EXAMPLES["blockbench"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--results-dir",
         default=RUNS_DIR,
@@ -291,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train one config (a YAML file and/or key=value overrides)")
+    train = commands.add_parser(
+        "train", help="train one config (a YAML file and/or key=value overrides)", **_examples("train")
+    )
     train.add_argument(
         "config_or_overrides",
         nargs="*",
@@ -336,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_train)
 
-    matrix = commands.add_parser("matrix", help="run every cell of a matrix file, then write the summary")
+    matrix = commands.add_parser(
+        "matrix", help="run every cell of a matrix file, then write the summary", **_examples("matrix")
+    )
     matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
     rerun = matrix.add_mutually_exclusive_group()
     rerun.add_argument(
@@ -379,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="rebuild summary.md/summary.csv of a matrix results folder, or with "
         "--index the verdicts of every matrix (results/README.md)",
+        **_examples("report"),
     )
     report.add_argument("matrix_dir", nargs="?", help="e.g. results/prenorm_vs_postnorm")
     report.add_argument(
@@ -424,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         "list",
         help="print every config key (a run config's or a matrix axis's) with its default, type and meaning, "
         "and the names each variant key, task.name and task preset accept",
+        **_examples("list"),
     )
     listing.add_argument(
         "query",
@@ -439,15 +509,27 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as error:
-        print(f"blockbench: config error:\n{error}", file=sys.stderr)
-        return 2
-    except DataError as error:
-        print(f"blockbench: data error: {error}", file=sys.stderr)
-        return 2
-    except FolderHeld as error:
-        print(f"blockbench: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("blockbench: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        said = _user_error(error)
+        if said is None:
+            raise
+        print(f"blockbench: {said}", file=sys.stderr)
+        return 2
+
+
+def _user_error(error: Exception) -> str | None:
+    """What to print, without a traceback, for a mistake of the user's (a config, the data, a folder
+    another process holds); None for a bug. The error classes are looked up among the modules already
+    loaded: an error of a module that the command never imported cannot be one of its classes, and
+    importing them here would load torch for every error."""
+    config, data = sys.modules.get("blockbench.config"), sys.modules.get("blockbench.tasks.data")
+    if config is not None and isinstance(error, config.ConfigError):
+        return f"config error:\n{error}"
+    if data is not None and isinstance(error, data.DataError):
+        return f"data error: {error}"
+    if isinstance(error, FolderHeld):
+        return str(error)
+    return None

@@ -26,6 +26,8 @@ from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
 from blockbench.tasks.data.images import IMAGE_SOURCES
 from blockbench.tasks.lm import LMTaskConfig
 
+from .keys import Origins, Problem, unknown_key
+
 # Union of the registered task configs, built at import: the | operator cannot spell a union of a runtime tuple
 TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]  # noqa: UP007
 
@@ -496,8 +498,11 @@ def _same_setting(key: str, other: str) -> bool:
     return key == other or key.startswith(other + ".") or other.startswith(key + ".")
 
 
-def describe_validation_error(error: ValidationError, prefix: str = "") -> list[str]:
-    """One line per problem: ``model.n_heads: Input should be greater than 0``."""
+def describe_validation_error(error: ValidationError, prefix: str = "", origins: Origins | None = None) -> list[str]:
+    """One line per problem: ``model.n_heads: Input should be greater than 0``; an unknown key names
+    the closest valid ones (``model.n_head: unknown key; did you mean model.n_heads?``) and, given
+    ``origins``, each line says where its key was set (``(set on the command line)``)."""
+    matrix = error.title == MatrixConfig.__name__  # the keys of a matrix file, else of a run config
     lines = []
     for problem in error.errors():
         # drop the discriminator tags pydantic inserts into the path ("task.lm.seq_len", "task.data.npz.path")
@@ -506,10 +511,11 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> list[
         key = ".".join(filter(None, [prefix.rstrip("."), *loc]))
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown key (not a config field; check the spelling)"
+            root, noun = (MatrixConfig, "a matrix file") if matrix else (RunConfig, "a run config")
+            message = unknown_key(key, root, RunConfig, problem.get("input"), noun)
         elif problem["type"] not in {"value_error", "missing", "union_tag_invalid"}:
             message = f"{message} (got {problem.get('input')!r})"
-        lines.append(f"{key}: {message}" if key else message)
+        lines.append(Problem(key, message).text(origins))
     return lines
 
 
@@ -562,16 +568,20 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_run_config(raw: dict[str, Any], overrides: dict[str, Any] | None = None, *, source: str = "") -> RunConfig:
-    """Validate ``raw`` (plus dotted overrides) into a RunConfig or raise ConfigError listing every problem."""
+def build_run_config(
+    raw: dict[str, Any], overrides: dict[str, Any] | None = None, *, source: str = "", origins: dict | None = None
+) -> RunConfig:
+    """Validate ``raw`` (plus dotted overrides) into a RunConfig or raise ConfigError listing every
+    problem, each with where its key was set: in ``source`` (the file ``raw`` was read from) or where
+    ``origins`` says its override was given (``on the command line``; default: ``by an override``)."""
     config = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
         set_dotted(config, key, value)
     try:
         return RunConfig.model_validate(config)
     except ValidationError as exc:
-        where = f"{source}: " if source else ""
-        raise ConfigError("\n".join(where + line for line in describe_validation_error(exc))) from None
+        where = Origins.given(raw, source, overrides or {}, origins or {})
+        raise ConfigError("\n".join(describe_validation_error(exc, origins=where))) from None
 
 
 def to_yaml(run: RunConfig) -> str:

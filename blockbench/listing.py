@@ -2,228 +2,166 @@
 its meaning, read from the pydantic models themselves (as ``--help`` generated from dataclass fields
 in HF's ``HfArgumentParser`` or litgpt's CLI), so a new field shows up without anyone editing a list.
 
-The walk starts at ``RunConfig``: a field holding a config class is a section (``model.*``); a
-tagged union (``task``, an image task's ``data``) is one key for its tag (``task.name``) plus the
-keys of every member, each key naming the members (tasks) that have it and their defaults. A key
-whose value is a name from a registry (``model.norm_placement``) lists the names it accepts.
+The walk (``blockbench.keys.config_keys``) starts at ``RunConfig``: a field holding a config class is
+a section (``model.*``); a tagged union (``task``, an image task's ``data``) is one key for its tag
+(``task.name``) plus the keys of every member, each key naming the members (tasks) that have it and
+their defaults. A key whose value is a name from a registry (``model.norm_placement``) lists the
+names it accepts.
+
+The config classes live beside the models and tasks, whose modules import torch and Lightning (3 s
+and more to load), and the registries of variant names are filled by those modules as they load. So
+the walk's result is cached on disk (``$BLOCKBENCH_CACHE/config-keys/``), keyed by a digest of the
+package's source files and of the versions of the libraries whose names it lists: ``blockbench
+list`` reads the cache without importing torch, and walks the classes again (and caches them) only
+when the code has changed since.
 """
 
 from __future__ import annotations
 
-import inspect
+import hashlib
+import importlib.util
+import json
+import os
+import sys
 import textwrap
-import types
-from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
 
-import yaml
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-
-from blockbench.models import ModelConfig
-from blockbench.models.config import VARIANT_REGISTRIES
-from blockbench.tasks import TASK_PRESETS
-
-from .config import LIGHTNING_FIELDS, RunConfig, TrainerConfig, lightning_choices
+from .keys import Choice, Definition, Key, config_classes, config_keys, first_line, value_text
 
 #: terminal width the listing is wrapped to
 WIDTH = 100
 #: how every text is wrapped: at spaces only, so names (``GPT-NeoX``, ``cl100k_base``) stay whole
 WRAP = dict(break_on_hyphens=False, break_long_words=False)
-#: the default of a field that has none (the config must set it)
-REQUIRED = "(required)"
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A name a key accepts, with its one-line description ('' where the source has none)."""
-
-    name: str
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class Definition:
-    """A key as one config class declares it: a task key has one definition per task that has it."""
-
-    owner: str | None  # the task (and image source) whose key it is; None outside a tagged union
-    default: Any  # REQUIRED when the field has no default
-    kind: str  # type and bounds, e.g. "int >0 or null"
-    description: str
+#: the environment variable of blockbench's disk cache, as ``blockbench.tasks.data.cache.CACHE_ENV``
+#: (not imported from there: importing ``blockbench.tasks`` loads torch)
+CACHE_ENV = "BLOCKBENCH_CACHE"
+#: the cache's folder of listings, one file per source digest
+CACHE_DIR = "config-keys"
+#: listings kept in the cache (other checkouts of the code may share it); the oldest go first
+CACHE_KEEP = 8
+#: the packages whose code the listing is read from (the config classes, the registries, the walk)
+SOURCE_PACKAGES = ("blockbench", "blockbench.models", "blockbench.tasks")
+#: libraries whose names or field types appear in the listing (Lightning's precision, accelerator and
+#: strategy names; pydantic's types)
+LISTED_LIBRARIES = ("lightning", "pydantic")
 
 
 @dataclass
-class Key:
-    """One dotted config key (``model.n_kv_heads``) and everything ``blockbench list`` says about it."""
+class Listing:
+    """What ``blockbench list`` shows: every config key, and each section's one-line title."""
 
-    key: str
-    definitions: list[Definition]
-    choices: list[Choice]
+    keys: list[Key]
+    titles: dict[str, str]
 
-    @property
-    def section(self) -> str:
-        return self.key.split(".")[0]
+    def to_json(self) -> str:
+        return json.dumps({"keys": [asdict(key) for key in self.keys], "titles": self.titles})
 
-    def text(self) -> str:
-        """What a filter searches: the key, its meanings, owners and accepted names."""
-        parts = [self.key]
-        parts += [f"{d.owner or ''} {d.description}" for d in self.definitions]
-        parts += [f"{c.name} {c.description}" for c in self.choices]
-        return "\n".join(parts).lower()
+    @classmethod
+    def from_json(cls, text: str) -> Listing:
+        data = json.loads(text)
+        keys = [
+            Key(
+                key["key"],
+                [Definition(**d) for d in key["definitions"]],
+                [Choice(**c) for c in key["choices"]],
+            )
+            for key in data["keys"]
+        ]
+        return cls(keys, dict(data["titles"]))
 
 
 # --------------------------------------------------------------------------- reading the models
 
 
-def config_keys() -> list[Key]:
-    """Every key of a run config, in the order the config classes declare them, the keys of a
-    subsection (``task.data.*``) together after their section's own keys."""
-    keys: dict[str, Key] = {}
-    _walk(RunConfig, "", None, None, keys)
-    groups: dict[str, int] = {}
-    for key in keys:
-        groups.setdefault(key.rpartition(".")[0], len(groups))
-    return sorted(keys.values(), key=lambda k: groups[k.key.rpartition(".")[0]])
+def walk_listing() -> Listing:
+    """The listing read from the config classes themselves (imports the models, the tasks, torch)."""
+    from .config import RunConfig
+
+    return Listing(config_keys(RunConfig, key_choices), section_titles())
+
+
+def key_choices(cls: type, name: str) -> list[Choice]:
+    """The names field ``name`` of config class ``cls`` accepts beyond its type: a variant registry's,
+    Lightning's, or for ``task.name`` the presets (``RunConfig._task_by_name`` takes a preset's name)."""
+    from blockbench.models import ModelConfig
+    from blockbench.models.config import VARIANT_REGISTRIES
+    from blockbench.tasks import TASK_PRESETS
+
+    from .config import LIGHTNING_FIELDS, RunConfig, TrainerConfig, lightning_choices
+
+    if issubclass(cls, ModelConfig) and name in VARIANT_REGISTRIES:
+        return [Choice(entry.name, entry.description) for entry in VARIANT_REGISTRIES[name]]
+    if issubclass(cls, TrainerConfig) and name in LIGHTNING_FIELDS:
+        return [Choice(choice) for choice in lightning_choices(name)]
+    if cls is RunConfig and name == "task":
+        return [Choice(p, f"preset of {s.task['name']}: {s.description}") for p, s in TASK_PRESETS.items()]
+    return []
 
 
 def section_titles() -> dict[str, str]:
     """Each section's one-line title: its class docstring, or for a tagged union how to read its keys."""
+    from .config import RunConfig
+
     titles = {}
     for name, info in RunConfig.model_fields.items():
-        members = _config_classes(info.annotation)
+        members = config_classes(info.annotation)
         if info.discriminator:
             titles[name] = (
                 f"keys of the {name} chosen by {name}.{info.discriminator}; each key lists the "
                 f"{name}s that have it, with their defaults"
             )
         elif members:
-            title = _first_line(members[0].__doc__)
+            title = first_line(members[0].__doc__)
             first_word = title.split(" ")[0]
             titles[name] = title[:1].lower() + title[1:] if first_word[1:].islower() else title  # "AdamW" stays
     return titles
 
 
-def _walk(
-    cls: type[BaseModel],
-    prefix: str,
-    owner: str | None,
-    instance: BaseModel | None,
-    keys: dict[str, Key],
-    skip: str | None = None,
-) -> None:
-    """Add the keys of config class ``cls`` under ``prefix``; ``instance`` supplies the defaults of a
-    section whose parent default differs from the class defaults."""
-    for name, info in cls.model_fields.items():
-        if name == skip:  # a union member's tag: the union's own key lists the tags
-            continue
-        key, default = prefix + name, _default(info, instance, name)
-        members = _config_classes(info.annotation)
-        if members and info.discriminator:
-            tag = info.discriminator
-            choices = [Choice(m.model_fields[tag].default, _summary(m)) for m in members]
-            if cls is RunConfig and name == "task":  # RunConfig._task_by_name also takes a preset's name
-                choices += [Choice(p, f"preset of {s.task['name']}: {s.description}") for p, s in TASK_PRESETS.items()]
-            tag_default = REQUIRED if default is REQUIRED else getattr(default, tag)
-            _add(keys, f"{key}.{tag}", Definition(owner, tag_default, "str", info.description or ""), choices)
-            for member in members:
-                member_tag = member.model_fields[tag].default
-                _walk(
-                    member,
-                    f"{key}.",
-                    member_tag if owner is None else f"{owner} ({member_tag})",
-                    default if isinstance(default, member) else None,
-                    keys,
-                    skip=tag,
-                )
-        elif members:
-            _walk(members[0], f"{key}.", owner, default if isinstance(default, BaseModel) else None, keys)
-        else:
-            _add(keys, key, Definition(owner, default, _kind(info), info.description or ""), _choices(cls, name))
+# --------------------------------------------------------------------------- the cache
 
 
-def _add(keys: dict[str, Key], key: str, definition: Definition, choices: list[Choice]) -> None:
-    entry = keys.setdefault(key, Key(key, [], []))
-    entry.definitions.append(definition)
-    entry.choices += [c for c in choices if c not in entry.choices]
+def source_digest() -> str:
+    """sha256 of every ``.py`` file of :data:`SOURCE_PACKAGES` (found without importing them), of
+    the versions of :data:`LISTED_LIBRARIES` and of Python: what the listing is read from. Any edit to
+    the code gives another digest (a few milliseconds for the whole tree, cheaper to redo than to be
+    wrong about which files the listing depends on)."""
+    digest = hashlib.sha256(sys.version.encode())
+    for library in LISTED_LIBRARIES:
+        digest.update(f"\0{library}=={metadata.version(library)}".encode())
+    for package in SOURCE_PACKAGES:
+        spec = importlib.util.find_spec(package)  # imports the parent package only (blockbench: a docstring)
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(f"\0{package}/{path.relative_to(folder).as_posix()}\0".encode() + path.read_bytes())
+    return digest.hexdigest()[:24]
 
 
-def _default(info: FieldInfo, instance: BaseModel | None, name: str) -> Any:
-    if instance is not None:
-        return getattr(instance, name)
-    return REQUIRED if info.is_required() else info.get_default(call_default_factory=True)
+def cache_folder() -> Path:
+    """The cache's folder of listings (``$BLOCKBENCH_CACHE``, default ``~/.cache/blockbench``)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "blockbench") / CACHE_DIR
 
 
-def _choices(cls: type[BaseModel], name: str) -> list[Choice]:
-    """The names a field accepts beyond its type: a variant registry's, or Lightning's."""
-    if issubclass(cls, ModelConfig) and name in VARIANT_REGISTRIES:
-        return [Choice(entry.name, entry.description) for entry in VARIANT_REGISTRIES[name]]
-    if issubclass(cls, TrainerConfig) and name in LIGHTNING_FIELDS:
-        return [Choice(choice) for choice in lightning_choices(name)]
-    return []
-
-
-def _is_union(annotation: Any) -> bool:
-    return get_origin(annotation) in (Union, types.UnionType)
-
-
-def _config_classes(annotation: Any) -> list[type[BaseModel]]:
-    """The config classes a field holds (one for a section, several for a tagged union)."""
-    options = get_args(annotation) if _is_union(annotation) else (annotation,)
-    return [option for option in options if inspect.isclass(option) and issubclass(option, BaseModel)]
-
-
-def _first_line(doc: str | None) -> str:
-    return " ".join((doc or "").strip().split("\n\n")[0].split()).replace("``", "`").removesuffix(".")
-
-
-def _summary(cls: type[BaseModel]) -> str:
-    """A union member's one-line description: a task's ``description``, else its docstring."""
-    description = getattr(cls, "description", None)
-    return description if isinstance(description, str) else _first_line(cls.__doc__)
-
-
-# --------------------------------------------------------------------------- types and values
-
-
-def _type_name(annotation: Any) -> str:
-    if annotation is type(None):
-        return "null"
-    if get_origin(annotation) is Literal:
-        return " | ".join(str(value) for value in get_args(annotation))
-    if _is_union(annotation):
-        return " | ".join(_type_name(option) for option in get_args(annotation))
-    args = [_type_name(arg) for arg in get_args(annotation)]
-    if get_origin(annotation) is dict:
-        return "{" + ": ".join(args) + "}"
-    if get_origin(annotation) in (list, tuple):
-        return "[" + ", ".join(args) + "]"
-    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
-        return "{" + ", ".join(annotation.model_fields) + "}"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def _kind(info: FieldInfo) -> str:
-    """``int >0 or null``: the type, its bounds (pydantic's gt/ge/lt/le), and whether null is allowed."""
-    options = get_args(info.annotation) if _is_union(info.annotation) else (info.annotation,)
-    kind = " | ".join(_type_name(option) for option in options if option is not type(None))
-    bounds = [
-        f"{symbol}{value_text(getattr(m, attr))}"
-        for m in info.metadata
-        for attr, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
-        if hasattr(m, attr)
-    ]
-    return " ".join([kind, *bounds]) + (" or null" if type(None) in options else "")
-
-
-def value_text(value: Any) -> str:
-    """A value as it is written in a YAML config or an override (``null``, ``1.0e-05``, ``[0.9, 0.98]``)."""
-    if value is REQUIRED:
-        return REQUIRED
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
-    if isinstance(value, tuple):
-        value = list(value)
-    return yaml.safe_dump(value, default_flow_style=True, width=1 << 30).removesuffix("...\n").strip()
+def load_listing() -> Listing:
+    """The listing of this code: from the cache if this code's listing is there, else walked from the
+    config classes (importing torch) and cached. A cache that cannot be read or written is passed by."""
+    path = cache_folder() / f"{source_digest()}.json"
+    try:
+        return Listing.from_json(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    listing = walk_listing()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        temporary.write_text(listing.to_json())
+        os.replace(temporary, path)  # whole or not at all, whoever else writes it at the same time
+        for old in sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-CACHE_KEEP]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return listing
 
 
 # --------------------------------------------------------------------------- filtering and printing
@@ -239,9 +177,9 @@ def select(keys: list[Key], query: str | None) -> list[Key]:
     return under or [k for k in keys if query in k.text()]
 
 
-def format_listing(keys: list[Key], width: int = WIDTH) -> str:
+def format_listing(keys: list[Key], titles: dict[str, str], width: int = WIDTH) -> str:
     """The keys grouped by section, each section under its title."""
-    titles, lines, section = section_titles(), [], None
+    lines, section = [], None
     for key in keys:
         if key.section != section:
             section = key.section

@@ -159,7 +159,15 @@ class Expansion:
             axes["seed"] = int(axes.get("seed", 0)) + replica * REPLICA_SEED_STRIDE
         # whole sections first ("task: wikitext103"), so that deeper keys ("task.seq_len") refine them
         settings = {**self.matrix.overrides, **axes, **(extra or {})}
-        return build_run_config(self.base, dict(sorted(settings.items(), key=lambda item: item[0].count("."))))
+        # where each key was set, for a config error to name the place to fix
+        origins = {
+            **{key: f"in {self.path.name}'s overrides:" for key in self.matrix.overrides},
+            **{key: f"by {self.path.name}'s axis {key}" for key in axes},
+            **{key: f"by {self.path.name}'s tune: (a tuning cell)" for key in extra or {}},
+        }
+        base = str(self.path.parent / self.matrix.base) if self.matrix.base else ""
+        ordered = dict(sorted(settings.items(), key=lambda item: item[0].count(".")))
+        return build_run_config(self.base, ordered, source=base, origins=origins)
 
     def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
         """The reported ``cell`` with the values tuning ``chosen`` set in its config (and so in its hash)."""
