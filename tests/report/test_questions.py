@@ -125,3 +125,24 @@ def test_matrix_settings_come_from_the_matrix_config_and_an_old_copy_still_loads
     settings = MatrixSettings.load(tmp_path)
     assert (settings.description, settings.targets, settings.cells) == ("An old copy.", {"lm": {"perplexity": 10.0}}, 6)
     assert settings.seed_axis == 3 and settings.seeds is None and settings.levels == () and settings.verdicts
+
+
+def test_without_an_override_the_task_s_declared_margin_decides_and_is_stated_with_its_reason(tmp_path):
+    """Issue 31, point 2: the task declares its headline metric's margin in code (the LM's is relative: a
+    share of the baseline's mean); the summary states it with its reason, and two variants 0.3% apart in
+    perplexity in every seed pair are equivalent under it."""
+    margin = getattr(TASK_CONFIGS["lm"], "margin", None)
+    if margin is None:
+        raise AssertionError("the LM task declares no margin (blockbench.tasks: TASK_CONFIGS['lm'].margin)")
+    pre = [2.000, 2.010, 2.020]
+    post = [loss + math.log(1.003) + 0.0005 * i for i, loss in enumerate(pre)]  # 0.3% to 0.4% more perplexity
+    _lm_matrix(tmp_path / "m", {PRE: pre, POST: post})
+    summary = write_report(tmp_path / "m")
+    baseline_mean = sum(math.exp(loss) for loss in pre) / 3
+    value = margin.absolute(baseline_mean)
+    assert value == (margin.value * baseline_mean if margin.relative else margin.value)
+    share = f"{margin.value:.0%} of the baseline's mean, " if margin.relative else ""
+    assert f"Margin of practical equivalence: {share}±{value:.3f} ({margin.reason})." in summary
+    [question] = [q for a in analyze(tmp_path / "m")[2] for q in a.questions]
+    assert question.margin.value == value and question.margin.source == "task"
+    assert question.verdict == "equivalent" and f"margin ±{value:.3f}" in summary
