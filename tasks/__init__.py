@@ -1,13 +1,18 @@
 """Benchmark tasks: one LightningModule + LightningDataModule per task, each with its metrics.
 
 ``TASK_CONFIGS`` is the registry of tasks by ``task.name``; ``TASK_PRESETS`` names ready-made
-real-data settings (``task: wikitext103``), see ``tasks.presets``.
+real-data settings (``task: wikitext103``), see ``tasks.presets``. Each task config declares, in
+code, its metrics (``Metric``: the first is the headline one; ``Metric.beats`` tells whether a cell
+beat the trivial baseline), the headline metric's margin of practical equivalence (``margin``, a
+``Margin``) and where it saturates (``saturation``, a ``Saturation`` or None), and what a training
+seed varies (``seed_varies()``).
 """
 
-from .base import Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .image import ImageTaskConfig
 from .lm import LMTaskConfig
 from .lm_text import TextLMTaskConfig
+from .metrics import Margin, Metric, Saturation
 from .presets import TASK_PRESETS
 from .translation import TranslationTaskConfig
 from .translation_text import TextTranslationTaskConfig
@@ -27,4 +32,14 @@ TASK_CONFIGS: dict[str, type[TaskConfig]] = {
     )
 }
 
-__all__ = ["TASK_CONFIGS", "TASK_PRESETS", "Metric", "OptimizerConfig", "TaskConfig", "TaskDataModule", "TaskModule"]
+__all__ = [
+    "TASK_CONFIGS",
+    "TASK_PRESETS",
+    "Margin",
+    "Metric",
+    "OptimizerConfig",
+    "Saturation",
+    "TaskConfig",
+    "TaskDataModule",
+    "TaskModule",
+]

@@ -21,7 +21,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.optim.optimizer import _default_to_fused_or_foreach
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -36,6 +36,8 @@ from blockbench.models import (
     expert_load,
     moe_layers,
 )
+
+from .metrics import Margin, Metric, Saturation
 
 # torchdata calls a deprecated torch function on every new loader; nothing for users to act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
@@ -77,31 +79,6 @@ def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio:
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-class Metric(BaseModel):
-    """A validation metric that a task reports: its name in the logs, its direction and its range.
-
-    The range keeps the summary's confidence intervals inside the values the metric can take
-    (an accuracy in [0, 1], BLEU in [0, 100], a perplexity of at least 1); infinite = unbounded.
-    """
-
-    name: str
-    higher_is_better: bool
-    description: str
-    low: float = Field(-math.inf, description="smallest value the metric can take")
-    high: float = Field(math.inf, description="largest value the metric can take")
-
-    @model_validator(mode="after")
-    def _check_range(self) -> Metric:
-        if not self.low < self.high:
-            raise ValueError(f"metric {self.name!r}: low={self.low} must be below high={self.high}")
-        return self
-
-    @property
-    def span(self) -> float:
-        """Width of the range: no difference of two values lies outside [-span, span]."""
-        return self.high - self.low
-
-
 class TaskConfig(BaseModel, ABC):
     """Base of every task's config section. Subclasses set ``name`` to a ``Literal``."""
 
@@ -112,6 +89,10 @@ class TaskConfig(BaseModel, ABC):
     throughput_unit: ClassVar[str]
     #: the metrics the task reports; the first is the headline metric of the summary
     metrics: ClassVar[tuple[Metric, ...]]
+    #: the margin of practical equivalence of the headline metric (a matrix file's ``margins:`` may override it)
+    margin: ClassVar[Margin]
+    #: how near its best value (or the entropy floor) the headline metric is saturated; None: never
+    saturation: ClassVar[Saturation | None] = None
     description: ClassVar[str]
     #: what the trivial baseline next to the metrics is
     baseline_description: ClassVar[str]

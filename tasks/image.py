@@ -29,7 +29,6 @@ from torchvision.transforms import v2
 from blockbench.models import ModelConfig
 
 from .base import (
-    Metric,
     OptimizerConfig,
     RealDataTaskConfig,
     TaskDataModule,
@@ -39,7 +38,8 @@ from .base import (
 )
 from .baselines import majority_class_accuracy
 from .data.images import ImageSource, PreparedImages, channel_stats, prepare_images
-from .vision import VisionTask
+from .metrics import Metric
+from .vision import ACCURACY_MARGIN, ACCURACY_SATURATION, VisionTask
 
 # --------------------------------------------------------------------------- config
 
@@ -71,6 +71,8 @@ class ImageTaskConfig(RealDataTaskConfig):
     )
     data_decided_fields = ("n_classes",)
     seed_also_varies = "the order of the training data, augmentation, the initialisation and dropout"
+    margin = ACCURACY_MARGIN
+    saturation = ACCURACY_SATURATION
 
     name: Literal["image_classification"] = "image_classification"
     data: ImageSource = Field(description="where the images come from: task.data.source picks the kind of source")

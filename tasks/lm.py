@@ -25,10 +25,19 @@ from torchmetrics import MeanMetric
 
 from blockbench.models import ModelConfig, extrapolating_pos_encodings, logit_lens_depth, logit_lens_losses
 
-from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskDataModule, TaskModule
+from .base import EmbeddedTaskConfig, OptimizerConfig, TaskDataModule, TaskModule
 from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
 from .data.agreement_floor import grammar_automaton
 from .lens import LensLosses, LogitLensConfig
+from .metrics import Margin, Metric, Saturation
+
+#: the margin of the LM tasks' headline perplexity (``lm`` and ``lm_text``)
+PERPLEXITY_MARGIN = Margin(
+    value=0.01,
+    relative=True,
+    reason="a 1% perplexity ratio, 0.01 nats per token: language-modelling work does not count smaller gains as "
+    "improvements, and none would be a reason to choose one block over another",
+)
 
 
 class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
@@ -41,7 +50,7 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
         "entropy floor, the loss and perplexity of the true conditional distribution (the best possible model)"
     )
     metrics = (
-        Metric(name="perplexity", higher_is_better=False, description="validation perplexity", low=1),
+        Metric(name="perplexity", higher_is_better=False, description="validation perplexity", low=1, exp_of_loss=True),
         Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred", low=0, high=1),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
         Metric(
@@ -54,6 +63,14 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
             higher_is_better=True,
             description="share of the gap from the unigram baseline's loss to the entropy floor the model closed",
         ),
+    )
+
+    margin = PERPLEXITY_MARGIN
+    saturation = Saturation(
+        distance=0.03,
+        of="floor",
+        reason="within 0.03 nats per token (3% perplexity) of the grammar's entropy floor both models are close to "
+        "the true distribution: the little loss left cannot rank them",
     )
 
     name: Literal["lm"] = "lm"

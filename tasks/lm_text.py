@@ -23,11 +23,12 @@ from torchmetrics import SumMetric
 
 from blockbench.models import ModelConfig, logit_lens_depth
 
-from .base import Metric, OptimizerConfig, RealDataTaskConfig, TaskDataModule, TaskModule, with_data_fields
+from .base import OptimizerConfig, RealDataTaskConfig, TaskDataModule, TaskModule, with_data_fields
 from .data.text import TextData
 from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
 from .lens import LensLosses, LogitLensConfig
-from .lm import next_token_lens, next_token_loss
+from .lm import PERPLEXITY_MARGIN, next_token_lens, next_token_loss
+from .metrics import Metric
 
 
 class TextLMTaskConfig(LogitLensConfig, RealDataTaskConfig):
@@ -36,13 +37,20 @@ class TextLMTaskConfig(LogitLensConfig, RealDataTaskConfig):
     description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
     baseline_description = "an add-one unigram model of the training tokens, scored on the validation tokens"
     metrics = (
-        Metric(name="perplexity", higher_is_better=False, description="validation perplexity (per token)", low=1),
+        Metric(
+            name="perplexity",
+            higher_is_better=False,
+            description="validation perplexity (per token)",
+            low=1,
+            exp_of_loss=True,
+        ),
         Metric(
             name="bits_per_byte", higher_is_better=False, low=0, description="validation loss in bits per UTF-8 byte"
         ),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
     )
     data_decided_fields = ("vocab_size",)
+    margin = PERPLEXITY_MARGIN  # real text has no known entropy floor: its perplexity is never saturated
 
     name: Literal["lm_text"] = "lm_text"
     data: TextData

@@ -25,7 +25,7 @@ from torchmetrics import MeanMetric
 
 from blockbench.models import ModelConfig, beam_search, greedy_decode, logit_lens_depth, logit_lens_losses
 
-from .base import EmbeddedTaskConfig, Metric, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import EmbeddedTaskConfig, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
 from .data.synthetic_translation import (
     BOS_ID,
     EOS_ID,
@@ -37,6 +37,20 @@ from .data.synthetic_translation import (
     word_by_word_translations,
 )
 from .lens import LensLosses, LogitLensConfig
+from .metrics import Margin, Metric, Saturation
+
+#: the margin and the saturation of the translation tasks' headline BLEU (``translation`` and ``translation_text``)
+BLEU_MARGIN = Margin(
+    value=1.0,
+    relative=False,
+    reason="one BLEU point: smaller BLEU differences often disagree with human judgements of the translations "
+    "(Mathur et al. 2020), so they are not counted as improvements",
+)
+BLEU_SATURATION = Saturation(
+    distance=0.5,
+    of="best",
+    reason="within half a BLEU point of 100 both models translate nearly every sentence exactly: BLEU cannot rank them",
+)
 
 
 def teacher_forcing_loss(
@@ -127,6 +141,9 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
         ),
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
     )
+
+    margin = BLEU_MARGIN
+    saturation = BLEU_SATURATION
 
     name: Literal["translation"] = "translation"
     n_train: int = Field(40_000, gt=0, description="training sentence pairs")

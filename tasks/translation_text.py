@@ -25,10 +25,19 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from blockbench.models import ModelConfig
 
-from .base import Metric, OptimizerConfig, RealDataTaskConfig, held_out_for_tuning, with_data_fields
+from .base import OptimizerConfig, RealDataTaskConfig, held_out_for_tuning, with_data_fields
 from .data.text import ParallelData
 from .data.tokenizer import Tokenizer, TokenizerConfig, tokenized_pairs
-from .translation import DecodingConfig, SpecialIds, TranslationDataModule, TranslationTask, corpus_bleu
+from .metrics import Metric
+from .translation import (
+    BLEU_MARGIN,
+    BLEU_SATURATION,
+    DecodingConfig,
+    SpecialIds,
+    TranslationDataModule,
+    TranslationTask,
+    corpus_bleu,
+)
 
 
 class TextTranslationTaskConfig(DecodingConfig, RealDataTaskConfig):
@@ -49,6 +58,8 @@ class TextTranslationTaskConfig(DecodingConfig, RealDataTaskConfig):
         Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
     )
     data_decided_fields = ("vocab_size",)
+    margin = BLEU_MARGIN
+    saturation = BLEU_SATURATION
 
     name: Literal["translation_text"] = "translation_text"
     data: ParallelData
