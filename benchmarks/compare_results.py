@@ -1,7 +1,7 @@
 """Whether two results folders of one matrix hold the same numbers, cell by cell: the final metrics,
 every validation in the history (its step and metrics; not its timestamps) and the loss curve, compared
-exactly (no tolerance). What ``Reproducing the numbers`` in the README promises: the same config on
-the same kind of CPU with the pinned versions gives the same bits, whatever code fingerprint, machine
+exactly (no tolerance). What ``Reproducing the numbers`` in docs/reproducibility.md promises: the same
+config on the same kind of CPU with the pinned versions gives the same bits, whatever code fingerprint, machine
 timings or commit the two runs record.
 
     python benchmarks/compare_results.py results/prenorm_vs_postnorm runs/prenorm_vs_postnorm

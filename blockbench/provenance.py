@@ -179,7 +179,7 @@ def constraints_text() -> str:
     """A pip constraints file pinning :func:`installed_requirements`, headed by the machine and Python."""
     header = [
         "# The exact package versions behind the committed results; install with them to reproduce",
-        '# the numbers bit for bit (same versions and same CPU; see the README, "Reproducing the numbers"):',
+        "# the numbers bit for bit (same versions and same CPU; see docs/reproducibility.md):",
         '#   pip install -c constraints.txt -e ".[dev,bench]"',
         f"# Written by `blockbench env --constraints > constraints.txt` with Python {sys.version.split()[0]} on",
         f"# {machine_description()}.",

@@ -277,9 +277,9 @@ def test_a_filter_that_matches_nothing_says_so(capsys):
     assert "no config key matches 'no_such_knob'" in err
 
 
-def test_the_readme_example_is_the_real_output(capsys):
-    readme = (REPO / "README.md").read_text()
-    example = readme.split("  $ blockbench list seq_len\n", 1)[1].split("  ```\n", 1)[0]
+def test_the_docs_example_is_the_real_output(capsys):
+    page = (REPO / "docs" / "getting-started.md").read_text()
+    example = page.split("  $ blockbench list seq_len\n", 1)[1].split("  ```\n", 1)[0]
     _, out, _ = run_list(capsys, "seq_len")
     assert example == "".join(f"  {line}\n" if line else "\n" for line in out.splitlines())
 

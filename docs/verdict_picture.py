@@ -1,0 +1,53 @@
+"""The verdict picture in the docs site: ``results/verdicts.png`` (drawn by ``blockbench report``, beside
+``results/README.md``) lives outside ``docs/``, and may not exist yet (before the book is rerun). This
+mkdocs hook copies it into the site as ``img/verdicts.png`` when it exists, and replaces the marker
+line :data:`MARKER` of a page with the picture, or, when it does not exist, with a note that says how
+to draw it. So the strict build never fails on a missing picture and never shows a broken one.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from typing import Any
+
+#: the line a page writes where the picture goes (an HTML comment: invisible if the hook is absent)
+MARKER = "<!-- verdict-picture -->"
+#: the picture, relative to the repository root (the folder of mkdocs.yml)
+SOURCE = Path("results") / "verdicts.png"
+#: where the site holds it
+SITE_PATH = "img/verdicts.png"
+CAPTION = (
+    "Every comparison of the book: each variant's difference from its baseline with its interval, the "
+    "equivalence margin as a band, coloured by verdict (`blockbench report --index results`)."
+)
+MISSING = (
+    '!!! note "The verdict picture is not drawn yet"\n'
+    "    `blockbench report --index results` draws it as `results/verdicts.png` from the committed book; "
+    "it appears here once it is committed."
+)
+
+
+def _source(config: Any) -> Path:
+    return Path(config.config_file_path).resolve().parent / SOURCE
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add ``results/verdicts.png`` to the site as :data:`SITE_PATH`, where it exists."""
+    from mkdocs.structure.files import File
+
+    if _source(config).is_file():
+        files.append(File.generated(config, SITE_PATH, abs_src_path=str(_source(config))))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Put the picture (or the note that it is missing) where the page has :data:`MARKER`."""
+    if MARKER not in markdown:
+        return markdown
+    if _source(config).is_file():
+        link = posixpath.relpath(SITE_PATH, posixpath.dirname(page.file.src_uri) or ".")
+        block = f"![The verdicts of the book]({link})\n\n*{CAPTION}*"
+    else:
+        block = MISSING
+    return markdown.replace(MARKER, block)

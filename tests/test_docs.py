@@ -1,0 +1,135 @@
+"""The README and the docs site against what they describe: the README stays short and its links
+resolve, its test command is what CI runs, the generated configuration reference lists every key
+``blockbench list`` lists, and the matrix-files page documents every key a matrix file takes.
+
+(The strict build itself, ``mkdocs build --strict``, is a step of CI, ``.ci/run``: it fails on a
+broken link or anchor.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from blockbench.cli import main
+from blockbench.config import MatrixConfig
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+#: the README's size limits (issue 32): a page a reader reads through, not a manual
+MAX_LINES, MAX_LINE_CHARS = 200, 300
+#: the verdict picture, drawn by ``blockbench report`` once the book is rerun: the README embeds it
+#: before it exists (the docs site shows a note instead, see docs/verdict_picture.py)
+VERDICT_PICTURE = "results/verdicts.png"
+
+
+def load_docs_module(name: str):
+    """A hook script of docs/ (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def listed_keys(capsys) -> list[str]:
+    """The keys ``blockbench list`` prints: each at column 0 as ``key = default  type``, ``key  type``
+    or ``key`` (section titles end in ``.*:``)."""
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    keys = [m[1] for line in out.splitlines() if (m := re.match(r"([a-z_][\w.]*)(?: = |  |$)", line))]
+    assert len(keys) > 50, "blockbench list printed too few keys to be the listing"
+    return keys
+
+
+def test_the_readme_is_short():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/ (at most {MAX_LINES})"
+    long = [(n, len(line)) for n, line in enumerate(lines, 1) if len(line) > MAX_LINE_CHARS]
+    assert not long, f"README.md lines over {MAX_LINE_CHARS} characters (line, length): {long}; wrap them"
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    """The README's test command, split at ``&&``, is the list of commands ``.ci/run`` runs."""
+    readme = README.read_text()
+    command = next(line for line in readme.splitlines() if "python -m pytest" in line and "&&" in line)
+    readme_steps = [shlex.split(step) for step in command.split("&&")]
+    ci_steps = [
+        shlex.split(line)
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
+    assert readme_steps == ci_steps
+    assert ["mkdocs", "build", "--strict"] in ci_steps
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/contributing.md"])
+def test_every_page_that_shows_the_test_command_shows_the_same(page):
+    readme_command = next(line for line in README.read_text().splitlines() if "python -m pytest" in line)
+    commands = [line for line in (REPO / page).read_text().splitlines() if "python -m pytest &&" in line]
+    assert commands == [readme_command]
+
+
+def test_the_readme_links_resolve():
+    """Every relative link and image of the README names a file of the repository (the verdict picture
+    aside, which ``blockbench report`` draws when the book is rerun), and every ``#anchor`` a heading."""
+    readme = README.read_text()
+    anchors = {
+        re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", readme, flags=re.M)
+    }
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        if target.startswith(("http://", "https://")):
+            continue
+        if target.startswith("#"):
+            assert target[1:] in anchors, f"README.md links to {target}, which is no heading of it"
+        elif target != VERDICT_PICTURE:
+            assert (REPO / target.split("#")[0]).exists(), f"README.md links to {target}, which does not exist"
+
+
+def test_the_configuration_reference_lists_every_key_blockbench_list_lists(capsys):
+    page = load_docs_module("gen_config_reference").reference_markdown()
+    missing = [key for key in listed_keys(capsys) if f"`{key}`" not in page and f"`{key} = " not in page]
+    assert not missing, f"docs/gen_config_reference.py leaves out {missing}"
+    assert page.count("\n## ") >= 4  # a section per part of the config: seed, model, task, optimizer, trainer
+
+
+def test_the_configuration_reference_shows_defaults_per_task(capsys):
+    """A task key shows each task's default, as ``blockbench list`` does: ``task.seq_len`` is 64 for the
+    embedded LM and 256 for the text LM (``blockbench list seq_len``)."""
+    page = load_docs_module("gen_config_reference").reference_markdown()
+    entry = page.split("`task.seq_len`", 1)[1].split("\n`", 1)[0]
+    assert "**lm** = `64`" in entry and "**lm_text** = `256`" in entry
+
+
+def test_the_matrix_files_page_documents_every_key_a_matrix_file_takes():
+    headings = set(re.findall(r"^## (\w+)$", (DOCS / "matrix-files.md").read_text(), flags=re.M))
+    missing = sorted(set(MatrixConfig.model_fields) - headings)
+    assert not missing, f"docs/matrix-files.md has no section for the matrix keys {missing}"
+
+
+def test_the_verdict_picture_note_replaces_the_marker_when_the_picture_is_missing(tmp_path):
+    """Before the book is rerun, ``results/verdicts.png`` does not exist: the page says how to draw it
+    instead of linking a missing file (which would fail the strict build); once it exists, the page
+    shows it, linked relative to the page."""
+    hook = load_docs_module("verdict_picture")
+
+    class Config:
+        config_file_path = str(tmp_path / "mkdocs.yml")
+
+    class Page:
+        class file:
+            src_uri = "decisions/some-page.md"
+
+    markdown = f"before\n\n{hook.MARKER}\n\nafter"
+    missing = hook.on_page_markdown(markdown, Page, Config, None)
+    assert hook.MARKER not in missing and "not drawn yet" in missing and "verdicts.png)" not in missing
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "verdicts.png").write_bytes(b"\x89PNG")
+    shown = hook.on_page_markdown(markdown, Page, Config, None)
+    assert "](../img/verdicts.png)" in shown and "not drawn yet" not in shown
+    assert Path(hook.SITE_PATH) == Path("img/verdicts.png")
