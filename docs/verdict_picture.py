@@ -19,12 +19,12 @@ SOURCE = Path("results") / "verdicts.png"
 SITE_PATH = "img/verdicts.png"
 CAPTION = (
     "Every comparison of the book: each variant's difference from its baseline with its interval, the "
-    "equivalence margin as a band, coloured by verdict (`blockbench report --index results`)."
+    "equivalence margin as a band, coloured by verdict (drawn by `blockbench report`)."
 )
 MISSING = (
     '!!! note "The verdict picture is not drawn yet"\n'
-    "    `blockbench report --index results` draws it as `results/verdicts.png` from the committed book; "
-    "it appears here once it is committed."
+    "    `blockbench report` is to draw it as `results/verdicts.png`, beside `results/README.md`; it "
+    "appears here once the rerun book is committed with it."
 )
 
 
