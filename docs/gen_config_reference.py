@@ -1,11 +1,13 @@
-"""The docs site's configuration reference, ``configuration.md``, written at build time from the same
-listing ``blockbench list`` prints (``blockbench.listing.load_listing``: every key of a run config,
-read from the pydantic config classes), so the page can never drift from the code.
+"""The docs site's reference parts, written at build time from the code so that they can never drift
+from it: the configuration reference, ``configuration.md``, from the same listing ``blockbench list``
+prints (``blockbench.listing.load_listing``: every key of a run config, read from the pydantic config
+classes), and the table of each task's declared margin of equivalence and saturation rule, which
+replaces the marker :data:`MARGINS_MARKER` of a page (``tasks.md``).
 
 Used two ways: as an mkdocs hook (``hooks:`` in ``mkdocs.yml``; :func:`on_files` adds the page to
 the site without writing it into ``docs/``), and as a script, ``python docs/gen_config_reference.py``,
 which prints the page. ``tests/test_docs.py`` checks that the page lists every key ``blockbench list``
-lists.
+lists and that the table has every task's margin.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 #: the page's path in the site, as ``mkdocs.yml``'s nav names it
 PAGE = "configuration.md"
+#: the line of a page that the table of the tasks' margins replaces
+MARGINS_MARKER = "<!-- task-margins -->"
 
 INTRO = """# Configuration reference
 
@@ -91,6 +95,33 @@ def reference_markdown() -> str:
                 lines += [_text(listing.titles[section][:1].upper() + listing.titles[section][1:]) + ".", ""]
         lines += key_markdown(key, value_text)
     return "\n".join(lines)
+
+
+def margins_markdown() -> str:
+    """A table of every task's headline metric, its margin of practical equivalence and when it is
+    saturated, each with the reason the task declares (``TaskConfig.margin``, ``.saturation``)."""
+    from blockbench.tasks import TASK_CONFIGS
+
+    lines = [
+        "| task | headline metric | margin of equivalence | saturated (no verdict) when both sides are |",
+        "|---|---|---|---|",
+    ]
+    for name, task in TASK_CONFIGS.items():
+        margin, saturation = task.margin, task.saturation
+        amount = f"{margin.value:.0%} of the baseline's mean" if margin.relative else f"± {margin.value:g}"
+        if saturation is None:
+            saturated = "never (no known floor)"
+        else:
+            where = "of the best value" if saturation.of == "best" else "nats of loss above the entropy floor"
+            saturated = f"within {saturation.distance:g} {where}: {_text(saturation.reason)}"
+        cells = [f"`{name}`", task.metrics[0].name, f"{amount}: {_text(margin.reason)}", saturated]
+        lines.append("| " + " | ".join(cell.replace("|", "&#124;") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """mkdocs hook: put the table of the tasks' margins where a page has :data:`MARGINS_MARKER`."""
+    return markdown.replace(MARGINS_MARKER, margins_markdown()) if MARGINS_MARKER in markdown else markdown
 
 
 def on_files(files: Any, config: Any) -> Any:

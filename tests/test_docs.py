@@ -106,6 +106,20 @@ def test_the_configuration_reference_shows_defaults_per_task(capsys):
     assert "**lm** = `64`" in entry and "**lm_text** = `256`" in entry
 
 
+def test_the_margins_table_has_every_task_with_its_declared_margin():
+    """The tasks page's table, read from the task classes, has a row per task with the margin it
+    declares (the LM's relative 1%, BLEU's one point, accuracy's half point) and its saturation."""
+    from blockbench.tasks import TASK_CONFIGS
+
+    module = load_docs_module("gen_config_reference")
+    assert module.MARGINS_MARKER in (DOCS / "tasks.md").read_text()
+    rows = {line.split(" | ")[0].strip("| `"): line for line in module.margins_markdown().splitlines()[2:]}
+    assert set(rows) == set(TASK_CONFIGS)
+    assert "1% of the baseline's mean" in rows["lm"] and "0.03 nats of loss above the entropy floor" in rows["lm"]
+    assert "± 1:" in rows["translation"] and "within 0.5 of the best value" in rows["translation"]
+    assert "± 0.005:" in rows["vit"] and "never (no known floor)" in rows["lm_text"]
+
+
 def test_the_matrix_files_page_documents_every_key_a_matrix_file_takes():
     headings = set(re.findall(r"^## (\w+)$", (DOCS / "matrix-files.md").read_text(), flags=re.M))
     missing = sorted(set(MatrixConfig.model_fields) - headings)
