@@ -7,6 +7,7 @@ key lists the keys a matrix file takes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -318,3 +319,40 @@ def test_user_errors_are_reported_and_bugs_are_not():
     assert _user_error(held) == str(held)
     assert _user_error(RuntimeError("a bug")) is None
     assert _user_error(ValueError("a bug")) is None
+
+
+# --------------------------------------------------------------------------- the start-up benchmark
+
+
+def cli_startup_script():
+    """``benchmarks/cli_startup.py`` imported as a module."""
+    spec = importlib.util.spec_from_file_location("cli_startup", REPO / "benchmarks" / "cli_startup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_startup_table_gives_each_commands_median_and_range():
+    table = cli_startup_script().report({"blockbench --help": [0.3, 0.1, 0.2], "blockbench list": [0.5, 0.4]})
+    rows = {line.split("  ")[0]: line.split()[-5:] for line in table.splitlines()[3:]}
+    assert rows["blockbench --help"] == ["3", "0.200", "0.100", "-", "0.300"]
+    assert rows["blockbench list"] == ["2", "0.450", "0.400", "-", "0.500"]
+
+
+def test_the_startup_benchmark_times_every_command_in_fresh_processes():
+    process = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cli_startup.py"), "--rounds", "1", "--cold-rounds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr
+    rows = process.stdout.splitlines()[3:]
+    assert [row.split("  ")[0] for row in rows] == [
+        "blockbench --help",
+        "blockbench train --help",
+        "blockbench list",
+        "blockbench list model",
+        "python -c 'import blockbench.config'",
+    ]
+    assert all(row.split()[-5] == "1" for row in rows)
