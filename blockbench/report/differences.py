@@ -84,7 +84,10 @@ def difference_table(a: TaskAnalysis) -> list[str]:
         f"{a.headline.name} with its verdict and the interval of the test that decided it{secondary}:",
         "",
     ]
-    lines += _table_head(["variant"] + [arrow(m) for m in a.metrics])
+    columns = [
+        f"{arrow(m)} (verdict)" if m is a.headline else f"{arrow(m)} (descriptive, unadjusted)" for m in a.metrics
+    ]
+    lines += _table_head(["variant", *columns])
     for group in others:
         lines.append(_row([group.variant] + [difference_cell(a, group, m) for m in a.metrics]))
     return [*lines, "", difference_method(a, others), ""]

@@ -435,6 +435,10 @@ def test_only_the_headline_metric_of_a_variant_has_a_verdict(summary, rows):
     assert (deep["seeds_did_not_learn"], rows["lm", POST, "perplexity"]["seeds_did_not_learn"]) == ("2", "0")
     assert "Holm" not in summary and "✓" not in summary
     assert "**descriptive, unadjusted** (they decide nothing)" in summary
+    assert (
+        "| variant | perplexity ↓ (verdict) | agreement_acc ↑ (descriptive, unadjusted) | loss ↓ (descriptive"
+        in summary
+    )
 
 
 def test_baseline_variant_comes_from_the_matrix_file(summary):
