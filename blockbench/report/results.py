@@ -303,6 +303,7 @@ def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     """(task, variant) -> the cost of its tuning cells (``<matrix>/tune/cells/<task>/<variant>/...``, named
     by their cell.json), in matrix order: the price of each variant's tuned value, which the summary states."""
     costs: dict[tuple[str, str], TuningCost] = {}
+    first: dict[tuple[str, str], int] = {}  # the smallest cell index of each, for the matrix order
     for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
         cell_file = result_file.with_name(CELL_FILE)
         if not cell_file.is_file():
@@ -311,7 +312,8 @@ def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
         key = (cell["task"], cell["variant"])
         before = costs.get(key, TuningCost(0, 0.0))
         costs[key] = TuningCost(before.cells + 1, before.seconds + (load_record(result_file).wall_time_s or 0.0))
-    return costs
+        first[key] = min(first.get(key, cell.get("index", 0)), cell.get("index", 0))
+    return dict(sorted(costs.items(), key=lambda item: first[item[0]]))
 
 
 def cell_seconds(matrix_dir: Path) -> tuple[float, float]:
