@@ -219,12 +219,17 @@ def train_cell(
         if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
             trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in task_cfg.metrics}
+        baselines = datamodule.baselines()
+        headline = task_cfg.metrics[0]
+        trivial = baselines.get(headline.name)
         record = {
             "status": "ok",
             **record,
             "metrics": metrics,
-            "primary_metric": task_cfg.metrics[0].name,
-            "baselines": datamodule.baselines(),
+            "primary_metric": headline.name,
+            "baselines": baselines,
+            # no better than the trivial baseline on the headline metric: the run did not learn
+            "learned": None if trivial is None else headline.beats(metrics[headline.name], trivial),
         }
     result = {
         "record_version": RECORD_VERSION,
