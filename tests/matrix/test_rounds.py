@@ -61,3 +61,24 @@ def test_every_design_matrix_of_the_book_tunes_the_learning_rate_and_adds_seeds_
     for matrix in design:
         assert "optimizer.lr" in matrix.tune and len(matrix.tune["optimizer.lr"]) >= 3, matrix.name
         assert matrix.seeds is not None and matrix.seeds.min >= 3 and matrix.seeds.max > matrix.seeds.min, matrix.name
+
+
+def test_seeds_in_rounds_add_seeds_where_the_verdict_is_undecided_up_to_the_last_look(tmp_path, capsys):
+    """Two replicas of one model (no true difference) with an equivalence margin of zero: nothing can be
+    shown at 2 seeds, so the runner adds the next round's 2 seeds to both sides, and stops at the last
+    look (4). A rerun reuses all 8 cells; the dry run of a fresh folder counts the first round and what a
+    later round may add."""
+    path = write_matrix(tmp_path, {"replica": ["a", "b"]})
+    matrix = yaml.safe_load(path.read_text())
+    matrix |= {"seeds": {"min": 2, "max": 4, "step": 2}, "margins": {"lm": {"perplexity": 0.0}}}
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    results = tmp_path / "results"
+    assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
+    assert "4 to train; up to 4 more if needed" in capsys.readouterr().out
+    run = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "undecided: 4 more seed cell(s) for lm/replica=a, lm/replica=b" in run.stdout
+    seeds = sorted(int(p.parent.name[4:]) for p in (results / "m" / "cells").glob(f"lm/*/seed*/{RESULT_FILE}"))
+    assert seeds == sorted([0, 1, 2, 3] + [REPLICA_SEED_STRIDE + k for k in range(4)])
+    assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
+    assert "0 to train, 8 reused" in capsys.readouterr().out
