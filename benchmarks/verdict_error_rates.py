@@ -17,7 +17,7 @@ at the noise this project's runs actually have, and shows what the rule can find
    same σ, s²·df/σ² would follow χ²(df), so this estimates σ, and a few pairs with failed seeds (BLEU
    0.5 against 99) cannot move it, while the plain pooled √(mean s²), shown beside, jumps.
 2. **Margins**: LM 1% of the baseline's perplexity (the mean of the 300-step LM cells shared by most
-   matrices, the book's common baseline), BLEU 1.0, accuracy 0.005.
+   matrices, the book's common baseline), BLEU 1.0, accuracy 0.01: each task's declared ``margin``.
 3. **Simulation**, for the default plan (``seeds: {min: 3, max: 9, step: 3}``, looks at 3, 6, 9 seeds)
    and a fixed list of 3 seeds: both sides of a seed-matched comparison are drawn (baseline at the
    baseline's mean, the variant shifted by the true difference, each side's noise N(0, σ²/2), so each
@@ -75,6 +75,7 @@ from blockbench.report.decide import (  # noqa: E402
     t_verdicts,
     welch_moments,
 )
+from blockbench.tasks import TASK_CONFIGS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,17 @@ class Family:
     relative: bool = False
 
 
+def _family(task: str, label: str) -> Family:
+    """A family with the headline metric and the margin its task declares (``TaskConfig.margin``)."""
+    config = TASK_CONFIGS[task]
+    metric, margin = config.metrics[0], config.margin
+    return Family(task, label, metric.name, metric.higher_is_better, margin.value, relative=margin.relative)
+
+
 FAMILIES = (
-    Family("lm", "LM perplexity ↓", "perplexity", False, 0.01, relative=True),
-    Family("translation", "translation BLEU ↑", "bleu", True, 1.0),
-    Family("vit", "ViT accuracy ↑", "accuracy", True, 0.005),
+    _family("lm", "LM perplexity ↓"),
+    _family("translation", "translation BLEU ↑"),
+    _family("vit", "ViT accuracy ↑"),
 )
 #: the budget (trainer.max_steps) the noise is measured at: the margins are set there
 BUDGET = 300

@@ -16,8 +16,8 @@ DECLARED = {
     "lm_text": ("perplexity", 0.01, True, None),  # real text: no known entropy floor
     "translation": ("bleu", 1.0, False, (0.5, "best")),
     "translation_text": ("bleu", 1.0, False, (0.5, "best")),
-    "vit": ("accuracy", 0.005, False, (0.0025, "best")),
-    "image_classification": ("accuracy", 0.005, False, (0.0025, "best")),
+    "vit": ("accuracy", 0.01, False, (0.0025, "best")),
+    "image_classification": ("accuracy", 0.01, False, (0.0025, "best")),
 }
 
 
@@ -45,7 +45,7 @@ def test_a_relative_margin_is_a_share_of_the_baselines_mean():
     assert lm.absolute(30.6) == pytest.approx(0.306)  # 1% of a perplexity of 30.6
     assert lm.absolute(7.356) == pytest.approx(0.07356)
     assert bleu.absolute(30.0) == bleu.absolute(80.0) == 1.0  # absolute: whatever the baseline
-    assert TASK_CONFIGS["vit"].margin.absolute(0.9) == 0.005
+    assert TASK_CONFIGS["vit"].margin.absolute(0.9) == 0.01
     with pytest.raises(ValidationError):
         Margin(value=0, relative=False, reason="none")
     with pytest.raises(ValidationError):
