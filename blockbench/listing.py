@@ -11,9 +11,9 @@ names it accepts.
 The config classes live beside the models and tasks, whose modules import torch and Lightning (3 s
 and more to load), and the registries of variant names are filled by those modules as they load. So
 the walk's result is cached on disk (``$BLOCKBENCH_CACHE/config-keys/``), keyed by a digest of the
-package's source files and of the versions of the libraries whose names it lists: ``blockbench
-list`` reads the cache without importing torch, and walks the classes again (and caches them) only
-when the code has changed since.
+source it is read from (the config module, the walk, the models and the tasks) and of the versions of
+the libraries whose names it lists: ``blockbench list`` reads the cache without importing torch, and
+walks the classes again (and caches them) only when that code has changed since.
 """
 
 from __future__ import annotations
@@ -41,8 +41,17 @@ CACHE_ENV = "BLOCKBENCH_CACHE"
 CACHE_DIR = "config-keys"
 #: listings kept in the cache (other checkouts of the code may share it); the oldest go first
 CACHE_KEEP = 8
-#: the packages whose code the listing is read from (the config classes, the registries, the walk)
-SOURCE_PACKAGES = ("blockbench", "blockbench.models", "blockbench.tasks")
+#: the modules and packages the listing is read from: the run config and its trainer section, the
+#: walk and this module, the models (``ModelConfig``, the registries and the variants that fill them)
+#: and the tasks (their configs and presets); tests/test_cli.py checks that every config class and
+#: variant the listing shows is defined in one of them
+LISTING_SOURCES = (
+    "blockbench.config",
+    "blockbench.keys",
+    "blockbench.listing",
+    "blockbench.models",
+    "blockbench.tasks",
+)
 #: libraries whose names or field types appear in the listing (Lightning's precision, accelerator and
 #: strategy names; pydantic's types)
 LISTED_LIBRARIES = ("lightning", "pydantic")
@@ -123,18 +132,22 @@ def section_titles() -> dict[str, str]:
 
 
 def source_digest() -> str:
-    """sha256 of every ``.py`` file of :data:`SOURCE_PACKAGES` (found without importing them), of
-    the versions of :data:`LISTED_LIBRARIES` and of Python: what the listing is read from. Any edit to
-    the code gives another digest (a few milliseconds for the whole tree, cheaper to redo than to be
-    wrong about which files the listing depends on)."""
+    """sha256 of the ``.py`` files of :data:`LISTING_SOURCES` (found without importing them: a
+    package's every file, a module's own), of the versions of :data:`LISTED_LIBRARIES` and of Python:
+    what the listing is read from. Any edit to those files gives another digest (reading them takes a
+    few milliseconds; telling which edits leave the listing as it was would take the walk itself)."""
     digest = hashlib.sha256(sys.version.encode())
     for library in LISTED_LIBRARIES:
         digest.update(f"\0{library}=={metadata.version(library)}".encode())
-    for package in SOURCE_PACKAGES:
-        spec = importlib.util.find_spec(package)  # imports the parent package only (blockbench: a docstring)
-        folder = Path(next(iter(spec.submodule_search_locations)))
-        for path in sorted(folder.rglob("*.py")):
-            digest.update(f"\0{package}/{path.relative_to(folder).as_posix()}\0".encode() + path.read_bytes())
+    for name in LISTING_SOURCES:
+        spec = importlib.util.find_spec(name)  # imports the parent package only (blockbench: a docstring)
+        if spec.submodule_search_locations:  # a package: every file in its folder
+            folder = Path(next(iter(spec.submodule_search_locations)))
+            files = [(f"{name}/{path.relative_to(folder).as_posix()}", path) for path in sorted(folder.rglob("*.py"))]
+        else:
+            files = [(name, Path(spec.origin))]
+        for label, path in files:
+            digest.update(f"\0{label}\0".encode() + path.read_bytes())
     return digest.hexdigest()[:24]
 
 

@@ -21,14 +21,25 @@ from conftest import REPO, TINY_LM, write_matrix
 
 from blockbench import listing
 from blockbench.cli import EXAMPLES, _user_error, build_parser, main
-from blockbench.config import ConfigError, MatrixConfig, RunConfig, build_run_config, load_yaml, parse_overrides
-from blockbench.keys import Key, Origins, closest_keys, known_keys
+from blockbench.config import (
+    ConfigError,
+    MatrixConfig,
+    RunConfig,
+    build_run_config,
+    lightning_choices,
+    load_yaml,
+    parse_overrides,
+)
+from blockbench.keys import Key, Origins, closest_keys, config_classes, known_keys
 from blockbench.lifeline import FolderHeld
 from blockbench.listing import CACHE_DIR, Listing, format_listing, load_listing, source_digest, walk_listing
 from blockbench.matrix.expand import load_matrix
-from blockbench.tasks import TASK_CONFIGS
+from blockbench.models.config import VARIANT_REGISTRIES
+from blockbench.tasks import TASK_CONFIGS, presets
 from blockbench.tasks.data import DataError
 
+#: where the task presets (``task.name``'s other names) are defined
+TASK_PRESETS_MODULE = presets.__name__
 #: what a command that needs none of it must not load: the training stack and the report's plotting
 HEAVY = ("torch", "lightning", "matplotlib", "blockbench.models", "blockbench.tasks", "blockbench.config")
 
@@ -104,16 +115,24 @@ def test_the_listing_is_read_from_the_cache_and_walked_again_when_the_code_chang
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "fields.py").write_text("X = 1\n")
+    (tmp_path / "src" / "bb_listing_module.py").write_text("Y = 1\n")
+    (tmp_path / "src" / "bb_listing_elsewhere.py").write_text("Z = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    monkeypatch.setattr(listing, "SOURCE_PACKAGES", ("bb_listing_probe",))
+    monkeypatch.setattr(listing, "LISTING_SOURCES", ("bb_listing_probe", "bb_listing_module"))
     first, second = Listing([Key("a.b")], {"a": "first"}), Listing([Key("a.c")], {"a": "second"})
 
     monkeypatch.setattr(listing, "walk_listing", lambda: first)
     assert load_listing() == first  # walked, cached
     monkeypatch.setattr(listing, "walk_listing", lambda: second)
     assert load_listing() == first  # the same code: from the cache, not walked
+    (tmp_path / "src" / "bb_listing_elsewhere.py").write_text("Z = 2\n")
+    assert load_listing() == first  # code the listing is not read from changed: still the cache
     (package / "fields.py").write_text("X = 2\n")
-    assert load_listing() == second  # the code changed: walked again
+    assert load_listing() == second  # a file of a listed package changed: walked again
+    monkeypatch.setattr(listing, "walk_listing", lambda: first)
+    (tmp_path / "src" / "bb_listing_module.py").write_text("Y = 2\n")
+    assert load_listing() == first  # a listed module changed: walked again
+    monkeypatch.setattr(listing, "walk_listing", lambda: second)
     (cache_dir / CACHE_DIR / f"{source_digest()}.json").write_text("{not json")
     monkeypatch.setattr(listing, "walk_listing", lambda: first)
     assert load_listing() == first  # a damaged cache file is walked past and replaced
@@ -124,6 +143,28 @@ def test_the_digest_covers_the_library_versions(monkeypatch):
     before = source_digest()
     monkeypatch.setattr(listing.metadata, "version", lambda name: "0.0-other")
     assert source_digest() != before
+
+
+def test_the_digest_covers_every_module_the_listing_is_read_from():
+    """Every config class the walk reaches, and every variant registered under a ``model.*`` key,
+    is defined in :data:`LISTING_SOURCES` (or outside the project, as ``torch.nn.ReLU``): an edit
+    anywhere else cannot change the listing, so it may keep its cache."""
+
+    def inside(module: str) -> bool:
+        return any(module == source or module.startswith(source + ".") for source in listing.LISTING_SOURCES)
+
+    seen, todo = set(), [RunConfig]
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.add(cls)
+            todo += [member for info in cls.model_fields.values() for member in config_classes(info.annotation)]
+    assert len(seen) > 10
+    assert [cls for cls in seen if not inside(cls.__module__)] == []
+    targets = [entry.target for registry in VARIANT_REGISTRIES.values() for entry in registry]
+    project = [t.__module__ for t in targets if t.__module__.startswith("blockbench")]
+    assert project and [module for module in project if not inside(module)] == []
+    assert inside(TASK_PRESETS_MODULE) and inside(lightning_choices.__module__)
 
 
 def test_every_key_an_error_suggests_is_one_blockbench_list_shows():
