@@ -117,7 +117,7 @@ def test_the_margins_table_has_every_task_with_its_declared_margin():
     assert set(rows) == set(TASK_CONFIGS)
     assert "1% of the baseline's mean" in rows["lm"] and "0.03 nats of loss above the entropy floor" in rows["lm"]
     assert "± 1:" in rows["translation"] and "within 0.5 of the best value" in rows["translation"]
-    assert "± 0.005:" in rows["vit"] and "never (no known floor)" in rows["lm_text"]
+    assert "± 0.01:" in rows["vit"] and "never (no known floor)" in rows["lm_text"]
 
 
 def test_the_matrix_files_page_documents_every_key_a_matrix_file_takes():
