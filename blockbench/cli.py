@@ -209,6 +209,13 @@ def _report(args: argparse.Namespace) -> int:
 
     if args.index is not None:
         return _index(args)
+    if args.tensorboard:
+        from .report.tensorboard import write_tensorboard
+
+        if args.matrix_dir is None:
+            raise ConfigError("blockbench report --tensorboard: pass a matrix results folder or a results root")
+        print(write_tensorboard(Path(args.matrix_dir)))
+        return 0
     if args.matrix_dir is None:
         raise ConfigError(
             "blockbench report: pass a matrix results folder such as results/<matrix name>, "
@@ -325,7 +332,8 @@ see configs/matrix/ and the README""",
     "report": """\
 examples:
   blockbench report runs/smoke                             rebuild runs/smoke/summary.md and .csv
-  blockbench report --index results                        write results/README.md""",
+  blockbench report --index results                        write results/README.md
+  blockbench report results --tensorboard                  rebuild every matrix's tb/ from its records""",
     "list": """\
 examples:
   blockbench list                                          every key
@@ -461,6 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="with --index: the folder of the matrix files to list as not run yet (default: "
         f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)",
+    )
+    report.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="write the TensorBoard runs (MATRIX_DIR/tb) from the cells' records instead, for a matrix "
+        "folder or every matrix of a results root (e.g. results): tensorboard --logdir results/<matrix>/tb",
     )
     report.set_defaults(func=_report)
 

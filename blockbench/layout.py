@@ -10,7 +10,8 @@ reads back, the path of a cell's folder, and the atomic writes they all use.
                                       cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
         plots/<task>.png              PLOTS_DIR
-        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (matrix.expand.tensorboard_run_names)
+        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (tensorboard_run_names), written
+                                      by the cell or rebuilt from its result.json (blockbench report --tensorboard)
         tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
         tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each
@@ -35,9 +36,9 @@ import contextlib
 import json
 import os
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 MATRIX_FILE = "matrix.yaml"
 RUN_FILE = "matrix_run.json"
@@ -70,7 +71,7 @@ def folder_name(label: str) -> str:
 def cell_folder(task: str, variant: str, seed: int) -> Path:
     """``<task>/<variant folder>/seed<k>``: a cell's folder under ``cells/``; the readable variant label
     is in its cell.json. (Its TensorBoard run under ``tb/`` has a shorter name, see
-    ``blockbench.matrix.expand.tensorboard_run_names``; older versions used this one.)"""
+    :func:`tensorboard_run_names`; older versions used this one.)"""
     return Path(task, folder_name(variant), f"seed{seed}")
 
 
@@ -84,6 +85,72 @@ def tuning_cell_directory(matrix_dir: Path, task: str, variant: str, candidate: 
     folder (``candidate``: its tuned values, ``lr=0.001``), outside ``cells/``, so the statistics of
     the reported seeds (:func:`cell_files`) never read it."""
     return matrix_dir / TUNE_DIR / CELLS_DIR / task / folder_name(variant) / folder_name(candidate) / f"seed{seed}"
+
+
+#: axes that identify a cell's row (task) and repetition (seed) rather than its variant
+NON_VARIANT_AXES = ("task", "task.name", "seed")
+
+
+class LabelledCell(Protocol):
+    """What names a cell's TensorBoard run: its task label, variant label, seed and axis values
+    (``blockbench.matrix.expand.Cell`` as the runner expands it, or a cell.json read back by the report)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def axes(self) -> Mapping[str, Any]: ...
+
+
+def axis_names(keys: list[str]) -> list[str]:
+    """The names of variant axes in labels: the last key part (``norm_placement``), unless two keys share it."""
+    leaves = [k.rsplit(".", 1)[-1] for k in keys]
+    return leaves if len(set(leaves)) == len(leaves) else keys
+
+
+def candidate_label(tuned: Mapping[str, Any]) -> str:
+    """``{"optimizer.lr": 0.001}`` -> ``lr=0.001``: tuned values named as variants are (:func:`axis_names`)."""
+    keys = list(tuned)
+    return ",".join(f"{name}={tuned[key]}" for name, key in zip(axis_names(keys), keys, strict=True))
+
+
+def tensorboard_run_names(cells: Sequence[LabelledCell]) -> list[str]:
+    """Each cell's TensorBoard run, ``<task>/<short variant>/seed<k>``: the variant's axis values alone
+    (``translation/post/seed0``), so that a run list which cuts long names still tells the variants
+    apart; the full keys are in the HParams table. A value that does not name itself (a number, a
+    bool, None, a mapping) keeps its key (``lm/n_kv_heads=4/seed0``), as does a value that another axis
+    takes too; a character that cannot be part of a folder name is percent-encoded as in the cell's
+    folder (:func:`folder_name`). Should the short names still collide, every run is named after
+    its cell folder (:func:`cell_folder`). The names depend on every cell of ``cells``: the runner
+    passes a matrix's reported cells, the TensorBoard rebuild (``blockbench.report.tensorboard``) those
+    with a cell.json, the same cells once a matrix has run."""
+    keys = [k for k in (cells[0].axes if cells else {}) if k not in NON_VARIANT_AXES]
+    values = {key: [cell.axes[key] for cell in cells] for key in keys}
+
+    def names_itself(key: str) -> bool:
+        taken_elsewhere = {str(v) for other in keys if other != key for v in values[other]}
+        return all(isinstance(v, str) and v not in taken_elsewhere for v in values[key])
+
+    bare = {key: names_itself(key) for key in keys}
+    names = []
+    for cell in cells:
+        parts = [
+            str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
+            for name, key in zip(axis_names(keys), keys, strict=True)
+        ]
+        names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
+    if len(set(names)) < len(names):
+        names = [cell_folder(cell.task, cell.variant, cell.seed).as_posix() for cell in cells]
+    return names
+
+
+def tuning_run_name(variant_run: str, tuned: Mapping[str, Any], seed: int) -> str:
+    """A tuning cell's TensorBoard run, ``tune/<its variant's run>/<candidate>/seed<k>`` (``variant_run``:
+    a reported cell's run without its ``seed<k>``), e.g. ``tune/lm/post/lr=0.001/seed1000``."""
+    return f"{TUNE_DIR}/{variant_run}/{folder_name(candidate_label(tuned))}/seed{seed}"
 
 
 def cell_files(matrix_dir: Path) -> list[Path]:

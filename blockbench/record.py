@@ -20,6 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .layout import RUN_FILE, TUNE_FILE, write_json
+from .tbnames import FINAL_FIGURES as FINAL_FIGURES  # re-exported: the figures' tags live with the run's names
+from .tbnames import throughput_tag
 
 #: the version of :class:`CellRecord` that this code writes (``record_version`` in ``result.json``)
 RECORD_VERSION = 1
@@ -239,19 +241,6 @@ class CellRecord(_Open):
 
 #: the speed figures of a record, by their summary.csv column (see :meth:`CellRecord.speed_figures`)
 SPEED_FIGURES = ("step_time_ms", "achieved_tflops", "peak_tflops", "mfu", "data_wait_fraction", "peak_memory_mb")
-#: the final speed figures of a cell as TensorBoard scalars (``final/<tag>``, HParams columns)
-FINAL_FIGURES = {
-    "perf/step_time_ms": "median training step time (ms): forward, backward, optimizer",
-    "perf/tflops_per_sec": "achieved model TFLOP/s per device",
-    "perf/mfu": "model FLOPs utilization: achieved / peak FLOP/s of a device",
-    "perf/data_wait_fraction": "share of the training loop spent waiting for the next batch",
-    "perf/peak_memory_mb": "peak memory (MB): CUDA max allocated on a GPU, RSS on a CPU",
-}
-
-
-def throughput_tag(unit: str) -> str:
-    """``target tokens`` -> ``perf/target_tokens_per_sec``: the throughput scalar (all processes)."""
-    return f"perf/{unit.replace(' ', '_')}_per_sec"
 
 
 def headline_peak_memory_mb(peak_memory: dict[str, float] | None) -> float | None:

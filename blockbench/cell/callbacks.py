@@ -349,7 +349,7 @@ class LossCurve(L.Callback):
     evaluations, as nanoGPT's ``estimate_loss``, but on the same items every time, drawing no random
     numbers).
 
-    Logged as ``val/curve_loss`` (a task's run: ``val/<task>/curve_loss``), kept in ``result.json``
+    Logged as ``val/curve_loss`` (in a task's run ``1_val/<task>/curve_loss``), kept in ``result.json``
     ``curve`` and in checkpoints. Its time counts as validation. Every process computes the whole
     sample with its own (unwrapped) model: no collective calls, the same value everywhere; rank 0
     logs it. So it needs the whole model in every process: not with a sharding strategy (FSDP,

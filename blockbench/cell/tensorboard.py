@@ -4,19 +4,24 @@ custom-scalar charts per task, all written by the cell's one writer.
 What ends up under a matrix's ``tb/`` directory:
 
 ``tb/<task>/<short variant>/seed<k>/``
-    One run per cell (``lm/post/seed0``, see ``blockbench.matrix.expand.tensorboard_run_names``), written by
+    One run per cell (``lm/post/seed0``, see ``blockbench.layout.tensorboard_run_names``), written by
     :class:`CellLogger`, Lightning's ``TensorBoardLogger`` with one event file per run and no
     ``hparams.yaml``. At the start the cell writes the matrix's views (:func:`log_views`): the
     HParams experiment (which hparams and metrics are the table's columns) and the Custom Scalars
-    layout. Then its curves, with tags scoped by task (``val/lm/perplexity``, see below). At the end
-    :func:`log_cell_hparams` adds the HParams session (the cell's hparams and its status) and its
-    final metrics as single scalars tagged ``final/<metric>`` (``final/val/perplexity``...), its
-    task's primary metric once more as ``final/primary_metric``, and the speed figures the runner
-    passes the same way (``final/perf/mfu``..., see ``blockbench.cell.perf.final_figures``), a diverged
-    cell's too.
+    layout (see ``blockbench.tbviews``). Then its curves, with tags named by ``blockbench.tbnames.run_tag``
+    (``1_val/lm/perplexity``, ``2_train/lm/loss``, ``3_lr/lm/decay``, ``4_perf/lm/mfu``; no ``epoch``).
+    At the end :func:`log_cell_hparams` adds the HParams session (the cell's hparams and its status)
+    and its final metrics as single scalars tagged ``z_final/<metric>`` (``z_final/val/perplexity``...),
+    its task's primary metric once more as ``z_final/primary_metric``, and the speed figures the
+    runner passes the same way (``z_final/perf/mfu``..., see ``blockbench.cell.perf.final_figures``),
+    a diverged cell's too.
 ``tb/views.json``
     The views every cell's run carries (:func:`matrix_views`), written by the runner before the
     first cell; no event file, so TensorBoard lists no run for it.
+
+A matrix's committed results hold no ``tb/``: ``blockbench report --tensorboard`` writes the same
+runs from the cells' ``result.json`` (``blockbench.report.tensorboard``), with the names and views
+built by the same functions (``blockbench.tbnames``, ``blockbench.tbviews``).
 
 Why the views live in the cells' runs: TensorBoard lists every directory holding an event file as
 a run, in every run selector, so a ``.hparams`` or ``.layout`` run of their own shows up next to the
@@ -25,40 +30,22 @@ plugin merges the layouts of all runs (a category's charts once each), so every 
 both, written before its first curve point.
 
 The layout's charts: per task, one per validation metric and one of the training loss, and for a task
-that logs the logit lens (``val/<task>/lens/layer{i}``, see ``tasks.lens``) one chart with a line per
+that logs the logit lens (``1_val/<task>/lens/layer{i}``, see ``tasks.lens``) one chart with a line per
 block of each run, so variants can be compared in where their predictions form.
 
-Why the tags name the task (``val/<task>/<metric>``, ``train/<task>/loss``, ``lr/<task>/decay``,
-``perf/<task>/mfu``): TensorBoard draws one chart per tag with every run that has it; charts cannot be
-limited to some runs. With plain ``val/loss`` every task's runs share one chart, in Time Series and
-in Custom Scalars alike, and a perplexity of 7 sits next to a ViT loss of 1.6. The task goes second,
-not first, because Time Series groups charts by the tag's first part: the ``val`` group then holds
-every task's validation charts, one task each, and a tag filter such as ``val/`` still finds them.
-Only the logger renames tags (:class:`CellLogger`), so ``trainer.callback_metrics`` keep Lightning's
+Why the tag groups are renamed and the task named in the tags: see ``blockbench.tbnames``. Only the
+logger renames tags (:class:`CellLogger`), so ``trainer.callback_metrics`` keep Lightning's
 ``val/<metric>`` names that the trainer and the callbacks read. A cell trained alone with
-``blockbench train`` (no ``--tb-scope``) keeps the plain tags. The ``final/*`` scalars are not scoped:
-the HParams table reads them in each session's own run, and a shared tag is a shared column.
+``blockbench train`` (no ``--tb-scope``) has no task in its tags (``1_val/loss``). The ``z_final/*``
+scalars are not scoped: the HParams table reads them in each session's own run, and a shared tag is a
+shared column.
 
-Why ``final/<metric>`` rather than the ``val/...`` curves: the HParams plugin shows, for each metric
+Why ``z_final/<metric>`` rather than the validation curves: the HParams plugin shows, for each metric
 tag, the last scalar logged under that tag in the session's run. Writing the final values under their
 own tags keeps the curves untouched (no duplicate or out-of-place point), makes the shown value
-exactly the cell's final metric, gives every task the same ``final/val/loss`` and
-``final/primary_metric`` columns, and lets a diverged cell show no value instead of whatever its curve
-last held.
-
-The HParams table's defaults (tensorboard 2.21's frontend and ``backend_context.py``):
-
-* Only the first 5 metric columns of the experiment are ticked (``_computeMetrics``), and the
-  parallel-coordinates view draws only the rows that have a value in every ticked column. The experiment
-  therefore lists first the columns every cell fills: ``final/primary_metric`` (when the tasks'
-  primary metrics differ), the metrics every task has (``loss``; a one-task matrix: all of them),
-  the speed figures; then the metrics of some tasks only, and the throughputs (their units differ).
-  One experiment per task is not possible: the plugin shows one experiment per log dir.
-* Hparam columns are sorted with those marked ``differs`` first, by name, and the first 5 are shown:
-  an axis with more than one value is marked, ``status`` is not.
-* Every number is shown with 5 significant digits (a seed as ``0.0000``; TensorBoard has no integer
-  type), so hparams are written as their text (:func:`hparam_value`). Each column so has one type in
-  the experiment and in every session, which its filter needs, and offers its values as checkboxes.
+exactly the cell's final metric, gives every task the same ``z_final/val/loss`` and
+``z_final/primary_metric`` columns, and lets a diverged cell show no value instead of whatever its
+curve last held. Their group sorts after the curves' in the Time Series dashboard.
 
 TensorBoard behaviour this module works with (tensorboard 2.21):
 
@@ -87,80 +74,56 @@ import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.plugins.custom_scalar import metadata as layout_metadata
-from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from tensorboard.plugins.hparams import summary_v2 as hp
-from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import custom_scalars
-
-from blockbench.tasks.lens import LENS_PREFIX
 
 from ..layout import TB_VIEWS_FILE, write_json
-from ..record import FINAL_FIGURES, throughput_tag
-
-if TYPE_CHECKING:
-    from blockbench.tasks.base import Metric
-
-#: prefix of the scalars holding a cell's final metrics (the HParams table's metric columns)
-FINAL_PREFIX = "final/"
-#: the scalar holding a cell's primary metric (its task's first), a column every task fills
-PRIMARY_METRIC_TAG = "final/primary_metric"
-#: the hparam recording how a cell ended, and the values it takes
-STATUS_HPARAM = "status"
-STATUSES = ("ok", "diverged", "failed")
-#: runs that older versions wrote the experiment and the layout to; the runner deletes them
-LEGACY_VIEW_RUNS = (".hparams", ".layout")
-#: the tags of the views in a run: the HParams experiment, the Custom Scalars layout
-VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)
-#: the title of a task's logit-lens chart (one line per block of each run: ``val/<task>/lens/layer{i}``)
-LENS_CHART = "val/lens: loss per block (logit lens)"
-#: the loss-curve points' tag (see ``blockbench.cell.callbacks.LossCurve``)
-CURVE_TAG = "val/curve_loss"
-#: the order of the speed figures among the HParams columns: those every cell has first
-SPEED_COLUMN_ORDER = (
-    "perf/step_time_ms",
-    "perf/peak_memory_mb",
-    "perf/tflops_per_sec",
-    "perf/mfu",
-    "perf/data_wait_fraction",
+from ..tbnames import CURVE_TAG, DROPPED_TAGS, PRIMARY_METRIC_TAG, STATUSES, final_metric_tag, hparam_value, run_tag
+from ..tbviews import (
+    LENS_CHART,
+    VIEW_TAGS,
+    Views,
+    matrix_views,
+    session_end,
+    session_start,
+    view_summaries,
+    write_event_file,
 )
 
-Views = dict[str, Any]
+#: the names the trainer, the runner and the tests take from here (some defined in ``blockbench.tbnames``
+#: and ``blockbench.tbviews``, which the report's rebuild shares)
+__all__ = [
+    "CURVE_TAG",
+    "LENS_CHART",
+    "PRIMARY_METRIC_TAG",
+    "STATUSES",
+    "CellLogger",
+    "Views",
+    "hparam_value",
+    "log_cell_hparams",
+    "log_views",
+    "matrix_views",
+    "publish_views",
+    "refresh_run_views",
+    "run_views",
+    "view_summaries",
+]
 
-
-def hparam_value(value: Any) -> str:
-    """``value`` as the HParams table shows it: its text (``0`` -> ``"0"``, ``0.001`` -> ``"0.001"``,
-    None -> ``"None"``). TensorBoard shows every number with 5 significant digits (a seed as
-    ``0.0000``), a matrix axis takes a few discrete values, which a text column offers as checkboxes,
-    and one type for every value keeps a column's type the same in the experiment and in each session
-    (a filter compares values of one type)."""
-    return str(value.item() if isinstance(value, np.generic) else value)
-
-
-def final_metric_tag(metric: str) -> str:
-    """``val/perplexity`` -> ``final/val/perplexity``: the scalar the HParams table reads."""
-    return FINAL_PREFIX + metric
-
-
-def scoped_tag(tag: str, scope: str) -> str:
-    """``val/loss`` -> ``val/<scope>/loss``: the task after the tag's first part (Time Series groups
-    charts by the first part); a tag without one gets it last (``epoch`` -> ``epoch/<scope>``)."""
-    group, slash, rest = tag.partition("/")
-    return f"{group}/{scope}/{rest}" if slash else f"{tag}/{scope}"
+#: runs that older versions wrote the experiment and the layout to; the runner deletes them
+LEGACY_VIEW_RUNS = (".hparams", ".layout")
 
 
 class CellLogger(TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger`` with one writer per run and tags scoped by ``scope`` (the task).
+    """Lightning's ``TensorBoardLogger`` with one writer per run, tags named by
+    ``blockbench.tbnames.run_tag`` (groups renamed into reading order, scoped by ``scope``, the task)
+    and no ``epoch`` scalar.
 
     Lightning closes the writer at the end of ``fit`` (``finalize``), and the next write (the final
     ``validate``, :func:`log_cell_hparams`) opens a second event file; here ``finalize`` only
@@ -187,9 +150,11 @@ class CellLogger(TensorBoardLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        if self.scope:
-            metrics = {scoped_tag(tag, self.scope): value for tag, value in metrics.items()}
-        super().log_metrics(metrics, step)
+        """Log ``metrics`` under their run tags (``val/loss`` -> ``1_val/<scope>/loss``), leaving out
+        the tags a run does not keep (Lightning adds ``epoch`` to every call)."""
+        metrics = {run_tag(tag, self.scope): value for tag, value in metrics.items() if tag not in DROPPED_TAGS}
+        if metrics:
+            super().log_metrics(metrics, step)
 
     @rank_zero_only
     def log_hyperparams(self, params: Any, metrics: Any = None, step: int | None = None) -> None:
@@ -224,158 +189,27 @@ def log_cell_hparams(
 ) -> None:
     """Record a finished cell for the HParams dashboard, in the cell's own run.
 
-    Writes the session start (``hparams`` converted with :func:`hparam_value`, plus ``status``),
-    each finite metric as a scalar ``final/<metric>`` at ``step`` (the cell's final global step;
-    NaN and infinite values are left out, so the table shows no value), ``metrics[primary]`` once
-    more as ``final/primary_metric``, and the session end (Success for ``status == "ok"``, Failure
-    otherwise). Call it once per run, at the end.
+    Writes the session start (``hparams`` converted with :func:`hparam_value`, plus ``status``; see
+    ``blockbench.tbviews.session_start``), each finite metric as a scalar ``z_final/<metric>`` at
+    ``step`` (the cell's final global step; NaN and infinite values are left out, so the table shows
+    no value), ``metrics[primary]`` once more as ``z_final/primary_metric``, and the session end
+    (Success for ``status == "ok"``, Failure otherwise). Call it once per run, at the end.
     """
-    values = {name: hparam_value(value) for name, value in hparams.items()}
-    values[STATUS_HPARAM] = status
     run_name = Path(logger.log_dir).relative_to(logger.save_dir).as_posix()
     writer: SummaryWriter = logger.experiment
     file_writer = writer._get_file_writer()  # raw summaries, as Lightning's log_hyperparams writes them
-    file_writer.add_summary(hp.hparams_pb(values, trial_id=run_name), step)
+    file_writer.add_summary(session_start(hparams, status, run_name), step)
     finals = {final_metric_tag(name): value for name, value in metrics.items()}
     if primary is not None and primary in metrics:
         finals[PRIMARY_METRIC_TAG] = metrics[primary]
     for tag, value in finals.items():
         if value is not None and math.isfinite(value):
             writer.add_scalar(tag, float(value), step)
-    end_info = plugin_data_pb2.SessionEndInfo(
-        status=api_pb2.STATUS_SUCCESS if status == "ok" else api_pb2.STATUS_FAILURE, end_time_secs=time.time()
-    )
-    end_summary = _hparams_summary(
-        metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end_info)
-    )
-    file_writer.add_summary(end_summary, step)
+    file_writer.add_summary(session_end(status), step)
     writer.flush()
 
 
-# --- the views of a matrix: HParams experiment and Custom Scalars layout -------------------------
-
-
-def matrix_views(
-    cell_hparams: Iterable[Mapping[str, Any]],
-    tasks: Mapping[str, tuple[Sequence[Metric], str]],
-    *,
-    lens_tasks: Iterable[str] = (),
-    curve_tasks: Iterable[str] = (),
-) -> Views:
-    """The HParams experiment and the Custom Scalars layout of a matrix, as JSON-able data.
-
-    ``cell_hparams``: the hparams every cell passes to :func:`log_cell_hparams`; each name becomes
-    a column whose filter offers the values it takes (``status`` is added). ``tasks``: task label ->
-    (its metrics, primary first; its throughput unit), in the matrix's order. Metric columns come in
-    the order the module docstring explains; the layout has a category per task with a chart per
-    validation metric and one of the training loss, each holding that task's runs only. A task of
-    ``lens_tasks`` (those whose cells log the logit lens, ``val/lens/layer{i}``) gets one more chart
-    with a line per block and run: where in depth its variants' predictions form. A task of
-    ``curve_tasks`` (whose cells log the loss curve, ``val/curve_loss``) gets its chart first: the
-    chart with a point every few steps.
-    """
-    raw_by_name: dict[str, list[Any]] = {}
-    for cell in cell_hparams:
-        for name, value in cell.items():
-            raw_by_name.setdefault(name, []).append(value)
-    columns = [_hparam_column(name, raw) for name, raw in raw_by_name.items()]
-    columns.append({"name": STATUS_HPARAM, "values": list(STATUSES), "differs": False})
-
-    metrics_by_task = {task: list(metrics) for task, (metrics, _) in tasks.items()}
-    metric_columns = _metric_columns(metrics_by_task, [unit for _, unit in tasks.values()])
-    curve_tasks = set(curve_tasks)
-    charts = {
-        task: [
-            *([CURVE_TAG] if task in curve_tasks else []),
-            *(f"val/{metric.name}" for metric in metrics),
-            "train/loss",
-        ]
-        for task, metrics in metrics_by_task.items()
-    }
-    # category -> [chart title, the regex of its tags]: the metric's tag in the task's runs
-    layout = {task: [[tag, f"^{re.escape(scoped_tag(tag, task))}$"] for tag in tags] for task, tags in charts.items()}
-    for task in dict.fromkeys(lens_tasks):
-        lens_tag = scoped_tag(f"val/{LENS_PREFIX}", task)  # val/<task>/lens/layer
-        layout.setdefault(task, []).append([LENS_CHART, f"^{re.escape(lens_tag)}\\d+$"])
-    return {"experiment": {"hparams": columns, "metrics": metric_columns}, "layout": layout}
-
-
-def _hparam_column(name: str, raw: list[Any]) -> dict[str, Any]:
-    """An hparam column: its distinct values as :func:`hparam_value` writes them (numbers in numeric
-    order, then the rest in text order), and whether they differ."""
-    raw = [value.item() if isinstance(value, np.generic) else value for value in raw]
-    shown = [hparam_value(value) for value in raw]
-    numbers = {
-        text: value
-        for text, value in zip(shown, raw, strict=True)
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
-    values = sorted(set(shown), key=lambda text: (0, numbers[text], "") if text in numbers else (1, 0, text))
-    return {"name": name, "values": values, "differs": len(values) > 1}
-
-
-def _metric_columns(metrics_by_task: Mapping[str, list[Metric]], units: Iterable[str]) -> list[dict[str, str]]:
-    """The HParams metric columns (tag, display name, description), those every cell fills first."""
-    by_name: dict[str, Metric] = {}
-    for metrics in metrics_by_task.values():
-        for metric in metrics:
-            by_name.setdefault(metric.name, metric)
-    in_every_task = [
-        name
-        for name in by_name
-        if all(name in {metric.name for metric in metrics} for metrics in metrics_by_task.values())
-    ]
-    in_some_tasks = [name for name in by_name if name not in in_every_task]
-    speed = sorted(
-        FINAL_FIGURES,
-        key=lambda tag: SPEED_COLUMN_ORDER.index(tag) if tag in SPEED_COLUMN_ORDER else len(FINAL_FIGURES),
-    )
-    descriptions = {f"val/{name}": metric.description for name, metric in by_name.items()} | dict(FINAL_FIGURES)
-    tags = [*(f"val/{name}" for name in in_every_task), *speed, *(f"val/{name}" for name in in_some_tasks)]
-    for unit in dict.fromkeys(units):
-        tags.append(throughput_tag(unit))
-        descriptions[throughput_tag(unit)] = f"training throughput, {unit}/s, all processes"
-    columns = [{"tag": final_metric_tag(tag), "display_name": tag, "description": descriptions[tag]} for tag in tags]
-
-    primaries = {task: metrics[0] for task, metrics in metrics_by_task.items() if metrics}
-    if len({metric.name for metric in primaries.values()}) > 1:  # else the first column is already the primary metric
-        each = "; ".join(
-            f"{task}: {metric.name} ({'higher' if metric.higher_is_better else 'lower'} is better)"
-            for task, metric in primaries.items()
-        )
-        columns.insert(
-            0,
-            {
-                "tag": PRIMARY_METRIC_TAG,
-                "display_name": "primary metric",
-                "description": f"the task's primary metric (the first of its summary); {each}",
-            },
-        )
-    return columns
-
-
-def view_summaries(views: Views) -> list[Summary]:
-    """The experiment and the layout summaries of :func:`matrix_views`' ``views``."""
-    hparam_infos = []
-    for column in views["experiment"]["hparams"]:
-        info = api_pb2.HParamInfo(name=column["name"], differs=column["differs"])
-        hp.Discrete(column["values"], dtype=str).update_hparam_info(info)
-        hparam_infos.append(info)
-    metric_infos = [
-        hp.Metric(m["tag"], display_name=m["display_name"], description=m["description"]).as_proto()
-        for m in views["experiment"]["metrics"]
-    ]
-    # no creation time: the same views give the same bytes, so an unchanged matrix rewrites no run
-    experiment = api_pb2.Experiment(hparam_infos=hparam_infos, metric_infos=metric_infos)
-    layout = {
-        category: {title: ["Multiline", [regex]] for title, regex in charts}
-        for category, charts in views["layout"].items()
-        if charts
-    }
-    return [
-        _hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
-        custom_scalars(layout),
-    ]
+# --- the views of a matrix (built in blockbench.tbviews) in its runs ---------------------------------
 
 
 @rank_zero_only
@@ -459,13 +293,6 @@ def refresh_run_views(run_dir: Path, summaries: Sequence[Summary]) -> bool:
     return True
 
 
-def _hparams_summary(tag: str, plugin_data: plugin_data_pb2.HParamsPluginData) -> Summary:
-    """A summary carrying HParams plugin data, as ``tensorboard.plugins.hparams.summary_v2`` writes them."""
-    summary = Summary()
-    summary.value.add(tag=tag, metadata=metadata.create_summary_metadata(plugin_data), tensor=metadata.NULL_TENSOR)
-    return summary
-
-
 def _event_files(run_dir: Path) -> list[Path]:
     """The run's event files, oldest first (the order TensorBoard reads them in)."""
     return sorted(path for path in run_dir.iterdir() if "tfevents" in path.name) if run_dir.is_dir() else []
@@ -495,12 +322,4 @@ def _write_event_file(run_dir: Path, records: Sequence[bytes], *, after: Path) -
     """A new event file in ``run_dir`` holding ``records`` (serialized events), named to sort right
     after ``after`` and before the files of later writers (a resumption's, named after its start
     time); complete before it gets its event-file name, so TensorBoard never reads half of it."""
-    name = f"{after.name}.views"
-    partial = run_dir / f".writing.{os.getpid()}"  # no "tfevents" in the name: TensorBoard ignores it
-    with open(partial, "wb") as stream:
-        writer = RecordWriter(stream)
-        writer.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-        for record in records:
-            writer.write(record)
-    os.replace(partial, run_dir / name)
-    return run_dir / name
+    return write_event_file(run_dir / f"{after.name}.views", records)

@@ -23,16 +23,23 @@ from ..config import (
     describe_validation_error,
     load_yaml,
 )
-from ..layout import TUNE_DIR, cell_directory, cell_folder, folder_name, tuning_cell_directory
+from ..layout import (
+    NON_VARIANT_AXES,
+    TUNE_DIR,
+    axis_names,
+    candidate_label,
+    cell_directory,
+    folder_name,
+    tensorboard_run_names,
+    tuning_cell_directory,
+    tuning_run_name,
+)
+from ..tbnames import cell_hparams
 from .tuning import REPORT, TUNE
 
-#: axes that identify a cell's row (task) and repetition (seed) rather than its variant
-NON_VARIANT_AXES = ("task", "task.name", "seed")
 #: what a tuning cell sets in its task: it validates on the task's tuning split, which no reported
 #: metric uses (a value picked on the split it is reported on fits that split's noise)
 TUNING_SPLIT = {"task.eval_split": "tuning"}
-#: the HParams column that says whether a run tuned or is reported (a matrix with ``tune:``)
-PHASE_HPARAM = "phase"
 
 
 @dataclass(frozen=True)
@@ -81,54 +88,13 @@ class Cell:
         """The cell's axes for TensorBoard's HParams table, a task axis shown by its label (``lm``)
         rather than the mapping that configures it (``{name: lm, n_train_tokens: 100000}``); in a
         matrix with ``tune:``, also the tuned values and the phase."""
-        hparams = {key: self.task if key in ("task", "task.name") else value for key, value in self.axes.items()}
-        return {**hparams, **self.tuned, **({PHASE_HPARAM: self.phase} if self.phase else {})}
-
-
-def candidate_label(tuned: dict[str, Any]) -> str:
-    """``{"optimizer.lr": 0.001}`` -> ``lr=0.001``: tuned values named as variants are (:func:`axis_names`)."""
-    keys = list(tuned)
-    return ",".join(f"{name}={tuned[key]}" for name, key in zip(axis_names(keys), keys, strict=True))
+        return cell_hparams(self.task, self.axes, self.tuned, self.phase)
 
 
 def variant_label(axes: dict[str, Any]) -> str:
     """``{"model.norm_placement": "pre"}`` -> ``norm_placement=pre``; the last key part unless ambiguous."""
     keys = [k for k in axes if k not in NON_VARIANT_AXES]
     return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys, strict=True)) or "default"
-
-
-def axis_names(keys: list[str]) -> list[str]:
-    """The names of variant axes in labels: the last key part (``norm_placement``), unless two keys share it."""
-    leaves = [k.rsplit(".", 1)[-1] for k in keys]
-    return leaves if len(set(leaves)) == len(leaves) else keys
-
-
-def tensorboard_run_names(cells: list[Cell]) -> list[str]:
-    """Each cell's TensorBoard run, ``<task>/<short variant>/seed<k>``: the variant's axis values alone
-    (``translation/post/seed0``), so that a run list which cuts long names still tells the variants
-    apart; the full keys are in the HParams table. A value that does not name itself (a number, a
-    bool, None, a mapping) keeps its key (``lm/n_kv_heads=4/seed0``), as does a value that another axis
-    takes too; a character that cannot be part of a folder name is percent-encoded as in the cell's
-    folder (``layout.folder_name``). Should the short names still collide, every run is named after
-    its cell folder (``layout.cell_folder``)."""
-    keys = [k for k in (cells[0].axes if cells else {}) if k not in NON_VARIANT_AXES]
-    values = {key: [cell.axes[key] for cell in cells] for key in keys}
-
-    def names_itself(key: str) -> bool:
-        taken_elsewhere = {str(v) for other in keys if other != key for v in values[other]}
-        return all(isinstance(v, str) and v not in taken_elsewhere for v in values[key])
-
-    bare = {key: names_itself(key) for key in keys}
-    names = []
-    for cell in cells:
-        parts = [
-            str(cell.axes[key]) if bare[key] else f"{name}={cell.axes[key]}"
-            for name, key in zip(axis_names(keys), keys, strict=True)
-        ]
-        names.append(f"{cell.task}/{folder_name(','.join(parts) or 'default')}/seed{cell.seed}")
-    if len(set(names)) < len(names):
-        names = [cell_folder(cell.task, cell.variant, cell.seed).as_posix() for cell in cells]
-    return names
 
 
 def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
@@ -209,10 +175,7 @@ def expand_matrix(path: str | Path) -> Expansion:
     # a tuning cell's run: tune/<its variant's run>/<candidate>/seed<k>, e.g. tune/lm/post/lr=0.001/seed1000
     variant_runs = {(cell.task, cell.variant): cell.tb_run.rsplit("/", 1)[0] for cell in cells}
     tuning = [
-        replace(
-            cell,
-            tb_run=f"{TUNE_DIR}/{variant_runs[cell.task, cell.variant]}/{folder_name(cell.candidate)}/seed{cell.seed}",
-        )
+        replace(cell, tb_run=tuning_run_name(variant_runs[cell.task, cell.variant], cell.tuned, cell.seed))
         for cell in tuning
     ]
     return replace(expansion, cells=cells, tuning=tuning)

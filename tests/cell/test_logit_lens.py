@@ -279,7 +279,7 @@ def test_a_trained_cell_records_the_lens_in_its_history_and_tensorboard(tmp_path
     assert last_lens(on_disk) == [on_disk.history[-1].metrics[f"lens/layer{i}"] for i in (0, 1)]
     run_dir = tmp_path / "tb" / "lm/pre" / "seed0"
     for i in (0, 1):
-        logged = scalars(run_dir, f"val/lm/lens/layer{i}")
+        logged = scalars(run_dir, f"1_val/lm/lens/layer{i}")
         assert logged == pytest.approx([v["metrics"][f"lens/layer{i}"] for v in result["history"]], rel=1e-6)
 
 
@@ -296,16 +296,16 @@ def test_tensorboard_has_one_lens_chart_per_lens_task_with_a_line_per_block() ->
     [_, layout_summary] = view_summaries(views)
     layout = layout_pb2.Layout.FromString(layout_summary.value[0].tensor.string_val[0])
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
-    assert charts["lm"][LENS_CHART] == [r"^val/lm/lens/layer\d+$"]
-    assert charts["mt"][LENS_CHART] == [r"^val/mt/lens/layer\d+$"]
+    assert charts["lm"][LENS_CHART] == [r"^1_val/lm/lens/layer\d+$"]
+    assert charts["mt"][LENS_CHART] == [r"^1_val/mt/lens/layer\d+$"]
     assert LENS_CHART not in charts["vit"]  # the ViT has no lens
     assert list(charts["lm"]) == ["val/loss", "train/loss", LENS_CHART]  # once, after the task's own charts
     [regex] = charts["lm"][LENS_CHART]
     assert [
         tag
-        for tag in ("val/lm/lens/layer0", "val/lm/lens/layer11", "val/mt/lens/layer0", "val/lm/loss")
+        for tag in ("1_val/lm/lens/layer0", "1_val/lm/lens/layer11", "1_val/mt/lens/layer0", "1_val/lm/loss")
         if re.match(regex, tag)
-    ] == ["val/lm/lens/layer0", "val/lm/lens/layer11"]
+    ] == ["1_val/lm/lens/layer0", "1_val/lm/lens/layer11"]
 
 
 def write_cell(matrix_dir: Path, task: str, variant: str, seed: int, result: dict, index: int = 0) -> None:

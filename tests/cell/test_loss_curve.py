@@ -16,6 +16,7 @@ from blockbench.config import ConfigError, build_run_config
 from blockbench.record import CellRecord
 from blockbench.report.plots import CURVE_METRIC, plotted_history
 from blockbench.tasks.base import Metric
+from blockbench.tbnames import run_tag
 
 TASKS = {
     "lm": {"name": "lm", "seq_len": 16, "n_train_tokens": 4000, "n_val_tokens": 600, "n_probes": 16},
@@ -109,7 +110,7 @@ def test_a_sharding_strategy_needs_the_curve_off():
 def test_by_default_every_curve_has_at_least_ten_points_and_ends_at_the_last_step(tmp_path):
     result = run(tmp_path, config("lm", max_steps=25, val_every_n_steps=25))
     assert [step for step, _ in result["curve"]["points"]] == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25]
-    assert [step for step, _ in scalars_with_steps(tmp_path / "tb/cell/run", CURVE_TAG)] == [
+    assert [step for step, _ in scalars_with_steps(tmp_path / "tb/cell/run", run_tag(CURVE_TAG))] == [
         step for step, _ in result["curve"]["points"]
     ]
     assert len(result["history"]) == 1  # the full validations stay as configured
@@ -131,7 +132,8 @@ def test_the_curve_leaves_training_as_it_is(tmp_path):
     assert plain["curve"] is None and len(curved["curve"]["points"]) == 13
     assert curved["metrics"] == plain["metrics"]
     assert curved["history"] == [{**v, "time_s": pytest.approx(v["time_s"], abs=100)} for v in plain["history"]]
-    assert scalars(tmp_path / "tb/cell/curved", "train/loss") == scalars(tmp_path / "tb/cell/plain", "train/loss")
+    curved_loss = scalars(tmp_path / "tb/cell/curved", "2_train/loss")
+    assert curved_loss and curved_loss == scalars(tmp_path / "tb/cell/plain", "2_train/loss")
 
 
 def test_a_curve_interval_must_not_be_negative():
@@ -147,7 +149,7 @@ def test_the_curve_chart_comes_first_for_the_tasks_that_log_it():
         [{"task": "lm"}, {"task": "vit"}], {"lm": (metrics, "tokens"), "vit": (metrics, "images")}, curve_tasks=["lm"]
     )
     assert [title for title, _ in views["layout"]["lm"]] == [CURVE_TAG, "val/loss", "train/loss"]
-    assert views["layout"]["lm"][0][1] == "^val/lm/curve_loss$"
+    assert views["layout"]["lm"][0][1] == "^1_val/lm/curve_loss$"
     assert [title for title, _ in views["layout"]["vit"]] == ["val/loss", "train/loss"]
 
 

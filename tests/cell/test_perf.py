@@ -561,27 +561,27 @@ def test_perf_scalars_in_tensorboard(normal_run):
     events = tensorboard_events(run_dir)
     tags = set(events.Tags()["scalars"])
     per_step = {
-        "perf/step_time_ms",
-        "perf/tokens_per_sec",
-        "perf/tokens_per_sec_per_process",
-        "perf/data_wait_fraction",
-        "perf/tflops_per_sec",
-        "perf/mfu",
-        "perf/peak_memory_mb",
+        "4_perf/step_time_ms",
+        "4_perf/tokens_per_sec",
+        "4_perf/tokens_per_sec_per_process",
+        "4_perf/data_wait_fraction",
+        "4_perf/tflops_per_sec",
+        "4_perf/mfu",
+        "4_perf/peak_memory_mb",
     }
     assert per_step <= tags, tags
-    assert len(events.Scalars("perf/step_time_ms")) == 8  # every optimizer step (log_every_n_steps: 1)
-    [flops] = events.Scalars("perf/flops_per_step")
+    assert len(events.Scalars("4_perf/step_time_ms")) == 8  # every optimizer step (log_every_n_steps: 1)
+    [flops] = events.Scalars("4_perf/flops_per_step")
     assert flops.value == pytest.approx(result["performance"]["flops_per_step"], rel=1e-6)
     # the cell's final figures, next to its final metrics
     perf = result["performance"]
     final = {
-        "final/perf/step_time_ms": perf["step_time_ms"]["median"],
-        "final/perf/mfu": perf["mfu"],
-        "final/perf/tflops_per_sec": perf["achieved_tflops"],
-        "final/perf/tokens_per_sec": result["throughput"],
-        "final/perf/data_wait_fraction": perf["data_wait_fraction"],
-        "final/perf/peak_memory_mb": result["peak_memory"]["cpu_rss_mb"],
+        "z_final/perf/step_time_ms": perf["step_time_ms"]["median"],
+        "z_final/perf/mfu": perf["mfu"],
+        "z_final/perf/tflops_per_sec": perf["achieved_tflops"],
+        "z_final/perf/tokens_per_sec": result["throughput"],
+        "z_final/perf/data_wait_fraction": perf["data_wait_fraction"],
+        "z_final/perf/peak_memory_mb": result["peak_memory"]["cpu_rss_mb"],
     }
     for tag, value in final.items():
         assert events.Scalars(tag)[-1].value == pytest.approx(value, rel=1e-5), tag
@@ -598,10 +598,10 @@ def test_tensorboard_never_holds_an_mfu_above_one(tmp_path):
     assert perf_block["mfu_raw"] == pytest.approx(perf_block["achieved_tflops"] / 1e-6, rel=1e-3)
     events = tensorboard_events(run_dir)
     tags = set(events.Tags()["scalars"])
-    assert len(events.Scalars("perf/tflops_per_sec")) == 8  # every step was logged, with its FLOP/s
-    assert all(e.value > 1e-6 for e in events.Scalars("perf/tflops_per_sec"))  # each above the peak
-    assert "perf/mfu" not in tags and "final/perf/mfu" not in tags
-    assert "final/perf/tflops_per_sec" in tags
+    assert len(events.Scalars("4_perf/tflops_per_sec")) == 8  # every step was logged, with its FLOP/s
+    assert all(e.value > 1e-6 for e in events.Scalars("4_perf/tflops_per_sec"))  # each above the peak
+    assert "4_perf/mfu" not in tags and "z_final/perf/mfu" not in tags
+    assert "z_final/perf/tflops_per_sec" in tags
 
 
 SLEEP_S = 0.05

@@ -5,8 +5,11 @@ call), on a tiny matrix run by the real runner and on runs written by the functi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -36,14 +39,15 @@ from blockbench.cell.tensorboard import (
     publish_views,
     refresh_run_views,
     run_views,
-    scoped_tag,
     view_summaries,
 )
 from blockbench.layout import TB_VIEWS_FILE
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.run import run_matrix
 from blockbench.record import FINAL_FIGURES
+from blockbench.report.tensorboard import rebuild_matrix
 from blockbench.tasks.base import Metric
+from blockbench.tbnames import run_tag
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 #: how many metric columns the HParams dashboard ticks by default (tensorboard 2.21's frontend,
@@ -169,19 +173,20 @@ def test_each_run_is_one_event_file_and_nothing_else(tiny_matrix: Path) -> None:
 def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
     dashboards = Dashboards(tiny_matrix / "tb")
     task_of = {run: run.split("/")[0] for run in TINY_RUNS}
-    # Time Series: a chart per tag with every run that has it; the final/* scalars are HParams columns
+    # Time Series: a chart per tag with every run that has it; the z_final/* scalars are HParams columns
     runs_by_tag: dict[str, set[str]] = {}
     for run, tags in dashboards.multiplexer.Runs().items():
         for tag in tags["tensors"]:  # the scalars, as the data provider reads them
             runs_by_tag.setdefault(tag, set()).add(run)
-    curves = {tag: runs for tag, runs in runs_by_tag.items() if tag.startswith(("train/", "val/", "lr/", "perf/"))}
+    curve_groups = ("1_val/", "2_train/", "3_lr/", "4_perf/")
+    curves = {tag: runs for tag, runs in runs_by_tag.items() if tag.startswith(curve_groups)}
     assert {
-        "train/lm/loss",
-        "val/lm/loss",
-        "val/lm/perplexity",
-        "val/vit/loss",
-        "val/vit/accuracy",
-        "lr/vit/decay",
+        "2_train/lm/loss",
+        "1_val/lm/loss",
+        "1_val/lm/perplexity",
+        "1_val/vit/loss",
+        "1_val/vit/accuracy",
+        "3_lr/vit/decay",
     } <= set(curves)
     for tag, runs in curves.items():
         assert len({task_of[run] for run in runs}) == 1, (tag, runs)
@@ -216,8 +221,8 @@ def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> Non
     # the varied keys first (the dashboard shows the first 5), the one seed and the status after them
     assert [info["name"] for info in experiment["hparamInfos"]] == ["model.norm_placement", "task", "seed", "status"]
     columns = [info["name"]["tag"] for info in experiment["metricInfos"]]
-    assert columns[:2] == [PRIMARY_METRIC_TAG, "final/val/loss"]
-    assert {"final/val/perplexity", "final/val/agreement_acc", "final/val/accuracy"} <= set(columns)
+    assert columns[:2] == [PRIMARY_METRIC_TAG, "z_final/val/loss"]
+    assert {"z_final/val/perplexity", "z_final/val/agreement_acc", "z_final/val/accuracy"} <= set(columns)
 
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert set(groups) == TINY_RUNS
@@ -237,10 +242,110 @@ def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> Non
             ).read_text()
         )
         assert values[PRIMARY_METRIC_TAG] == pytest.approx(result["metrics"][result["primary_metric"]], rel=1e-6)
-        assert values["final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
+        assert values["z_final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
     # sorting by the headline metric works across tasks
     by_primary = dashboards.session_groups(colParams=[{"metric": {"tag": PRIMARY_METRIC_TAG}, "order": "ORDER_ASC"}])
     assert len(by_primary) == len(TINY_RUNS)
+
+
+# --- Time Series: the groups in reading order ------------------------------------------------------
+
+#: a number as TensorBoard's tag order reads it: digits, a fraction, an exponent
+_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def compare_tag_names(a: str, b: str) -> int:
+    """TensorBoard's order of tags (its frontend's ``compareTagNames``; TensorBoard has it in TypeScript
+    only, so it is written out here): numbers compare by value, a ``/`` or a digit comes before any
+    other character, other characters by their code (upper case before lower case)."""
+    i = j = 0
+    while True:
+        if i == len(a) or j == len(b):
+            return (i < len(a)) - (j < len(b))
+        if a[i].isdigit() and b[j].isdigit():
+            x, y = _NUMBER.match(a, i), _NUMBER.match(b, j)
+            if float(x[0]) != float(y[0]):
+                return -1 if float(x[0]) < float(y[0]) else 1
+            i, j = x.end(), y.end()
+            continue
+        a_breaks, b_breaks = a[i] == "/" or a[i].isdigit(), b[j] == "/" or b[j].isdigit()
+        if a_breaks != b_breaks:
+            return -1 if a_breaks else 1
+        if not a_breaks and a[i] != b[j]:
+            return -1 if a[i] < b[j] else 1
+        i, j = i + 1, j + 1
+
+
+def time_series_groups(tags: set[str]) -> list[str]:
+    """The groups of the Time Series dashboard, in its order: each tag's part before the first ``/``,
+    in the order of the group's first tag (the frontend's ``groupCardIdWithMetdata``)."""
+    ordered = sorted(tags, key=functools.cmp_to_key(compare_tag_names))
+    return list(dict.fromkeys(tag.split("/", 1)[0] for tag in ordered))
+
+
+def test_tags_are_ordered_as_tensorboard_orders_them() -> None:
+    """Hand-checked against the rule: numbers by value, digits and ``/`` before letters, then by code."""
+    order = functools.cmp_to_key(compare_tag_names)
+    assert sorted(["b", "a", "B"], key=order) == ["B", "a", "b"]
+    assert sorted(["a10", "a9", "a2.5"], key=order) == ["a2.5", "a9", "a10"]
+    assert sorted(["x_1", "x/1"], key=order) == ["x/1", "x_1"] and sorted(["xa", "x9"], key=order) == ["x9", "xa"]
+    assert sorted(["train", "1_val", "10_a", "2_train"], key=order) == ["1_val", "2_train", "10_a", "train"]
+    assert compare_tag_names("1_val/lm/loss", "1_val/lm/loss") == 0
+    # Lightning's own groups, in the order that opened the dashboard on epoch and one-point finals
+    assert time_series_groups({"val/lm/loss", "train/lm/loss", "epoch/lm", "final/val/loss", "lr/lm/decay"}) == [
+        "epoch",
+        "final",
+        "lr",
+        "train",
+        "val",
+    ]
+
+
+def test_time_series_opens_on_the_validation_curves_and_ends_on_the_final_figures(tiny_matrix: Path) -> None:
+    tags: set[str] = set()
+    for run in TINY_RUNS:
+        tags |= set(tensorboard_events(tiny_matrix / "tb" / run).Tags()["scalars"])
+    assert time_series_groups(tags) == ["1_val", "2_train", "3_lr", "4_perf", "z_final"]  # no epoch group
+
+
+# --- the rebuild from the records reads as the live run ----------------------------------------------
+
+
+def test_a_run_rebuilt_from_the_records_reads_as_the_live_one(tiny_matrix: Path, tmp_path: Path) -> None:
+    """The matrix's folder without ``tb/`` (as committed), its runs rebuilt: the same runs, views,
+    HParams rows and validation tags, with the same points; only what no record holds is missing
+    (the training loss, learning rates and per-step speed figures)."""
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_matrix, copy, ignore=shutil.ignore_patterns("tb"))
+    rebuilt = rebuild_matrix(copy)
+    assert sorted(rebuilt.written) == sorted(TINY_RUNS) and not rebuilt.live
+    live_dashboards, rebuilt_dashboards = Dashboards(tiny_matrix / "tb"), Dashboards(copy / "tb")
+    assert rebuilt_dashboards.runs() == TINY_RUNS
+    assert rebuilt_dashboards.experiment() == live_dashboards.experiment()
+    assert rebuilt_dashboards.layout() == live_dashboards.layout()
+
+    def rows(dashboards: Dashboards) -> dict[str, tuple[dict[str, Any], dict[str, float], str]]:
+        return {
+            group["name"]: (group["hparams"], metric_values(group), group["sessions"][0]["status"])
+            for group in dashboards.session_groups()
+        }
+
+    live_rows, rebuilt_rows = rows(live_dashboards), rows(rebuilt_dashboards)
+    assert live_rows.keys() == rebuilt_rows.keys() == TINY_RUNS
+    for run, (hparams, values, status) in live_rows.items():
+        assert rebuilt_rows[run][0] == hparams and rebuilt_rows[run][2] == status == "STATUS_SUCCESS"
+        assert rebuilt_rows[run][1] == pytest.approx(values, rel=1e-6)
+    for run in TINY_RUNS:
+        live, again = tensorboard_events(tiny_matrix / "tb" / run), tensorboard_events(copy / "tb" / run)
+        assert run_views(copy / "tb" / run) == run_views(tiny_matrix / "tb" / run)
+        live_tags, rebuilt_tags = set(live.Tags()["scalars"]), set(again.Tags()["scalars"])
+        not_recorded = {tag for tag in live_tags if tag.startswith(("2_train/", "3_lr/", "4_perf/"))}
+        assert not_recorded and rebuilt_tags == live_tags - not_recorded, (run, live_tags ^ rebuilt_tags)
+        assert {f"1_val/{run.split('/')[0]}/curve_loss", f"1_val/{run.split('/')[0]}/loss"} <= rebuilt_tags
+        for tag in rebuilt_tags:
+            points = [(e.step, e.value) for e in again.Scalars(tag)]
+            # the record keeps the loss curve's points to 6 decimals
+            assert points == [(e.step, pytest.approx(e.value, rel=1e-5)) for e in live.Scalars(tag)], tag
 
 
 # --- run names, without training -------------------------------------------------------------------
@@ -384,13 +489,16 @@ def test_a_cell_writes_one_event_file_and_no_hparams_yaml(tmp_path: Path) -> Non
 
 
 def test_tags_are_scoped_by_task_second(tmp_path: Path) -> None:
-    assert scoped_tag("val/loss", "lm") == "val/lm/loss"
-    assert scoped_tag("perf/tokens_per_sec", "vit") == "perf/vit/tokens_per_sec"
-    assert scoped_tag("epoch", "lm") == "epoch/lm"
+    assert run_tag("val/loss", "lm") == "1_val/lm/loss"
+    assert run_tag("perf/tokens_per_sec", "vit") == "4_perf/vit/tokens_per_sec"
+    assert run_tag("step", "lm") == "step/lm"
+    assert run_tag("grad/norm", "lm") == "grad/lm/norm"  # a group of no known name keeps it
+    assert run_tag("val/loss") == "1_val/loss" and run_tag("train/loss", None) == "2_train/loss"  # unscoped
     logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
     acc = tensorboard_events(Path(logger.log_dir))
-    assert {"val/lm/perplexity", "val/lm/loss", "final/val/loss", PRIMARY_METRIC_TAG} <= set(acc.Tags()["scalars"])
-    assert not {"val/loss", "val/perplexity"} & set(acc.Tags()["scalars"])
+    tags = set(acc.Tags()["scalars"])
+    assert {"1_val/lm/perplexity", "1_val/lm/loss", "z_final/val/loss", PRIMARY_METRIC_TAG} <= tags
+    assert not {"val/loss", "val/perplexity", "val/lm/loss"} & tags
 
 
 def test_session_start_holds_the_hparams_as_text(tmp_path: Path) -> None:
@@ -418,11 +526,11 @@ def test_final_metrics_are_own_scalars_and_curves_are_untouched(tmp_path: Path) 
     logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
     acc = tensorboard_events(Path(logger.log_dir))
     for name in ("val/perplexity", "val/loss"):
-        curve = [(e.step, e.value) for e in acc.Scalars(scoped_tag(name, "lm"))]
+        curve = [(e.step, e.value) for e in acc.Scalars(run_tag(name, "lm"))]
         assert curve == [(step, pytest.approx(values[name])) for step, values in LM_CURVES.items()] + [
             (30, pytest.approx(LM_CURVES[30][name]))
         ]  # the final validation's point, logged after fit
-        assert [(e.step, e.value) for e in acc.Scalars(f"final/{name}")] == [(30, pytest.approx(LM_CURVES[30][name]))]
+        assert [(e.step, e.value) for e in acc.Scalars(f"z_final/{name}")] == [(30, pytest.approx(LM_CURVES[30][name]))]
     assert [(e.step, e.value) for e in acc.Scalars(PRIMARY_METRIC_TAG)] == [(30, 7.0)]
 
 
@@ -434,7 +542,7 @@ def test_diverged_cell_has_a_session_and_no_non_finite_metrics(tmp_path: Path, f
     assert start.hparams["status"].string_value == "diverged"
     end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
     assert end.status == api_pb2.STATUS_FAILURE
-    assert not [tag for tag in tensorboard_events(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("final/")]
+    assert not [tag for tag in tensorboard_events(Path(logger.log_dir)).Tags()["scalars"] if tag.startswith("z_final/")]
 
 
 @pytest.mark.parametrize(
@@ -483,10 +591,14 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
     assert hparams["seed"]["type"] == "DATA_TYPE_STRING" and hparams["seed"]["domainDiscrete"] == ["0"]
     assert hparams["model.norm_placement"]["differs"] and not hparams["seed"].get("differs")
     metrics = {info["name"]["tag"]: info for info in experiment["metricInfos"]}
-    assert list(metrics)[:2] == [PRIMARY_METRIC_TAG, "final/val/loss"]
-    assert metrics["final/val/bleu"]["displayName"] == "val/bleu"
-    assert metrics["final/val/bleu"]["description"] == "corpus BLEU"
+    assert list(metrics)[:2] == [PRIMARY_METRIC_TAG, "z_final/val/loss"]
+    assert metrics["z_final/val/bleu"]["displayName"] == "bleu ↑ (mt)"  # the metric, its direction, its tasks
+    assert metrics["z_final/val/loss"]["displayName"] == "loss ↓"  # every task's
+    assert metrics["z_final/val/bleu"]["description"] == "corpus BLEU"
     assert "lm: perplexity (lower is better); mt: bleu (higher is better)" in metrics[PRIMARY_METRIC_TAG]["description"]
+    # the column mixes the tasks' headline metrics: its name says which, and which way each is better
+    assert metrics[PRIMARY_METRIC_TAG]["displayName"] == "primary: perplexity ↓ (lm), bleu ↑ (mt)"
+    assert metrics["z_final/val/perplexity"]["displayName"] == "perplexity ↓ (lm)"
 
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert set(groups) == {"lm/pre/seed0", "lm/post/seed0", "mt/pre/seed0"}
@@ -497,13 +609,13 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
         "status": "ok",
     }
     assert metric_values(groups["lm/pre/seed0"]) == {
-        "final/val/perplexity": 7.0,
-        "final/val/loss": pytest.approx(1.9),
+        "z_final/val/perplexity": 7.0,
+        "z_final/val/loss": pytest.approx(1.9),
         PRIMARY_METRIC_TAG: 7.0,
     }
     assert metric_values(groups["mt/pre/seed0"]) == {
-        "final/val/bleu": 12.5,
-        "final/val/loss": 1.5,
+        "z_final/val/bleu": 12.5,
+        "z_final/val/loss": 1.5,
         PRIMARY_METRIC_TAG: 12.5,
     }
     assert groups["lm/post/seed0"]["hparams"]["status"] == "diverged"
@@ -515,36 +627,36 @@ def test_hparams_dashboard_lists_every_cell_with_its_final_metrics(tmp_path: Pat
     assert [group["name"] for group in diverged] == ["lm/post/seed0"]
     seed0 = dashboards.session_groups(colParams=[{"hparam": "seed", "filterDiscrete": ["0"]}])
     assert len(seed0) == 3
-    by_loss = dashboards.session_groups(colParams=[{"metric": {"tag": "final/val/loss"}, "order": "ORDER_ASC"}])
+    by_loss = dashboards.session_groups(colParams=[{"metric": {"tag": "z_final/val/loss"}, "order": "ORDER_ASC"}])
     assert [group["name"] for group in by_loss][:2] == ["mt/pre/seed0", "lm/pre/seed0"]
 
 
 def test_metric_columns_every_cell_fills_come_first() -> None:
     def columns(views: dict[str, Any]) -> list[str]:
-        return [metric["tag"] for metric in views["experiment"]["metrics"]]
+        return [metric["tag"] for metric in views["experiment"]["metric_columns"]]
 
     speed = [
-        "final/perf/step_time_ms",
-        "final/perf/peak_memory_mb",
-        "final/perf/tflops_per_sec",
-        "final/perf/mfu",
-        "final/perf/data_wait_fraction",
+        "z_final/perf/step_time_ms",
+        "z_final/perf/peak_memory_mb",
+        "z_final/perf/tflops_per_sec",
+        "z_final/perf/mfu",
+        "z_final/perf/data_wait_fraction",
     ]
-    assert set(speed) == {f"final/{tag}" for tag in FINAL_FIGURES}
+    assert set(speed) == {f"z_final/{tag}" for tag in FINAL_FIGURES}
     assert columns(MATRIX_VIEWS) == [
         PRIMARY_METRIC_TAG,
-        "final/val/loss",
+        "z_final/val/loss",
         *speed,
-        "final/val/perplexity",
-        "final/val/bleu",
-        "final/perf/tokens_per_sec",
+        "z_final/val/perplexity",
+        "z_final/val/bleu",
+        "z_final/perf/tokens_per_sec",
     ]
     # one task: its metrics in its order (the primary first), no separate headline column
     assert columns(views_of({"lm": LM_METRICS})) == [
-        "final/val/perplexity",
-        "final/val/loss",
+        "z_final/val/perplexity",
+        "z_final/val/loss",
         *speed,
-        "final/perf/tokens_per_sec",
+        "z_final/perf/tokens_per_sec",
     ]
 
 
@@ -565,24 +677,25 @@ def test_speed_figures_are_hparams_columns_next_to_the_metrics(tmp_path: Path) -
     dashboards = Dashboards(tmp_path)
     columns = {info["name"]["tag"]: info for info in dashboards.experiment()["metricInfos"]}
     assert {
-        "final/perf/step_time_ms",
-        "final/perf/mfu",
-        "final/perf/data_wait_fraction",
-        "final/perf/tflops_per_sec",
-        "final/perf/peak_memory_mb",
-        "final/perf/tokens_per_sec",
+        "z_final/perf/step_time_ms",
+        "z_final/perf/mfu",
+        "z_final/perf/data_wait_fraction",
+        "z_final/perf/tflops_per_sec",
+        "z_final/perf/peak_memory_mb",
+        "z_final/perf/tokens_per_sec",
     } <= set(columns)
-    assert columns["final/perf/mfu"]["displayName"] == "perf/mfu"
+    assert columns["z_final/perf/mfu"]["displayName"] == "mfu ↑"
+    assert columns["z_final/perf/step_time_ms"]["displayName"] == "step_time_ms ↓"
     groups = {group["name"]: group for group in dashboards.session_groups()}
     assert metric_values(groups["lm/pre/seed0"]) == {
-        "final/val/perplexity": 7.0,
-        "final/val/loss": pytest.approx(1.9),
+        "z_final/val/perplexity": 7.0,
+        "z_final/val/loss": pytest.approx(1.9),
         PRIMARY_METRIC_TAG: 7.0,
-        "final/perf/step_time_ms": 8.5,
-        "final/perf/mfu": 0.25,
-        "final/perf/tokens_per_sec": 12000.0,
+        "z_final/perf/step_time_ms": 8.5,
+        "z_final/perf/mfu": 0.25,
+        "z_final/perf/tokens_per_sec": 12000.0,
     }
-    assert metric_values(groups["lm/post/seed0"]) == {"final/perf/step_time_ms": 9.0, "final/perf/mfu": 0.125}
+    assert metric_values(groups["lm/post/seed0"]) == {"z_final/perf/step_time_ms": 9.0, "z_final/perf/mfu": 0.125}
 
 
 def test_hparams_dashboard_lists_cells_without_views(tmp_path: Path) -> None:
@@ -591,9 +704,9 @@ def test_hparams_dashboard_lists_cells_without_views(tmp_path: Path) -> None:
     dashboards = Dashboards(tmp_path)
     experiment = dashboards.experiment()
     assert {info["name"] for info in experiment["hparamInfos"]} == {"task", "model.norm_placement", "seed", "status"}
-    assert "final/val/perplexity" in {info["name"]["tag"] for info in experiment["metricInfos"]}
+    assert "z_final/val/perplexity" in {info["name"]["tag"] for info in experiment["metricInfos"]}
     groups = {group["name"]: group for group in dashboards.session_groups()}
-    assert metric_values(groups["lm/pre/seed0"])["final/val/perplexity"] == 7.0
+    assert metric_values(groups["lm/pre/seed0"])["z_final/val/perplexity"] == 7.0
     assert dashboards.layout() == {}
 
 
@@ -619,11 +732,15 @@ def test_layout_has_a_category_per_task_with_task_scoped_charts() -> None:
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
     assert charts == {
         "lm": {
-            "val/perplexity": ["^val/lm/perplexity$"],
-            "val/loss": ["^val/lm/loss$"],
-            "train/loss": ["^train/lm/loss$"],
+            "val/perplexity": ["^1_val/lm/perplexity$"],
+            "val/loss": ["^1_val/lm/loss$"],
+            "train/loss": ["^2_train/lm/loss$"],
         },
-        "mt": {"val/bleu": ["^val/mt/bleu$"], "val/loss": ["^val/mt/loss$"], "train/loss": ["^train/mt/loss$"]},
+        "mt": {
+            "val/bleu": ["^1_val/mt/bleu$"],
+            "val/loss": ["^1_val/mt/loss$"],
+            "train/loss": ["^2_train/mt/loss$"],
+        },
     }
     assert layout_summary.value[0].tag == custom_scalars_metadata.CONFIG_SUMMARY_TAG
 
@@ -666,10 +783,10 @@ def test_refreshing_a_resumed_run_keeps_its_purge(tmp_path: Path) -> None:
     run_dir = tmp_path / "lm" / "pre" / "seed0"
     assert len(list(run_dir.iterdir())) == 2
     expected = [(10, 2.2), (20, 1.5)]
-    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("1_val/lm/loss")] == expected
     assert refresh_run_views(run_dir, view_summaries(MATRIX_VIEWS))
     assert len(list(run_dir.iterdir())) == 1
-    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("1_val/lm/loss")] == expected
 
 
 def test_a_run_resumed_within_the_second_it_started_is_read_after_it(tmp_path: Path) -> None:
@@ -690,7 +807,7 @@ def test_a_run_resumed_within_the_second_it_started_is_read_after_it(tmp_path: P
     resumed.close()
     assert time.time() >= stamp + 1
     expected = [(10, 2.2), (20, 1.5)]
-    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("val/lm/loss")] == expected
+    assert [(e.step, pytest.approx(e.value)) for e in tensorboard_events(run_dir).Scalars("1_val/lm/loss")] == expected
 
 
 def test_publishing_views_removes_the_runs_older_versions_wrote(tmp_path: Path) -> None:

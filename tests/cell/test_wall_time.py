@@ -72,7 +72,7 @@ def test_the_parts_of_a_cell_add_up_to_its_total(normal):
     assert breakdown["data"] > 0 and breakdown["validation"] > 0 and breakdown["train_steps"] > 0
     assert breakdown["checkpoints"] == 0  # none configured
     # the training steps are the step times the run logged, one per step (log_every_n_steps: 1)
-    step_times = scalars(run_dir, "perf/step_time_ms")
+    step_times = scalars(run_dir, "4_perf/step_time_ms")
     assert len(step_times) == 4 and breakdown["train_steps"] == pytest.approx(sum(step_times) / 1e3, abs=0.011)
     # the total holds the training time the result has always recorded (from the start of training on)
     assert breakdown["total"] >= result.wall_time_s - 0.01
@@ -171,7 +171,7 @@ def test_a_resumed_cell_counts_the_resuming_process_only(tmp_path):
     assert result.resumed_from_step == 2 and breakdown["resumed"] is True
     assert_adds_up(breakdown, CELL_PARTS)
     # TensorBoard drops the interrupted process's points from step 2 on: the last two are the resumed process's
-    resumed_steps = scalars(tmp_path / "tb/lm/cell", "perf/step_time_ms")[-2:]
+    resumed_steps = scalars(tmp_path / "tb/lm/cell", "4_perf/step_time_ms")[-2:]
     assert breakdown["train_steps"] == pytest.approx(sum(resumed_steps) / 1e3, abs=0.011)
 
 

@@ -73,8 +73,8 @@ def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tm
         torch.tensor(ddp["curve"]["points"]), torch.tensor(single["curve"]["points"]), rtol=1e-4, atol=1e-5
     )
     torch.testing.assert_close(
-        torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "train/loss")),
-        torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "train/loss")),
+        torch.tensor(scalars(tmp_path / "ddp/tb/run/seed0", "2_train/loss")),
+        torch.tensor(scalars(tmp_path / "single/tb/run/seed0", "2_train/loss")),
         rtol=1e-4,
         atol=1e-5,
     )
@@ -84,7 +84,7 @@ def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tm
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "result.json"]
     writers = {p.name.split(".")[-2] for p in (tmp_path / "ddp/tb/run/seed0").glob("events.out.tfevents.*")}
     assert len(writers) == 1  # the pid in the file name
-    assert len(scalars(tmp_path / "ddp/tb/run/seed0", "val/loss")) == 2  # no duplicate points
+    assert len(scalars(tmp_path / "ddp/tb/run/seed0", "1_val/loss")) == 2  # no duplicate points
 
 
 class FakeTrainer:

@@ -233,13 +233,15 @@ def interrupt_then_resume(tmp_path: Path, config: dict, after_step: int) -> Cell
     return train_cell(tmp_path, config, "resumed")
 
 
-def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("train/", "val/", "lr/")) -> dict[str, list]:
+def tensorboard_curves(run_dir: Path, prefixes: tuple[str, ...] = ("2_train/", "1_val/", "3_lr/")) -> dict[str, list]:
     events = tensorboard_events(run_dir)
-    return {
+    curves = {
         tag: [(e.step, e.value) for e in events.Scalars(tag)]
         for tag in events.Tags()["scalars"]
         if tag.startswith(prefixes)
     }
+    assert curves, f"no curves tagged {prefixes} in {run_dir}"  # two runs without any would compare equal
+    return curves
 
 
 def test_a_resumed_lm_with_dropout_equals_an_uninterrupted_run(tmp_path):

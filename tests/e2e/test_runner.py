@@ -102,17 +102,17 @@ def test_tiny_matrix_end_to_end(tmp_path):
         run_dir = matrix_dir / "tb" / "lm" / variant.split("=")[1] / "seed0"
         events = tensorboard_events(run_dir)
         tags = set(events.Tags()["scalars"])
-        assert {"train/lm/loss", "val/lm/perplexity", "val/lm/agreement_acc", "lr/lm/decay"} <= tags, tags
-        assert [e.step for e in events.Scalars("val/lm/loss")] == [2, 4]
-        assert len(events.Scalars("train/lm/loss")) == 4
+        assert {"2_train/lm/loss", "1_val/lm/perplexity", "1_val/lm/agreement_acc", "3_lr/lm/decay"} <= tags, tags
+        assert [e.step for e in events.Scalars("1_val/lm/loss")] == [2, 4]
+        assert len(events.Scalars("2_train/lm/loss")) == 4
         result = json.loads((matrix_dir / "cells" / "lm" / variant / "seed0" / "result.json").read_text())
         assert result["status"] == "ok" and result["steps"] == 4
         perf = result["performance"]
         peaks.append((perf["peak_tflops"], perf["peak_source"], perf["peak_probe"]["measured_now"]))
         # the final metric in the result is the last validation point in TensorBoard
-        assert result["metrics"]["loss"] == pytest.approx(events.Scalars("val/lm/loss")[-1].value, rel=1e-6)
+        assert result["metrics"]["loss"] == pytest.approx(events.Scalars("1_val/lm/loss")[-1].value, rel=1e-6)
         # the HParams dashboard row of the cell: its varied key, its status and its final metrics
-        assert events.Scalars("final/val/loss")[-1].value == pytest.approx(result["metrics"]["loss"], rel=1e-6)
+        assert events.Scalars("z_final/val/loss")[-1].value == pytest.approx(result["metrics"]["loss"], rel=1e-6)
         session = hparams_session(run_dir)
         assert session.hparams["model.norm_placement"].string_value == variant.split("=")[1]
         assert session.hparams["status"].string_value == "ok"

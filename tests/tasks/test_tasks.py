@@ -222,7 +222,7 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_pat
     assert sum(shape[0] for shape in spy.row_shapes) == n_rows  # every row of the stream, once
 
     expected = mean_next_token_loss(spy.module.model, stream, eval_len).item()
-    logged = {name: scalars(tmp_path / "tb" / pos / "0", f"val/{name}")[-1] for name in ("loss", "perplexity")}
+    logged = {name: scalars(tmp_path / "tb" / pos / "0", f"1_val/{name}")[-1] for name in ("loss", "perplexity")}
     for metrics in (result["metrics"], result["history"][-1]["metrics"], logged):
         assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
         assert metrics["perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
