@@ -4,7 +4,9 @@ first the loss-curve points' panel (the validation loss on a fixed sample, every
 Each line is the mean over the variant's finished seeds at every validation step, with a shaded
 band from the lowest to the highest seed. Seeds that diverged are drawn as thin dotted lines that
 end with a × where training stopped. The task's trivial baseline is a dashed grey line.
-Figures are drawn with matplotlib's Agg canvas (no display) and written atomically.
+Figures are drawn with matplotlib's Agg canvas (no display) and written atomically, without a
+software version in the PNG, so that unchanged results redraw the same bytes. The verdict picture
+(a forest plot of every question) is ``forest``'s.
 """
 
 from __future__ import annotations
@@ -130,7 +132,13 @@ def plot_task(
     return True
 
 
+#: the PNG's metadata: none (matplotlib would name its version), so a redrawn figure differs only where it does
+PNG_METADATA = {"Software": None}
+
+
 def save_atomic(figure: Figure, path: Path) -> None:
-    """Save as PNG to a temporary file next to ``path``, then rename it into place."""
+    """Save as PNG to a temporary file next to ``path``, then rename it into place. The file carries no
+    software version (nor a time: matplotlib writes none to a PNG), so redrawing unchanged results leaves
+    the committed file unchanged."""
     with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=110)
+        figure.savefig(tmp, format="png", dpi=110, metadata=PNG_METADATA)

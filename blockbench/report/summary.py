@@ -1,4 +1,5 @@
-"""Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv`` and ``plots/<task>.png``.
+"""Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv``, ``plots/<task>.png`` and the
+verdict picture ``plots/verdicts.png`` (``forest``).
 
 At the top, the verdicts: one question per task x variant (x level of the matrix's ``within:`` axes
 and budget), the task's headline metric against the baseline variant, answered better, worse,
@@ -29,6 +30,7 @@ from ..layout import MATRIX_FILE, SUMMARY_CSV, SUMMARY_MD, write_atomic
 from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
+from .forest import draw_matrix_picture
 from .results import Group, MatrixSettings, code_versions, gives_verdicts, machines, tuning_records
 from .section import comparisons, section_csv_rows, section_markdown
 from .table import fmt
@@ -41,7 +43,8 @@ __all__ = ["write_report"]
 
 
 def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None = None) -> str:
-    """Write ``summary.md``, ``summary.csv`` and the plots for ``matrix_dir``; return the markdown.
+    """Write ``summary.md``, ``summary.csv`` and the plots (the verdict picture at the end of the verdicts)
+    for ``matrix_dir``; return the markdown.
 
     ``before_header`` is called once the task sections and plots are done, before ``matrix_run.json``
     is read for the header and the wall-time section: the matrix runner records the report's own time
@@ -58,14 +61,16 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
 
+    found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
+    demonstration = not gives_verdicts(matrix_dir / MATRIX_FILE)
+    picture = draw_matrix_picture(matrix_dir, found, demonstration=demonstration)  # plots/verdicts.png
+
     if before_header is not None:
         before_header()
     run = read_matrix_run(matrix_dir)
     lines += _wall_time_section(run, groups)
-    found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
-    demonstration = not gives_verdicts(matrix_dir / MATRIX_FILE)
     markdown = "\n".join(
-        _header(matrix_dir, settings, groups, run) + verdict_lines(found, demonstration=demonstration) + lines
+        _header(matrix_dir, settings, groups, run) + verdict_lines(found, demonstration=demonstration) + picture + lines
     )
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))

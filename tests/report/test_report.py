@@ -644,7 +644,8 @@ def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):
         "| norm_placement=pre | +0.200 (no interval) **undecided** "
         "| +0.000 (no interval: the same difference in every seed pair) |"
     ) in summary
-    assert not (tmp_path / "plots").exists()
+    # no history: no curves; the one picture is the verdicts' (tests/report/test_forest.py)
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["verdicts.png"]
 
 
 # issue 12: statistics that do not flatter ---------------------------------------------------------
