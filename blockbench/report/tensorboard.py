@@ -307,12 +307,12 @@ def run_events(cell: RecordedCell, run: str, views: list[Summary], start: float)
 
 def elapsed_at(record: CellRecord) -> Callable[[float], float]:
     """The seconds since training began at a step, interpolated (numpy's ``interp``) between the
-    record's known times: step 0 at 0 s, each validation's ``time_s`` and the run's ``wall_time_s``
-    at its last step; held at the last known time after it."""
+    record's known times: step 0 at 0 s, each validation's ``time_s`` and, unless a validation is
+    there, the run's ``wall_time_s`` at its last step; held at the last known time after it."""
     known = {0: 0.0}
     known |= {point.step: point.time_s for point in record.history if point.time_s is not None}
     if record.steps is not None and record.wall_time_s is not None:
-        known[record.steps] = record.wall_time_s
+        known.setdefault(record.steps, record.wall_time_s)  # a validation at the last step keeps its time
     steps = sorted(known)
     times = [known[step] for step in steps]
 
