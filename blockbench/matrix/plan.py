@@ -4,27 +4,31 @@ it and updates the ETA as cells finish.
 
 Where the time estimate of a cell comes from, best first:
 
-1. ``measured``: cells of the same task and variant that ran on this machine: in this run (the
-   whole process, start-up and validation included), else earlier results in the matrix folder
-   (their ``wall_time_s``: training and validation, not the process start-up);
-2. ``scaled``: (``--dry-run`` only) a variant none of whose cells ran, of a task of which others
-   did: its timed training step times the measured-to-timed ratio of those others, so a variant
-   three times as slow (additive attention) is estimated three times as slow, with the same
-   share of validation and start-up;
-3. ``timed``: a few forward and backward passes of the cell's model on one training batch, timed
-   here (``--dry-run`` only): training steps alone, validation and start-up come on top;
-4. ``running``: (the runner's ETA under ``--jobs``) a variant none of whose cells has finished but
-   some are training: the pace their progress lines print in their train.log since this run began
-   (training and validation, not start-up), so a slow variant's first cells are not given their
-   task's pace;
-5. ``other variants``: the step time of the other variants of the cell's task, a rough guess that
-   lets the runner give an ETA before a cell of each variant has finished;
+1. ``measured``: cells of the same task and variant that ran on this machine: in this run (their whole
+   process, start to exit, as the runner saw it), else earlier results in the matrix folder (their
+   record's ``wall_time_breakdown`` total: the cell's process, start-up to the result);
+2. ``scaled``: (the runner's ETA) a variant none of whose cells finished, timed in parts before the
+   cells (3.), times the measured-to-timed ratio of the cells that finished (its task's, else all):
+   what the timing missed, such as a machine busier than when it was timed;
+3. ``timed``: a variant with no measured cell, its cell timed in parts before the run (the dry run, and
+   the runner for its ETA; ``blockbench.matrix.timing``): a short fit in a process started as the
+   cell's, beside as many as ``--jobs`` runs at once, scaled to the cell's steps, validations, loss-curve
+   points and checkpoints, plus its process start, build and Lightning's set-up;
+4. ``running``: (the runner's ETA, a variant whose timing failed) the pace that its training cells
+   print in their train.log since this run began (training and validation, not start-up);
+5. ``other variants``: the step time of the other variants of the cell's task, a rough guess;
 6. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
 7. unknown: no estimate (a cell whose data or model cannot be built here).
+
+A matrix run's time is more than its cells': the process's start-up and planning, the cell server's
+imports and the timing before the first cell, the report after the last (:func:`report_seconds`). The
+dry run measures the first ones by doing them; the cells run ``--jobs`` at a time, phase after phase
+(tuning, then the reported cells), as the runner's queue hands them out (:func:`makespan`).
 """
 
 from __future__ import annotations
 
+import heapq
 import shutil
 import statistics
 import threading
@@ -37,9 +41,12 @@ from ..config import RunConfig
 from ..layout import CELL_FILE, CELLS_DIR, CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG, TUNE_DIR
 from ..lifeline import LOCK_FILE
 from ..progress import format_duration, pace_of_lines
-from ..record import CellRecord, read_record
+from ..record import CellRecord, read_matrix_run, read_record
 from .expand import Cell
+from .jobs import forks
+from .launch import start_server
 from .say import say
+from .timing import CellTiming, cell_timer
 from .tuning import TUNE
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
@@ -200,52 +207,106 @@ def reuse_earlier(
 
 # --- time ------------------------------------------------------------------------------------------
 
+#: seconds of a matrix run after its last cell where no earlier run under the results root measured its
+#: report: the report (summary.md, plots), the index of every matrix and the process's exit, as measured
+#: on the smoke matrix on a 2-core AMD EPYC (benchmarks/estimate_accuracy.py)
+REPORT_SECONDS = 7.0
+#: seconds after the report that ``matrix_run.json`` does not record: the index of every matrix, the exit
+AFTER_REPORT_SECONDS = 3.0
+
+Key = tuple[str, str]
+#: times the cells of some (task, variant)s: their timings, and why the others could not be timed
+Timer = Callable[[dict[Key, RunConfig]], tuple[dict[Key, CellTiming], dict[Key, str]]]
+
+
+def key_of(cell: Cell) -> Key:
+    return cell.task, cell.variant
+
+
+def report_seconds(results_root: Path) -> float:
+    """Seconds from a matrix run's last cell to its exit: the median report of the earlier runs under
+    ``results_root`` (``matrix_run.json``) plus :data:`AFTER_REPORT_SECONDS`, else :data:`REPORT_SECONDS`."""
+    reports = []
+    for matrix_dir in sorted(results_root.glob("*/")) if results_root.is_dir() else []:
+        try:
+            run = read_matrix_run(matrix_dir)
+        except (OSError, ValueError):  # a run file this code cannot read: the default serves
+            continue
+        report = ((run.wall_time_breakdown or {}) if run else {}).get("report")
+        if isinstance(report, (int, float)) and report > 0:
+            reports.append(float(report))
+    return statistics.median(reports) + AFTER_REPORT_SECONDS if reports else REPORT_SECONDS
+
 
 @dataclass
 class TimeEstimator:
-    """Seconds per optimizer step of each (task, variant), from cells that ran (see the module
-    docstring); a cell's estimate is its steps to train times the best-matching figure."""
+    """A cell's seconds, start-up to exit, from the best source of the module docstring, and the matrix
+    run's own seconds before its first cell and after its last (see :func:`describe_total`)."""
 
-    measured: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    timed: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: seconds per step of whole cells of each (task, variant): this run's processes, earlier records
+    measured: dict[Key, list[float]] = field(default_factory=dict)
+    #: each (task, variant)'s cell timed in parts (``blockbench.matrix.timing``)
+    timings: dict[Key, CellTiming] = field(default_factory=dict)
+    #: measured over timed seconds of this run's cells that have a timing
+    ratios: dict[Key, list[float]] = field(default_factory=dict)
     #: the folders of each (task, variant)'s cells, where a training cell's train.log tells its pace
-    directories: dict[tuple[str, str], list[Path]] = field(default_factory=dict)
+    directories: dict[Key, list[Path]] = field(default_factory=dict)
     #: when the run began: a train.log older than that is another run's (``--jobs 1`` writes none)
     started: float = field(default_factory=time.time)
+    #: seconds of the run before its first cell (the dry run's: start-up, planning, cell server, timing)
+    before: float = 0.0
+    #: seconds of the run after its last cell (see :func:`report_seconds`)
+    after: float = REPORT_SECONDS
 
-    def add(self, cell: Cell, seconds: float, steps: int) -> None:
-        """A cell of this run took ``seconds`` for ``steps`` optimizer steps."""
-        if steps > 0 and seconds > 0:
-            self.measured.setdefault((cell.task, cell.variant), []).append(seconds / steps)
+    def add(self, cell: Cell, seconds: float, steps: int, from_step: int = 0) -> None:
+        """A cell took ``seconds`` for ``steps`` optimizer steps from ``from_step``; with a timing of its
+        variant, its measured-to-timed ratio is kept for the variants not measured yet."""
+        if steps <= 0 or seconds <= 0:
+            return
+        key = key_of(cell)
+        self.measured.setdefault(key, []).append(seconds / steps)
+        timing = self.timings.get(key)
+        timed = timing.seconds(cell.run.trainer, from_step) if timing else 0.0
+        if timed > 0:
+            self.ratios.setdefault(key, []).append(seconds / timed)
 
     def add_results(self, cells: Iterable[Cell], matrix_dir: Path) -> None:
-        """Earlier results in the matrix folder, whatever code made them: step times change little."""
+        """Earlier results in the matrix folder, whatever code made them (step times change little), and
+        the earlier runs' report times under the results root."""
         for cell in cells:
             directory = cell.directory(matrix_dir)
-            self.directories.setdefault((cell.task, cell.variant), []).append(directory)
+            self.directories.setdefault(key_of(cell), []).append(directory)
             record = earlier_timing(directory)
             if record:
                 self.add(cell, *record)
+        self.after = report_seconds(matrix_dir.parent)
 
-    def per_step(self, cell: Cell, *, guess: bool = True) -> tuple[float, str] | None:
-        """(seconds per step, source) for ``cell``, or None; ``guess``: fall back on the pace of other
-        variants and tasks (those that were not timed, for the runner's ETA)."""
-        key = (cell.task, cell.variant)
-        same_variant = self.measured.get(key)
-        if same_variant:
-            return statistics.median(same_variant), "measured"
-        if key in self.timed:
-            # measured over timed of the task's other variants: the share of validation and start-up
-            ratios = [
-                statistics.median(values) / self.timed[other]
-                for other, values in self.measured.items()
-                if other[0] == cell.task and self.timed.get(other)
-            ]
-            if ratios:
-                return self.timed[key] * statistics.median(ratios), "scaled"
-            return self.timed[key], "timed"
-        if not guess:
-            return None
+    def estimate(self, plan: CellPlan, *, guess: bool = True) -> tuple[float, str] | None:
+        """(seconds, source) of ``plan``'s cell trained from its resume step, trained or not yet known to
+        train (IF_NEEDED), or None; ``guess``: fall back on paces (see :meth:`pace`)."""
+        cell, key = plan.cell, key_of(plan.cell)
+        steps = cell.run.trainer.max_steps - plan.resume_step
+        if self.measured.get(key):
+            return statistics.median(self.measured[key]) * steps, "measured"
+        timing = self.timings.get(key)
+        if timing is not None:
+            seconds = timing.seconds(cell.run.trainer, plan.resume_step)
+            ratio = self.ratio(cell.task)
+            return (seconds * ratio, "scaled") if ratio is not None else (seconds, "timed")
+        pace = self.pace(cell) if guess else None
+        return (pace[0] * steps, pace[1]) if pace else None
+
+    def ratio(self, task: str) -> float | None:
+        """The median measured-to-timed ratio of this run's cells of ``task``, else of all its cells:
+        what the timings missed (another load on the machine, a part they scale wrongly)."""
+        same = [r for (other, _), values in self.ratios.items() if other == task for r in values]
+        ratios = same or [r for values in self.ratios.values() for r in values]
+        return statistics.median(ratios) if ratios else None
+
+    def pace(self, cell: Cell) -> tuple[float, str] | None:
+        """(seconds per step, source) where the cell's variant was neither measured nor timed (a timing
+        that failed): the pace its training cells print, else other variants', else other tasks'."""
+        key = key_of(cell)
         running = [
             pace
             for directory in self.directories.get(key, [])
@@ -261,37 +322,24 @@ class TimeEstimator:
         return None
 
     def seconds(self, plan: CellPlan) -> float | None:
+        """Seconds of ``plan``'s cell (0 for one that does not train), or None where nothing is known."""
         if not plan.trains:
             return 0.0
-        per_step = self.per_step(plan.cell)
-        return per_step[0] * plan.steps_to_train if per_step else None
+        estimate = self.estimate(plan)
+        return estimate[0] if estimate else None
 
-    def time_steps(self, plans: Iterable[CellPlan], timer: Callable[[RunConfig], float]) -> list[str]:
-        """Time with ``timer`` each (task, variant) to train that has no measured figure, and one
-        measured variant of each such task (the reference that scales the timings to whole cells);
-        return the problems of those that could not be timed."""
-        plans = list(plans)
-        to_time = {
-            (plan.cell.task, plan.cell.variant): plan.cell
-            for plan in plans
-            if plan.trains and self.per_step(plan.cell, guess=False) is None
-        }
-        tasks = {task for task, _ in to_time}
-        for plan in plans:  # the reference: the first measured variant of the task, done or not
-            key = (plan.cell.task, plan.cell.variant)
-            if plan.cell.task in tasks and key in self.measured:
-                tasks.discard(plan.cell.task)
-                if key not in self.timed:
-                    to_time[key] = plan.cell
-        problems = []
-        for key, cell in to_time.items():  # none timed yet: per_step would have found its figure
-            try:
-                self.timed[key] = timer(cell.run)
-            except Exception as error:  # e.g. a data set that is not on this machine
-                self.timed[key] = None  # type: ignore[assignment]  # tried once
-                problems.append(f"{cell.task}/{cell.variant}: not timed ({type(error).__name__}: {error})")
-        self.timed = {key: value for key, value in self.timed.items() if value is not None}
-        return problems
+    def time(self, plans: Iterable[CellPlan], timer: Timer) -> list[str]:
+        """Time with ``timer`` each (task, variant) of ``plans`` that trains, or may (IF_NEEDED), and has no
+        measured figure nor timing; return the problems of those that could not be timed."""
+        runs: dict[Key, RunConfig] = {}
+        for plan in plans:
+            if (plan.trains or plan.status == IF_NEEDED) and self.estimate(plan, guess=False) is None:
+                runs.setdefault(key_of(plan.cell), plan.cell.run)
+        if not runs:
+            return []
+        timings, problems = timer(runs)
+        self.timings.update(timings)
+        return [f"{task}/{variant}: not timed ({why})" for (task, variant), why in problems.items()]
 
 
 def running_pace(cell_dir: Path, *, since: float = 0.0) -> float | None:
@@ -306,52 +354,51 @@ def running_pace(cell_dir: Path, *, since: float = 0.0) -> float | None:
         return None
 
 
-def earlier_timing(cell_dir: Path) -> tuple[float, int] | None:
-    """(wall_time_s, steps) of a finished earlier result in ``cell_dir``, if there is one."""
+def earlier_timing(cell_dir: Path) -> tuple[float, int, int] | None:
+    """(seconds, steps trained, the step it started from) of a finished earlier result in ``cell_dir``,
+    if there is one: its whole process (``wall_time_breakdown`` total), else its ``wall_time_s``."""
     result = earlier_record(cell_dir)
-    if not result or not result.finished or not result.wall_time_s or not result.steps:
+    if not result or not result.finished or not result.steps:
         return None
-    return float(result.wall_time_s), int(result.steps)
+    seconds = (result.wall_time_breakdown or {}).get("total") or result.wall_time_s
+    from_step = result.resumed_from_step or 0
+    if not seconds or result.steps <= from_step:
+        return None
+    return float(seconds), int(result.steps) - from_step, from_step
 
 
-def time_training_step(run: RunConfig, *, repeats: int = 3) -> float:
-    """Seconds of one optimizer step of ``run``'s model on one of its training batches: the fastest of
-    ``repeats`` forward and backward passes after a warm-up (the least disturbed by other processes), times the
-    accumulation steps (the optimizer update itself is a small share and left out). Builds the task's data as a cell
-    does."""
-    import torch
+def makespan(durations: Iterable[float], jobs: int, busy: Iterable[float] = ()) -> float:
+    """Seconds until all of ``durations`` have run, in order, on ``jobs`` slots that each take the next
+    as they free (the runner's queue), the slots first busy for ``busy`` seconds (cells running). The
+    runner's own rule simulated with a heap (a few lines): not an optimal schedule, so no solver."""
+    slots = list(busy)[:jobs]
+    slots += [0.0] * (max(1, jobs) - len(slots))
+    heapq.heapify(slots)
+    for seconds in durations:
+        heapq.heapreplace(slots, slots[0] + seconds)
+    return max(slots)
 
-    trainer = run.trainer
-    previous_threads = torch.get_num_threads()
-    if trainer.num_threads:
-        torch.set_num_threads(trainer.num_threads)
-    try:
-        torch.manual_seed(run.seed)  # the model and the batch a cell starts with
-        module, datamodule = run.task.build(
-            run.resolved_model(),
-            run.optimizer,
-            max_steps=trainer.max_steps,
-            batch_size=trainer.per_device_batch_size(1),
-        )
-        datamodule.prepare_data()
-        datamodule.setup("fit")
-        batch = next(iter(datamodule.train_dataloader()))
-        module.train()
-        times = []
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            module.training_loss(batch).backward()
-            times.append(time.perf_counter() - start)
-            module.zero_grad(set_to_none=True)
-        return min(times[1:]) * trainer.accumulate_grad_batches
-    finally:
-        torch.set_num_threads(previous_threads)
+
+def phase_of(plan: CellPlan) -> int:
+    """The order of the plan's phase: the tuning cells train before the reported ones, whose first
+    cell waits for the last tuning cell."""
+    return 0 if plan.cell.phase == TUNE else 1
+
+
+def cells_seconds(plans: Sequence[CellPlan], seconds: Sequence[float], jobs: int) -> float:
+    """Seconds of the cells of ``plans`` (each ``seconds``) on ``jobs`` slots, phase after phase."""
+    phases: dict[int, list[float]] = {}
+    for plan, value in zip(plans, seconds, strict=True):
+        phases.setdefault(phase_of(plan), []).append(value)
+    return sum(makespan(values, jobs) for _, values in sorted(phases.items()))
 
 
 def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 1) -> str:
-    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure comes from;
-    in a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
-    tuning)``)."""
+    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure goes and comes
+    from; in a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
+    tuning)``) and the cells a later rung or round may add (``up to +1:10:00``). The cells run ``jobs``
+    at a time, phase after phase (:func:`makespan`); the run's own seconds before and after them are the
+    estimator's."""
     training = [plan for plan in plans if plan.trains]
     counts = f"{len(training)} to train"
     kinds = {
@@ -369,28 +416,33 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
     maybe = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED]
     if maybe:
-        more = [seconds for plan in maybe if (seconds := estimator.seconds(plan)) is not None]
-        counts += f"; up to {len(maybe)} more if needed (later tuning rungs, seeds for undecided verdicts)" + (
-            f", up to +{format_duration(sum(more) / jobs)}" if more else ""
-        )
+        more = [(plan, seconds) for plan in maybe if (seconds := estimator.seconds(plan)) is not None]
+        counts += f"; up to {len(maybe)} more if needed (later tuning rungs, seeds for undecided verdicts)"
+        if more:
+            extra = cells_seconds([plan for plan, _ in more], [seconds for _, seconds in more], jobs)
+            counts += f", up to +{format_duration(extra)}"
     if not training:
         return counts
-    estimates = [estimator.seconds(plan) for plan in training]
-    known = [seconds for seconds in estimates if seconds is not None]
+    estimates = [estimator.estimate(plan) for plan in training]
+    known = [(plan, estimate) for plan, estimate in zip(training, estimates, strict=True) if estimate is not None]
     if not known:
         return f"{counts}; no time estimate (nothing measured or timed here yet)"
-    sources = {estimator.per_step(plan.cell)[1] for plan in training if estimator.per_step(plan.cell)}
+    cells = cells_seconds([plan for plan, _ in known], [estimate[0] for _, estimate in known], jobs)
     how = {
-        "measured": "step times of cells that ran here",
-        "scaled": "timed training steps, scaled by the measured-to-timed ratio of the task's variants that ran here",
-        "timed": "timed training steps, validation and start-up not included",
+        "measured": "cells that ran here, start-up to exit",
+        "scaled": "cells timed here in parts, scaled by the measured-to-timed ratio of the cells that ran",
+        "timed": "cells timed here in parts: start-up, build, steps, validations, loss curve, checkpoints",
         "running": "the pace that the training cells of variants none of whose cells finished print",
         "other variants": "other variants' step times for variants none of whose cells ran yet",
         "other tasks": "other tasks' step times for tasks none of whose cells ran yet",
     }
-    total = sum(known) / jobs
+    sources = sorted({estimate[1] for _, estimate in known})
+    total = estimator.before + cells + estimator.after
     text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
-    text += f" (from {'; '.join(how[source] for source in sorted(sources))})"
+    spent = [f"cells {format_duration(cells)}" + (f", {jobs} at a time" if jobs > 1 else "")]
+    spent += [f"before them {format_duration(estimator.before)}"] if estimator.before else []
+    spent += [f"report and exit {format_duration(estimator.after)}"] if estimator.after else []
+    text += f" ({' + '.join(spent)}; from {'; '.join(how[source] for source in sources)})"
     if len(known) < len(estimates):
         text += f"; {len(estimates) - len(known)} cell(s) without an estimate"
     return text
@@ -398,9 +450,10 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
 
 class MatrixProgress:
     """The matrix's progress line: cells done of those to train, the time since the run started and
-    an ETA for the rest, from the step times of the cells done so far (their whole process: start-up,
-    training, validation), the same task and variant first (see :class:`TimeEstimator`).
-    Thread-safe: under ``--jobs`` cells start and finish in worker threads."""
+    an ETA for the rest: each cell's estimate (:class:`TimeEstimator`: the whole processes of the cells
+    done so far, the same task and variant first, else its timing), the cells run ``jobs`` at a time
+    phase after phase (:func:`makespan`), then the report. Thread-safe: under ``--jobs`` cells start
+    and finish in worker threads."""
 
     def __init__(self, plans: list[CellPlan], estimator: TimeEstimator, jobs: int):
         self.plans = {plan.n: plan for plan in plans}
@@ -433,23 +486,30 @@ class MatrixProgress:
         with self._lock:
             seconds = time.perf_counter() - self.started[n]
             self.finished.add(n)
-            trained = (result.steps or 0) - (result.resumed_from_step or 0)
-            self.estimator.add(self.plans[n].cell, seconds, trained)
+            from_step = result.resumed_from_step or 0
+            self.estimator.add(self.plans[n].cell, seconds, (result.steps or 0) - from_step, from_step)
         return seconds
 
     def eta(self) -> float | None:
-        """Seconds until every cell is done: the estimates of the cells not finished (less the time
-        the running ones have had), shared by the ``jobs`` slots; None while nothing is known."""
-        now, left = time.perf_counter(), 0.0
+        """Seconds until the run ends: the cells not finished (a running one: its estimate less the time
+        it has had) on the ``jobs`` slots, phase after phase, then the report; None while a cell has no
+        estimate."""
+        now = time.perf_counter()
+        phases: dict[int, tuple[list[float], list[float]]] = {}
         with self._lock:
-            for n, plan in self.plans.items():
+            for n, plan in sorted(self.plans.items()):
                 if n in self.finished:
                     continue
                 estimate = self.estimator.seconds(plan)
                 if estimate is None:
                     return None
-                left += max(0.0, estimate - (now - self.started[n])) if n in self.started else estimate
-        return left / min(self.jobs, max(1, len(self.plans) - len(self.finished)))
+                queued, busy = phases.setdefault(phase_of(plan), ([], []))
+                if n in self.started:
+                    busy.append(max(0.0, estimate - (now - self.started[n])))
+                else:
+                    queued.append(estimate)
+        cells = sum(makespan(queued, self.jobs, busy) for _, (queued, busy) in sorted(phases.items()))
+        return cells + self.estimator.after
 
     def describe(self) -> str:
         """``3/12 trained, 5:40 elapsed, ETA 17:00``."""
@@ -461,24 +521,47 @@ class MatrixProgress:
         )
 
 
+def time_before_the_cells(plans: Sequence[CellPlan], estimator: TimeEstimator, timer: Timer, jobs: int) -> float:
+    """``--dry-run``: what the run will do before its first cell, done here and timed: the cell server's
+    start (its imports), and the timing of the variants with nothing measured (the runner times them too,
+    for its ETA); return its seconds."""
+    start = time.perf_counter()
+    may_train = [plan for plan in plans if plan.trains or plan.status == IF_NEEDED]
+    if any(forks(plan.cell.run) for plan in may_train):
+        start_server()
+    untimed = {key_of(p.cell) for p in may_train if estimator.estimate(p, guess=False) is None}
+    if untimed:
+        say(
+            f"timing a cell of each of {len(untimed)} variant(s) with no earlier results here (a short fit: its "
+            f"build, steps, validations, a checkpoint{f'; {jobs} at a time' if jobs > 1 else ''})..."
+        )
+        for problem in estimator.time(plans, timer):
+            say(f"  {problem}")
+    return time.perf_counter() - start
+
+
 def print_plan(
-    name: str, matrix_dir: Path, plans: list[CellPlan], estimator: TimeEstimator, jobs: int, notes: Sequence[str] = ()
+    name: str,
+    matrix_dir: Path,
+    plans: list[CellPlan],
+    estimator: TimeEstimator,
+    jobs: int,
+    notes: Sequence[str] = (),
+    *,
+    started: float = 0.0,
+    timer: Timer | None = None,
 ) -> int:
     """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, ``notes``
-    (the tuned values already known), the total; the cells to train without a measured step time are
-    timed on one batch first. Writes nothing."""
+    (the tuned values already known), the total; the variants to train without a measured figure are
+    timed first (``timer``, default :func:`blockbench.matrix.timing.timer`: ``jobs`` at a time), after
+    the cell server is started, both as the run will do them. ``started``: the seconds this process has
+    run so far (its start-up and the planning, which the run repeats). Writes nothing."""
     tuning = sum(plan.cell.phase == TUNE for plan in plans)
     counted = (
         f"{len(plans)} cells ({tuning} tuning, {len(plans) - tuning} reported)" if tuning else f"{len(plans)} cells"
     )
     say(f"matrix {name}: {counted} -> {matrix_dir} (dry run: every cell validated, nothing trained)")
-    untimed = {
-        (p.cell.task, p.cell.variant) for p in plans if p.trains and estimator.per_step(p.cell, guess=False) is None
-    }
-    if untimed:
-        say(f"timing a training step of {len(untimed)} variant(s) with no earlier results here...")
-        for problem in estimator.time_steps(plans, time_training_step):
-            say(f"  {problem}")
+    estimator.before = started + time_before_the_cells(plans, estimator, timer or cell_timer(jobs), jobs)
     width = max(len(f"[{plan.n}/{len(plans)}] {plan.cell.key}") for plan in plans)
     for plan in plans:
         seconds = estimator.seconds(plan)

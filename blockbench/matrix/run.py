@@ -78,6 +78,7 @@ from .plan import (
 )
 from .rounds import Counts, first_round, merge_phases, next_round, pending_tuning, tuning_outcomes
 from .say import say
+from .timing import cell_timer
 from .tuning import REPORT, TUNE, Tuning, tuning_record
 
 
@@ -170,7 +171,8 @@ def run_matrix(
                 f"(looks at {list(matrix.seeds.sizes)})"
             )
         notes += [f"{key} is being trained by {by}: a run now would stop at once" for key, by in held.items()]
-        return print_plan(matrix.name, matrix_dir, plans, estimator, jobs, notes=notes)
+        started = clock.elapsed() if clock.startup is not None else 0.0  # start-up and planning, as the run's
+        return print_plan(matrix.name, matrix_dir, plans, estimator, jobs, notes=notes, started=started)
     if held:
         raise FolderHeld(held)
     clock.exit("planning")
@@ -193,12 +195,6 @@ def run_matrix(
             [cell.tb_run for cell in tuning + cells],
             renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells},
         )
-    counted = f"{len(tuning)} tuning cells, then {len(cells)} cells" if tuning else f"{len(cells)} cells"
-    say(
-        f"matrix {matrix.name}: {counted} -> {matrix_dir}"
-        + (f", {jobs} at a time" if jobs > 1 else "")
-        + f"; {describe_total(plans, estimator, jobs)}"
-    )
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     how = f" --launcher {launcher}" if launcher != "local" else f" --jobs {jobs}" if jobs > 1 else ""
     command = f"blockbench matrix {path}{how}{stale_flag}"
@@ -213,6 +209,15 @@ def run_matrix(
         if any(plan.trains and forks(plan.cell.run) for plan in plans):
             with clock.part("cell_server"):  # its imports, once, before the first cell forks from it
                 start_server()
+        with clock.part("planning"):  # the variants with nothing measured, timed as the dry run does, for the ETA
+            for problem in estimator.time(plans, cell_timer(jobs)):
+                say(problem)
+    counted = f"{len(tuning)} tuning cells, then {len(cells)} cells" if tuning else f"{len(cells)} cells"
+    say(
+        f"matrix {matrix.name}: {counted} -> {matrix_dir}"
+        + (f", {jobs} at a time" if jobs > 1 else "")
+        + f"; {describe_total(plans, estimator, jobs)}"
+    )
     free_slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
     for slot in slots:
         free_slots.put(slot)

@@ -8,15 +8,30 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import TINY_LM, write_matrix
 
 from blockbench.cli import main
+from blockbench.config import TrainerConfig
 from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
 from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.plan import MatrixProgress, TimeEstimator, plan_cells
+from blockbench.matrix.plan import (
+    AFTER_REPORT_SECONDS,
+    IF_NEEDED,
+    REPORT_SECONDS,
+    CellPlan,
+    MatrixProgress,
+    TimeEstimator,
+    cells_seconds,
+    describe_total,
+    makespan,
+    plan_cells,
+    report_seconds,
+)
+from blockbench.matrix.timing import CellTiming
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord
 
@@ -25,13 +40,32 @@ def _files(folder: Path) -> dict[str, float]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
+#: a fake timing of a tiny LM cell (4 steps, validated at 2 and 4, a loss-curve point at 0-4, no checkpoint
+#: at CPU's 50-step interval): 0.5 + 1.5 + 2.0 + 4 x 3.0 + 2 x 2.5 + 5 x 0.2 = 22 s
+TIMING = CellTiming(
+    process=0.5, build=1.5, fit=2.0, step=3.0, validation=2.5, curve=0.2, checkpoint=0.7, checkpoint_every=50
+)
+
+
+def fake_timer(timed: list, timing: CellTiming = TIMING):
+    """A stand-in for ``blockbench.matrix.timing.cell_timer`` (timings vary here): every run gets ``timing``
+    and is listed in ``timed``."""
+
+    def timer(jobs: int):
+        def time_them(runs):
+            timed.extend(runs)
+            return {key: timing for key in runs}, {}
+
+        return time_them
+
+    return timer
+
+
 def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
-    # a training step timed on one batch: post-norm's twice pre-norm's (a stand-in: timings vary here)
-    timed = []
-    monkeypatch.setattr(
-        "blockbench.matrix.plan.time_training_step",
-        lambda run: timed.append(run.model.norm_placement) or {"pre": 1.0, "post": 2.0}[run.model.norm_placement],
-    )
+    timed: list = []
+    monkeypatch.setattr("blockbench.matrix.plan.cell_timer", fake_timer(timed))
+    monkeypatch.setattr("blockbench.matrix.plan.start_server", lambda: None)
+    monkeypatch.setattr("blockbench.walltime.process_age", lambda: 3.0)  # the CLI's start-up: 3 s
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
@@ -73,35 +107,44 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
         m.group(1): (m.group(2), m.group(3))
         for m in re.finditer(r"^\[\d/6\] (\S+)\s+(done|stale|resumable|failed before|to run)\s+(~[\d:?]+)?", out, re.M)
     }
-    # the estimate of each cell to train: its steps times the median step time of its variant (pre: 2.5
-    # and 3.5 -> 3.0 s); post, none of whose cells finished, is timed with pre as the reference: 2.0 s
-    # timed times pre's 3.0 s measured over 1.0 s timed = 6.0 s a step, not pre's 3.0 s
+    # the estimate of each cell to train: pre, measured, its steps times the median step time of its
+    # variant (2.5 and 3.5 -> 3.0 s); post, none of whose cells finished, its timing: 22 s a cell
     assert rows == {
         "lm/norm_placement=pre/seed0": ("done", None),
         "lm/norm_placement=pre/seed1": ("stale", "~0:12"),
         "lm/norm_placement=pre/seed2": ("resumable", "~0:06"),
-        "lm/norm_placement=post/seed0": ("failed before", "~0:24"),
-        "lm/norm_placement=post/seed1": ("to run", "~0:24"),
-        "lm/norm_placement=post/seed2": ("to run", "~0:24"),
+        "lm/norm_placement=post/seed0": ("failed before", "~0:22"),
+        "lm/norm_placement=post/seed1": ("to run", "~0:22"),
+        "lm/norm_placement=post/seed2": ("to run", "~0:22"),
     }, out
     assert "resumes from step 2" in out and "code changed since its result" in out and "RuntimeError: boom" in out
-    assert "timing a training step of 1 variant(s)" in out and sorted(timed) == ["post", "pre"]
-    assert "5 to train (1 resume), 1 reused: about 1:30 on this machine" in out
-    assert "scaled by the measured-to-timed ratio" in out
+    assert "timing a cell of each of 1 variant(s)" in out and timed == [("lm", "norm_placement=post")]
+    # 12 + 6 + 3 x 22 = 84 s of cells one at a time, the 3 s start-up (and planning) before them, the
+    # report's 7 s after them
+    assert "5 to train (1 resume), 1 reused: about 1:34 on this machine (cells 1:24 + before them 0:03 + " in out, out
+    assert f"report and exit 0:{REPORT_SECONDS:02.0f}" in out and "cells timed here in parts" in out
 
-    # with two jobs the same cells share two slots
+    # with two jobs the same cells share two slots, in order as each frees: 12 | 6, then 22 after the 6
+    # (28), 22 after the 12 (34), 22 after the 28 (50); 3 s before, 7 after
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
-    assert "about 0:45 on this machine with --jobs 2" in capsys.readouterr().out
+    assert "about 1:00 on this machine with --jobs 2 (cells 0:50, 2 at a time" in capsys.readouterr().out
 
 
-def test_dry_run_of_a_new_matrix_times_a_training_step_of_each_variant(tmp_path, capsys):
+def test_dry_run_of_a_new_matrix_times_a_cell_of_each_variant(tmp_path, capsys):
+    """The timing itself, end to end: each variant's cell timed in a process of its own, forked from the
+    cell server as a cell is, the estimate a whole cell's; nothing written under the results."""
     base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]}, base=base)
-    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
     out = capsys.readouterr().out
-    assert "timing a training step of 2 variant(s)" in out
+    assert "timing a cell of each of 2 variant(s)" in out and "not timed" not in out, out
     assert len(re.findall(r"^\[\d/2\] lm/norm_placement=\w+/seed0\s+to run\s+~0:0\d", out, re.M)) == 2, out
-    assert "2 to train: about 0:0" in out and "timed training steps, validation and start-up not included" in out
+    assert re.search(
+        r"^2 to train: about \d+:\d\d on this machine with --jobs 2 \(cells 0:\d\d, 2 at a time \+ before them",
+        out,
+        re.M,
+    ), out
+    assert "cells timed here in parts: start-up, build, steps, validations, loss curve, checkpoints" in out
     assert not (tmp_path / "results").exists()
 
 
@@ -140,7 +183,8 @@ def trained(steps: int) -> CellRecord:
 
 def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     """After the first cell the runner has an ETA for the whole matrix: a task that has not run yet
-    is guessed at the pace of those that have (the smoke matrix printed no ETA until its last task)."""
+    (and could not be timed) is guessed at the pace of those that have (the smoke matrix printed no ETA
+    until its last task)."""
     from conftest import TINY_LM_TASK
 
     path = write_matrix(
@@ -148,22 +192,23 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     )
     _, cells = load_matrix(path)
     plans = plan_cells(cells, tmp_path / "results" / "m", code_fingerprint())
-    progress = MatrixProgress(plans, TimeEstimator(), jobs=1)
+    progress = MatrixProgress(plans, TimeEstimator(after=5.0), jobs=1)
     assert progress.eta() is None  # nothing measured
     first = plans[0]
     progress.start(first.n)
     progress.started[first.n] -= 8.0  # it took 8 s for its 4 steps: 2 s a step
     progress.finish(first.n, trained(4))
-    seconds, source = progress.estimator.per_step(cells[2])  # task b, not run yet
-    assert source == "other tasks" and seconds == pytest.approx(2.0, rel=1e-3)
-    assert progress.eta() == pytest.approx(3 * 8.0, rel=0.01)  # three cells of 4 steps left
-    assert "1/4 trained" in progress.describe() and ", ETA 0:24" in progress.describe()
+    seconds, source = progress.estimator.estimate(plans[2])  # task b, not run yet
+    assert source == "other tasks" and seconds == pytest.approx(8.0, rel=1e-3)
+    assert progress.eta() == pytest.approx(3 * 8.0 + 5.0, rel=0.01)  # three cells of 4 steps left, then the report
+    assert "1/4 trained" in progress.describe() and ", ETA 0:29" in progress.describe()
 
 
 def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_printed_pace(tmp_path):
     """attention_score's runner printed "ETA 13:51" with about 45 min to go: its additive cells were
     training at five times the dot-product pace, and the ETA gave them the dot-product cells' pace. A
-    variant none of whose cells finished but some are training gets the pace their train.log shows."""
+    variant none of whose cells finished (nor was timed) but some are training gets the pace their
+    train.log shows."""
     from blockbench.layout import TRAIN_LOG
 
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1]})
@@ -172,6 +217,7 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     plans = plan_cells(cells, matrix_dir, code_fingerprint())
     estimator = TimeEstimator()
     estimator.add_results(cells, matrix_dir)
+    estimator.after = 0.0
     progress = MatrixProgress(plans, estimator, jobs=2)
     pre, post = (
         [p for p in plans if p.cell.variant.endswith("pre")],
@@ -184,56 +230,115 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     log = post[0].cell.directory(matrix_dir) / TRAIN_LOG
     log.parent.mkdir(parents=True)
     log.write_text("step 1/4 (25%)  loss 3.9  0:12 elapsed, ETA 0:36\n")
-    assert estimator.per_step(post[1].cell) == (pytest.approx(2.0, rel=1e-3), "other variants")  # one line: no pace yet
+    assert estimator.pace(post[1].cell) == (pytest.approx(2.0, rel=1e-3), "other variants")  # one line: no pace yet
     log.write_text(log.read_text() + "step 2/4 (50%)  loss 3.1  val/perplexity 40.2  0:22 elapsed, ETA 0:22\n")
-    assert estimator.per_step(post[1].cell) == (pytest.approx(10.0), "running")  # (22 - 12) s / (2 - 1) steps
-    assert estimator.per_step(post[1].cell, guess=False) is None  # the dry run still times it
+    assert estimator.pace(post[1].cell) == (pytest.approx(10.0), "running")  # (22 - 12) s / (2 - 1) steps
+    assert estimator.estimate(post[1], guess=False) is None  # the dry run and the runner still time it
     log.write_bytes(log.read_bytes() + b"a warning in Latin-1: \xe9\n")  # not UTF-8: still read, no error
-    assert estimator.per_step(post[1].cell) == (pytest.approx(10.0), "running")
+    assert estimator.estimate(post[1]) == (pytest.approx(40.0), "running")
     os.utime(log, (estimator.started - 60, estimator.started - 60))  # another run's log (--jobs 1 writes none)
-    assert estimator.per_step(post[1].cell)[1] == "other variants"
+    assert estimator.pace(post[1].cell)[1] == "other variants"
     os.utime(log)
-    # left: pre's second cell (8 s), post's running cell (40 s less the ~0 s it has had), its second (40 s)
-    assert progress.eta() == pytest.approx((8 + 40 + 40) / 2, rel=0.01)
+    # left: post's running cell (40 s less the ~0 s it has had) in one slot; pre's second (8 s) and then
+    # post's second (40 s) in the other, in the order of the queue: 48 s
+    assert progress.eta() == pytest.approx(48.0, rel=0.01)
     progress.finish(post[0].n, trained(4))  # a finished cell's own time wins over any log
-    assert estimator.per_step(post[1].cell)[1] == "measured"
+    assert estimator.estimate(post[1])[1] == "measured"
 
 
-def test_a_variant_none_of_whose_cells_ran_is_scaled_by_its_timed_step_not_given_its_task_pace():
+def cell_like(task: str, variant: str, trainer: TrainerConfig, phase: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(task=task, variant=variant, run=SimpleNamespace(trainer=trainer), phase=phase)
+
+
+#: 10 steps validated at 5 and 10, no loss curve, no checkpoint
+TEN_STEPS = TrainerConfig(max_steps=10, val_every_n_steps=5, curve_every_n_steps=0, checkpoint_every_n_steps=None)
+#: 1 + 2 + 3 + 10 x 0.5 + 2 x 2 = 15 s a cell of TEN_STEPS
+TEN_STEP_TIMING = CellTiming(process=1.0, build=2.0, fit=3.0, step=0.5, validation=2.0, curve=9.0, checkpoint=9.0)
+
+
+def test_a_variant_none_of_whose_cells_ran_is_timed_in_parts_and_scaled_by_what_the_timings_missed():
     """attention_score's dry run gave additive attention the pace of the dot-product cells that had run
-    (2.5 min a cell), and its cells took 12: a variant's own timed step, scaled by the measured-to-timed
-    ratio of its task's variants that ran, is the estimate; the task's pace is only the runner's guess."""
-    from types import SimpleNamespace
-
+    (2.5 min a cell), and its cells took 12; the smoke matrix's dry run timed training steps alone and
+    said 0:22 for 2:04. A variant none of whose cells ran is timed as a whole cell (its parts scaled to
+    the cell's steps, validations, loss-curve points and checkpoints); once cells with a timing finish,
+    the others' timings are scaled by their measured-to-timed ratio (their task's first)."""
     dot, additive = (
-        SimpleNamespace(task="lm", variant="attention_score=dot"),
-        SimpleNamespace(task="lm", variant="attention_score=additive"),
+        cell_like("lm", "attention_score=dot", TEN_STEPS),
+        cell_like("lm", "attention_score=additive", TEN_STEPS),
     )
-    vit = SimpleNamespace(task="vit", variant="attention_score=dot")
+    vit = cell_like("vit", "attention_score=additive", TEN_STEPS)
+    named = {"dot": dot, "additive": additive, "vit": vit}
+    plan = {name: CellPlan(n, c, "to run") for n, (name, c) in enumerate(named.items(), 1)}
     estimator = TimeEstimator()
     estimator.add(dot, 30.0, 10)
     estimator.add(dot, 50.0, 10)  # 3 and 5 s a step: median 4
-    assert estimator.per_step(dot) == (4.0, "measured")
-    assert estimator.per_step(additive) == (4.0, "other variants")  # the runner's rough guess
-    assert estimator.per_step(additive, guess=False) is None  # so the dry run times it
-    assert estimator.per_step(vit) == (4.0, "other tasks")
+    assert estimator.estimate(plan["dot"]) == (40.0, "measured")
+    assert estimator.estimate(plan["additive"]) == (40.0, "other variants")  # a rough guess, where it cannot be timed
+    assert estimator.estimate(plan["additive"], guess=False) is None  # so it is timed
+    assert estimator.estimate(plan["vit"]) == (40.0, "other tasks")
 
-    timer_calls = []
+    timed = []
 
-    def timer(run):
-        timer_calls.append(run)
-        return {"dot": 1.0, "additive": 5.0}[run]
+    def timer(runs):
+        timed.extend(runs)
+        return {key: TEN_STEP_TIMING for key in runs if key[0] == "lm"}, {("vit", "attention_score=additive"): "boom"}
 
-    plans = [
-        SimpleNamespace(
-            cell=SimpleNamespace(task=c.task, variant=c.variant, run=c.variant.split("=")[1]), trains=trains
+    assert estimator.time(plan.values(), timer) == ["vit/attention_score=additive: not timed (boom)"]
+    assert timed == [("lm", "attention_score=additive"), ("vit", "attention_score=additive")]  # the measured one is not
+    assert estimator.estimate(plan["additive"]) == (15.0, "timed")
+    # an additive cell finishes in 30 s, twice its timing: the timings of its task, then of every task, double
+    estimator.add(additive, 30.0, 10)
+    assert estimator.ratio("lm") == 2.0 and estimator.ratio("vit") == 2.0
+    estimator.timings[("vit", "attention_score=additive")] = TEN_STEP_TIMING
+    assert estimator.estimate(plan["vit"]) == (30.0, "scaled")
+    resumed = CellPlan(4, vit, "resumable", resume_step=5)  # 1 + 2 + 3 + 5 x 0.5 + 1 x 2 = 10.5 s, twice
+    assert estimator.estimate(resumed) == (21.0, "scaled")
+
+
+def test_the_cells_run_jobs_at_a_time_as_the_queue_hands_them_out_phase_after_phase():
+    """The runner's queue: each slot takes the next cell as it frees, the tuning cells before the
+    reported ones (a phase's last cell holds up the next phase). Hand-computed schedules."""
+    assert makespan([3.0, 3.0, 3.0], jobs=2) == 6.0  # 3 | 3, then 3 after the first
+    assert makespan([5.0, 1.0, 1.0, 1.0], jobs=2) == 5.0  # the 1s follow each other beside the 5
+    assert makespan([1.0, 1.0, 1.0, 5.0], jobs=2) == 6.0  # 1 | 1, then 1 | 5 from 1 s: the 5 ends at 6
+    assert makespan([2.0, 2.0], jobs=2, busy=[4.0]) == 4.0  # one slot busy for 4 s: both 2s run in the other
+    assert makespan([], jobs=3, busy=[1.0, 2.5]) == 2.5
+    assert makespan([4.0, 6.0], jobs=1) == 10.0
+    tune = [cell_like("lm", "v", TEN_STEPS, phase="tune")] * 3
+    report = [cell_like("lm", "v", TEN_STEPS)]
+    plans = [CellPlan(n, c, "to run") for n, c in enumerate(tune + report, 1)]
+    # tuning: 10 | 10, then 10: 20 s; the reported cell after it: 30 s (40 / 2 = 20 without the wait)
+    assert cells_seconds(plans, [10.0] * 4, jobs=2) == 30.0
+
+
+def test_the_estimate_counts_the_run_before_and_after_its_cells_and_what_later_rounds_may_add(tmp_path):
+    """The dry run's total: the run's own seconds before its cells (start-up, cell server, timing) and
+    after them (the report), and apart, what the cells of later rungs and rounds would add."""
+    estimator = TimeEstimator(before=12.0, after=8.0)
+    estimator.timings[("lm", "v")] = TEN_STEP_TIMING  # 15 s a cell
+    tune = cell_like("lm", "v", TEN_STEPS, phase="tune")
+    report = cell_like("lm", "v", TEN_STEPS)
+    plans = [CellPlan(n, tune, "to run") for n in (1, 2, 3)] + [CellPlan(4, report, "after tuning")]
+    plans += [CellPlan(5, tune, IF_NEEDED, trains=False), CellPlan(6, report, IF_NEEDED, trains=False)]
+    plans += [CellPlan(7, report, IF_NEEDED, trains=False)]
+    text = describe_total(plans, estimator, jobs=2)
+    # tuning 15 | 15, then 15 (30 s), the reported cell (15 s): 45 s of cells, 12 before, 8 after: 65 s;
+    # later: one tuning cell (15 s), then two reported ones side by side (15 s): up to +30 s
+    assert text.startswith("4 to train (3 tuning, 1 after tuning); up to 3 more if needed"), text
+    assert (
+        ", up to +0:30: about 1:05 on this machine with --jobs 2 (cells 0:45, 2 at a time + before them 0:12 + " in text
+    )
+    assert "report and exit 0:08; from cells timed here in parts" in text
+
+
+def test_the_report_time_is_the_earlier_runs_under_the_results_root(tmp_path):
+    """A run's report (summary, plots), its index of every matrix and its exit: the median report of the
+    earlier runs under the results root, plus the rest, which no run file records; else the default."""
+    assert report_seconds(tmp_path) == REPORT_SECONDS
+    for name, report in (("a", 2.0), ("b", 6.0), ("c", 3.0)):
+        write_json(
+            tmp_path / name / "matrix_run.json",
+            {"command": "c", "wall_time_s": 9.0, "cells_trained": 1, "wall_time_breakdown": {"report": report}},
         )
-        for c, trains in ((dot, False), (additive, True))
-    ]
-    assert estimator.time_steps(plans, timer) == []
-    assert timer_calls == ["additive", "dot"]  # the new variant and its task's measured reference
-    assert estimator.per_step(additive) == (pytest.approx(20.0), "scaled")  # 5 s timed x (4 measured / 1 timed)
-    assert estimator.per_step(dot) == (4.0, "measured")
-
-    estimator.timed.pop(("lm", "attention_score=dot"))  # no reference timing (it failed): the bare timed step
-    assert estimator.per_step(additive) == (5.0, "timed")
+    (tmp_path / "d").mkdir()  # a matrix folder without a run file
+    assert report_seconds(tmp_path) == pytest.approx(3.0 + AFTER_REPORT_SECONDS)
