@@ -4,12 +4,14 @@ reads back, the path of a cell's folder, and the atomic writes they all use.
 ::
 
     results/README.md                 INDEX_FILE: the verdicts of every matrix of the results root (report.write_index)
+    results/verdicts.png              the book's verdict picture, at the top of README.md (report.forest)
     results/<matrix>/
         matrix.yaml                   MATRIX_FILE: the runner's copy of the matrix file (the report reads its settings)
         matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each
                                       cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
-        plots/<task>.png              PLOTS_DIR
+        plots/<task>.png              PLOTS_DIR: each task's validation curves
+        plots/verdicts.png            the matrix's verdict picture, shown in summary.md (report.forest)
         tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (tensorboard_run_names), written
                                       by the cell or rebuilt from its result.json (blockbench report --tensorboard)
         tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
