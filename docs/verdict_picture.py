@@ -18,8 +18,12 @@ SOURCE = Path("results") / "verdicts.png"
 #: where the site holds it
 SITE_PATH = "img/verdicts.png"
 CAPTION = (
-    "Every comparison of the book: each variant's difference from its baseline with its interval, the "
-    "equivalence margin as a band, coloured by verdict (drawn by `blockbench report`)."
+    "Every comparison of the book, a panel per model family: each variant's difference from its baseline "
+    "in margins of practical equivalence, (variant − baseline) / margin, flipped so that right is better; "
+    "linear within ±1 margin (the band), logarithmic beyond. Thin line: the (1 − α/K) interval; thick "
+    "line: the (1 − 2α/K) equivalence interval (K planned looks); colour: the verdict; hollow: decided by "
+    "a rank test. Drawn by `blockbench report --index results` as `results/verdicts.png`, at the top of "
+    "`results/README.md`; each matrix's own is `plots/verdicts.png` in its summary."
 )
 MISSING = (
     '!!! note "The verdict picture is not drawn yet"\n'
