@@ -108,7 +108,7 @@ def test_the_configuration_reference_shows_defaults_per_task(capsys):
 
 def test_the_margins_table_has_every_task_with_its_declared_margin():
     """The tasks page's table, read from the task classes, has a row per task with the margin it
-    declares (the LM's relative 1%, BLEU's one point, accuracy's half point) and its saturation."""
+    declares (the LM's relative 1%, BLEU's one point, accuracy's one point) and its saturation."""
     from blockbench.tasks import TASK_CONFIGS
 
     module = load_docs_module("gen_config_reference")
