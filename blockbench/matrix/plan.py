@@ -21,14 +21,14 @@ Where the time estimate of a cell comes from, best first:
 7. unknown: no estimate (a cell whose data or model cannot be built here).
 
 A matrix run's time is more than its cells': the process's start-up and planning, the cell server's
-imports and the timing before the first cell, the report after the last (:func:`report_seconds`). The
-dry run measures the first ones by doing them; the cells run ``--jobs`` at a time, phase after phase
-(tuning, then the reported cells), as the runner's queue hands them out (:func:`makespan`).
+imports and the timing before the first cell, the report after the last
+(:func:`blockbench.matrix.timing.report_seconds`). The dry run measures the first ones by doing them;
+the cells run ``--jobs`` at a time, phase after phase (tuning rung after rung, then the reported cells),
+as the runner's queue hands them out (:func:`blockbench.matrix.timing.makespan`).
 """
 
 from __future__ import annotations
 
-import heapq
 import shutil
 import statistics
 import threading
@@ -41,12 +41,12 @@ from ..config import RunConfig
 from ..layout import CELL_FILE, CELLS_DIR, CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG, TUNE_DIR
 from ..lifeline import LOCK_FILE
 from ..progress import format_duration, pace_of_lines
-from ..record import CellRecord, read_matrix_run, read_record
+from ..record import CellRecord, read_record
 from .expand import Cell
 from .jobs import forks
 from .launch import start_server
 from .say import say
-from .timing import CellTiming, cell_timer
+from .timing import REPORT_SECONDS, CellTiming, cell_timer, makespan, report_seconds
 from .tuning import TUNE
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
@@ -207,13 +207,6 @@ def reuse_earlier(
 
 # --- time ------------------------------------------------------------------------------------------
 
-#: seconds of a matrix run after its last cell where no earlier run under the results root measured its
-#: report: the report (summary.md, plots), the index of every matrix and the process's exit, as measured
-#: on the smoke matrix on a 2-core AMD EPYC (benchmarks/estimate_accuracy.py)
-REPORT_SECONDS = 7.0
-#: seconds after the report that ``matrix_run.json`` does not record: the index of every matrix, the exit
-AFTER_REPORT_SECONDS = 3.0
-
 Key = tuple[str, str]
 #: times the cells of some (task, variant)s: their timings, and why the others could not be timed
 Timer = Callable[[dict[Key, RunConfig]], tuple[dict[Key, CellTiming], dict[Key, str]]]
@@ -221,21 +214,6 @@ Timer = Callable[[dict[Key, RunConfig]], tuple[dict[Key, CellTiming], dict[Key, 
 
 def key_of(cell: Cell) -> Key:
     return cell.task, cell.variant
-
-
-def report_seconds(results_root: Path) -> float:
-    """Seconds from a matrix run's last cell to its exit: the median report of the earlier runs under
-    ``results_root`` (``matrix_run.json``) plus :data:`AFTER_REPORT_SECONDS`, else :data:`REPORT_SECONDS`."""
-    reports = []
-    for matrix_dir in sorted(results_root.glob("*/")) if results_root.is_dir() else []:
-        try:
-            run = read_matrix_run(matrix_dir)
-        except (OSError, ValueError):  # a run file this code cannot read: the default serves
-            continue
-        report = ((run.wall_time_breakdown or {}) if run else {}).get("report")
-        if isinstance(report, (int, float)) and report > 0:
-            reports.append(float(report))
-    return statistics.median(reports) + AFTER_REPORT_SECONDS if reports else REPORT_SECONDS
 
 
 @dataclass
@@ -367,38 +345,48 @@ def earlier_timing(cell_dir: Path) -> tuple[float, int, int] | None:
     return float(seconds), int(result.steps) - from_step, from_step
 
 
-def makespan(durations: Iterable[float], jobs: int, busy: Iterable[float] = ()) -> float:
-    """Seconds until all of ``durations`` have run, in order, on ``jobs`` slots that each take the next
-    as they free (the runner's queue), the slots first busy for ``busy`` seconds (cells running). The
-    runner's own rule simulated with a heap (a few lines): not an optimal schedule, so no solver."""
-    slots = list(busy)[:jobs]
-    slots += [0.0] * (max(1, jobs) - len(slots))
-    heapq.heapify(slots)
-    for seconds in durations:
-        heapq.heapreplace(slots, slots[0] + seconds)
-    return max(slots)
+def later_rungs(plans: Sequence[CellPlan]) -> list[tuple[CellPlan, int]]:
+    """The tuning cells listed IF_NEEDED that successive halving trains when every candidate finishes (the
+    better half of a rung, rounded up, at the next: of three candidates and two tuning seeds, two of the
+    three cells listed for the second seed), each as a plan that trains, with its rung (its seed's place
+    among the variant's tuning seeds); fewer train only where candidates fail."""
+    variants: dict[Key, list[CellPlan]] = {}
+    for plan in plans:
+        if plan.cell.phase == TUNE:
+            variants.setdefault(key_of(plan.cell), []).append(plan)
+    expected = []
+    for group in variants.values():
+        candidates = len({plan.cell.candidate for plan in group})
+        for rung, seed in enumerate(dict.fromkeys(plan.cell.seed for plan in group)):
+            listed = [plan for plan in group if plan.cell.seed == seed]
+            waiting = [plan for plan in listed if plan.status == IF_NEEDED]
+            wanted = -(-candidates // 2**rung) - (len(listed) - len(waiting))  # ceil(c / 2^rung), less those planned
+            expected += [(replace(plan, trains=True), rung) for plan in waiting[: max(0, wanted)]]
+    return sorted(expected, key=lambda item: item[0].n)
 
 
-def phase_of(plan: CellPlan) -> int:
-    """The order of the plan's phase: the tuning cells train before the reported ones, whose first
-    cell waits for the last tuning cell."""
-    return 0 if plan.cell.phase == TUNE else 1
+def phase_of(plan: CellPlan, rung: int = 0) -> tuple[int, int]:
+    """The order of the plan's phase: tuning rung after rung, then the reported cells; a phase's first
+    cell waits for the last cell of the one before."""
+    return (0, rung) if plan.cell.phase == TUNE else (1, 0)
 
 
-def cells_seconds(plans: Sequence[CellPlan], seconds: Sequence[float], jobs: int) -> float:
-    """Seconds of the cells of ``plans`` (each ``seconds``) on ``jobs`` slots, phase after phase."""
-    phases: dict[int, list[float]] = {}
-    for plan, value in zip(plans, seconds, strict=True):
-        phases.setdefault(phase_of(plan), []).append(value)
+def cells_seconds(plans: Sequence[tuple[CellPlan, int]], seconds: Sequence[float], jobs: int) -> float:
+    """Seconds of the cells of ``plans`` (each a plan and its tuning rung; each ``seconds``) on ``jobs``
+    slots, phase after phase."""
+    phases: dict[tuple[int, int], list[float]] = {}
+    for (plan, rung), value in zip(plans, seconds, strict=True):
+        phases.setdefault(phase_of(plan, rung), []).append(value)
     return sum(makespan(values, jobs) for _, values in sorted(phases.items()))
 
 
 def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 1) -> str:
     """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure goes and comes
-    from; in a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
-    tuning)``) and the cells a later rung or round may add (``up to +1:10:00``). The cells run ``jobs``
-    at a time, phase after phase (:func:`makespan`); the run's own seconds before and after them are the
-    estimator's."""
+    from. In a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
+    tuning)``) and the later tuning rungs that train when every candidate finishes (:func:`later_rungs`);
+    apart, what the seeds of later rounds may add (``up to +1:10:00``). The cells run ``jobs`` at a time,
+    phase after phase (``blockbench.matrix.timing.makespan``); the run's own seconds before and after them
+    are the estimator's."""
     training = [plan for plan in plans if plan.trains]
     counts = f"{len(training)} to train"
     kinds = {
@@ -414,20 +402,23 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     counts += f", {copied} copied from other matrices (same config and code)" if copied else ""
     unchosen = sum(plan.status == NO_CHOICE for plan in plans)
     counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
-    maybe = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED]
-    if maybe:
-        more = [(plan, seconds) for plan in maybe if (seconds := estimator.seconds(plan)) is not None]
-        counts += f"; up to {len(maybe)} more if needed (later tuning rungs, seeds for undecided verdicts)"
-        if more:
-            extra = cells_seconds([plan for plan, _ in more], [seconds for _, seconds in more], jobs)
-            counts += f", up to +{format_duration(extra)}"
-    if not training:
+    listed = sum(plan.status == IF_NEEDED for plan in plans)
+    if listed:
+        counts += f"; up to {listed} more if needed (later tuning rungs, seeds for undecided verdicts)"
+    seeds = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED and plan.cell.phase != TUNE]
+    more = [(plan, seconds) for plan in seeds if (seconds := estimator.seconds(plan)) is not None]
+    if more:
+        extra = cells_seconds([(plan, 0) for plan, _ in more], [seconds for _, seconds in more], jobs)
+        counts += f", up to +{format_duration(extra)}"
+    rungs = later_rungs(plans)
+    if not training and not rungs:
         return counts
-    estimates = [estimator.estimate(plan) for plan in training]
-    known = [(plan, estimate) for plan, estimate in zip(training, estimates, strict=True) if estimate is not None]
+    cells = [(plan, 0) for plan in training] + rungs
+    estimates = [estimator.estimate(plan) for plan, _ in cells]
+    known = [(cell, estimate) for cell, estimate in zip(cells, estimates, strict=True) if estimate is not None]
     if not known:
         return f"{counts}; no time estimate (nothing measured or timed here yet)"
-    cells = cells_seconds([plan for plan, _ in known], [estimate[0] for _, estimate in known], jobs)
+    seconds = cells_seconds([cell for cell, _ in known], [estimate[0] for _, estimate in known], jobs)
     how = {
         "measured": "cells that ran here, start-up to exit",
         "scaled": "cells timed here in parts, scaled by the measured-to-timed ratio of the cells that ran",
@@ -437,9 +428,10 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
         "other tasks": "other tasks' step times for tasks none of whose cells ran yet",
     }
     sources = sorted({estimate[1] for _, estimate in known})
-    total = estimator.before + cells + estimator.after
+    total = estimator.before + seconds + estimator.after
     text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
-    spent = [f"cells {format_duration(cells)}" + (f", {jobs} at a time" if jobs > 1 else "")]
+    spent = [f"cells {format_duration(seconds)}" + (f", {jobs} at a time" if jobs > 1 else "")]
+    spent[0] += f", with {len(rungs)} of later tuning rungs" if rungs else ""
     spent += [f"before them {format_duration(estimator.before)}"] if estimator.before else []
     spent += [f"report and exit {format_duration(estimator.after)}"] if estimator.after else []
     text += f" ({' + '.join(spent)}; from {'; '.join(how[source] for source in sources)})"
@@ -452,11 +444,14 @@ class MatrixProgress:
     """The matrix's progress line: cells done of those to train, the time since the run started and
     an ETA for the rest: each cell's estimate (:class:`TimeEstimator`: the whole processes of the cells
     done so far, the same task and variant first, else its timing), the cells run ``jobs`` at a time
-    phase after phase (:func:`makespan`), then the report. Thread-safe: under ``--jobs`` cells start
-    and finish in worker threads."""
+    phase after phase (``blockbench.matrix.timing.makespan``), then the report. Thread-safe: under
+    ``--jobs`` cells start and finish in worker threads."""
 
     def __init__(self, plans: list[CellPlan], estimator: TimeEstimator, jobs: int):
-        self.plans = {plan.n: plan for plan in plans}
+        """``plans``: the run's plans; those that train are counted, and the later tuning rungs that will
+        (:func:`later_rungs`) are in the ETA until they are planned."""
+        self.plans = {plan.n: plan for plan in plans if plan.trains}
+        self.expected = later_rungs(plans)
         self.estimator = estimator
         self.jobs = jobs
         self.start_time = time.perf_counter()
@@ -470,9 +465,12 @@ class MatrixProgress:
         return self.plans[n]
 
     def revise(self, plans: list[CellPlan]) -> None:
-        """New plans of cells that have not started: the reported cells once tuning has chosen their
-        values (those now reused, or without a choice, leave the count)."""
+        """New plans of cells that have not started: a tuning rung's (its expected cells then leave the
+        ETA), the reported cells once tuning has chosen their values (those now reused, or without a
+        choice, leave the count; tuning has ended), a later round's."""
         with self._lock:
+            rung = {plan.cell.seed for plan in plans if plan.cell.phase == TUNE}
+            self.expected = [(plan, r) for plan, r in self.expected if rung and plan.cell.seed not in rung]
             for plan in plans:
                 if plan.n in self.started:
                     continue
@@ -492,20 +490,19 @@ class MatrixProgress:
 
     def eta(self) -> float | None:
         """Seconds until the run ends: the cells not finished (a running one: its estimate less the time
-        it has had) on the ``jobs`` slots, phase after phase, then the report; None while a cell has no
-        estimate."""
+        it has had) and the later tuning rungs expected, on the ``jobs`` slots phase after phase, then the
+        report; None while a cell has no estimate."""
         now = time.perf_counter()
-        phases: dict[int, tuple[list[float], list[float]]] = {}
+        phases: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         with self._lock:
-            for n, plan in sorted(self.plans.items()):
-                if n in self.finished:
-                    continue
+            left = [(plan, 0) for n, plan in sorted(self.plans.items()) if n not in self.finished] + self.expected
+            for plan, rung in left:
                 estimate = self.estimator.seconds(plan)
                 if estimate is None:
                     return None
-                queued, busy = phases.setdefault(phase_of(plan), ([], []))
-                if n in self.started:
-                    busy.append(max(0.0, estimate - (now - self.started[n])))
+                queued, busy = phases.setdefault(phase_of(plan, rung), ([], []))
+                if plan.n in self.started and self.plans.get(plan.n) is plan:
+                    busy.append(max(0.0, estimate - (now - self.started[plan.n])))
                 else:
                     queued.append(estimate)
         cells = sum(makespan(queued, self.jobs, busy) for _, (queued, busy) in sorted(phases.items()))

@@ -201,7 +201,7 @@ def run_matrix(
     n_cells = len(plans) - len(later)  # the cells planned so far (a later round adds its own)
     failed: list[str] = []
     cell_times: list[dict[str, Any]] = []  # each trained cell's seconds as seen from here, in the order they ended
-    progress = MatrixProgress([plan for plan in plans if plan.trains], estimator, jobs)
+    progress = MatrixProgress(plans, estimator, jobs)  # those that train, and the tuning rungs expected
     slots = job_slots(jobs) if launcher == "local" else []
     if slots:
         with clock.part("peak_probe"):  # before any cell starts: one MFU denominator

@@ -16,17 +16,21 @@ Under ``--jobs N`` cells share the cores, and a cell beside others runs slower t
 second one as alone (one thread each). How much depends on the machine and on what else runs on it, so
 :func:`time_runs` measures it rather than assuming it: its timings run N at a time, in the runner's slots
 (their threads, a GPU each), in rounds whose fits start and end together (:class:`Company`).
+
+A run's time from its cells': they run ``--jobs`` at a time as the runner's queue hands them out
+(:func:`makespan`), and the report follows the last (:func:`report_seconds`).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +38,7 @@ from typing import Any, TypeVar
 
 from ..config import RunConfig, TrainerConfig, build_run_config, load_yaml, to_yaml
 from ..layout import write_json
+from ..record import read_matrix_run
 from .devices import VISIBLE
 from .jobs import forks, job_slots
 from .launch import run_forked, run_subprocess
@@ -105,6 +110,43 @@ def part_counts(trainer: TrainerConfig, from_step: int = 0, checkpoint_every: in
         curve = (from_step == 0) + multiples(interval, from_step, end) + (end % interval != 0)
     checkpoints = multiples(checkpoint_every, from_step, end) if checkpoint_every else 0
     return PartCounts(max(0, end - from_step), validations, curve, checkpoints)
+
+
+# --- a run's time from its cells' --------------------------------------------------------------------
+
+#: seconds of a matrix run after its last cell where no earlier run under the results root measured its
+#: report: the report (summary.md, plots), the index of every matrix and the process's exit, as measured
+#: on the smoke matrix on a 2-core AMD EPYC (benchmarks/estimate_accuracy.py)
+REPORT_SECONDS = 7.0
+#: seconds after the report that ``matrix_run.json`` does not record: the index of every matrix, the exit
+AFTER_REPORT_SECONDS = 3.0
+
+
+def report_seconds(results_root: Path) -> float:
+    """Seconds from a matrix run's last cell to its exit: the median report of the earlier runs under
+    ``results_root`` (``matrix_run.json``) plus :data:`AFTER_REPORT_SECONDS`, else :data:`REPORT_SECONDS`."""
+    reports = []
+    for matrix_dir in sorted(results_root.glob("*/")) if results_root.is_dir() else []:
+        try:
+            run = read_matrix_run(matrix_dir)
+        except (OSError, ValueError):  # a run file this code cannot read: the default serves
+            continue
+        report = ((run.wall_time_breakdown or {}) if run else {}).get("report")
+        if isinstance(report, (int, float)) and report > 0:
+            reports.append(float(report))
+    return statistics.median(reports) + AFTER_REPORT_SECONDS if reports else REPORT_SECONDS
+
+
+def makespan(durations: Iterable[float], jobs: int, busy: Iterable[float] = ()) -> float:
+    """Seconds until all of ``durations`` have run, in order, on ``jobs`` slots that each take the next
+    as they free (the runner's queue), the slots first busy for ``busy`` seconds (cells running). The
+    runner's own rule simulated with a heap (a few lines): not an optimal schedule, so no solver."""
+    slots = list(busy)[:jobs]
+    slots += [0.0] * (max(1, jobs) - len(slots))
+    heapq.heapify(slots)
+    for seconds in durations:
+        heapq.heapreplace(slots, slots[0] + seconds)
+    return max(slots)
 
 
 # --- in the timing process -----------------------------------------------------------------------

@@ -19,19 +19,16 @@ from blockbench.config import TrainerConfig
 from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.plan import (
-    AFTER_REPORT_SECONDS,
     IF_NEEDED,
-    REPORT_SECONDS,
     CellPlan,
     MatrixProgress,
     TimeEstimator,
     cells_seconds,
     describe_total,
-    makespan,
+    later_rungs,
     plan_cells,
-    report_seconds,
 )
-from blockbench.matrix.timing import CellTiming
+from blockbench.matrix.timing import AFTER_REPORT_SECONDS, REPORT_SECONDS, CellTiming, makespan, report_seconds
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord
 
@@ -246,8 +243,12 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     assert estimator.estimate(post[1])[1] == "measured"
 
 
-def cell_like(task: str, variant: str, trainer: TrainerConfig, phase: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(task=task, variant=variant, run=SimpleNamespace(trainer=trainer), phase=phase)
+def cell_like(
+    task: str, variant: str, trainer: TrainerConfig, phase: str | None = None, candidate: str = "", seed: int = 0
+) -> SimpleNamespace:
+    """What the estimate reads of a cell."""
+    run = SimpleNamespace(trainer=trainer)
+    return SimpleNamespace(task=task, variant=variant, run=run, phase=phase, candidate=candidate, seed=seed)
 
 
 #: 10 steps validated at 5 and 10, no loss curve, no checkpoint
@@ -306,29 +307,76 @@ def test_the_cells_run_jobs_at_a_time_as_the_queue_hands_them_out_phase_after_ph
     assert makespan([4.0, 6.0], jobs=1) == 10.0
     tune = [cell_like("lm", "v", TEN_STEPS, phase="tune")] * 3
     report = [cell_like("lm", "v", TEN_STEPS)]
-    plans = [CellPlan(n, c, "to run") for n, c in enumerate(tune + report, 1)]
+    plans = [(CellPlan(n, c, "to run"), 0) for n, c in enumerate(tune + report, 1)]
     # tuning: 10 | 10, then 10: 20 s; the reported cell after it: 30 s (40 / 2 = 20 without the wait)
     assert cells_seconds(plans, [10.0] * 4, jobs=2) == 30.0
+    # a second rung of two cells between them: 20 + 10 + 10
+    rung = [(CellPlan(n, tune[0], IF_NEEDED), 1) for n in (5, 6)]
+    assert cells_seconds(plans[:3] + rung + plans[3:], [10.0] * 6, jobs=2) == 40.0
+
+
+def tuning_plans(candidates: int, seeds: list[int], planned: int = 0) -> list[CellPlan]:
+    """A variant's tuning cells: every candidate at the first seed to run, those at the later seeds if
+    needed but ``planned`` of the second seed's to run."""
+    plans = []
+    for seed in seeds:
+        for c in range(candidates):
+            cell = cell_like("lm", "v", TEN_STEPS, phase="tune", candidate=f"lr={c}", seed=seed)
+            first = seed == seeds[0] or (seed == seeds[1] and c < planned)
+            plans.append(
+                CellPlan(len(plans) + 1, cell, "to run")
+                if first
+                else CellPlan(len(plans) + 1, cell, IF_NEEDED, trains=False)
+            )
+    return plans
+
+
+def test_the_later_tuning_rungs_count_the_better_half_of_each_rung():
+    """Successive halving keeps the better half (rounded up) of a rung for the next: of 3 candidates 2
+    train at the second seed; of 5, 3 at the second and 2 at the third (fewer only where some fail)."""
+    rungs = later_rungs(tuning_plans(3, [1000, 1001]))
+    assert [(plan.n, plan.cell.seed, plan.trains, rung) for plan, rung in rungs] == [
+        (4, 1001, True, 1),
+        (5, 1001, True, 1),
+    ]
+    rungs = later_rungs(tuning_plans(5, [1000, 1001, 1002]))
+    assert [(plan.cell.seed, rung) for plan, rung in rungs] == [(1001, 1)] * 3 + [(1002, 2)] * 2
+    rungs = later_rungs(tuning_plans(5, [1000, 1001, 1002], planned=1))  # one of the second rung planned already
+    assert [(plan.cell.seed, rung) for plan, rung in rungs] == [(1001, 1)] * 2 + [(1002, 2)] * 2
+    assert later_rungs([CellPlan(1, cell_like("lm", "v", TEN_STEPS), IF_NEEDED, trains=False)]) == []  # a seed
+
+
+def test_the_runner_eta_counts_the_later_tuning_rungs_until_they_are_planned():
+    estimator = TimeEstimator(after=0.0)
+    estimator.timings[("lm", "v")] = TEN_STEP_TIMING  # 15 s a cell
+    plans = [*tuning_plans(3, [1000, 1001]), CellPlan(7, cell_like("lm", "v", TEN_STEPS), "after tuning")]
+    progress = MatrixProgress(plans, estimator, jobs=1)
+    assert len(progress.plans) == 4  # the count: what is planned to train
+    assert progress.eta() == pytest.approx(6 * 15.0)  # 3 of the first rung, 2 of the second, the reported cell
+    second = [CellPlan(n, plan.cell, "to run") for n, plan in zip((8, 9), plans[3:5], strict=True)]
+    progress.revise(second)  # the second rung is planned: its cells count, not the expected ones as well
+    assert progress.eta() == pytest.approx(6 * 15.0) and len(progress.plans) == 6
+    progress.revise([CellPlan(7, cell_like("lm", "v", TEN_STEPS), "to run")])  # tuning ended
+    assert progress.expected == []
 
 
 def test_the_estimate_counts_the_run_before_and_after_its_cells_and_what_later_rounds_may_add(tmp_path):
-    """The dry run's total: the run's own seconds before its cells (start-up, cell server, timing) and
-    after them (the report), and apart, what the cells of later rungs and rounds would add."""
+    """The dry run's total: the run's own seconds before its cells (start-up, cell server, timing), the
+    cells (the later tuning rungs among them) and the report after them; apart, what the seeds of later
+    rounds would add."""
     estimator = TimeEstimator(before=12.0, after=8.0)
     estimator.timings[("lm", "v")] = TEN_STEP_TIMING  # 15 s a cell
-    tune = cell_like("lm", "v", TEN_STEPS, phase="tune")
     report = cell_like("lm", "v", TEN_STEPS)
-    plans = [CellPlan(n, tune, "to run") for n in (1, 2, 3)] + [CellPlan(4, report, "after tuning")]
-    plans += [CellPlan(5, tune, IF_NEEDED, trains=False), CellPlan(6, report, IF_NEEDED, trains=False)]
-    plans += [CellPlan(7, report, IF_NEEDED, trains=False)]
+    plans = [*tuning_plans(3, [1000, 1001]), CellPlan(7, report, "after tuning")]
+    plans += [CellPlan(8, report, IF_NEEDED, trains=False), CellPlan(9, report, IF_NEEDED, trains=False)]
     text = describe_total(plans, estimator, jobs=2)
-    # tuning 15 | 15, then 15 (30 s), the reported cell (15 s): 45 s of cells, 12 before, 8 after: 65 s;
-    # later: one tuning cell (15 s), then two reported ones side by side (15 s): up to +30 s
-    assert text.startswith("4 to train (3 tuning, 1 after tuning); up to 3 more if needed"), text
-    assert (
-        ", up to +0:30: about 1:05 on this machine with --jobs 2 (cells 0:45, 2 at a time + before them 0:12 + " in text
-    )
-    assert "report and exit 0:08; from cells timed here in parts" in text
+    # tuning 15 | 15, then 15 (30 s); its second rung, 2 of the 3 listed, side by side (15 s); the reported
+    # cell (15 s): 60 s of cells, 12 before, 8 after: 80 s; later seeds, two side by side: up to +15 s
+    assert text.startswith(
+        "4 to train (3 tuning, 1 after tuning); up to 5 more if needed (later tuning rungs, seeds for undecided "
+        "verdicts), up to +0:15: about 1:20 on this machine with --jobs 2 (cells 1:00, 2 at a time, with 2 of "
+        "later tuning rungs + before them 0:12 + report and exit 0:08; from cells timed here in parts"
+    ), text
 
 
 def test_the_report_time_is_the_earlier_runs_under_the_results_root(tmp_path):
