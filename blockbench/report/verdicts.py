@@ -31,7 +31,7 @@ from typing import Any
 
 from blockbench.tasks import Metric
 
-from .decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, Decision
+from .decide import BETTER, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WORSE, Decision
 from .results import BUDGET_AXIS, level_text
 
 #: the index's family columns, in order: ``model.family`` -> column title
@@ -43,6 +43,8 @@ DECIDED = (BETTER, WORSE, EQUIVALENT)
 MIXED = "mixed"  # a family whose tasks disagree
 #: every family verdict in the order the transfer column lists them
 ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NO_RESULT)
+#: the tests of a question whose side mixes seeds that learned with seeds that did not
+RANK_TESTS = (SIGNED_RANK, RANK_SUM)
 
 LEGEND = (
     "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
@@ -61,6 +63,23 @@ LEGEND = (
     "a matrix with `tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest "
     "tried* where a value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers "
     "across the families uses the same four words: *equivalent in all 3* is an answer, *undecided* is not a no."
+)
+
+
+#: the index's legend: its cells are short (:func:`brief`); the summaries have the rest
+INDEX_LEGEND = (
+    "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
+    "which way is better), decided from the two sides' cells alone at a 5% error rate per question, so the same "
+    "cells get the same verdict in every matrix ([the rule](../docs/decisions/verdict-rule.md)). **better** / "
+    "**worse**: the test finds a difference; **equivalent**: the difference's interval lies within ± the task's "
+    "margin of practical equivalence; **undecided**: neither is shown (more seeds may answer it); *saturated*: "
+    "both sides at the metric's best value (or the LM's entropy floor), no verdict. Each cell: the verdict, the "
+    "difference with the interval of the test that decided it, *rank test* where a side mixes seeds that learned "
+    "with seeds that did not (or diverged), and how many seeds *did not learn* (finished no better than the "
+    "trivial baseline) or diverged. The matrix's summary (first column) has the test, its α, the margin, the "
+    "probability of improvement, step times and tuned values. The last column says whether the verdict is the same "
+    "in every family: *equivalent in all 3* is an answer, *undecided* is not a no. A family with several tasks "
+    "has a line per task."
 )
 
 
@@ -173,6 +192,25 @@ class Comparison:
                 parts.append(f"tuned {self.tuned[0] or 'none'} vs {self.tuned[1] or 'none'}")
             text = "; ".join(parts)
         return f"{text}; {flag}" if flag else text
+
+
+def brief(comparison: Comparison, flag: str = "") -> str:
+    """The index's cell, short enough to read down a column: ``**worse** perplexity ↓ +23.29 [+23.26,
+    +23.31]``, then ``rank test`` where a rank test decided, the seeds that did not learn or diverged,
+    and ``flag``. The test, its α, the margin, P(better), step times and tuned values are in the
+    matrix's summary (:meth:`Comparison.describe`)."""
+    c = comparison
+    if c.decision is None:
+        return f"no result: {c.missing}"
+    arrow = "↑" if c.metric.higher_is_better else "↓"
+    parts = [f"**{c.verdict}** {c.metric.name} {arrow} {c.difference_text}"]
+    if c.verdict == SATURATED:
+        parts = [f"*{c.verdict}* (both at the best {c.metric.name})"]
+    elif c.decision.test in RANK_TESTS:
+        parts.append("rank test")
+    issues = [c.variant_side.issues_text(), c.baseline_side.issues_text()]
+    parts += [text for text in (issues[0], issues[1] and f"baseline {issues[1]}") if text]
+    return "; ".join([*parts, *([flag] if flag else [])])
 
 
 def level_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:
@@ -378,7 +416,7 @@ def index_rows(matrix: MatrixVerdicts, families: list[str]) -> list[list[str]]:
         cells = []
         for family in families:
             ours = [c for c in row if c.family == family]
-            texts = [c.describe(flags.get((c.task, c.variant, c.baseline), "")) for c in ours]
+            texts = [brief(c, flags.get((c.task, c.variant, c.baseline), "")) for c in ours]
             # several tasks of one family (e.g. two LM data sets): a line each in the family's cell, so that the
             # row stays one comparison and its last column answers for all of them
             if len(ours) > 1:
@@ -437,8 +475,7 @@ def index_markdown(index: Index) -> str:
             "transfers across the families?",
         ]
         lines += [
-            LEGEND + " Columns: the family of the model each task trains (`model.family`); "
-            "a family with several tasks has a line per task.",
+            INDEX_LEGEND,
             "",
         ]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

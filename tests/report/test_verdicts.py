@@ -25,7 +25,7 @@ from blockbench.report.decide import Decision, prob_improvement_interval
 from blockbench.report.index import write_index
 from blockbench.report.results import load_groups
 from blockbench.report.summary import write_report
-from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, index_rows, transfer
+from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, brief, index_rows, transfer
 from blockbench.tasks import TASK_CONFIGS
 from blockbench.walltime import WallClock
 
@@ -169,6 +169,16 @@ def _expected(
         f"{hand.mean:+.{digits}f} [{hand.low:+.{digits}f}, {hand.high:+.{digits}f}], margin ±{margin_text}; "
         f"P(better) {hand.prob:.2f} [{low:.2f}, {high:.2f}]; {rest}"
     )
+    return f"{text}; {flag}" if flag else text
+
+
+def _brief(variant: list[float], baseline: list[float], task_name: str, digits: int, flag: str = "") -> str:
+    """The index's cell of a paired question decided by hand: the verdict and the difference with its interval."""
+    metric = TASK_CONFIGS[task_name].metrics[0]
+    hand = _hand(variant, baseline, metric.higher_is_better, MARGINS[task_name])
+    arrow = "↑" if metric.higher_is_better else "↓"
+    interval = f"[{hand.low:+.{digits}f}, {hand.high:+.{digits}f}]"
+    text = f"**{hand.verdict}** {metric.name} {arrow} {hand.mean:+.{digits}f} {interval}"
     return f"{text}; {flag}" if flag else text
 
 
@@ -379,9 +389,9 @@ def test_index_row_of_a_variant_better_in_every_family(index):
         POST,
         PRE,
         # lower perplexity is better
-        _expected(*lm, "lm", 2, "step time ×1.10"),
-        _expected(*translation, "translation", 2, "step time ×0.90"),
-        _expected(*vit, "vit", 3, "step time ×1.00"),
+        _brief(*lm, "lm", 2),
+        _brief(*translation, "translation", 2),
+        _brief(*vit, "vit", 3),
         "yes: better in all 3",
     ]
     assert _hand(*lm, False, MARGINS["lm"]).verdict == "better"  # the reference says so too
@@ -402,16 +412,20 @@ def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(inde
     # higher perplexity: worse (MARGINS["lm_text"] of 0.5)
     images = ([25.0, 26.5, 27.2], [20.0, 21.0, 22.0])
     assert _hand(*images, False, 0.5).verdict == "worse"
-    assert row[3] == (_expected(*images, "lm_text", 2, "step time ×1.25").replace("margin ±0.500", "margin ±0.500"))
+    assert row[3] == _brief(*images, "lm_text", 2)
     # a diverged seed counts with the worse of the trivial baseline and the task's worst finished seed (0.93)
-    assert row[4].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ ")
     translation = _hand([51.0, 50.0, 56.0], [50.0, 52.0, 0.93], True, 1.0)
-    assert f"bleu ↑ {translation.mean:+.2f} [{translation.low:+.2f}, {translation.high:+.2f}], margin ±1.000" in row[4]
-    assert f"P(better) {translation.prob:.2f} " in row[4] and translation.prob == pytest.approx(6.5 / 9)
-    assert row[4].endswith("; baseline 1/3 diverged; step time ×1.00")
+    assert row[4] == (
+        f"**undecided** bleu ↑ {translation.mean:+.2f} [{translation.low:+.2f}, {translation.high:+.2f}]; rank test; "
+        "baseline 1/3 diverged"
+    )
     assert scipy_stats.wilcoxon([1.0, -2.0, 55.07], method="exact").pvalue >= 0.25  # too weak for 3 pairs
-    assert row[5].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), accuracy ↑ ")
-    assert row[5].endswith("; 1/3 diverged; step time n/a")
+    assert row[5].startswith("**undecided** accuracy ↑ ") and row[5].endswith("; rank test; 1/3 diverged")
+    # the summary has the rest: the test, its α, the margin, P(better), step times
+    line = next(x for x in write_report(root / "mixed").splitlines() if x.startswith("- translation (translator)"))
+    assert "**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ " in line and ", margin ±1.000" in line
+    assert f"P(better) {translation.prob:.2f} " in line and translation.prob == pytest.approx(6.5 / 9)
+    assert line.endswith("; baseline 1/3 diverged; step time ×1.00")
     assert row[6] == "undecided: worse in LM, undecided in translator and ViT"
 
 
@@ -422,13 +436,13 @@ def test_a_verdict_that_flips_with_the_budget_is_given_per_budget_and_flagged(in
         "[budget](budget/summary.md)",
         "ffn=swiglu at 300 steps",
         "ffn=mlp",
-        _expected(swiglu, mlp, "lm", 2, "step time ×1.00", flag),
+        _brief(swiglu, mlp, "lm", 2, flag),
         "–",
         "–",
         "only LM run",
     ]
     assert _row(index, "budget", "ffn=swiglu at 1,500 steps")[3] == (  # means below 10: three decimals
-        _expected(swiglu_long, mlp_long, "lm", 3, "step time ×1.00", flag)
+        _brief(swiglu_long, mlp_long, "lm", 3, flag)
     )
     # the MLP at 1500 steps is the baseline of its budget, not a variant compared with the MLP at 300
     assert "| ffn=mlp at" not in index
@@ -466,14 +480,18 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
     summary = write_report(root / "norms")
     verdicts = summary.split("## Verdicts\n")[1].split("\n## ")[0]
     assert summary.index("## Verdicts") < summary.index("## lm:")  # before the detailed tables
-    cells = _row(index, "norms", POST)
+    lm, translation, vit = ((post, pre) for pre, post, _ in NORMS.values())
     lines = [line for line in verdicts.splitlines() if line.startswith("- ")]
-    assert lines == [  # the same wording as the index
-        f"- lm (LM), {POST} vs {PRE}: {cells[3]}",
-        f"- translation (translator), {POST} vs {PRE}: {cells[4]}",
-        f"- vit (ViT), {POST} vs {PRE}: {cells[5]}",
+    assert lines == [  # the index's verdicts in full: the test, its α, the margin, P(better), step times
+        f"- lm (LM), {POST} vs {PRE}: {_expected(*lm, 'lm', 2, 'step time ×1.10')}",
+        f"- translation (translator), {POST} vs {PRE}: {_expected(*translation, 'translation', 2, 'step time ×0.90')}",
+        f"- vit (ViT), {POST} vs {PRE}: {_expected(*vit, 'vit', 3, 'step time ×1.00')}",
         f"- {POST} vs {PRE}, across the families: yes: better in all 3",
     ]
+    assert all(
+        _row(index, "norms", POST)[3 + i] in _brief(*pair, task, d)
+        for i, (pair, task, d) in enumerate([(lm, "lm", 2), (translation, "translation", 2), (vit, "vit", 3)])
+    )
     budget = write_report(root / "budget")
     short = _hand(BUDGET[300][1], BUDGET[300][0], False, 0.1)
     assert "- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (paired t, 3 pairs, α 0.05), " in budget
@@ -663,7 +681,7 @@ def test_verdicts_within_levels_of_any_axis(tmp_path):
     assert "| variant | n_layers=2 | n_layers=4 |" in summary
     index = write_index(tmp_path, tmp_path / "none")
     assert _row(index, "depth", f"{POST} at n_layers=4")[2] == PRE
-    assert _row(index, "depth", f"{POST} at n_layers=2")[3].startswith("**equivalent** (paired t, 3 pairs")
+    assert _row(index, "depth", f"{POST} at n_layers=2")[3].startswith("**equivalent** perplexity ↓ ")
     # the runner's view: nothing open (a fixed seed axis is one look, final)
     assert open_questions(tmp_path / "depth") == []
 
@@ -759,8 +777,8 @@ def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
     wikitext = replace(_comparison("decoder_lm", "equivalent"), task="wikitext")
     vit = _comparison("vit", "better")
     [row] = index_rows(MatrixVerdicts("real", [lm, wikitext, vit]), list(FAMILIES))
-    assert row[3] == f"lm: {lm.describe()}<br>wikitext: {wikitext.describe()}"
-    assert row[4] == "–" and row[5] == vit.describe()
+    assert row[3] == f"lm: {brief(lm)}<br>wikitext: {brief(wikitext)}"
+    assert row[4] == "–" and row[5] == brief(vit)
     assert row[6] == "no: better in ViT, mixed in LM (translator not run)"
     assert vit.describe() == (
         "**better** (paired t, 3 pairs, α 0.05), accuracy ↑ +1.000 [+0.500, +1.500], margin ±0.005; "
@@ -836,7 +854,7 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at_and_what_tuning_co
     write_report(tmp_path / "tuned")
     index = write_index(tmp_path, tmp_path / "no_configs")
     # post-norm's choice is the lowest rate of the grid: its best may lie below, and the verdict says so
-    assert _row(index, "tuned", POST)[3].endswith("; step time ×1.00; tuned lr=0.0003 (lowest lr tried) vs lr=0.001")
+    assert _row(index, "tuned", POST)[3].startswith("**worse** perplexity ↓ ")  # the summary has the tuned values
     summary = (tmp_path / "tuned" / "summary.md").read_text()
     assert f"- lm (LM), {POST} vs {PRE}: **worse**" in summary
     assert "tuned lr=0.0003 (lowest lr tried) vs lr=0.001" in summary
@@ -894,7 +912,7 @@ def test_a_task_both_sides_solve_in_every_seed_is_saturated_not_a_verdict(tmp_pa
     index = write_index(tmp_path, tmp_path / "none")
     # 300 steps: undecided (differences -5.4, -4.7, -11.3: p = 0.08); 1,500 steps saturated: not decided either
     assert "**0 of 2 family verdicts are decided**" in index
-    assert _row(index, "moe", "n_experts=4 at 1,500 steps")[4].startswith("**saturated** (no verdict: ")
+    assert _row(index, "moe", "n_experts=4 at 1,500 steps")[4] == "*saturated* (both at the best bleu)"
     _write_matrix(
         tmp_path,
         "almost",
@@ -925,8 +943,7 @@ def test_a_cell_that_did_not_learn_is_labelled_counted_and_decided_by_ranks(tmp_
     assert "Diverged cells" not in summary and "Failed cells" not in summary
     assert "Wilcoxon signed-rank (a side mixes seeds that learned with seeds that did not) at α 0.05" in summary
     row = _row(write_index(tmp_path, tmp_path / "none"), "dnl", POST)
-    assert row[4].startswith("**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ ")
-    assert "; 1/3 did not learn; step time n/a" in row[4]
+    assert row[4].startswith("**undecided** bleu ↑ ") and row[4].endswith("; rank test; 1/3 did not learn")
     csv_row = next(r for r in (tmp_path / "dnl" / "summary.csv").read_text().splitlines() if f"{POST},bleu" in r)
     assert ",1,Wilcoxon signed-rank," not in csv_row and "Wilcoxon signed-rank" in csv_row
     # the record's own word wins: a cell written with learned: false did not learn, whatever its value
