@@ -29,6 +29,7 @@ from blockbench.matrix.plan import (
     plan_cells,
 )
 from blockbench.matrix.timing import AFTER_REPORT_SECONDS, REPORT_SECONDS, CellTiming, makespan, report_seconds
+from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord
 
@@ -118,13 +119,15 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     assert "timing a cell of each of 1 variant(s)" in out and timed == [("lm", "norm_placement=post")]
     # 12 + 6 + 3 x 22 = 84 s of cells one at a time, the 3 s start-up (and planning) before them, the
     # report's 7 s after them
-    assert "5 to train (1 resume), 1 reused: about 1:34 on this machine (cells 1:24 + before them 0:03 + " in out, out
+    total = format_duration(3 + 84 + REPORT_SECONDS)
+    assert f"5 to train (1 resume), 1 reused: about {total} on this machine (cells 1:24 + before them 0:03 + " in out
     assert f"report and exit 0:{REPORT_SECONDS:02.0f}" in out and "cells timed here in parts" in out
 
     # with two jobs the same cells share two slots, in order as each frees: 12 | 6, then 22 after the 6
     # (28), 22 after the 12 (34), 22 after the 28 (50); 3 s before, 7 after
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
-    assert "about 1:00 on this machine with --jobs 2 (cells 0:50, 2 at a time" in capsys.readouterr().out
+    total = format_duration(3 + 50 + REPORT_SECONDS)
+    assert f"about {total} on this machine with --jobs 2 (cells 0:50, 2 at a time" in capsys.readouterr().out
 
 
 def test_dry_run_of_a_new_matrix_times_a_cell_of_each_variant(tmp_path, capsys):
