@@ -233,7 +233,7 @@ class TimeEstimator:
     started: float = field(default_factory=time.time)
     #: seconds of the run before its first cell (the dry run's: start-up, planning, cell server, timing)
     before: float = 0.0
-    #: seconds of the run after its last cell (see :func:`report_seconds`)
+    #: seconds of the run after its last cell (see :func:`blockbench.matrix.timing.report_seconds`)
     after: float = REPORT_SECONDS
 
     def add(self, cell: Cell, seconds: float, steps: int, from_step: int = 0) -> None:
@@ -550,9 +550,10 @@ def print_plan(
 ) -> int:
     """``--dry-run``: every cell validated (load_matrix did), its status and estimated time, ``notes``
     (the tuned values already known), the total; the variants to train without a measured figure are
-    timed first (``timer``, default :func:`blockbench.matrix.timing.timer`: ``jobs`` at a time), after
-    the cell server is started, both as the run will do them. ``started``: the seconds this process has
-    run so far (its start-up and the planning, which the run repeats). Writes nothing."""
+    timed first (``timer``, default :func:`blockbench.matrix.timing.cell_timer`: ``jobs`` at a time),
+    after the cell server is started, both as the run will do them. ``started``: the seconds this process
+    has run so far (its start-up and the planning, which the run repeats). Writes nothing under the
+    results (the timings work in a temporary folder)."""
     tuning = sum(plan.cell.phase == TUNE for plan in plans)
     counted = (
         f"{len(plans)} cells ({tuning} tuning, {len(plans) - tuning} reported)" if tuning else f"{len(plans)} cells"
