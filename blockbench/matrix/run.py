@@ -319,8 +319,10 @@ def run_matrix(
         if tuning:
             tunings = run_tuning(phases)
             with clock.part("planning"):
+                # at the numbers they were planned with before tuning (counted in n_cells), so that the
+                # progress replaces those plans instead of counting the cells twice
                 report_plans = plan_reported(
-                    expansion, first, tunings, matrix_dir, fingerprint, start=n_cells + 1, **reuse
+                    expansion, first, tunings, matrix_dir, fingerprint, start=len(tuning_plans) + 1, **reuse
                 )
             progress.revise(report_plans)
             say(f"phase 2 of 2, the reported seeds at the tuned values (recorded in {matrix_dir / TUNE_FILE})")

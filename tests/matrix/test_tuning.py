@@ -282,6 +282,10 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     assert config["task"]["eval_split"] == "tuning"
     assert json.loads((tune_dir / "lr=10000.0" / "seed1000" / RESULT_FILE).read_text())["status"] == "diverged"
     assert "phase 1 of 2, tuning" in first.stdout and "phase 2 of 2" in first.stdout
+    # every progress line counts the 4 cells once: no [n/N] past N, the last one 4/4 trained
+    numbers = [tuple(map(int, m)) for m in re.findall(r"^\[(\d+)/(\d+)\]", first.stdout, re.M)]
+    assert numbers and all(n <= total for n, total in numbers), first.stdout
+    assert re.findall(r"(\d+)/(\d+) trained", first.stdout)[-1] == ("4", "4"), first.stdout
     mean = (good[0]["metrics"]["perplexity"] + good[1]["metrics"]["perplexity"]) / 2
     assert f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {mean:.4g} over 2 seeds; lr=10000.0 diverged)" in (
         first.stdout
