@@ -18,12 +18,13 @@ at the noise this project's runs actually have, and shows what the rule can find
    0.5 against 99) cannot move it, while the plain pooled √(mean s²), shown beside, jumps.
 2. **Margins**: LM 1% of the baseline's perplexity (the mean of the 300-step LM cells shared by most
    matrices, the book's common baseline), BLEU 1.0, accuracy 0.01: each task's declared ``margin``.
-3. **Simulation**, for the default plan (``seeds: {min: 3, max: 9, step: 3}``, looks at 3, 6, 9 seeds)
-   and a fixed list of 3 seeds: both sides of a seed-matched comparison are drawn (baseline at the
-   baseline's mean, the variant shifted by the true difference, each side's noise N(0, σ²/2), so each
-   difference has SD σ); a question stops at the first look that decides it. The decisions come from
-   the array functions ``decide.decide`` itself calls (``paired_moments``, ``t_tests``,
-   ``t_verdicts``, ``signed_rank_tests``, ``rank_sum_tests``, ``rank_verdicts``), and a sample of the
+3. **Simulation**, for the default plan (``seeds: {min: 3, max: 9, step: 3}``, looks at 3, 6, 9 seeds),
+   the same plan without its futility stop (to show what that stop saves and costs), and a fixed list
+   of 3 seeds: both sides of a seed-matched comparison are drawn (baseline at the baseline's mean, the
+   variant shifted by the true difference, each side's noise N(0, σ²/2), so each difference has SD σ);
+   a question stops at the first look that decides it, or undecided where it is futile. The decisions
+   come from the array functions ``decide.decide`` itself calls (``paired_moments``, ``t_tests``,
+   ``t_verdicts``, ``futile``, ``signed_rank_tests``, ``rank_sum_tests``, ``rank_verdicts``), and a sample of the
    questions is decided again look by look through ``decide.decide`` (they must agree). Scenarios:
    (a) null, true difference 0: rate of better or worse; (b) true difference ± one margin: rate of
    equivalent; (c) power: every verdict's rate at 0, 0.5, 1, 2 and 4 margins (the variant better by
@@ -31,7 +32,8 @@ at the noise this project's runs actually have, and shows what the rule can find
    chance of not learning (its value at the task's trivial baseline, as the records give it): rate of
    better or worse with the rank tests (signed-rank on pairs, Mann-Whitney U on disjoint seeds), also
    where the rank test is used only when some seed failed (t otherwise), and for comparison with the
-   t rule alone. Every rate has its Monte-Carlo standard error √(p(1 - p)/reps).
+   t rule alone; (e) the futility bound: the share decided and the seeds used at each bound. Every
+   rate has its Monte-Carlo standard error √(p(1 - p)/reps).
 
 The markdown names the command, the date, the code's commit, Python, numpy and scipy, and the CPU.
 """
@@ -62,11 +64,13 @@ from blockbench.record import load_record  # noqa: E402
 from blockbench.report.decide import (  # noqa: E402
     BETTER,
     EQUIVALENT,
+    FUTILITY,
     UNDECIDED,
     VERDICTS,
     WORSE,
     Looks,
     decide,
+    futile,
     paired_moments,
     rank_sum_tests,
     rank_verdicts,
@@ -109,8 +113,15 @@ BUDGET = 300
 MULTIPLES = (0.0, 0.5, 1.0, 2.0, 4.0)
 #: the chance per seed and side of not learning in the bimodal null
 FAIL_RATE = 0.2
-#: the plans simulated: the default rounds and a fixed list of three seeds
-PLANS = {"rounds 3, 6, 9 (min 3, max 9, step 3)": Looks.plan(3, 9, 3), "fixed 3 seeds": Looks.fixed(3)}
+#: the plans simulated: the default rounds (with decide's futility stop), the same without it, and a
+#: fixed list of three seeds
+PLANS = {
+    "rounds 3, 6, 9 (min 3, max 9, step 3)": Looks.plan(3, 9, 3),
+    "rounds 3, 6, 9, no futility stop": Looks.plan(3, 9, 3, futility=0.0),
+    "fixed 3 seeds": Looks.fixed(3),
+}
+#: the futility bounds compared in section (e), on the default rounds (decide.FUTILITY is the one used)
+FUTILITY_BOUNDS = (0.0, 0.02, 0.05, 0.1, 0.2)
 #: questions per scenario decided again through decide.decide, look by look (they must agree)
 CROSS_CHECK = 40
 
@@ -199,27 +210,32 @@ def measure_noise(results: Path, family: Family, budget: int = BUDGET) -> Noise:
 
 # simulation -----------------------------------------------------------------------------------------
 
-#: a rule: (variant values, baseline values) of the questions still open at a look -> their verdicts
-Rule = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: a rule: (variant values, baseline values) of the questions still open at a look -> their verdicts,
+#: and which of the undecided ones stop there for futility
+Rule = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def t_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
-    """decide's t rule (paired t, or Welch on disjoint seeds) at the plan's per-look α."""
+    """decide's t rule (paired t, or Welch on disjoint seeds) at the plan's per-look α, with its
+    futility stop (``decide.futile``)."""
     alpha, margin = looks.per_look_alpha, noise.margin
 
-    def rule(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         moments = paired_moments(a, b) if paired else welch_moments(a, b)
-        return t_verdicts(moments, t_tests(moments, margin, alpha), margin, alpha, noise.family.higher_is_better)[0]
+        verdicts = t_verdicts(moments, t_tests(moments, margin, alpha), margin, alpha, noise.family.higher_is_better)[0]
+        return verdicts, futile(moments, verdicts, a.shape[-1], looks, margin)
 
     return rule
 
 
 def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
-    """decide's rank_based rule: exact signed-rank on pairs, exact Mann-Whitney U on disjoint seeds."""
+    """decide's rank_based rule: exact signed-rank on pairs, exact Mann-Whitney U on disjoint seeds
+    (no futility stop)."""
 
-    def rule(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         tests = signed_rank_tests(a - b) if paired else rank_sum_tests(a, b)
-        return rank_verdicts(tests, looks.per_look_alpha, noise.family.higher_is_better)
+        verdicts = rank_verdicts(tests, looks.per_look_alpha, noise.family.higher_is_better)
+        return verdicts, np.zeros(len(verdicts), dtype=bool)
 
     return rule
 
@@ -228,23 +244,25 @@ def switching_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
     """The rank rule for questions where a seed of either side did not learn, the t rule otherwise."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
 
-    def rule(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         failed = (a == noise.trivial).any(axis=-1) | (b == noise.trivial).any(axis=-1)
-        return np.where(failed, rank(a, b), t(a, b))
+        (t_found, t_stop), (rank_found, rank_stop) = t(a, b), rank(a, b)
+        return np.where(failed, rank_found, t_found), np.where(failed, rank_stop, t_stop)
 
     return rule
 
 
 def sequential(a: np.ndarray, b: np.ndarray, looks: Looks, rule: Rule) -> tuple[np.ndarray, np.ndarray]:
     """Each question's verdict and the seeds it used: decided at the first look whose rule decides it,
-    else undecided at the last (``a``, ``b``: rows of ``looks.sizes[-1]`` seeds)."""
+    undecided where it stops for futility, else undecided at the last (``a``, ``b``: rows of
+    ``looks.sizes[-1]`` seeds)."""
     verdicts = np.full(len(a), UNDECIDED, dtype=object)
     used = np.zeros(len(a), dtype=int)
     open_rows = np.arange(len(a))
     for size in looks.sizes:
-        found = rule(a[open_rows, :size], b[open_rows, :size])
+        found, stop = rule(a[open_rows, :size], b[open_rows, :size])
         verdicts[open_rows], used[open_rows] = found, size
-        open_rows = open_rows[found == UNDECIDED]
+        open_rows = open_rows[(found == UNDECIDED) & ~stop]
     return verdicts, used
 
 
@@ -350,6 +368,17 @@ def simulate(noise: Noise, plan: str, looks: Looks, reps: int, rng: np.random.Ge
     return Simulated(noise, plan, power, minus_margin, bimodal, checked, agreed)
 
 
+def futility_sweep(noise: Noise, reps: int, rng: np.random.Generator) -> dict[float, dict[float, Rates]]:
+    """Section (e): the default rounds with each bound of :data:`FUTILITY_BOUNDS`, by true difference
+    (the t rule; the same draws for every bound): what each bound saves in seeds and costs in decisions."""
+    sides = {m: draw(rng, noise, reps, 9, m) for m in MULTIPLES}
+    sweep = {}
+    for bound in FUTILITY_BOUNDS:
+        looks = Looks.plan(3, 9, 3, futility=bound)
+        sweep[bound] = {m: Rates.of(*sequential(*sides[m], looks, t_rule(noise, looks))) for m in MULTIPLES}
+    return sweep
+
+
 # the report -----------------------------------------------------------------------------------------
 
 
@@ -357,7 +386,14 @@ def _g(value: float) -> str:
     return f"{value:.4g}"
 
 
-def report(noises: list[Noise], runs: list[Simulated], reps: int, seed: int, command: str) -> str:
+def report(
+    noises: list[Noise],
+    runs: list[Simulated],
+    sweeps: dict[str, dict[float, dict[float, Rates]]],
+    reps: int,
+    seed: int,
+    command: str,
+) -> str:
     """The markdown: what ran where, the noise, then the claims (a), (b), (d) and the power table (c)."""
     git = git_state()
     lines = [
@@ -443,6 +479,21 @@ def report(noises: list[Noise], runs: list[Simulated], reps: int, seed: int, com
                 + " | ".join(shares)
                 + f" | {rates.mean_seeds:.2f} |"
             )
+    lines += [
+        "",
+        "## (e) The futility bound",
+        "",
+        "The default rounds with each futility bound (`Looks.plan(3, 9, 3, futility=...)`; 0: no stop; "
+        f"the rule uses {FUTILITY:g}), the t rule, the same draws for every bound: the share of questions "
+        "decided (better, worse or equivalent) and the mean seeds used, by true difference in margins.",
+        "",
+        "| family | bound | " + " | ".join(f"{m:g} × margin: decided / seeds" for m in MULTIPLES) + " |",
+        "|---|--:|" + "--:|" * len(MULTIPLES),
+    ]
+    for label, sweep in sweeps.items():
+        for bound, by_multiple in sweep.items():
+            cells = [f"{1 - r.shares[UNDECIDED]:.3f} / {r.mean_seeds:.2f}" for r in by_multiple.values()]
+            lines.append(f"| {label} | {bound:g} | " + " | ".join(cells) + " |")
     lines += ["", *reading(noises, runs), ""]
     return "\n".join(lines)
 
@@ -505,10 +556,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{n.sd_mean:.4g}), margin {n.margin:.4g}, baseline {n.baseline_mean:.4g}, trivial {n.trivial:.4g}"
         )
     runs = [simulate(n, plan, looks, args.reps, rng) for n in noises for plan, looks in PLANS.items()]
+    sweeps = {n.family.label: futility_sweep(n, args.reps, rng) for n in noises}
     command = "python " + " ".join(
         shlex.quote(a) for a in ["benchmarks/verdict_error_rates.py", *(argv or sys.argv[1:])]
     )
-    text = report(noises, runs, args.reps, args.seed, command)
+    text = report(noises, runs, sweeps, args.reps, args.seed, command)
     print(text)
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,15 @@ over looks, :class:`Looks`): valid under any dependence between the looks, simpl
 at an unplanned n (a missing cell) still uses α/K. α = 0.05 for a false better/worse (two-sided) and
 α = 0.05 for a false equivalent; a fixed seed list is K = 1.
 
+**Futility**: a t-tested question also stops, undecided, when more seeds are unlikely to decide it:
+when its *conditional power*, the chance that the last planned look decides it (a difference or
+equivalence) were the current estimate the truth (the current trend), is below
+:data:`FUTILITY` (5%), as group-sequential trials stop for futility. Stopping never adds a
+verdict, only removes later chances to give one, so the error rates above hold as they are (a
+*non-binding* futility rule); what it costs is some power, and what it saves is the seeds of
+questions whose noise is many margins wide (``benchmarks/verdict_error_rates.py`` measures both).
+A rank-based question has no such projection and keeps its planned looks.
+
 **Failed runs**: when a side mixes seeds that learned and seeds that did not (or diverged, counted at
 the trivial baseline), the values are bimodal and a t test's normal model is wrong. The caller then
 passes ``rank_based=True`` and the decision uses a rank test valid for any distribution: the exact
@@ -83,6 +92,8 @@ PAIRED_T, WELCH_T, SIGNED_RANK, RANK_SUM, NO_TEST = (
 ALPHA = 0.05
 #: the level of the interval of the probability of improvement (descriptive: it decides nothing)
 PROB_LEVEL = 0.95
+#: stop adding seeds to an undecided question whose conditional power (see the module's docstring) is below this
+FUTILITY = 0.05
 #: bootstrap resamples of that interval, and the fixed random state that makes it reproducible
 BOOTSTRAP_RESAMPLES = 4999
 BOOTSTRAP_SEED = 0
@@ -100,22 +111,28 @@ class Looks:
 
     sizes: tuple[int, ...]
     alpha: float = ALPHA
+    #: stop for futility below this conditional power (0: never; see the module's docstring)
+    futility: float = FUTILITY
 
     def __post_init__(self) -> None:
         if not self.sizes or any(n < 1 for n in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):
             raise ValueError(f"Looks: sizes={self.sizes} must be increasing seed counts of at least 1, e.g. (3, 6, 9)")
         if not 0 < self.alpha < 1:
             raise ValueError(f"Looks: alpha={self.alpha} must lie between 0 and 1, e.g. 0.05")
+        if not 0 <= self.futility < 1:
+            raise ValueError(
+                f"Looks: futility={self.futility} must lie in [0, 1), e.g. 0.1 (0 never stops for futility)"
+            )
 
     @classmethod
-    def plan(cls, minimum: int, maximum: int, step: int, alpha: float = ALPHA) -> Looks:
+    def plan(cls, minimum: int, maximum: int, step: int, alpha: float = ALPHA, futility: float = FUTILITY) -> Looks:
         """The looks of ``seeds: {min, max, step}``: min, min + step, ..., and always max (as
         ``config.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8."""
         if not 1 <= minimum <= maximum or step < 1:
             raise ValueError(
                 f"Looks.plan: min={minimum}, max={maximum}, step={step} needs 1 <= min <= max and step >= 1"
             )
-        return cls((*range(minimum, maximum, step), maximum), alpha)
+        return cls((*range(minimum, maximum, step), maximum), alpha, futility)
 
     @classmethod
     def fixed(cls, n: int, alpha: float = ALPHA) -> Looks:
@@ -257,6 +274,40 @@ def t_verdicts(
     return verdicts, rejects
 
 
+def conditional_power(moments: Moments, n: int, last: int, margin: float, alpha: float) -> np.ndarray:
+    """The chance that the look at ``last`` seeds (pairs, or the smaller side) decides each comparison of
+    ``moments``, now at ``n`` seeds, were its current mean difference the truth and its spread known
+    (conditional power under the current trend; NaN without spread).
+
+    The ``last - n`` seeds to come are averaged in: the final mean is normal around today's with
+    variance se²·n·(last - n)/last², and the final look decides where that mean lies beyond the
+    difference test's bound t(1 - α/2)·se_last, or within the equivalence bound margin - t(1 - α)·se_last,
+    with se_last = se·√(n/last) and the degrees of freedom grown with the seeds. Written here because
+    the closed form is four normal CDFs; the tests check it against a simulation of the seeds to come."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where(moments.spread, moments.standard_error, np.nan)
+        se_last = se * math.sqrt(n / last)
+        dof_last = moments.dof * (last - 1) / max(n - 1, 1)
+        spread = se * math.sqrt(n * (last - n)) / last
+        difference_bound = scipy_stats.t.ppf(1 - alpha / 2, dof_last) * se_last
+        equivalence_bound = np.clip(margin - scipy_stats.t.ppf(1 - alpha, dof_last) * se_last, 0.0, None)
+        mean, cdf = moments.mean, scipy_stats.norm.cdf
+        undecided = (cdf((difference_bound - mean) / spread) - cdf((equivalence_bound - mean) / spread)) + (
+            cdf((-equivalence_bound - mean) / spread) - cdf((-difference_bound - mean) / spread)
+        )
+        power = np.where(equivalence_bound >= difference_bound, 1.0, 1.0 - undecided)
+    return np.where(moments.spread, power, np.nan)
+
+
+def futile(moments: Moments, verdicts: np.ndarray, n: int, looks: Looks, margin: float) -> np.ndarray:
+    """Whether each comparison stops for futility at this look (``n`` seeds): undecided by the t tests,
+    a later look planned, and its :func:`conditional_power` below ``looks.futility``."""
+    if looks.futility <= 0 or looks.is_last(n) or n < 2:
+        return np.zeros(np.shape(verdicts), dtype=bool)
+    power = conditional_power(moments, n, looks.sizes[-1], margin, looks.per_look_alpha)
+    return (np.asarray(verdicts) == UNDECIDED) & moments.spread & (power < looks.futility)
+
+
 @dataclass(frozen=True)
 class RankTests:
     """A rank test of many comparisons: its two-sided exact p-value and the side the ranks lean to
@@ -350,7 +401,8 @@ class Decision:
     equivalence test); ``alpha`` is the per-look α_k = α/K; ``n`` the number of pairs, or the two
     sides' seed counts (variant, baseline) when unpaired. ``excludes_zero``: the difference test named
     in ``test`` rejected zero at α_k (also recorded when the verdict is equivalent). ``final``: no
-    more seeds will be added (decided, or the last planned look reached)."""
+    more seeds will be added (decided, the last planned look reached, or ``futile``: undecided with a
+    conditional power, ``conditional_power``, below the plan's futility bound)."""
 
     verdict: str
     test: str  # "paired t" | "Welch t" | "Wilcoxon signed-rank" | "Mann-Whitney U" | "none"
@@ -366,6 +418,8 @@ class Decision:
     prob_improvement: float | None
     prob_improvement_interval: tuple[float, float] | None
     final: bool
+    conditional_power: float | None = None
+    futile: bool = False
 
     def describe(self) -> str:
         """One line: ``worse (paired t, n=3, α/K=0.0167): +23.3 [+20.1, +26.5], margin ±0.07;
@@ -382,7 +436,11 @@ class Decision:
             notes.append("no spread: the same difference in every seed, within the margin")
         elif self.test == NO_TEST:
             notes.append("no test: one seed, or no spread")
-        if not self.final:
+        if self.futile:
+            notes.append(
+                f"stopped for futility: {self.conditional_power:.0%} chance that the last planned look decides it"
+            )
+        elif not self.final:
             notes.append("more seeds to come")
         prob = ""
         if self.prob_improvement is not None:
@@ -442,6 +500,7 @@ def decide(
     tests = t_tests(moments, margin, alpha)
     has_interval = bool(moments.spread[0])
     interval = (float(tests.low[0]), float(tests.high[0])) if has_interval else None
+    look = n[0] if paired else min(n)  # the look this is: pairs, or the smaller side's seeds
     if rank_based:
         ranks = signed_rank_tests(a[None] - b[None]) if paired else rank_sum_tests(a[None], b[None])
         verdict = str(rank_verdicts(ranks, alpha, higher_is_better)[0])
@@ -452,9 +511,13 @@ def decide(
             None,
         )
         excludes_zero = p_value < alpha
-    else:
+    power, stop = None, False  # a rank-based question keeps its planned looks
+    if not rank_based:
         verdicts, rejects = t_verdicts(moments, tests, margin, alpha, higher_is_better)
         verdict, excludes_zero = str(verdicts[0]), bool(rejects[0])
+        stop = bool(futile(moments, verdicts, look, looks, margin)[0])
+        if verdict == UNDECIDED and has_interval and not looks.is_last(look) and look >= 2:
+            power = float(conditional_power(moments, look, looks.sizes[-1], margin, alpha)[0])
         test = (PAIRED_T if paired else WELCH_T) if has_interval else NO_TEST
         p_value, p_equivalence = _optional(tests.p_value[0]), _optional(tests.p_equivalence[0])
         equivalence_interval = (
@@ -474,5 +537,7 @@ def decide(
         excludes_zero=excludes_zero,
         prob_improvement=float(prob_improvement(a, b, higher_is_better)),
         prob_improvement_interval=prob_improvement_interval(a, b, higher_is_better),
-        final=verdict != UNDECIDED or looks.is_last(n[0] if paired else min(n)),
+        final=verdict != UNDECIDED or looks.is_last(look) or stop,
+        conditional_power=power,
+        futile=stop,
     )

@@ -174,7 +174,12 @@ class Comparison:
             if self.verdict == SATURATED:
                 head += f" (no verdict: {self.saturation})"
             else:
-                more = "; more seeds may decide it" if self.verdict == UNDECIDED and not self.decision.final else ""
+                more = ""
+                if self.decision.futile:
+                    power = self.decision.conditional_power
+                    more = f"; stopped for futility: {power:.0%} chance that more seeds decide it"
+                elif self.verdict == UNDECIDED and not self.decision.final:
+                    more = "; more seeds may decide it"
                 head += f" ({self.test_text()}{more})"
             parts = [f"{head}, {self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"]
             p = self.decision.prob_improvement

@@ -94,6 +94,25 @@ def test_simulated_rates_keep_the_claims_and_the_power_reaches_one(plan, looks):
     assert quiet.power[4.0].shares[BETTER] == 1.0 and quiet.power[4.0].mean_seeds == 3.0
 
 
+def test_the_futility_stop_saves_seeds_where_noise_is_wide_and_keeps_the_power_where_it_is_not():
+    """Known truth: at 4.6 margins of noise (the ViT's) a null question cannot be decided by 9 seeds, and
+    the futility stop ends most of them at the first look; at 0.6 margins (the LM's) nearly every
+    question is decided by 9 seeds either way, and the stop changes almost nothing."""
+    module = script()
+    with_stop, without = Looks.plan(3, 9, 3), Looks.plan(3, 9, 3, futility=0.0)
+
+    def run(noise, looks, multiple, seed):
+        variant, baseline = module.draw(np.random.default_rng(seed), noise, 4000, 9, multiple)
+        verdicts, used = module.sequential(variant, baseline, looks, module.t_rule(noise, looks))
+        return float(np.mean(verdicts != "undecided")), float(used.mean())
+
+    wide = noise_like(4.6)
+    assert run(wide, without, 0.0, 5)[1] > 8.5 and run(wide, with_stop, 0.0, 5)[1] < 5.5
+    assert run(wide, with_stop, 4.0, 6)[0] >= run(wide, without, 4.0, 6)[0] - 0.06
+    for multiple in (0.0, 1.0, 2.0):
+        assert run(noise_like(0.6), with_stop, multiple, 7)[0] >= run(noise_like(0.6), without, multiple, 7)[0] - 0.04
+
+
 def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     out = tmp_path / "rates.md"
     done = subprocess.run(
@@ -109,5 +128,6 @@ def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     assert f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}" in text
     assert "- CPU: " in text and "300 simulated questions per scenario" in text
     for family in ("LM perplexity", "translation BLEU", "ViT accuracy"):
-        assert text.count(f"| {family}") == 1 + 2 + 2 * 6 + 2 * 5  # noise, claims, bimodal and power rows
+        # noise; the claims, bimodal and power rows of 3 plans; the futility bounds
+        assert text.count(f"| {family}") == 1 + 3 + 3 * 6 + 3 * 5 + 5
     assert "SD of seed-matched differences" in done.stdout

@@ -1,7 +1,8 @@
 """The verdict rule (blockbench.report.decide) against scipy's own tests and hand computations: the
 planned looks and their α/K, the paired and Welch t tests and TOST, the four verdicts (equivalence
 winning over a difference below the margin), the rank tests for bimodal values, the probability of
-improvement, the cases without spread, and the one-line description. The error rates the rule
+improvement, the cases without spread, the futility stop (its conditional power against a simulation
+of the seeds to come), and the one-line description. The error rates the rule
 claims are checked by simulation in tests/e2e/test_verdict_error_rates.py."""
 
 import math
@@ -21,7 +22,9 @@ from blockbench.report.decide import (
     WELCH_T,
     WORSE,
     Looks,
+    conditional_power,
     decide,
+    futile,
     paired_moments,
     prob_improvement,
     prob_improvement_interval,
@@ -261,3 +264,75 @@ def test_the_array_functions_give_decide_s_verdicts_row_by_row():
     assert verdicts.tolist() == [r.verdict for r in rows]
     assert rejects.tolist() == [r.excludes_zero for r in rows]
     assert {BETTER, EQUIVALENT, UNDECIDED} <= set(verdicts.tolist())
+
+
+# futility -------------------------------------------------------------------------------------------
+
+
+def test_conditional_power_matches_a_simulation_of_the_seeds_to_come():
+    """The closed form against brute force under its own assumptions: the seeds to come drawn around
+    today's mean difference with today's spread, the last look decided with se·√(n/last) and the grown
+    degrees of freedom, as decide's t tests would at that look."""
+    rng = np.random.default_rng(7)
+    n, last, margin, alpha = 3, 9, 1.0, PLAN.per_look_alpha
+    for today in ([0.9, -0.4, 0.3], [2.5, 1.0, 3.1], [0.2, -0.1, 0.05], [6.0, -5.0, 2.0]):
+        a = np.array(today)
+        moments = paired_moments(a[None], np.zeros((1, 3)))
+        sd = float(np.std(a, ddof=1))
+        future = rng.normal(a.mean(), sd, (200_000, last - n))
+        final = (a.sum() + future.sum(axis=1)) / last
+        se_last = sd / math.sqrt(last)
+        difference = np.abs(final) > scipy_stats.t.ppf(1 - alpha / 2, last - 1) * se_last
+        equivalent = np.abs(final) < margin - scipy_stats.t.ppf(1 - alpha, last - 1) * se_last
+        simulated = np.mean(difference | equivalent)
+        assert conditional_power(moments, n, last, margin, alpha)[0] == pytest.approx(simulated, abs=0.005)
+
+
+def test_a_question_more_seeds_cannot_decide_stops_for_futility_and_says_so():
+    # ViT-like: seeds 4.6 margins apart, the difference near zero: 9 seeds cannot show either answer
+    hopeless = decide(
+        seeds([0.79, 0.72, 0.67]), seeds([0.74, 0.72, 0.75]), margin=0.01, higher_is_better=True, looks=PLAN
+    )
+    assert hopeless.verdict == UNDECIDED and hopeless.futile and hopeless.final
+    assert hopeless.conditional_power < 0.01
+    assert "stopped for futility: 0% chance that the last planned look decides it" in hopeless.describe()
+    # the same values without the stop, or at a last look: no futility
+    assert not decide(
+        seeds([0.79, 0.72, 0.67]),
+        seeds([0.74, 0.72, 0.75]),
+        margin=0.01,
+        higher_is_better=True,
+        looks=Looks.plan(3, 9, 3, futility=0.0),
+    ).final
+    # a difference that 9 seeds will likely show keeps its rounds
+    promising = decide(seeds([3.0, 0.4, 2.9]), seeds([0.0, 0.0, 0.0]), margin=0.5, higher_is_better=True, looks=PLAN)
+    assert promising.verdict == UNDECIDED and not promising.final and not promising.futile
+    assert promising.conditional_power > 0.5 and "more seeds to come" in promising.describe()
+    # a rank-based question has no projection: it keeps its planned looks
+    ranked = decide(
+        seeds([0.79, 0.72, 0.67]),
+        seeds([0.74, 0.72, 0.75]),
+        margin=0.01,
+        higher_is_better=True,
+        looks=PLAN,
+        rank_based=True,
+    )
+    assert not ranked.final and not ranked.futile and ranked.conditional_power is None
+
+
+def test_futile_gives_decide_s_stops_row_by_row():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.0, 1.0, (300, 3)), rng.normal(0.0, 1.0, (300, 3))
+    a[:100] += rng.uniform(0.0, 3.0, (100, 1))
+    moments = paired_moments(a, b)
+    alpha = PLAN.per_look_alpha
+    verdicts = t_verdicts(moments, t_tests(moments, 0.3, alpha), 0.3, alpha, higher_is_better=True)[0]
+    stops = futile(moments, verdicts, 3, PLAN, 0.3)
+    rows = [
+        decide(seeds(x), seeds(y), margin=0.3, higher_is_better=True, looks=PLAN) for x, y in zip(a, b, strict=True)
+    ]
+    assert stops.tolist() == [r.futile for r in rows]
+    assert 0 < stops.sum() < len(stops)  # both kinds occur
+    assert not futile(moments, verdicts, 9, PLAN, 0.3).any()  # the last look: nothing to stop
+    with pytest.raises(ValueError, match=r"futility=1.5 must lie in \[0, 1\)"):
+        Looks((3, 6), futility=1.5)

@@ -688,15 +688,17 @@ def test_verdicts_within_levels_of_any_axis(tmp_path):
 
 def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_path):
     """``seeds: {min: 3, max: 9, step: 3}``: a question undecided at 3 seeds is open (the runner adds seeds
-    to both sides' cells, named by their cell.json labels), a decided one is not, and none is open once
-    a side reaches the last look."""
+    to both sides' cells, named by their cell.json labels), a decided one is not, nor one stopped for
+    futility, and none is open once a side reaches the last look."""
     cells = [
         {"task": "lm", "task_name": "lm", "variant": PRE, "values": [7.0, 7.1, 7.2]},
         {"task": "lm", "task_name": "lm", "variant": POST, "values": [7.5, 7.0, 7.6]},  # undecided
         {"task": "lm", "task_name": "lm", "variant": "norm_placement=sandwich", "values": [9.0, 9.2, 9.3]},  # worse
+        # seeds 27 margins apart around no difference: 9 seeds cannot decide it, it stops for futility
+        {"task": "lm", "task_name": "lm", "variant": "norm_placement=deepnorm", "values": [9.0, 5.2, 7.1]},
     ]
     seeds = {"min": 3, "max": 9, "step": 3}
-    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post", "sandwich", "deepnorm"]}
     _write_matrix(tmp_path, "rounds", cells, baseline_variant=PRE, axes=axes, seeds=seeds)
     questions = {q.group.variant: q for a in analyze(tmp_path / "rounds")[2] for q in a.questions}
     assert questions[POST].verdict == "undecided" and questions["norm_placement=sandwich"].verdict == "worse"
@@ -706,6 +708,11 @@ def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_pa
     summary = write_report(tmp_path / "rounds")
     assert "Seeds in rounds: looks at 3, 6, 9 seeds, α 0.05 split equally over them." in summary
     assert "**undecided** (paired t, 3 pairs, α 0.017; more seeds may decide it)" in summary
+    deepnorm = questions["norm_placement=deepnorm"].decision
+    assert deepnorm.verdict == "undecided" and deepnorm.futile and deepnorm.final
+    assert "**undecided** (paired t, 3 pairs, α 0.017; stopped for futility: 0% chance that more seeds decide it)" in (
+        summary
+    )
     nine = [{**c, "values": c["values"] * 3} for c in cells]  # the last look: final, whatever it says
     _write_matrix(tmp_path, "last", nine, baseline_variant=PRE, axes=axes, seeds=seeds)
     assert open_questions(tmp_path / "last") == []
