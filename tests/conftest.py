@@ -120,6 +120,41 @@ def write_matrix(folder: Path, axes: dict, base: dict = TINY_LM, name: str = "m"
     return path
 
 
+def ok_result(task: str, seed: int, metrics: dict[str, float], baselines: dict[str, float], **extra: object) -> dict:
+    """A finished cell's result.json as the report reads it: ``metrics`` (the first is the headline),
+    the trivial ``baselines``, and fixed figures for the rest (30 steps, 4 s, 1,000 parameters);
+    ``extra`` adds or replaces fields (``history``, ``performance``, ``data``)."""
+    return {
+        "status": "ok",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "metrics": metrics,
+        "primary_metric": next(iter(metrics)),
+        "baselines": baselines,
+        "steps": 30,
+        "wall_time_s": 4.0,
+        "parameters": 1000,
+        "throughput": 100.0,
+        "throughput_unit": "tokens/s",
+        "machine": "test",
+        **extra,
+    }
+
+
+def diverged_result(task: str, seed: int) -> dict:
+    """A cell's result.json that diverged at step 20."""
+    return {
+        "status": "diverged",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "diverged_at_step": 20,
+        "last_finite_loss": 7.5,
+        "history": [],
+    }
+
+
 def blockbench(
     *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import diverged_result, ok_result
 from scipy import stats as scipy_stats
 
 from blockbench.cli import main
@@ -71,24 +72,11 @@ SOLVED = {"translation": {PRE: [100.0, 100.0, 100.0], POST: [99.9, 100.0, 100.0]
 
 
 def _result(task: str, seed: int, value: float | str | None) -> dict:
-    base = {"task": task, "seed": seed, "config_hash": "abc"}
     if value == FAILED:
-        return {**base, "status": "failed", "error": "RuntimeError: boom"}
+        return {"task": task, "seed": seed, "config_hash": "abc", "status": "failed", "error": "RuntimeError: boom"}
     if value is None:
-        return {**base, "status": "diverged", "diverged_at_step": 20, "last_finite_loss": 7.5, "history": []}
-    return {
-        **base,
-        "status": "ok",
-        "metrics": {HEADLINE[task]: value, **CONSTANT[task]},
-        "primary_metric": HEADLINE[task],
-        "baselines": TRIVIAL[task],
-        "steps": 30,
-        "wall_time_s": 4.0,
-        "parameters": 1000,
-        "throughput": 100.0,
-        "throughput_unit": "tokens/s",
-        "machine": "test",
-    }
+        return diverged_result(task, seed)
+    return ok_result(task, seed, {HEADLINE[task]: value, **CONSTANT[task]}, TRIVIAL[task])
 
 
 def write_matrix(root: Path, name: str, cells: dict[str, dict[str, list]], **settings: object) -> Path:

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 import yaml
-from conftest import T_975_DF2, T_975_DF4
+from conftest import T_975_DF2, T_975_DF4, ok_result
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
@@ -112,25 +112,7 @@ def _lm_figures(perplexity: float, agreement: float, loss: float) -> dict[str, f
 def _ok(
     task: str, seed: int, metrics: dict[str, float], history: list[dict] | None, baselines: dict[str, float]
 ) -> dict:
-    result = {
-        "status": "ok",
-        "task": task,
-        "seed": seed,
-        "config_hash": "abc",
-        "metrics": metrics,
-        "primary_metric": next(iter(metrics)),
-        "baselines": baselines,
-        "data": {},
-        "steps": 30,
-        "wall_time_s": 4.0,
-        "parameters": 1000,
-        "throughput": 100.0,
-        "throughput_unit": "tokens/s",
-        "machine": "test",
-    }
-    if history is not None:
-        result["history"] = history
-    return result
+    return ok_result(task, seed, metrics, baselines, data={}, **({} if history is None else {"history": history}))
 
 
 def _lm_history(perplexities: list[float], accuracies: list[float], losses: list[float]) -> list[dict]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import diverged_result, ok_result
 from scipy import stats as scipy_stats
 
 from blockbench.cli import main
@@ -54,33 +55,10 @@ MARGINS = {"lm": 0.1, "lm_text": 0.5, "translation": 1.0, "vit": 0.005}
 def _result(task_name: str, seed: int, value: float | None, step_time_ms: float | None) -> dict:
     """A finished cell (``value`` of the headline metric), or a diverged one (``value`` None)."""
     if value is None:
-        return {
-            "status": "diverged",
-            "task": task_name,
-            "seed": seed,
-            "config_hash": "abc",
-            "diverged_at_step": 20,
-            "last_finite_loss": 7.5,
-            "history": [],
-        }
-    result = {
-        "status": "ok",
-        "task": task_name,
-        "seed": seed,
-        "config_hash": "abc",
-        "metrics": {HEADLINE[task_name]: value, **CONSTANT[task_name]},
-        "primary_metric": HEADLINE[task_name],
-        "baselines": TRIVIAL[task_name],
-        "steps": 30,
-        "wall_time_s": 4.0,
-        "parameters": 1000,
-        "throughput": 100.0,
-        "throughput_unit": "tokens/s",
-        "machine": "test",
-    }
-    if step_time_ms is not None:
-        result["performance"] = {"step_time_ms": {"median": step_time_ms, "mean": step_time_ms + 1}}
-    return result
+        return diverged_result(task_name, seed)
+    median = step_time_ms
+    timing = {} if median is None else {"performance": {"step_time_ms": {"median": median, "mean": median + 1}}}
+    return ok_result(task_name, seed, {HEADLINE[task_name]: value, **CONSTANT[task_name]}, TRIVIAL[task_name], **timing)
 
 
 def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None, **settings: object) -> None:
@@ -605,38 +583,29 @@ def test_the_verdict_of_identical_cells_is_the_same_in_every_matrix(tmp_path):
     assert line("two") == line("five") and "**worse**" in line("two")
 
 
-def _committed_lm_cells(matrix: str) -> dict[tuple[str, int], str]:
-    """(variant, seed) -> config hash of the committed LM cells of a results folder of the book."""
-    return {
-        (path.parent.parent.name, int(path.parent.name.removeprefix("seed"))): json.loads(path.read_text())[
-            "config_hash"
-        ]
-        for path in (REPO / "results" / matrix / "cells" / "lm").glob("*/seed*/result.json")
-    }
+def _committed_questions() -> dict[tuple, list[tuple[str, str]]]:
+    """Every question of the committed book that has a decision, keyed by what decides it (the two sides'
+    cells as (seed, config hash), and the planned looks): key -> [(matrix, the decision in one line)]."""
+    found: dict[tuple, list[tuple[str, str]]] = defaultdict(list)
+    for matrix_file in sorted((REPO / "results").glob("*/matrix.yaml")):
+        for analysis in analyze(matrix_file.parent)[2]:
+            for q in analysis.questions:
+                if q.decision is not None and q.baseline is not None:
+                    sides = tuple(frozenset((r.seed, r.config_hash) for r in g.results) for g in (q.group, q.baseline))
+                    found[(*sides, analysis.looks.sizes)].append((matrix_file.parent.name, q.decision.describe()))
+    return found
 
 
-def test_the_committed_post_vs_pre_norm_lm_comparison_gets_one_verdict_in_both_matrices(tmp_path):
-    """The issue's own case: post- vs pre-norm on the LM, identical cells (config hashes) in
-    results/norm_placement and results/prenorm_vs_postnorm_tuned, was n.s. in one and worse in the other
-    under Holm. Each question now depends only on its cells: the same verdict and numbers in both."""
-    lines = {}
-    for matrix in ("norm_placement", "prenorm_vs_postnorm_tuned"):
-        hashes = _committed_lm_cells(matrix)
-        if not hashes:
-            pytest.skip(f"results/{matrix} has no LM cells in this checkout")
-        lines[matrix] = {key: h for key, h in hashes.items() if key[0] in (PRE, POST)}
-    first, second = lines.values()
-    if first != second:
-        pytest.skip("the two matrices' post- and pre-norm LM cells differ after a rerun: nothing identical to compare")
-    verdicts = {}
-    for matrix in lines:
-        shutil.copytree(REPO / "results" / matrix, tmp_path / matrix)
-        [line] = [
-            x for x in write_report(tmp_path / matrix).splitlines() if x.startswith(f"- lm (LM), {POST} vs {PRE}: ")
-        ]
-        verdicts[matrix] = line.split("; step time")[0]  # the step times are the two runs' own
-    assert verdicts["norm_placement"] == verdicts["prenorm_vs_postnorm_tuned"]
-    assert "**worse** (paired t, 3 pairs, α 0.05), perplexity ↓ +3.67 [+2.80, +4.53]" in verdicts["norm_placement"]
+def test_questions_the_committed_book_asks_in_several_matrices_get_one_verdict_everywhere():
+    """The issue's own case was post- vs pre-norm on the LM, identical cells in results/norm_placement and
+    results/prenorm_vs_postnorm_tuned, n.s. in one and worse in the other under Holm. Now a question
+    depends only on its cells (and its planned looks): wherever the book asks it with the same cells,
+    the decision, its test, interval and P(better), is the same."""
+    shared = {key: seen for key, seen in _committed_questions().items() if len({m for m, _ in seen}) > 1}
+    if not shared:
+        pytest.skip("no question of the committed book has the same cells in two matrices")
+    for seen in shared.values():
+        assert len({line for _, line in seen}) == 1, seen
 
 
 def test_verdicts_within_levels_of_any_axis(tmp_path):
