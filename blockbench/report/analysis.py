@@ -18,7 +18,9 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   saturation distance of the entropy floor, is *saturated*: the metric cannot tell them apart, so
   such a comparison gets no verdict.
 - **Seeds in rounds**: with ``seeds: {min, max, step}`` every look spends an equal share of the
-  error rate (``decide.Looks.plan``); a fixed seed axis is one look.
+  error rate (``decide.Looks.plan``), and a question is decided look by look on the seeds of each
+  complete look, stopping at the first that decides it (``TaskAnalysis._sequential``); a fixed seed
+  axis is one look on every finished seed.
 - **Runs that fail**: a diverged seed counts with the worse of the task's trivial baseline and the
   task's worst finished seed (``stats.diverged_value``): an unstable variant is not judged by its good
   seeds. A finished seed that does not beat the trivial baseline *did not learn*; it counts as it
@@ -39,15 +41,22 @@ from typing import Any
 
 from blockbench.tasks import TASK_CONFIGS, Metric
 
+from ..config import REPLICA_SEED_STRIDE
 from ..record import SPEED_FIGURES
 from .decide import UNDECIDED, Decision, Looks, decide
 from .headroom import Headroom, headroom, saturation_text
-from .results import Group, MatrixSettings, level_text, load_groups
+from .results import Group, MatrixSettings, level_text, load_groups, seed_key
 from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
 from .verdicts import NO_RESULT, SATURATED
 
 LEVEL = 0.95  # confidence level of the descriptive intervals (the decisions' own level is decide's)
 NO_MARGIN = 1e-12  # the margin of a task that declares none (decide needs a positive one)
+
+
+def _round(seed: Any) -> int | float:
+    """The round a seed belongs to: its number, a replica's shifted seed (``REPLICA_SEED_STRIDE``)
+    counted as the replica's own seed k; infinite for a seed that is not a number."""
+    return seed % REPLICA_SEED_STRIDE if isinstance(seed, int) else math.inf
 
 
 def direction(difference: float, metric: Metric) -> str:
@@ -280,11 +289,54 @@ class TaskAnalysis:
             float(declared.value) if declared.relative else None,
         )
 
-    def mixed(self, group: Group) -> bool:
-        """Whether ``group``'s seeds mix runs that learned with runs that did not learn or diverged: its
-        values are then bimodal, and a normal-theory test is no longer valid."""
-        not_learned = len(group.did_not_learn(self.headline)) + len(group.diverged)
-        return 0 < not_learned < len(group.ok) + len(group.diverged)
+    def _not_learned(self, group: Group) -> set[Any]:
+        """The seeds of ``group`` that did not learn or diverged (keys of :attr:`values`)."""
+        failed = {id(r) for r in (*group.did_not_learn(self.headline), *group.diverged)}
+        return {seed_key(r, i) for i, r in enumerate(group.results) if id(r) in failed}
+
+    def _decide(
+        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+    ) -> tuple[Decision, Margin, bool]:
+        """decide's answer on these seeds of the two sides, the margin at the baseline's mean over them,
+        and whether a rank test decided: a side's seeds among them mix runs that learned with runs that
+        did not learn or diverged, so its values are bimodal and a normal-theory test is not valid."""
+        margin = self.margin(statistics.fmean(baseline_values.values()))
+        rank_based = any(
+            0 < len(seeds & self._not_learned(g)) < len(seeds)
+            for g, seeds in ((group, set(values)), (baseline, set(baseline_values)))
+        )
+        decision = decide(
+            values,
+            baseline_values,
+            margin=margin.value,
+            higher_is_better=self.headline.higher_is_better,
+            looks=self.looks,
+            rank_based=rank_based,
+        )
+        return decision, margin, rank_based
+
+    def _sequential(
+        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+    ) -> tuple[Decision, Margin, bool, dict[Any, float], dict[Any, float]]:
+        """The question decided as the rounds decide it, and the seeds of each side it was decided on.
+
+        With seeds in rounds: look by look, on the seeds of each planned look (0 .. n-1; a replica's
+        shifted seeds counted by their round) once both sides have finished them all, stopping at the
+        first final decision. A look a side has not finished (an interrupted round) is not taken, so the
+        answer is the last complete look's, as in an uninterrupted run. Seeds past the deciding look
+        (the baseline's, trained for another variant's question) do not count: a question's verdict
+        depends on its own looks, not on which variants share its baseline. Without rounds, or before
+        the first look is complete, one decision on every finished seed."""
+        found = None
+        if self.settings.seeds is not None:
+            for size in self.looks.sizes:
+                look = [{s: v for s, v in side.items() if _round(s) < size} for side in (values, baseline_values)]
+                if min(len(side) for side in look) < size:
+                    break  # not complete yet
+                found = (*self._decide(group, baseline, *look), *look)
+                if found[0].final:
+                    break
+        return found or (*self._decide(group, baseline, values, baseline_values), values, baseline_values)
 
     def _question(self, group: Group) -> Question | None:
         """The confirmatory question of a non-baseline group (None for a baseline)."""
@@ -311,15 +363,8 @@ class TaskAnalysis:
             return Question(group, baseline, NO_RESULT, None, None, missing=group.status_without_ok)
         if not all(math.isfinite(v) for v in (*values.values(), *baseline_values.values())):
             return Question(group, baseline, NO_RESULT, None, None, missing="a finished seed's value is not finite")
-        margin = self.margin(statistics.fmean(baseline_values.values()))
-        rank_based = self.mixed(group) or self.mixed(baseline)
-        decision = decide(
-            values,
-            baseline_values,
-            margin=margin.value,
-            higher_is_better=self.headline.higher_is_better,
-            looks=self.looks,
-            rank_based=rank_based,
+        decision, margin, rank_based, values, baseline_values = self._sequential(
+            group, baseline, values, baseline_values
         )
         saturation = saturation_text(
             self.task_cfg,

@@ -120,11 +120,11 @@ class Group:
     def finished_values(self, metric: str) -> dict[Any, float]:
         """Seed -> ``metric`` of every finished seed that recorded it (a record written before its task
         added the metric has none)."""
-        return {_seed(r, i): r.metrics[metric] for i, r in enumerate(self.results) if r.ok and metric in r.metrics}
+        return {seed_key(r, i): r.metrics[metric] for i, r in enumerate(self.results) if r.ok and metric in r.metrics}
 
     @property
     def diverged_seeds(self) -> list[Any]:
-        return [_seed(r, i) for i, r in enumerate(self.results) if r.status == "diverged"]
+        return [seed_key(r, i) for i, r in enumerate(self.results) if r.status == "diverged"]
 
     def speed_values(self, figure: str) -> list[float]:
         """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
@@ -155,7 +155,7 @@ class Group:
         return f"{len(self.ok) + len(self.diverged)}" + (f" ({'; '.join(extra)})" if extra else "")
 
 
-def _seed(result: CellRecord, index: int) -> Any:
+def seed_key(result: CellRecord, index: int) -> Any:
     """The seed that pairs a result with the other variants' results (its position if it has none)."""
     return f"cell {index}" if result.seed is None else result.seed
 

@@ -19,6 +19,7 @@ from conftest import diverged_result, ok_result
 from scipy import stats as scipy_stats
 
 from blockbench.cli import main
+from blockbench.config import REPLICA_SEED_STRIDE
 from blockbench.layout import write_json
 from blockbench.matrix.run import finish_matrix
 from blockbench.report.analysis import OpenQuestion, analyze, open_questions
@@ -63,12 +64,13 @@ def _result(task_name: str, seed: int, value: float | None, step_time_ms: float 
 
 def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None, **settings: object) -> None:
     """``cells``: dicts of task (the row label), task_name, variant, axes, values (headline metric per
-    seed, None = diverged) and step_time_ms; each cell gets cell.json, config.yaml (model.family) and
+    seed, None = diverged), seeds (default 0, 1, ...) and step_time_ms; each cell gets cell.json,
+    config.yaml (model.family) and
     result.json. The matrix file sets :data:`MARGINS` and ``settings`` (e.g. ``within``, ``axes``)."""
     matrix_dir = root / name
     index = 0
     for cell in cells:
-        for seed, value in enumerate(cell["values"]):
+        for seed, value in zip(cell.get("seeds", range(len(cell["values"]))), cell["values"], strict=True):
             cell_dir = matrix_dir / "cells" / cell["task"] / cell["variant"] / f"seed{seed}"
             write_json(
                 cell_dir / "cell.json",
@@ -685,6 +687,66 @@ def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_pa
     nine = [{**c, "values": c["values"] * 3} for c in cells]  # the last look: final, whatever it says
     _write_matrix(tmp_path, "last", nine, baseline_variant=PRE, axes=axes, seeds=seeds)
     assert open_questions(tmp_path / "last") == []
+
+
+ROUND_PRE = [7.0, 7.05, 6.98, 7.02, 6.97, 7.03, 7.01, 6.99, 7.04]
+ROUND_POST = [7.25, 7.0, 7.3, 7.1, 7.35, 7.05, 7.3, 7.2, 7.28]  # undecided at 3 and 6 seeds, worse at 9
+ROUND_SANDWICH = [7.6, 7.7, 7.65]  # worse at 3 seeds
+
+
+def _lm_cells(**variants: list[float]) -> list[dict]:
+    return [
+        {"task": "lm", "task_name": "lm", "variant": f"norm_placement={name}", "values": values}
+        for name, values in variants.items()
+    ]
+
+
+def _questions(matrix_dir) -> dict:
+    return {q.group.variant: q for a in analyze(matrix_dir)[2] for q in a.questions}
+
+
+def test_in_rounds_a_question_is_decided_on_its_own_looks_whatever_else_shares_the_baseline(tmp_path):
+    """The baseline trains 9 seeds for post-norm's undecided question; sandwich, decided worse at 3, keeps
+    its verdict on its 3 pairs (the same as in a matrix without post-norm) instead of being tested again
+    as 3 against 9 unpaired seeds: a verdict must not depend on which variants share the matrix."""
+    seeds = {"min": 3, "max": 9, "step": 3}
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    cells = _lm_cells(pre=ROUND_PRE, post=ROUND_POST, sandwich=ROUND_SANDWICH)
+    _write_matrix(tmp_path, "shared", cells, baseline_variant=PRE, axes=axes, seeds=seeds)
+    alone = _lm_cells(pre=ROUND_PRE[:3], sandwich=ROUND_SANDWICH)
+    _write_matrix(tmp_path, "alone", alone, baseline_variant=PRE, axes=axes, seeds=seeds)
+    shared, single = (_questions(tmp_path / m)["norm_placement=sandwich"].decision for m in ("shared", "alone"))
+    assert shared.n == (3,) and shared.test == "paired t" and shared.verdict == "worse"
+    assert shared.describe() == single.describe()
+    post = _questions(tmp_path / "shared")[POST].decision
+    assert post.verdict == "worse" and post.n == (9,)  # its third look decided it
+
+
+def test_an_interrupted_round_is_decided_at_its_last_complete_look_and_resumed(tmp_path):
+    """Post-norm's third round stopped after seed 6: its question stays at the look of 6 pairs (not 7 against
+    9 seeds, which an uninterrupted run never tests), and the runner asks for seeds up to 9 again."""
+    seeds = {"min": 3, "max": 9, "step": 3}
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post"]}
+    _write_matrix(
+        tmp_path, "cut", _lm_cells(pre=ROUND_PRE, post=ROUND_POST[:7]), baseline_variant=PRE, axes=axes, seeds=seeds
+    )
+    post = _questions(tmp_path / "cut")[POST].decision
+    assert post.verdict == "undecided" and post.n == (6,) and not post.final
+    assert open_questions(tmp_path / "cut") == [OpenQuestion("lm", POST, PRE, (), 6)]
+    # replicas (the empirical null): replica b's seeds are shifted by REPLICA_SEED_STRIDE, counted by round
+    replicas = [
+        {"task": "lm", "task_name": "lm", "variant": "replica=a", "values": ROUND_PRE[:3]},
+        {
+            "task": "lm",
+            "task_name": "lm",
+            "variant": "replica=b",
+            "values": ROUND_POST,
+            "seeds": [REPLICA_SEED_STRIDE + k for k in range(9)],
+        },
+    ]
+    _write_matrix(tmp_path, "null", replicas, baseline_variant="replica=a", axes={"replica": ["a", "b"]}, seeds=seeds)
+    null = _questions(tmp_path / "null")["replica=b"].decision
+    assert null.test == "Welch t" and null.n == (3, 3)
 
 
 def _comparison(family: str, verdict: str, difference: float = 1.0) -> Comparison:
