@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     log = args.results_dir / "book_run.jsonl"
     status = 0
     for path in order:
-        common = ["--results-dir", str(args.results_dir), "matrix", str(path), "--jobs", str(args.jobs)]
+        # relative to the checkout (the commands run there): the summaries then name a command anyone can rerun
+        matrix = str(path.relative_to(ROOT))
+        common = ["--results-dir", str(args.results_dir), "matrix", matrix, "--jobs", str(args.jobs)]
         dry = blockbench(*common, "--dry-run")
         estimate = next((line for line in dry.stdout.splitlines()[::-1] if "to train" in line), dry.stderr[-500:])
         print(f"{path.stem}: {estimate}", flush=True)

@@ -639,3 +639,33 @@ def test_the_book_runs_the_flagship_first_and_leaves_out_the_gpu_matrix_and_the_
     design = sorted(p.stem for p in (REPO / "configs" / "matrix").glob("*.yaml"))
     assert order[0] == "prenorm_vs_postnorm" and order[-2:] == ["null_comparison", "prenorm_vs_postnorm_real_cpu"]
     assert sorted(order) == sorted(set(design) - {"prenorm_vs_postnorm_real", "smoke"})
+
+
+def test_the_book_runs_each_matrix_by_its_path_in_the_checkout_and_logs_its_estimate_and_time(tmp_path, monkeypatch):
+    """Each matrix runs as ``blockbench matrix configs/matrix/<name>.yaml`` (the command its summary then
+    names, which anyone can rerun from a clone, not this machine's absolute path), after its dry run,
+    and book_run.jsonl keeps the estimate, the trained count and the wall time."""
+    module = benchmark_module("run_book")
+    calls = []
+
+    def fake(args, **kwargs):
+        calls.append(list(args))
+        return subprocess.CompletedProcess(args, 0, stdout="3 to train, about 1:00\n", stderr="")
+
+    monkeypatch.setattr(module, "book_order", lambda: [REPO / "configs" / "matrix" / "smoke.yaml"])
+    monkeypatch.setattr(module.subprocess, "run", fake)
+    assert module.main(["--results-dir", str(tmp_path / "book")]) == 0
+    dry, run = calls
+    assert dry[-5:] == ["matrix", "configs/matrix/smoke.yaml", "--jobs", "2", "--dry-run"]
+    assert run[1:] == [
+        "-m",
+        "blockbench",
+        "--results-dir",
+        str(tmp_path / "book"),
+        "matrix",
+        "configs/matrix/smoke.yaml",
+        "--jobs",
+        "2",
+    ]
+    [logged] = [json.loads(line) for line in (tmp_path / "book" / "book_run.jsonl").read_text().splitlines()]
+    assert logged["matrix"] == "smoke" and logged["to_train"] == 3 and logged["returncode"] == 0
