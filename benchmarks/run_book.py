@@ -3,6 +3,7 @@ reports, then the empirical null, into one results root, from a clean checkout.
 
     python benchmarks/run_book.py --results-dir runs/book --jobs 2      # resumes where it stopped
     python benchmarks/run_book.py --list                                 # the order, nothing run
+    python benchmarks/run_book.py --results-dir runs/book --publish results   # finished matrices -> results/
 
 Order: the flagship first (its pre- and post-norm cells are then copied, not retrained, by the
 matrices that share their configs), the shared-baseline design matrices next, the empirical null,
@@ -12,8 +13,11 @@ checked against what the run took. The GPU-sized matrix (``prenorm_vs_postnorm_r
 demonstration (``smoke``) are not part of the CPU book.
 
 A matrix that stops (Ctrl-C, a killed session) resumes on the next run of this command: finished
-cells are reused, an interrupted one resumes from its checkpoint. Once every matrix has run, copy
-the root's matrix folders into ``results/`` and commit them with ``blockbench report --index results``.
+cells are reused, an interrupted one resumes from its checkpoint. ``--publish results`` copies each
+matrix whose last run in the root ran to its end (its last ``book_run.jsonl`` line, exit 0 or 1: a
+cell failed, the others are results) into ``results/``, replacing the folder there, without what git
+leaves out of a results folder (event files, checkpoints, training logs, locks), rebuilds its summary
+and the index (``blockbench report``), and lists what it copied; commit that from a clean checkout.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +37,8 @@ MATRICES = ROOT / "configs" / "matrix"
 FIRST, LAST = ["prenorm_vs_postnorm", "norm_placement"], ["null_comparison", "prenorm_vs_postnorm_real_cpu"]
 #: not part of the CPU book: a GPU-sized matrix and the demonstration
 LEFT_OUT = {"prenorm_vs_postnorm_real", "smoke"}
+#: what a committed results folder leaves out (as .gitignore): event files, checkpoints, logs, locks
+NOT_PUBLISHED = shutil.ignore_patterns("tb", "checkpoints", "lightning_logs", "train.log", ".lock", "*.ckpt")
 
 
 def book_order() -> list[Path]:
@@ -45,15 +52,53 @@ def blockbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "blockbench", *args], cwd=ROOT, capture_output=True, text=True)
 
 
+def finished(results_dir: Path) -> list[str]:
+    """The matrices of the book whose last run in ``results_dir`` ran to its end (exit 0, or 1: a cell
+    failed and the others are results), in the book's order."""
+    log = results_dir / "book_run.jsonl"
+    last = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        entry = json.loads(line)
+        last[entry["matrix"]] = entry["returncode"]
+    return [p.stem for p in book_order() if last.get(p.stem) in (0, 1) and (results_dir / p.stem).is_dir()]
+
+
+def publish(results_dir: Path, target: Path) -> list[str]:
+    """Copy the :func:`finished` matrices of ``results_dir`` into ``target`` (each replacing its folder
+    there, without :data:`NOT_PUBLISHED`), rebuild their summaries and ``target``'s index; their names."""
+    names = finished(results_dir)
+    for name in names:
+        shutil.rmtree(target / name, ignore_errors=True)
+        shutil.copytree(results_dir / name, target / name, ignore=NOT_PUBLISHED)
+        report = blockbench("report", str(target / name))
+        if report.returncode != 0:
+            raise SystemExit(f"blockbench report {target / name} failed:\n{report.stderr[-2000:]}")
+    index = blockbench("report", "--index", str(target))
+    if index.returncode != 0:
+        raise SystemExit(f"blockbench report --index {target} failed:\n{index.stderr[-2000:]}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results-dir", type=Path, default=Path("runs/book"))
     parser.add_argument("--jobs", default="2")
     parser.add_argument("--list", action="store_true", help="print the order and exit")
+    parser.add_argument(
+        "--publish",
+        type=Path,
+        metavar="RESULTS",
+        help="copy the finished matrices into RESULTS (e.g. results), run none",
+    )
     args = parser.parse_args(argv)
+    args.results_dir = args.results_dir.resolve()  # the commands run in the checkout, wherever this was started
     order = book_order()
     if args.list:
         print("\n".join(str(p.relative_to(ROOT)) for p in order))
+        return 0
+    if args.publish:
+        names = publish(args.results_dir, args.publish.resolve())
+        print(f"published to {args.publish}: {', '.join(names) or 'nothing (no matrix has finished)'}")
         return 0
     args.results_dir.mkdir(parents=True, exist_ok=True)
     log = args.results_dir / "book_run.jsonl"

@@ -6,6 +6,7 @@ import importlib
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -669,3 +670,31 @@ def test_the_book_runs_each_matrix_by_its_path_in_the_checkout_and_logs_its_esti
     ]
     [logged] = [json.loads(line) for line in (tmp_path / "book" / "book_run.jsonl").read_text().splitlines()]
     assert logged["matrix"] == "smoke" and logged["to_train"] == 3 and logged["returncode"] == 0
+
+
+def test_publishing_copies_the_matrices_that_ran_to_their_end_without_what_git_leaves_out(tmp_path, monkeypatch):
+    """--publish: a matrix whose last book run ended (exit 0) is copied into the results folder, replacing
+    the old one, without event files, logs or locks, and its summary and the index are rebuilt; one whose
+    last run was killed (143) is left where it is."""
+    module = benchmark_module("run_book")
+    root, target = tmp_path / "book", tmp_path / "results"
+    shutil.copytree(REPO / "results" / "smoke", root / "smoke")
+    shutil.copytree(REPO / "results" / "smoke", root / "norm_type")
+    cell = next((root / "smoke" / "cells").glob("*/*/seed0"))
+    (cell / "train.log").write_text("log")
+    (cell / ".lock").write_text("123")
+    (root / "smoke" / "tb").mkdir()
+    (target / "smoke" / "cells").mkdir(parents=True)
+    (target / "smoke" / "old.txt").write_text("from the earlier book")
+    lines = [{"matrix": "smoke", "returncode": 143}, {"matrix": "norm_type", "returncode": 143}]
+    lines.append({"matrix": "smoke", "returncode": 0})  # the last run of smoke ran to its end
+    (root / "book_run.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    matrices = REPO / "configs" / "matrix"
+    monkeypatch.setattr(module, "book_order", lambda: [matrices / "smoke.yaml", matrices / "norm_type.yaml"])
+    assert module.publish(root, target) == ["smoke"]
+    published = target / "smoke"
+    assert not (published / "old.txt").exists() and not (published / "tb").exists()
+    assert not list(published.rglob("train.log")) and not list(published.rglob(".lock"))
+    assert len(list(published.rglob("result.json"))) == len(list((REPO / "results" / "smoke").rglob("result.json")))
+    assert (published / "summary.md").read_text().startswith("# smoke")
+    assert "smoke" in (target / "README.md").read_text() and not (target / "norm_type").exists()
