@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
-from conftest import TINY_LM, scalars, write_matrix
+from conftest import TINY_LM, ok_result, scalars, write_matrix
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
@@ -275,25 +275,8 @@ def _cell(matrix_dir: Path, index: int, task: str, seed: int, breakdown: dict | 
         "lm": {"perplexity": 10.0 + seed, "agreement_acc": 0.5, "loss": 2.0},
         "vit": {"accuracy": 0.5 + 0.1 * seed, "loss": 1.0},
     }[task]
-    result = {
-        "status": "ok",
-        "task": task,
-        "seed": seed,
-        "config_hash": "abc",
-        "metrics": metrics,
-        "primary_metric": next(iter(metrics)),
-        "baselines": {},
-        "data": {},
-        "steps": 30,
-        "wall_time_s": 40.0,
-        "parameters": 1000,
-        "throughput": 100.0,
-        "throughput_unit": "tokens/s",
-        "machine": "test",
-    }
-    if breakdown is not None:
-        result["wall_time_breakdown"] = breakdown
-    write_json(cell_dir / "result.json", result)
+    extra = {} if breakdown is None else {"wall_time_breakdown": breakdown}
+    write_json(cell_dir / "result.json", ok_result(task, seed, metrics, {}, data={}, wall_time_s=40.0, **extra))
 
 
 def synthetic_matrix(matrix_dir: Path, *, jobs: int) -> None:

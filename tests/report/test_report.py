@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 import yaml
-from conftest import T_975_DF2, T_975_DF4, ok_result
+from conftest import T_975_DF2, T_975_DF4, diverged_result, ok_result
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
@@ -645,18 +645,6 @@ def _vit(seed: int, accuracy: float) -> dict:
     return _ok("vit", seed, {"accuracy": accuracy, "loss": 1.0}, None, {"accuracy": 0.2})
 
 
-def _diverged(task: str, seed: int) -> dict:
-    return {
-        "status": "diverged",
-        "task": task,
-        "seed": seed,
-        "config_hash": "abc",
-        "diverged_at_step": 20,
-        "last_finite_loss": 7.5,
-        "history": [],
-    }
-
-
 def _report(matrix_dir, cells: list[tuple[str, str, int, dict]], baseline_variant: str) -> tuple[str, dict]:
     _write_cells(matrix_dir, cells)
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump({"name": "m", "baseline_variant": baseline_variant}))
@@ -669,8 +657,8 @@ def test_a_variant_with_two_of_three_seeds_diverged_does_not_look_as_good_as_its
     cells = [("translation", PRE, s, _translation(s, bleu)) for s, bleu in enumerate([60.0, 62.0, 64.0])]
     cells += [
         ("translation", POST, 0, _translation(0, 80.0)),
-        ("translation", POST, 1, _diverged("translation", 1)),
-        ("translation", POST, 2, _diverged("translation", 2)),
+        ("translation", POST, 1, diverged_result("translation", 1)),
+        ("translation", POST, 2, diverged_result("translation", 2)),
     ]
     summary, rows = _report(tmp_path, cells, PRE)
     # the diverged seeds count with the word-by-word baseline's BLEU 0.93 (every finished seed is better)
