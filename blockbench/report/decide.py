@@ -121,7 +121,7 @@ class Looks:
             raise ValueError(f"Looks: alpha={self.alpha} must lie between 0 and 1, e.g. 0.05")
         if not 0 <= self.futility < 1:
             raise ValueError(
-                f"Looks: futility={self.futility} must lie in [0, 1), e.g. 0.1 (0 never stops for futility)"
+                f"Looks: futility={self.futility} must lie in [0, 1), e.g. 0.05 (0 never stops for futility)"
             )
 
     @classmethod
