@@ -147,3 +147,29 @@ def test_the_verdict_picture_note_replaces_the_marker_when_the_picture_is_missin
     shown = hook.on_page_markdown(markdown, Page, Config, None)
     assert "](../img/verdicts.png)" in shown and "not drawn yet" not in shown
     assert Path(hook.SITE_PATH) == Path("img/verdicts.png")
+
+
+def _verdict_words(cell: str) -> str:
+    """A table cell's verdict word: the bold one (``**worse** perplexity ...``), else the cell's first word."""
+    bold = re.match(r"\s*\*{1,2}([a-z ]+?)\*{1,2}", cell)
+    return (bold.group(1) if bold else cell.split()[0]).strip()
+
+
+def test_the_readme_answer_table_says_what_the_index_of_verdicts_says():
+    """Each row of the README's answer table names its index row in a comment (``<!-- matrix: variant -->``);
+    its three verdicts must be the LM, translator and ViT verdicts of that row of results/README.md, so the
+    table cannot go stale when the book is rerun and the index regenerated."""
+    index = {}
+    for line in (REPO / "results" / "README.md").read_text().splitlines():
+        found = re.match(
+            r"\| \[(\w+)\]\(\w+/summary\.md\) \| ([^|]+) \| [^|]+ \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", line
+        )
+        if found:
+            index[found.group(1), found.group(2).strip()] = [_verdict_words(c) for c in found.groups()[2:]]
+    rows = re.findall(
+        r"^\| [^|]*<!-- (\w+): ([^>]+?) --> \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", README.read_text(), re.M
+    )
+    assert len(rows) >= 8, "the README's answer table lost its rows or their index comments"
+    for matrix, variant, *verdicts in rows:
+        assert (matrix, variant) in index, f"README row {matrix}: {variant} is not a row of results/README.md"
+        assert [_verdict_words(v) for v in verdicts] == index[matrix, variant], (matrix, variant)
