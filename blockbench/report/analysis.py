@@ -322,14 +322,13 @@ class TaskAnalysis:
 
         With seeds in rounds: look by look, on the seeds of each planned look (0 .. n-1; a replica's
         shifted seeds counted by their round) once both sides have finished them all, stopping at the
-        first look that decides it; undecided, the answer is the last complete look's (final if it
-        was the last planned one or futile: the runner then adds no seeds). A look a side has not
-        finished (an interrupted round) is not taken, so the answer is that of an uninterrupted run.
-        Seeds past the deciding look (the baseline's, trained for another variant's question) do not
-        count: a question's verdict depends on its own looks, not on which variants share its
-        baseline. Each look spends α/K whichever looks are taken, so taking a complete look past a
-        futile one (seeds trained before the stop existed) keeps the error rates. Without rounds,
-        or before the first look is complete, one decision on every finished seed."""
+        first final look (decided, futile, or the last planned one), as the runner stops adding seeds
+        there. A look a side has not finished (an interrupted round) is not taken, so the answer is
+        that of an uninterrupted run. Seeds past the final look do not count: the baseline's, trained
+        for another variant's question, or a variant's trained by another matrix or before the
+        futility stop existed; so a question's verdict depends on its own looks alone, and the same
+        question gets the same decision in every matrix that asks it. Without rounds, or before the
+        first look is complete, one decision on every finished seed."""
         found = None
         if self.settings.seeds is not None:
             for size in self.looks.sizes:
@@ -337,7 +336,7 @@ class TaskAnalysis:
                 if min(len(side) for side in look) < size:
                     break  # not complete yet
                 found = (*self._decide(group, baseline, *look), *look)
-                if found[0].verdict != UNDECIDED:
+                if found[0].final:
                     break
         return found or (*self._decide(group, baseline, values, baseline_values), values, baseline_values)
 
