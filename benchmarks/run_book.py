@@ -67,9 +67,11 @@ def publish(results_dir: Path, target: Path) -> list[str]:
     """Copy the :func:`finished` matrices of ``results_dir`` into ``target`` (each replacing its folder
     there, without :data:`NOT_PUBLISHED`), rebuild their summaries and ``target``'s index; their names."""
     names = finished(results_dir)
+    # as the checkout names it (the commands run there), so the index says `--index results`
+    target = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
     for name in names:
-        shutil.rmtree(target / name, ignore_errors=True)
-        shutil.copytree(results_dir / name, target / name, ignore=NOT_PUBLISHED)
+        shutil.rmtree(ROOT / target / name, ignore_errors=True)
+        shutil.copytree(results_dir / name, ROOT / target / name, ignore=NOT_PUBLISHED)
         report = blockbench("report", str(target / name))
         if report.returncode != 0:
             raise SystemExit(f"blockbench report {target / name} failed:\n{report.stderr[-2000:]}")

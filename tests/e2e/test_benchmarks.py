@@ -698,3 +698,4 @@ def test_publishing_copies_the_matrices_that_ran_to_their_end_without_what_git_l
     assert len(list(published.rglob("result.json"))) == len(list((REPO / "results" / "smoke").rglob("result.json")))
     assert (published / "summary.md").read_text().startswith("# smoke")
     assert "smoke" in (target / "README.md").read_text() and not (target / "norm_type").exists()
+    assert f"`blockbench report --index {target}`" in (target / "README.md").read_text()  # outside the checkout
