@@ -19,7 +19,7 @@ from .analysis import analyze
 from .forest import draw_book_picture
 from .results import (
     MatrixSettings,
-    cell_seconds,
+    book_seconds,
     code_versions,
     first_cell,
     gives_verdicts,
@@ -47,8 +47,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     )
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
-    seconds = [cell_seconds(folder) for folder in folders]
-    index.book_seconds = (sum(r for r, _ in seconds), sum(t for _, t in seconds))
+    index.book_seconds = book_seconds(folders)
     for folder in folders:
         if not gives_verdicts(folder / MATRIX_FILE):
             index.demonstrations.append(folder.name)

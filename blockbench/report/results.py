@@ -316,14 +316,24 @@ def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     return dict(sorted(costs.items(), key=lambda item: first[item[0]]))
 
 
-def cell_seconds(matrix_dir: Path) -> tuple[float, float]:
-    """The seconds of every reported cell's process and of every tuning cell's (``wall_time_s``, summed):
-    what the matrix cost on one slot, whether it ran at once or in pieces."""
-    reported = sum(
-        load_record(path).wall_time_s or 0.0 for path in (matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}")
-    )
-    tuning = sum(r.wall_time_s or 0.0 for r in tuning_records(matrix_dir))
-    return reported, tuning
+def book_seconds(matrix_dirs: list[Path]) -> tuple[float, float]:
+    """What a results root cost: the seconds of its reported and its tuning cells' processes, each cell
+    counted once. A matrix copies a cell another matrix of the root trained with the same config and
+    code (``plan.trained_elsewhere``) instead of training it again, so a record whose config hash and
+    code fingerprint were counted already is a copy and adds nothing (each matrix's own cost in the
+    index counts its copies: what it would take alone)."""
+    seen: set[tuple[str | None, str | None]] = set()
+    totals = [0.0, 0.0]
+    for matrix_dir in matrix_dirs:
+        reported = [load_record(path) for path in sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}"))]
+        for kind, records in enumerate((reported, tuning_records(matrix_dir))):
+            for record in records:
+                key = (record.config_hash, record.code_fingerprint)
+                if None not in key and key in seen:
+                    continue
+                seen.add(key)
+                totals[kind] += record.wall_time_s or 0.0
+    return totals[0], totals[1]
 
 
 def machines(records: list[CellRecord]) -> list[str]:

@@ -466,8 +466,8 @@ def index_markdown(index: Index) -> str:
         lines += [
             f"**{decided} of {total} family verdicts are decided** (better, worse or equivalent; the rest undecided, "
             f"saturated or without a result), for **{_hours(reported + tuning)} cell-process hours** (the summed "
-            f"wall time of every cell's process: {_hours(reported)} h reported cells, {_hours(tuning)} h tuning "
-            "cells).",
+            f"wall time of every cell's process, a cell copied into several matrices counted once: "
+            f"{_hours(reported)} h reported cells, {_hours(tuning)} h tuning cells).",
             "",
         ]
         present = {c.family for c in comparisons}

@@ -527,11 +527,23 @@ def test_the_index_counts_the_decided_family_verdicts_and_what_the_book_cost(tmp
     hours = (24 * 4.0 + 3600.0) / 3600
     assert (
         f"**4 of 5 family verdicts are decided** (better, worse or equivalent; the rest undecided, saturated or "
-        f"without a result), for **{hours:.1f} cell-process hours** (the summed wall time of every cell's process: "
-        f"{24 * 4.0 / 3600:.1f} h reported cells, 1.0 h tuning cells)."
+        f"without a result), for **{hours:.1f} cell-process hours** (the summed wall time of every cell's process, "
+        f"a cell copied into several matrices counted once: {24 * 4.0 / 3600:.1f} h reported cells, 1.0 h tuning "
+        "cells)."
     ) in index
     sandwich = _row(index, "book", "norm_placement=sandwich")
     assert sandwich[6] == "undecided: equivalent in ViT, undecided in LM (translator not run)"
+    # a second matrix that copied the tuning cell (same config and code) and trained one of its own: the
+    # copy costs nothing, the new cell its hour
+    record = {**_result("lm", 1000, 9.0, None), "wall_time_s": 3600.0, "config_hash": "c1", "code_fingerprint": "f"}
+    write_json(tune_dir / "result.json", record)
+    for i, config_hash in enumerate(["c1", "c2"]):
+        cell = tmp_path / "other" / "tune" / "cells" / "lm" / POST / f"lr={i}" / "seed1000"
+        write_json(cell / "cell.json", {"index": i, "task": "lm", "task_name": "lm", "variant": POST, "seed": 1000})
+        write_json(cell / "result.json", {**record, "config_hash": config_hash})
+    _write_matrix(tmp_path, "other", cells[:2], baseline_variant=PRE)
+    index = write_index(tmp_path, tmp_path / "none")
+    assert f"{(24 + 6) * 4.0 / 3600:.1f} h reported cells, 2.0 h tuning cells)." in index
 
 
 def test_equivalent_in_every_family_is_an_answer_and_undecided_is_not_a_no(tmp_path):
