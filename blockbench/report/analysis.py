@@ -137,6 +137,9 @@ class Question:
     rank_based: bool = False  # a side mixes seeds that learned with seeds that did not
     saturation: str = ""  # why the comparison is saturated (empty if it is not)
     missing: str = ""  # why there is no decision (empty if there is one)
+    #: the runner adds seeds: undecided and not final, or saturated before the last planned look (with
+    #: seeds that draw the data the ceiling is reached in some draws only)
+    more_seeds: bool = False
 
     @property
     def decided(self) -> bool:
@@ -336,8 +339,8 @@ class TaskAnalysis:
                 if min(len(side) for side in look) < size:
                     break  # not complete yet
                 found = (*self._decide(group, baseline, *look), *look)
-                if found[0].final:
-                    break
+                if found[0].final and not (self._saturation(group, baseline, *look) and not self.looks.is_last(size)):
+                    break  # a saturated look before the last is not final: the next seeds may leave the ceiling
         return found or (*self._decide(group, baseline, values, baseline_values), values, baseline_values)
 
     def _question(self, group: Group) -> Question | None:
@@ -368,14 +371,19 @@ class TaskAnalysis:
         decision, margin, rank_based, values, baseline_values = self._sequential(
             group, baseline, values, baseline_values
         )
-        saturation = saturation_text(
-            self.task_cfg,
-            self.headline,
-            [group, baseline],
-            [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())],
-        )
+        saturation = self._saturation(group, baseline, values, baseline_values)
         verdict = SATURATED if saturation else decision.verdict
-        return Question(group, baseline, verdict, decision, margin, rank_based, saturation)
+        more_seeds = (verdict == UNDECIDED and not decision.final) or (
+            bool(saturation) and self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
+        )
+        return Question(group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds)
+
+    def _saturation(
+        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+    ) -> str:
+        """Why the two sides are saturated on these seeds (``headroom.saturation_text``), or ""."""
+        means = [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())]
+        return saturation_text(self.task_cfg, self.headline, [group, baseline], means)
 
     # statistics -------------------------------------------------------------------------------------
 
@@ -473,15 +481,16 @@ def analyze(matrix_dir: Path) -> tuple[MatrixSettings, list[Group], list[TaskAna
 
 
 def open_questions(matrix_dir: Path) -> list[OpenQuestion]:
-    """Every question of the matrix whose decision is undecided and not final (another look is planned):
-    those that more seeds may answer, which the runner's next round adds seeds to (the variant's and the
-    baseline's cells at its level). Decided from the cells on disk; a missing result counts as not there."""
+    """Every question of the matrix that more seeds may answer (``Question.more_seeds``: undecided and not
+    final, or saturated before its last planned look), which the runner's next round adds seeds to (the
+    variant's and the baseline's cells at its level). Decided from the cells on disk; a missing result
+    counts as not there."""
     _, _, analyses = analyze(Path(matrix_dir))
     return [
         OpenQuestion(a.task, q.group.variant, q.baseline.variant, q.group.level, q.seeds)
         for a in analyses
         for q in a.questions
-        if q.baseline is not None and q.decision is not None and q.verdict == UNDECIDED and not q.decision.final
+        if q.baseline is not None and q.decision is not None and q.more_seeds
     ]
 
 

@@ -1028,3 +1028,34 @@ def test_the_summary_says_what_the_seed_varies_and_the_margin_it_used(tmp_path):
     for config in (tmp_path / "seeded" / "cells").rglob("config.yaml"):
         config.write_text(yaml.safe_dump({"task": {"name": "translation", "data_seed": None}}))
     assert "A seed varies the data draw, " in write_report(tmp_path / "seeded")
+
+
+def test_in_rounds_a_saturated_look_before_the_last_asks_for_more_seeds(tmp_path):
+    """With seeds that draw the data, a task is at its ceiling in some draws only: grouped-query's
+    translation sat at BLEU >= 99.5 on its first 3 seeds while the same baseline's next seeds fell to
+    95. A saturated look before the last is not final: the runner adds seeds, and the question is
+    decided (or called saturated) on the looks that follow."""
+    seeds = {"min": 3, "max": 9, "step": 3}
+    axes = {"task": ["translation"], "model.n_kv_heads": [4, 2]}
+    base, gqa = [99.55, 99.6, 99.64, 99.4, 98.18, 94.98], [99.36, 99.75, 99.62, 99.5, 98.3, 95.2]
+
+    def cells(n: int) -> list[dict]:
+        return [
+            {"task": "translation", "task_name": "translation", "variant": "n_kv_heads=4", "values": base[:n]},
+            {"task": "translation", "task_name": "translation", "variant": "n_kv_heads=2", "values": gqa[:n]},
+        ]
+
+    _write_matrix(tmp_path, "three", cells(3), baseline_variant="n_kv_heads=4", axes=axes, seeds=seeds)
+    question = _questions(tmp_path / "three")["n_kv_heads=2"]
+    assert question.verdict == "saturated" and question.more_seeds
+    assert open_questions(tmp_path / "three") == [OpenQuestion("translation", "n_kv_heads=2", "n_kv_heads=4", (), 3)]
+    _write_matrix(tmp_path, "six", cells(6), baseline_variant="n_kv_heads=4", axes=axes, seeds=seeds)
+    question = _questions(tmp_path / "six")["n_kv_heads=2"]
+    assert question.verdict == "equivalent" and question.decision.n == (6,) and not question.more_seeds
+    # a fixed seed list (one look, the last): saturated is final, as before
+    fixed = {"task": ["translation"], "model.n_kv_heads": [4, 2], "seed": [0, 1, 2]}
+    _write_matrix(tmp_path, "fixed", cells(3), baseline_variant="n_kv_heads=4", axes=fixed)
+    assert (
+        _questions(tmp_path / "fixed")["n_kv_heads=2"].verdict == "saturated"
+        and open_questions(tmp_path / "fixed") == []
+    )
