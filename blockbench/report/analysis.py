@@ -19,8 +19,8 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   such a comparison gets no verdict.
 - **Seeds in rounds**: with ``seeds: {min, max, step}`` every look spends an equal share of the
   error rate (``decide.Looks.plan``), and a question is decided look by look on the seeds of each
-  complete look, stopping at the first that decides it (``TaskAnalysis._sequential``); a fixed seed
-  axis is one look on every finished seed.
+  complete look, stopping at its first final look: decided, stopped for futility, or the last
+  planned (``TaskAnalysis._sequential``); a fixed seed axis is one look on every finished seed.
 - **Runs that fail**: a diverged seed counts with the worse of the task's trivial baseline and the
   task's worst finished seed (``stats.diverged_value``): an unstable variant is not judged by its good
   seeds. A finished seed that does not beat the trivial baseline *did not learn*; it counts as it
@@ -294,8 +294,12 @@ class TaskAnalysis:
 
     def _not_learned(self, group: Group) -> set[Any]:
         """The seeds of ``group`` that did not learn or diverged (keys of :attr:`values`)."""
-        failed = {id(r) for r in (*group.did_not_learn(self.headline), *group.diverged)}
-        return {seed_key(r, i) for i, r in enumerate(group.results) if id(r) in failed}
+        not_learned = group.did_not_learn(self.headline)
+        return {
+            seed_key(r, i)
+            for i, r in enumerate(group.results)
+            if r.status == "diverged" or any(r is x for x in not_learned)
+        }
 
     def _decide(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
@@ -339,8 +343,10 @@ class TaskAnalysis:
                 if min(len(side) for side in look) < size:
                     break  # not complete yet
                 found = (*self._decide(group, baseline, *look), *look)
-                if found[0].final and not (self._saturation(group, baseline, *look) and not self.looks.is_last(size)):
-                    break  # a saturated look before the last is not final: the next seeds may leave the ceiling
+                # a saturated look before the last is not final: the next seeds may leave the ceiling
+                saturated_early = not self.looks.is_last(size) and self._saturation(group, baseline, *look)
+                if found[0].final and not saturated_early:
+                    break
         return found or (*self._decide(group, baseline, values, baseline_values), values, baseline_values)
 
     def _question(self, group: Group) -> Question | None:

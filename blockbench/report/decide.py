@@ -127,7 +127,8 @@ class Looks:
     @classmethod
     def plan(cls, minimum: int, maximum: int, step: int, alpha: float = ALPHA, futility: float = FUTILITY) -> Looks:
         """The looks of ``seeds: {min, max, step}``: min, min + step, ..., and always max (as
-        ``config.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8."""
+        ``config.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8;
+        ``futility`` 0 turns the futility stop off."""
         if not 1 <= minimum <= maximum or step < 1:
             raise ValueError(
                 f"Looks.plan: min={minimum}, max={maximum}, step={step} needs 1 <= min <= max and step >= 1"
