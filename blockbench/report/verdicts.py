@@ -271,8 +271,10 @@ def transfer(comparisons: list[Comparison]) -> str:
     ``yes: better in all 3``, ``yes: equivalent in all 3``, ``no: better in LM, worse in ViT``,
     ``only LM run``, ``yes: worse in LM and ViT (translator not run)``, ``undecided: ...`` when fewer
     than two families have a decided verdict (better, worse, equivalent) and none disagree: an
-    undecided family is not a "no". A family whose tasks disagree (``mixed``) is a verdict that does
-    not transfer."""
+    undecided family is not a "no". Where two or more agree and another is undecided or saturated,
+    ``yes where decided: worse in LM and translator, undecided in ViT``: an undecided family is not a
+    "yes" either, so the plain ``yes`` is kept for a verdict every family that ran agrees on. A family
+    whose tasks disagree (``mixed``) is a verdict that does not transfer."""
     families = family_verdicts(comparisons)
     if len(families) < 2:
         return f"only {_join([family_title(f) for f in families])} run" if families else "nothing run"
@@ -292,6 +294,8 @@ def transfer(comparisons: list[Comparison]) -> str:
         return f"no: {listing}{note}"
     if len(decided) < 2:
         return f"undecided: {listing}{note}"
+    if len(decided) < len(families):
+        return f"yes where decided: {listing}{note}"
     return f"yes: {listing}{note}"
 
 

@@ -828,7 +828,13 @@ def test_transfer_names_the_families_that_ran_and_those_without_a_verdict():
         "no: better in ViT, mixed in LM (translator not run)"
     )
     saturated = replace(translator(undecided), verdict="saturated")
-    assert transfer([lm(better), saturated, better]) == "yes: better in LM and ViT, saturated in translator"
+    # nor is it a "yes": two agreeing families beside an undecided or saturated one say so
+    assert transfer([lm(better), saturated, better]) == (
+        "yes where decided: better in LM and ViT, saturated in translator"
+    )
+    assert transfer([lm(worse), translator(worse), undecided]) == (
+        "yes where decided: worse in LM and translator, undecided in ViT"
+    )
 
 
 def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
