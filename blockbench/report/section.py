@@ -355,6 +355,8 @@ def csv_row(a: TaskAnalysis, group_stats: GroupStats, stats: MetricStats) -> dic
         "direction": stats.direction,
         "verdict": question.verdict if question is not None else "",
         "decision_test": decision.test if decision else "",
+        # the seeds the decision used: pairs, or the two sides' counts (variant vs baseline) when unpaired
+        "decision_seeds": " vs ".join(map(str, decision.n)) if decision else "",
         "decision_alpha": decision.alpha if decision else "",
         "decision_difference": decision.difference if decision else "",
         "decision_ci_low": decision.interval[0] if decision and decision.interval else "",

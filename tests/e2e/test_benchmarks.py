@@ -699,3 +699,53 @@ def test_publishing_copies_the_matrices_that_ran_to_their_end_without_what_git_l
     assert (published / "summary.md").read_text().startswith("# smoke")
     assert "smoke" in (target / "README.md").read_text() and not (target / "norm_type").exists()
     assert f"`blockbench report --index {target}`" in (target / "README.md").read_text()  # outside the checkout
+
+
+def _csv(rows: list[dict[str, str]]) -> str:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = [",".join(columns)] + [",".join(f'"{row.get(c, "")}"' for c in columns) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it():
+    """benchmarks/verdict_changes.py: the earlier book's verdict (Holm: significant -> its direction, no
+    test -> untested, else n.s.), the same cells under the new rule, and the rerun, matched per matrix x
+    task x variant x budget (the earlier ``,max_steps=300`` label is the rerun's plain variant at 300
+    steps; its 1,500-step question is dropped); the cause is the rule where the same cells' verdict
+    moved, the cells where the rerun's did; a matrix whose means are unchanged is not rerun yet."""
+    module = benchmark_module("verdict_changes")
+    base = {"task": "lm", "metric": "perplexity", "baseline_variant": "ffn=mlp", "direction": "worse"}
+
+    def old(variant, steps, significant, p="0.01", mean="7.4"):
+        row = {**base, "variant": f"{variant},max_steps={steps}", "steps": steps, "mean": mean}
+        row["baseline_variant"] = f"ffn=mlp,max_steps={steps}"
+        return {**row, "significant": significant, "diff_p_holm": p, "diff_vs_baseline": "0.1", "seeds": "3"}
+
+    def new(variant, steps, verdict, mean="7.4", label=True, seeds="3"):
+        row = {**base, "variant": f"{variant},max_steps={steps}" if label else variant, "steps": steps, "mean": mean}
+        row["baseline_variant"] = f"ffn=mlp,max_steps={steps}" if label else "ffn=mlp"
+        return {**row, "verdict": verdict, "decision_difference": "0.1", "decision_seeds": seeds, "seeds": "9"}
+
+    earlier = {
+        "ffn_type": _csv([old("ffn=swiglu", "300", "False"), old("ffn=swiglu", "1500", "False", p="")]),
+        "norm_type": _csv([old("norm=rms", "300", "True")]),
+    }
+    redecided = {
+        "ffn_type": _csv([new("ffn=swiglu", "300", "worse"), new("ffn=swiglu", "1500", "saturated")]),
+        "norm_type": _csv([new("norm=rms", "300", "worse")]),
+    }
+    rerun = {
+        "ffn_type": _csv([new("ffn=swiglu", "300", "equivalent", mean="7.2", label=False, seeds="6")]),
+        "norm_type": redecided["norm_type"],
+    }
+    changes = {(c.question.matrix, c.question.steps): c for c in module.compare(earlier, redecided, rerun)}
+    swiglu, saturated, rms = changes["ffn_type", "300"], changes["ffn_type", "1500"], changes["norm_type", "300"]
+    assert (swiglu.earlier.verdict, swiglu.redecided.verdict, swiglu.rerun.verdict) == ("n.s.", "worse", "equivalent")
+    assert swiglu.cause == "rule, then cells" and swiglu.rerun_done and swiglu.rerun.seeds == "6 seeds"
+    assert (saturated.earlier.verdict, saturated.rerun, saturated.cause) == ("untested", None, "dropped from the book")
+    assert rms.earlier.verdict == "worse" and rms.cause == "unchanged" and not rms.rerun_done
+    page = module.report(list(changes.values()), earlier="e", redecided="r", head="h")
+    assert (
+        "| n.s. | equivalent | 1 |" in page
+        and "Not rerun yet (the rerun column still holds the earlier cells): norm_type" in page
+    )

@@ -304,6 +304,7 @@ def test_summary_csv_columns(rows):
         "direction",
         "verdict",
         "decision_test",
+        "decision_seeds",
         "decision_alpha",
         "decision_difference",
         "decision_ci_low",
@@ -701,6 +702,7 @@ def test_seed_matched_variants_get_a_paired_test_and_others_welch_and_the_summar
     # each question alone, at α 0.05: post's paired p of 0.013 decides it
     assert float(post["decision_p_value"]) == pytest.approx(float(post["diff_p_value"]))
     assert post["verdict"] == "better" and sandwich["verdict"] == "undecided"
+    assert (post["decision_seeds"], sandwich["decision_seeds"]) == ("3", "2 vs 3")  # pairs; unpaired: each side's
     assert "| norm_placement=post | +0.025 [+0.013, +0.037] **better** |" in summary
     assert (
         "Decided by: paired t at α 0.05 for `norm_placement=post`; Welch t at α 0.05 for `norm_placement=sandwich`."
