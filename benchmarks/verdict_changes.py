@@ -35,6 +35,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EARLIER, REDECIDED = "551add2", "d712b97"
+#: the earlier words that the new rule says in its own: not a change of verdict
+SAME_AS = {"n.s.": "undecided", "untested": "saturated"}
 STEPS_AXIS = "max_steps="
 
 
@@ -69,12 +71,14 @@ class Change:
 
     @property
     def cause(self) -> str:
-        """What moved the verdict: the rule (same cells), the cells (same rule), both, or nothing."""
+        """What moved the verdict: the rule (same cells), the cells (same rule), both, or nothing (an
+        earlier n.s. that now reads undecided, or untested now saturated, is no change)."""
         if self.rerun is None:
             return "dropped from the book"
         if self.earlier is None:
             return "new question"
-        by_rule = self.redecided is not None and self.redecided.verdict != self.earlier.verdict
+        earlier = SAME_AS.get(self.earlier.verdict, self.earlier.verdict)
+        by_rule = self.redecided is not None and self.redecided.verdict != earlier
         by_cells = self.redecided is not None and self.rerun.verdict != self.redecided.verdict
         return {(True, True): "rule, then cells", (True, False): "rule", (False, True): "cells"}.get(
             (by_rule, by_cells), "unchanged"
@@ -213,7 +217,8 @@ def report(changes: list[Change], *, earlier: str, redecided: str, head: str) ->
         f"as it was reported ({earlier}: Holm-adjusted p < 0.05 over the whole matrix, else n.s.), the **same cells**",
         f"decided by the new rule ({redecided}), and the **rerun** (the cells retrained under issue 31's rules, in",
         "`results/`). A change between the first two is the rule's doing; between the last two, the new cells'",
-        "(each variant at its own tuned rate, seeds that draw the data, seeds added in rounds).",
+        "(each variant at its own tuned rate, seeds that draw the data, seeds added in rounds). An earlier",
+        "n.s. that reads undecided now (or untested, now saturated) is the same answer in the new words.",
         "",
         "Earlier verdict → rerun verdict, over the questions rerun so far:",
         "",

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -744,6 +745,8 @@ def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it
     assert swiglu.cause == "rule, then cells" and swiglu.rerun_done and swiglu.rerun.seeds == "6 seeds"
     assert (saturated.earlier.verdict, saturated.rerun, saturated.cause) == ("untested", None, "dropped from the book")
     assert rms.earlier.verdict == "worse" and rms.cause == "unchanged" and not rms.rerun_done
+    ns = module.Change(swiglu.question, swiglu.earlier, replace(swiglu.redecided, verdict="undecided"), None, True)
+    assert replace(ns, rerun=ns.redecided).cause == "unchanged"  # n.s. is undecided in the new words
     page = module.report(list(changes.values()), earlier="e", redecided="r", head="h")
     assert (
         "| n.s. | equivalent | 1 |" in page
