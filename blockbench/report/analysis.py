@@ -21,11 +21,14 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   error rate (``decide.Looks.plan``), and a question is decided look by look on the seeds of each
   complete look, stopping at its first final look: decided, stopped for futility, or the last
   planned (``TaskAnalysis._sequential``); a fixed seed axis is one look on every finished seed.
-- **Runs that fail**: a diverged seed counts with the worse of the task's trivial baseline and the
-  task's worst finished seed (``stats.diverged_value``): an unstable variant is not judged by its good
-  seeds. A finished seed that does not beat the trivial baseline *did not learn*; it counts as it
-  is. Where a side mixes seeds that learned with seeds that did not (or diverged), the question is
-  decided by a rank test (``rank_based``), valid for such bimodal values.
+- **Runs that fail**: in a question, a diverged seed counts with the worse of the task's trivial
+  baseline and the worst finished seed of the two sides' look (``stats.diverged_value``): an unstable
+  variant is not judged by its good seeds, and the value depends on the compared cells alone. A
+  finished seed that does not beat the trivial baseline *did not learn*; it counts as it is. Where a
+  side mixes seeds that learned with seeds that did not (or diverged), the question is decided by a
+  rank test (``rank_based``), valid for such bimodal values; where no seed of either side learned,
+  there is nothing to compare (*no result*: a verdict, equivalent above all, from imputed values
+  would say nothing about the designs).
 - Seeds of different variants share the data order, so a variant with the baseline variant's seeds
   is compared seed-matched (paired); cells that failed (an error, not a finding) are left out and listed.
 """
@@ -35,7 +38,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,11 @@ def _round(seed: Any) -> int | float:
     """The round a seed belongs to: its number, a replica's shifted seed (``REPLICA_SEED_STRIDE``)
     counted as the replica's own seed k; infinite for a seed that is not a number."""
     return seed % REPLICA_SEED_STRIDE if isinstance(seed, int) else math.inf
+
+
+def _restrict(group: Group, seeds: set[Any]) -> Group:
+    """``group`` with only the records of ``seeds`` (keys as :func:`results.seed_key` gives them)."""
+    return replace(group, results=[r for i, r in enumerate(group.results) if seed_key(r, i) in seeds])
 
 
 def direction(difference: float, metric: Metric) -> str:
@@ -301,6 +310,27 @@ class TaskAnalysis:
             if r.status == "diverged" or any(r is x for x in not_learned)
         }
 
+    def _look_values(
+        self, group: Group, baseline: Group, keep: Callable[[Any], bool]
+    ) -> tuple[dict[Any, float], dict[Any, float]]:
+        """The headline values of the seeds of each side that ``keep`` accepts (a look), a diverged seed
+        at the worse of the trivial baseline and the worst finished seed among them: so the value a
+        failed run counts with depends only on the cells the question compares, not on another
+        variant's seeds or the baseline's seeds past the look."""
+        sides = [
+            _restrict(g, {k for k in self.values[g.variant, self.headline.name] if keep(k)}) for g in (group, baseline)
+        ]
+        finished = [side.finished_values(self.headline.name) for side in sides]
+        value = diverged_value(
+            self.trivial_baselines.get(self.headline.name),
+            [v for side in finished for v in side.values()],
+            self.headline.higher_is_better,
+        )
+        variant_values, baseline_values = (
+            with_diverged(f, side.diverged_seeds, value) for f, side in zip(finished, sides, strict=True)
+        )
+        return variant_values, baseline_values
+
     def _decide(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
     ) -> tuple[Decision, Margin, bool]:
@@ -323,7 +353,7 @@ class TaskAnalysis:
         return decision, margin, rank_based
 
     def _sequential(
-        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+        self, group: Group, baseline: Group
     ) -> tuple[Decision, Margin, bool, dict[Any, float], dict[Any, float]]:
         """The question decided as the rounds decide it, and the seeds of each side it was decided on.
 
@@ -335,11 +365,13 @@ class TaskAnalysis:
         for another variant's question, or a variant's trained by another matrix or before the
         futility stop existed; so a question's verdict depends on its own looks alone, and the same
         question gets the same decision in every matrix that asks it. Without rounds, or before the
-        first look is complete, one decision on every finished seed."""
+        first look is complete, one decision on the seeds of the first look that both sides have
+        (paired; unpaired where they share fewer than two, as replicas do), so a round in progress or a
+        cell that failed does not bring seeds past the look in; without rounds, every finished seed."""
         found = None
         if self.settings.seeds is not None:
             for size in self.looks.sizes:
-                look = [{s: v for s, v in side.items() if _round(s) < size} for side in (values, baseline_values)]
+                look = self._look_values(group, baseline, lambda s, size=size: _round(s) < size)
                 if min(len(side) for side in look) < size:
                     break  # not complete yet
                 found = (*self._decide(group, baseline, *look), *look)
@@ -347,7 +379,18 @@ class TaskAnalysis:
                 saturated_early = not self.looks.is_last(size) and self._saturation(group, baseline, *look)
                 if found[0].final and not saturated_early:
                     break
-        return found or (*self._decide(group, baseline, values, baseline_values), values, baseline_values)
+            if found is None:  # the first look is incomplete: a round in progress, or a cell that failed
+                first = self.looks.sizes[0]
+                look = self._look_values(group, baseline, lambda s: _round(s) < first)
+                common = set(look[0]) & set(look[1])
+                if len(common) >= 2 and set(look[0]) != set(look[1]):
+                    look = self._look_values(group, baseline, lambda s: s in common)
+                if all(look):
+                    found = (*self._decide(group, baseline, *look), *look)
+        if found is None:
+            every = self._look_values(group, baseline, lambda s: True)
+            found = (*self._decide(group, baseline, *every), *every)
+        return found
 
     def _question(self, group: Group) -> Question | None:
         """The confirmatory question of a non-baseline group (None for a baseline)."""
@@ -374,9 +417,17 @@ class TaskAnalysis:
             return Question(group, baseline, NO_RESULT, None, None, missing=group.status_without_ok)
         if not all(math.isfinite(v) for v in (*values.values(), *baseline_values.values())):
             return Question(group, baseline, NO_RESULT, None, None, missing="a finished seed's value is not finite")
-        decision, margin, rank_based, values, baseline_values = self._sequential(
-            group, baseline, values, baseline_values
-        )
+        decision, margin, rank_based, values, baseline_values = self._sequential(group, baseline)
+        if set(values) <= self._not_learned(group) and set(baseline_values) <= self._not_learned(baseline):
+            return Question(
+                group,
+                baseline,
+                NO_RESULT,
+                None,
+                None,
+                missing=f"no seed of either side learned (each of the {len(values)} vs {len(baseline_values)} "
+                "seeds of the look diverged or did not learn): nothing to compare",
+            )
         saturation = self._saturation(group, baseline, values, baseline_values)
         verdict = SATURATED if saturation else decision.verdict
         more_seeds = (verdict == UNDECIDED and not decision.final) or (
@@ -387,9 +438,12 @@ class TaskAnalysis:
     def _saturation(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
     ) -> str:
-        """Why the two sides are saturated on these seeds (``headroom.saturation_text``), or ""."""
+        """Why the two sides are saturated on these seeds (``headroom.saturation_text``), or "": judged on
+        these seeds alone, so a seed past the look (the baseline's, trained for another question) that
+        diverged does not decide whether this look is saturated."""
         means = [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())]
-        return saturation_text(self.task_cfg, self.headline, [group, baseline], means)
+        sides = [_restrict(group, set(values)), _restrict(baseline, set(baseline_values))]
+        return saturation_text(self.task_cfg, self.headline, sides, means)
 
     # statistics -------------------------------------------------------------------------------------
 

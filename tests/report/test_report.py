@@ -463,7 +463,9 @@ def test_diverged_seeds_count_and_failed_cells_are_left_out_of_the_statistics(su
     sandwich = rows["lm", SANDWICH, "perplexity"]
     assert float(sandwich["mean"]) == 200.0 and sandwich["mean_finished"] == "" and sandwich["seeds_diverged"] == "3"
     assert float(sandwich["diff_vs_baseline"]) == 192.0 and sandwich["direction"] == "worse"
-    assert "| norm_placement=sandwich | +192.0 [+189.5, +194.5] **worse** |" in lm.split("Difference from")[1]
+    # in its question, a diverged seed counts with the worse of the unigram (30) and the two sides' worst
+    # finished seed (pre's 9), not deepnorm's 200: 30 - (7, 8, 9) = +22 [+19.5, +24.5] (paired t, 2 dof)
+    assert "| norm_placement=sandwich | +22.0 [+19.5, +24.5] **worse** |" in lm.split("Difference from")[1]
     diverged = _section(summary, "## Diverged cells")
     assert "- `lm/norm_placement=sandwich/seed0`: diverged at step 20, last finite training loss 5.500" in diverged
     assert "- `lm/norm_placement=sandwich/seed1`: diverged at step 30, no finite training loss" in diverged

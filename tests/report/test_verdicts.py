@@ -1065,3 +1065,94 @@ def test_in_rounds_a_saturated_look_before_the_last_asks_for_more_seeds(tmp_path
         _questions(tmp_path / "fixed")["n_kv_heads=2"].verdict == "saturated"
         and open_questions(tmp_path / "fixed") == []
     )
+
+
+ROUNDS = {"min": 3, "max": 9, "step": 3}
+
+
+def _vit_cells(**variants: list[float | None]) -> list[dict]:
+    return [
+        {"task": "vit", "task_name": "vit", "variant": f"norm_placement={name}", "values": values}
+        for name, values in variants.items()
+    ]
+
+
+def test_a_look_is_saturated_or_not_on_its_own_seeds_whatever_the_baseline_trained_past_it(tmp_path):
+    """Grouped-query-like translation at its ceiling on seeds 0-2 of both sides: saturated. A baseline seed
+    past the look (seed 7, trained for another variant's question) that diverged used to veto the
+    saturation, so the same seeds were saturated in one matrix and got a verdict in another."""
+    axes = {"task": ["translation"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    pre, post = [99.95, 99.9, 99.97], [99.93, 99.96, 99.9]
+
+    def cells(extra: bool) -> list[dict]:
+        base = {"task": "translation", "task_name": "translation", "variant": PRE, "values": pre}
+        if extra:
+            base = {**base, "values": [*pre, None], "seeds": [0, 1, 2, 7]}
+        return [base, {"task": "translation", "task_name": "translation", "variant": POST, "values": post}]
+
+    for name, extra in (("alone", False), ("shared", True)):
+        _write_matrix(tmp_path, name, cells(extra), baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    alone, shared = (_questions(tmp_path / m)[POST] for m in ("alone", "shared"))
+    assert alone.verdict == shared.verdict == "saturated"
+    assert alone.decision.describe() == shared.decision.describe()
+
+
+def test_a_diverged_seed_counts_with_a_value_from_the_compared_cells_alone(tmp_path):
+    """Post-norm's seed 0 diverged; it counts as the worse of the trivial baseline (0.2) and the two sides'
+    worst finished seed, not the matrix's: a third variant's seed at 0.10 used to pull it down to 0.10, and
+    the signed-rank test on the same nine pairs read worse (p 0.0117 < 0.0167) instead of undecided (p 0.0195)."""
+    axes = {"task": ["vit"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    pre = [0.25, 0.80, 0.81, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87]
+    post = [None, 0.77, 0.91, 0.32, 0.32, 0.32, 0.32, 0.32, 0.32]
+    sandwich = [0.10, 0.7, 0.7]
+    _write_matrix(tmp_path, "pair", _vit_cells(pre=pre, post=post), baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    _write_matrix(
+        tmp_path,
+        "three",
+        _vit_cells(pre=pre, post=post, sandwich=sandwich),
+        baseline_variant=PRE,
+        axes=axes,
+        seeds=ROUNDS,
+    )
+    pair, three = (_questions(tmp_path / m)[POST].decision for m in ("pair", "three"))
+    assert pair.test == "Wilcoxon signed-rank" and pair.n == (9,)
+    assert pair.describe() == three.describe() and three.verdict == "undecided"
+    differences = [0.2 - 0.25] + [v - b for v, b in zip(post[1:], pre[1:], strict=True)]
+    assert three.p_value == pytest.approx(scipy_stats.wilcoxon(differences).pvalue)
+
+
+def test_when_no_seed_of_either_side_learned_there_is_no_result_not_equivalent(tmp_path):
+    """Every seed of both sides diverged: both count at the same imputed value, a constant difference of 0
+    that read *equivalent*, a claim made from no measurement. Now: no result, and no more seeds."""
+    axes = {"task": ["vit"], "model.norm_placement": ["pre", "post", "sandwich"]}
+    # sandwich's finished seeds carry the task's trivial baseline (0.2) that the diverged seeds count at
+    cells = _vit_cells(pre=[None, None, None], post=[None, None, None], sandwich=[0.8, 0.81, 0.79])
+    _write_matrix(tmp_path, "broken", cells, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    question = _questions(tmp_path / "broken")[POST]
+    assert question.verdict == "no result" and "no seed of either side learned" in question.missing
+    assert open_questions(tmp_path / "broken") == []
+    # one side learned: compared (the diverged side counts at the trivial baseline's 0.2)
+    _write_matrix(
+        tmp_path,
+        "half",
+        _vit_cells(pre=[0.8, 0.82, 0.81], post=[None] * 3),
+        baseline_variant=PRE,
+        axes=axes,
+        seeds=ROUNDS,
+    )
+    assert _questions(tmp_path / "half")[POST].verdict == "worse"
+
+
+def test_an_incomplete_first_look_is_decided_on_its_own_seeds_paired_where_both_sides_have_them(tmp_path):
+    """The baseline's seed 1 is missing (a failed cell, or a round still running) while it has seeds 3-8 for
+    another question: the question used to be decided on every seed, 3 against 8 unpaired (seeds past the
+    look, and an answer that depends on the other question); now on the first look's seeds both sides
+    have, seeds 0 and 2, paired."""
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "post"]}
+    pre = {"task": "lm", "task_name": "lm", "variant": PRE, "values": [7.0, 6.98, 7.02, 6.97, 7.03, 7.01, 6.99, 7.04]}
+    pre["seeds"] = [0, 2, 3, 4, 5, 6, 7, 8]
+    post = {"task": "lm", "task_name": "lm", "variant": POST, "values": [7.5, 7.1, 7.62]}
+    _write_matrix(tmp_path, "gap", [pre, post], baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    decision = _questions(tmp_path / "gap")[POST].decision
+    assert decision.test == "paired t" and decision.n == (2,)
+    assert decision.difference == pytest.approx(((7.5 - 7.0) + (7.62 - 6.98)) / 2)
