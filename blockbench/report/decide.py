@@ -43,10 +43,11 @@ A rank-based question has no such projection and keeps its planned looks.
 **Failed runs**: when a side mixes seeds that learned and seeds that did not (or diverged, counted at
 the trivial baseline), the values are bimodal and a t test's normal model is wrong. The caller then
 passes ``rank_based=True`` and the decision uses a rank test valid for any distribution: the exact
-Wilcoxon signed-rank test on seed-matched pairs, else the exact Mann-Whitney U test (scipy), at
-α_k. A rank test has no equivalence counterpart here, so such a question is better, worse or
-undecided, never equivalent. (With 3 pairs no exact signed-rank test reaches p < 0.25: a rank-based
-question needs more seeds to be decided.)
+Wilcoxon signed-rank test on seed-matched pairs, else the exact Mann-Whitney U test, at α_k, both
+exact given the ties (the seeds that failed tie at one value). A rank test has no equivalence
+counterpart here, so such a question is better, worse or undecided, never equivalent. (At α_k =
+0.05/3 no signed-rank test on 3 or 6 pairs can decide: their smallest p-values are 0.25 and 0.031; a
+paired rank-based question is decided at 9 pairs, or 3 against 3 seeds never, 6 against 6 can.)
 
 **No spread**: with fewer than two seeds on a side (two pairs when paired) there is no test and the
 question is undecided. With two or more and no spread at all (every paired difference the same, or
@@ -69,8 +70,10 @@ docs/decisions/verdict-rule.md and results/verdict_error_rates.md.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -318,14 +321,51 @@ class RankTests:
     sign: np.ndarray
 
 
+#: the most rank arrangements an exact rank test enumerates (C(18, 9) = 48,620 for 9 against 9 seeds,
+#: 2^9 = 512 for 9 pairs); beyond it scipy's normal approximation with its tie correction is used
+EXACT_LIMIT = 200_000
+
+
+@functools.cache
+def _subsets(n: int, k: int) -> np.ndarray:
+    """Every k-subset of range(n), one per row."""
+    return np.array(list(itertools.combinations(range(n), k)), dtype=np.intp).reshape(-1, k)
+
+
+@functools.cache
+def _sign_vectors(n: int) -> np.ndarray:
+    """Every vector of n signs ±1, one per row (2^n rows)."""
+    return 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+
+
+def _exact_p(doubled: np.ndarray, statistic: np.ndarray, null: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Two-sided exact p-values given the ties: for each row, twice the smaller share of the null's
+    arrangements whose statistic (centred on its null mean) lies at or below, or at or above, the
+    row's ``statistic`` (capped at 1; scipy's convention). The null distribution depends only on the
+    row's midranks (doubled to integers, so comparisons are exact), so it is enumerated once per tie
+    pattern by ``null(pattern) -> statistics`` and shared by the rows that have it. Written here
+    because scipy's exact Mann-Whitney ignores ties and its permutation test would enumerate again for
+    each of the simulation's 10^5 rows."""
+    patterns, inverse = np.unique(np.sort(doubled, axis=-1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    p_value = np.empty(len(doubled))
+    for j, pattern in enumerate(patterns):
+        rows = inverse == j
+        null_statistics = np.sort(null(pattern))
+        at_most = np.searchsorted(null_statistics, statistic[rows], side="right")
+        at_least = len(null_statistics) - np.searchsorted(null_statistics, statistic[rows], side="left")
+        p_value[rows] = np.minimum(1.0, 2 * np.minimum(at_most, at_least) / len(null_statistics))
+    return p_value
+
+
 def signed_rank_tests(differences: np.ndarray) -> RankTests:
     """The exact Wilcoxon signed-rank test of seed-matched differences (rows of shape (..., n)).
 
     Zero differences (a pair whose values are identical, e.g. both seeds at the trivial baseline) are
-    dropped first (Wilcoxon's own treatment; under the null the remaining signs are still exchangeable),
-    here rather than by scipy, so that every scipy version computes the exact p-value: rows are grouped
-    by how many differences are left. A row with none left has p = 1. The sign is that of the sum of
-    signed ranks."""
+    dropped first (Wilcoxon's own treatment; under the null the remaining signs are still exchangeable);
+    tied absolute differences get their mean rank, and the p-value is exact given those midranks (every
+    sign vector enumerated, :func:`_exact_p`). Rows are grouped by how many differences are left; a row
+    with none left has p = 1. The sign is that of the sum of signed ranks."""
     d = np.asarray(differences, dtype=float)
     shape = d.shape[:-1]
     d = d.reshape(-1, d.shape[-1])
@@ -335,20 +375,34 @@ def signed_rank_tests(differences: np.ndarray) -> RankTests:
     for count in np.unique(left[left > 0]):
         rows = np.flatnonzero(left == count)
         kept = d[rows][nonzero[rows]].reshape(len(rows), count)
-        p_value[rows] = scipy_stats.wilcoxon(kept, axis=-1, method="exact").pvalue
-        ranks = scipy_stats.rankdata(np.abs(kept), axis=-1)
-        sign[rows] = np.sign((ranks * np.sign(kept)).sum(axis=-1))
+        doubled = np.rint(2 * scipy_stats.rankdata(np.abs(kept), axis=-1)).astype(np.int64)
+        signed = (doubled * np.sign(kept).astype(np.int64)).sum(axis=-1)  # 2·(T+ − its mean under the null)
+        if 2**count <= EXACT_LIMIT:
+            signs = _sign_vectors(int(count))
+            p_value[rows] = _exact_p(doubled, signed, lambda pattern, signs=signs: signs @ pattern)
+        else:
+            p_value[rows] = scipy_stats.wilcoxon(kept, axis=-1, method="asymptotic").pvalue
+        sign[rows] = np.sign(signed)
     return RankTests(p_value.reshape(shape), sign.reshape(shape))
 
 
 def rank_sum_tests(a: np.ndarray, b: np.ndarray) -> RankTests:
-    """The exact Mann-Whitney U test of a against b (rows of shapes (..., n_a) and (..., n_b)); the
-    sign is that of U_a - n_a·n_b/2 (a's values tend to be larger where it is positive). scipy's exact
-    distribution ignores ties; the simulation (benchmarks/verdict_error_rates.py) checks the error
-    rate where both sides have seeds tied at the trivial baseline."""
+    """The exact Mann-Whitney U test of a against b (rows of shapes (..., n_a) and (..., n_b)), exact
+    given the ties (seeds that failed tie at one value): the pooled values' midranks, and every way to
+    deal them to the two sides enumerated (:func:`_exact_p`). The sign is that of U_a - n_a·n_b/2 (a's
+    values tend to be larger where it is positive)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    result = scipy_stats.mannwhitneyu(a, b, axis=-1, method="exact")
-    return RankTests(np.asarray(result.pvalue), np.sign(np.asarray(result.statistic) - a.shape[-1] * b.shape[-1] / 2))
+    shape, n_a, n_b = a.shape[:-1], a.shape[-1], b.shape[-1]
+    pooled = np.concatenate([a.reshape(-1, n_a), b.reshape(-1, n_b)], axis=-1)
+    doubled = np.rint(2 * scipy_stats.rankdata(pooled, axis=-1)).astype(np.int64)
+    centre = n_a * (n_a + n_b + 1)  # 2·E[rank sum of a] under the null
+    offset = doubled[:, :n_a].sum(axis=-1) - centre  # 2·(U_a − n_a·n_b/2)
+    if math.comb(n_a + n_b, n_a) <= EXACT_LIMIT:
+        subsets = _subsets(n_a + n_b, n_a)
+        p_value = _exact_p(doubled, offset, lambda pattern: pattern[subsets].sum(axis=-1) - centre)
+    else:
+        p_value = scipy_stats.mannwhitneyu(pooled[:, :n_a], pooled[:, n_a:], axis=-1, method="asymptotic").pvalue
+    return RankTests(np.asarray(p_value).reshape(shape), np.sign(offset).reshape(shape).astype(float))
 
 
 def rank_verdicts(tests: RankTests, alpha: float, higher_is_better: bool) -> np.ndarray:

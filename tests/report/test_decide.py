@@ -28,6 +28,7 @@ from blockbench.report.decide import (
     paired_moments,
     prob_improvement,
     prob_improvement_interval,
+    rank_sum_tests,
     signed_rank_tests,
     t_tests,
     t_verdicts,
@@ -144,7 +145,7 @@ def test_the_split_alpha_decides_less_than_a_single_look_on_the_same_seeds():
 # rank tests -----------------------------------------------------------------------------------------
 
 
-def test_rank_based_decisions_use_scipy_exact_tests_and_are_never_equivalent():
+def test_rank_based_decisions_use_exact_tests_and_are_never_equivalent():
     # nine seed pairs, the variant ahead in every one: the exact signed-rank p is 2 / 2^9
     baseline = [99.0, 98.5, 0.9, 99.2, 98.8, 0.9, 99.1, 98.9, 99.3]
     variant = [b + 0.05 * (i + 1) for i, b in enumerate(baseline)]
@@ -162,7 +163,8 @@ def test_rank_based_decisions_use_scipy_exact_tests_and_are_never_equivalent():
     # unpaired: the exact Mann-Whitney U test
     other = {k + 100: v for k, v in seeds(baseline).items()}
     unpaired = decide(seeds(variant), other, margin=1.0, higher_is_better=False, looks=PLAN, rank_based=True)
-    reference = scipy_stats.mannwhitneyu(variant, baseline, method="exact")
+    # the baseline's two seeds at 0.9 tie: the exact test given the ties (scipy's permutation method)
+    reference = scipy_stats.mannwhitneyu(variant, baseline, method=scipy_stats.PermutationMethod(n_resamples=np.inf))
     assert unpaired.test == RANK_SUM and unpaired.n == (9, 9)
     assert unpaired.p_value == pytest.approx(reference.pvalue)
     assert unpaired.verdict == UNDECIDED  # two low seeds on each side: the ranks barely lean
@@ -180,6 +182,35 @@ def test_the_signed_rank_test_drops_zero_differences_and_its_sign_follows_the_ra
     # rows of different zero counts in one call give each row's own test
     many = signed_rank_tests(np.array([[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]))
     assert many.p_value.tolist() == pytest.approx([0.5, 0.25])
+
+
+def test_rank_tests_are_exact_given_the_ties_as_scipys_permutation_method_and_scipy_exact_without_ties():
+    """Seeds that failed tie at one value. scipy's exact Mann-Whitney ignores ties: a variant with three
+    seeds tied at the trivial 0.2 against six that learned has p 0.0152 by it, under α_k = 0.05/3, while
+    its exact p given the ties is 0.0173 (undecided). Both rank tests list every arrangement of the
+    midranks, as scipy's permutation method does one row at a time; without ties they equal scipy's exact
+    tests."""
+    rng = np.random.default_rng(0)
+    every = scipy_stats.PermutationMethod(n_resamples=np.inf)
+    for n_a, n_b in [(3, 3), (6, 6), (9, 9), (4, 7)]:
+        a, b = rng.normal(size=(20, n_a)), rng.normal(size=(20, n_b))
+        ours, reference = rank_sum_tests(a, b), scipy_stats.mannwhitneyu(a, b, axis=-1, method="exact")
+        assert ours.p_value == pytest.approx(reference.pvalue)
+        assert (ours.sign == np.sign(reference.statistic - n_a * n_b / 2)).all()
+    for n in (3, 6, 9):
+        d = rng.normal(size=(20, n))
+        assert signed_rank_tests(d).p_value == pytest.approx(scipy_stats.wilcoxon(d, axis=-1, method="exact").pvalue)
+    for _ in range(60):  # tied values: scipy's permutation test, one row at a time
+        a = rng.choice([0.2, 0.6, 0.7, 0.8], size=rng.integers(2, 7))
+        b = rng.choice([0.2, 0.6, 0.7, 0.9], size=rng.integers(2, 7))
+        reference = scipy_stats.mannwhitneyu(a, b, method=every).pvalue
+        assert rank_sum_tests(a[None], b[None]).p_value[0] == pytest.approx(reference)
+        d = rng.choice([-0.5, -0.1, 0.1, 0.5, 0.6], size=rng.integers(2, 9))
+        reference = scipy_stats.wilcoxon(d, method=every).pvalue
+        assert signed_rank_tests(d[None]).p_value[0] == pytest.approx(reference)
+    variant, baseline = np.array([0.67, 0.2, 0.73, 0.2, 0.66, 0.2]), np.array([0.73, 0.66, 0.77, 0.82, 0.74, 0.78])
+    assert scipy_stats.mannwhitneyu(variant, baseline, method="exact").pvalue < 0.05 / 3  # ties ignored
+    assert rank_sum_tests(variant[None], baseline[None]).p_value[0] == pytest.approx(0.017316, abs=1e-6)
 
 
 # probability of improvement -------------------------------------------------------------------------
