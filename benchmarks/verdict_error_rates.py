@@ -30,10 +30,10 @@ at the noise this project's runs actually have, and shows what the rule can find
    equivalent; (c) power: every verdict's rate at 0, 0.5, 1, 2 and 4 margins (the variant better by
    that much) and the mean number of seeds used; (d) a bimodal null: on each side each seed has a 20%
    chance of not learning (its value at the task's trivial baseline, as the records give it): rate of
-   better or worse with the rank tests (signed-rank on pairs, Mann-Whitney U on disjoint seeds), also
-   where the rank test is used only when some seed failed (t otherwise), and for comparison with the
-   t rule alone; (e) the futility bound: the share decided and the seeds used at each bound. Every
-   rate has its Monte-Carlo standard error √(p(1 - p)/reps).
+   better or worse as the analysis decides (the rank tests, signed-rank on pairs and Mann-Whitney U on
+   disjoint seeds, where a side mixes learned and failed seeds; t otherwise), and for comparison with
+   the rank tests always and the t rule alone; (e) the futility bound: the share decided and the seeds
+   used at each bound. Every rate has its Monte-Carlo standard error √(p(1 - p)/reps).
 
 The markdown names the command, the date, the code's commit, Python, numpy and scipy, and the CPU.
 """
@@ -71,6 +71,7 @@ from blockbench.report.decide import (  # noqa: E402
     Looks,
     decide,
     futile,
+    mixes,
     paired_moments,
     rank_sum_tests,
     rank_verdicts,
@@ -113,6 +114,8 @@ BUDGET = 300
 MULTIPLES = (0.0, 0.5, 1.0, 2.0, 4.0)
 #: the chance per seed and side of not learning in the bimodal null
 FAIL_RATE = 0.2
+#: the bimodal null's rule that the analysis applies: a rank test where a side mixes learned and failed seeds
+ANALYSIS_RULE = "as the analysis: rank test where a side mixes"
 #: the plans simulated: the default rounds (with decide's futility stop), the same without it, and a
 #: fixed list of three seeds
 PLANS = {
@@ -241,11 +244,12 @@ def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
 
 
 def switching_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
-    """The rank rule for questions where a seed of either side did not learn, the t rule otherwise."""
+    """The analysis's rule: the rank rule for questions where a side mixes seeds that learned with seeds
+    that did not (``decide.mixes``), the t rule otherwise (a side whose seeds all failed included)."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        failed = (a == noise.trivial).any(axis=-1) | (b == noise.trivial).any(axis=-1)
+        failed = mixes(a == noise.trivial) | mixes(b == noise.trivial)
         (t_found, t_stop), (rank_found, rank_stop) = t(a, b), rank(a, b)
         return np.where(failed, rank_found, t_found), np.where(failed, rank_stop, t_stop)
 
@@ -321,11 +325,11 @@ class Simulated:
 
 def decide_sequentially(a: np.ndarray, b: np.ndarray, noise: Noise, looks: Looks, paired: bool, rank: str):
     """One question decided look by look through ``decide.decide`` itself: (verdict, seeds used).
-    ``rank``: "t", "rank" or "switch" (rank_based where a seed did not learn)."""
+    ``rank``: "t", "rank" or "switch" (rank_based where a side mixes, as the analysis decides)."""
     for size in looks.sizes:
         x, y = a[:size], b[:size]
         rank_based = rank == "rank" or (
-            rank == "switch" and bool((x == noise.trivial).any() | (y == noise.trivial).any())
+            rank == "switch" and bool(mixes(x == noise.trivial) | mixes(y == noise.trivial))
         )
         decision = decide(
             dict(enumerate(x)),
@@ -361,7 +365,7 @@ def simulate(noise: Noise, plan: str, looks: Looks, reps: int, rng: np.random.Ge
         sides = draw(rng, noise, reps, seeds, 0.0, FAIL_RATE)
         for name, make, rank in (
             ("rank test", rank_rule, "rank"),
-            ("rank test where a seed failed", switching_rule, "switch"),
+            (ANALYSIS_RULE, switching_rule, "switch"),
             ("t test", t_rule, "t"),
         ):
             bimodal[pairing, name] = run(*sides, make(noise, looks, paired), paired, rank)
@@ -429,7 +433,8 @@ def report(
         "",
         "(a) true difference 0: rate of better or worse; (b) true difference ± one margin: rate of "
         "equivalent; (d) bimodal null (each seed of each side fails to learn with probability "
-        f"{FAIL_RATE:.0%}), rank tests (`rank_based=True`): rate of better or worse. Each must be at most 0.05.",
+        f"{FAIL_RATE:.0%}), decided as the analysis decides (a rank test where a side mixes seeds that learned "
+        "with seeds that did not, the t test otherwise): rate of better or worse. Each must be at most 0.05.",
         "",
         "| family | plan | (a) null: better or worse | (b) +1 margin: equivalent | (b) −1 margin: equivalent | "
         "(d) bimodal, pairs: signed-rank | (d) bimodal, disjoint seeds: Mann-Whitney U |",
@@ -439,17 +444,17 @@ def report(
         lines.append(
             f"| {r.noise.family.label} | {r.plan} | {r.power[0.0].text(BETTER, WORSE)} | "
             f"{r.power[1.0].text(EQUIVALENT)} | {r.minus_margin.text(EQUIVALENT)} | "
-            f"{r.bimodal['paired', 'rank test'].text(BETTER, WORSE)} | "
-            f"{r.bimodal['disjoint seeds', 'rank test'].text(BETTER, WORSE)} |"
+            f"{r.bimodal['paired', ANALYSIS_RULE].text(BETTER, WORSE)} | "
+            f"{r.bimodal['disjoint seeds', ANALYSIS_RULE].text(BETTER, WORSE)} |"
         )
     lines += [
         "",
         "### (d) the bimodal null by rule",
         "",
         "Rate of better or worse, and of equivalent (no error here: the true difference is 0; a rank test "
-        "never says equivalent), under the bimodal null: the rank test always, the rank test only where some "
-        "seed of either side failed (the t test otherwise, as a caller passing `rank_based` for such sides "
-        "does), and the t test alone.",
+        "never says equivalent), under the bimodal null: the rank test always; as the analysis decides (the rank "
+        "test where a side mixes seeds that learned with seeds that did not, `decide.mixes`; the t test "
+        "otherwise, a side whose seeds all failed included); and the t test alone.",
         "",
         "| family | plan | seeds | rule | better or worse | equivalent | mean seeds used |",
         "|---|---|---|---|--:|--:|--:|",

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from blockbench.tasks import TASK_CONFIGS, Metric
 
 from ..config import REPLICA_SEED_STRIDE
 from ..record import SPEED_FIGURES
-from .decide import UNDECIDED, Decision, Looks, decide
+from .decide import UNDECIDED, Decision, Looks, decide, mixes
 from .headroom import Headroom, headroom, saturation_text
 from .results import Group, MatrixSettings, level_text, load_groups, seed_key
 from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
@@ -63,7 +63,7 @@ def _round(seed: Any) -> int | float:
     return seed % REPLICA_SEED_STRIDE if isinstance(seed, int) else math.inf
 
 
-def _restrict(group: Group, seeds: set[Any]) -> Group:
+def restrict(group: Group, seeds: Collection[Any]) -> Group:
     """``group`` with only the records of ``seeds`` (keys as :func:`results.seed_key` gives them)."""
     return replace(group, results=[r for i, r in enumerate(group.results) if seed_key(r, i) in seeds])
 
@@ -149,6 +149,8 @@ class Question:
     #: the runner adds seeds: undecided and not final, or saturated before the last planned look (with
     #: seeds that draw the data the ceiling is reached in some draws only)
     more_seeds: bool = False
+    #: the seeds of each side the decision used (variant's, baseline's); empty without a decision
+    look: tuple[frozenset, frozenset] = (frozenset(), frozenset())
 
     @property
     def decided(self) -> bool:
@@ -318,7 +320,7 @@ class TaskAnalysis:
         failed run counts with depends only on the cells the question compares, not on another
         variant's seeds or the baseline's seeds past the look."""
         sides = [
-            _restrict(g, {k for k in self.values[g.variant, self.headline.name] if keep(k)}) for g in (group, baseline)
+            restrict(g, {k for k in self.values[g.variant, self.headline.name] if keep(k)}) for g in (group, baseline)
         ]
         finished = [side.finished_values(self.headline.name) for side in sides]
         value = diverged_value(
@@ -339,8 +341,8 @@ class TaskAnalysis:
         did not learn or diverged, so its values are bimodal and a normal-theory test is not valid."""
         margin = self.margin(statistics.fmean(baseline_values.values()))
         rank_based = any(
-            0 < len(seeds & self._not_learned(g)) < len(seeds)
-            for g, seeds in ((group, set(values)), (baseline, set(baseline_values)))
+            bool(mixes([seed in self._not_learned(g) for seed in seeds]))
+            for g, seeds in ((group, values), (baseline, baseline_values))
         )
         decision = decide(
             values,
@@ -433,7 +435,10 @@ class TaskAnalysis:
         more_seeds = (verdict == UNDECIDED and not decision.final) or (
             bool(saturation) and self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
         )
-        return Question(group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds)
+        look = (frozenset(values), frozenset(baseline_values))
+        return Question(
+            group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds, look=look
+        )
 
     def _saturation(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
@@ -442,7 +447,7 @@ class TaskAnalysis:
         these seeds alone, so a seed past the look (the baseline's, trained for another question) that
         diverged does not decide whether this look is saturated."""
         means = [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())]
-        sides = [_restrict(group, set(values)), _restrict(baseline, set(baseline_values))]
+        sides = [restrict(group, set(values)), restrict(baseline, set(baseline_values))]
         return saturation_text(self.task_cfg, self.headline, sides, means)
 
     # statistics -------------------------------------------------------------------------------------

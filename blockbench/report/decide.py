@@ -405,6 +405,15 @@ def rank_sum_tests(a: np.ndarray, b: np.ndarray) -> RankTests:
     return RankTests(np.asarray(p_value).reshape(shape), np.sign(offset).reshape(shape).astype(float))
 
 
+def mixes(failed: np.ndarray) -> np.ndarray:
+    """Whether each side (rows of per-seed flags: the seed diverged or did not learn) mixes seeds that
+    learned with seeds that did not: its values are bimodal, so a question with such a side is decided
+    by a rank test (``rank_based``). A side whose seeds all failed is not bimodal: it is a constant, and
+    the t test compares it. The analysis and the simulation of the error rates both ask this."""
+    failed = np.asarray(failed, dtype=bool)
+    return failed.any(axis=-1) & ~failed.all(axis=-1)
+
+
 def rank_verdicts(tests: RankTests, alpha: float, higher_is_better: bool) -> np.ndarray:
     """Better/worse where the rank test rejects at ``alpha``, else undecided (never equivalent)."""
     return np.where(tests.p_value < alpha, _direction(tests.sign, higher_is_better), UNDECIDED)
@@ -493,7 +502,8 @@ class Decision:
             notes.append("no test: one seed, or no spread")
         if self.futile:
             notes.append(
-                f"stopped for futility: {self.conditional_power:.0%} chance that the last planned look decides it"
+                f"stopped for futility: conditional power {self.conditional_power:.0%} (today's difference and "
+                "spread taken as the truth)"
             )
         elif not self.final:
             notes.append("more seeds to come")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from blockbench.tasks import Metric
 
 from ..record import read_tuning
-from .analysis import LEVEL, Question, TaskAnalysis
+from .analysis import LEVEL, Question, TaskAnalysis, restrict
 from .results import Group, level_text
 from .stats import PAIRED, Difference
 from .table import arrow, decimals, fmt
@@ -81,7 +81,8 @@ def difference_table(a: TaskAnalysis) -> list[str]:
     )
     lines = [
         f"Difference from the baseline variant `{a.baseline_label}`{at} (variant − baseline): the headline "
-        f"{a.headline.name} with its verdict and the interval of the test that decided it{secondary}:",
+        f"{a.headline.name} with its verdict and the interval of the test that decided it (the t interval where "
+        f"a rank test, which has none, decided){secondary}:",
         "",
     ]
     columns = [
@@ -175,15 +176,18 @@ def _no_interval_reason(diff: Difference) -> str:
     return "the same difference in every seed pair" if diff.test == PAIRED else "seeds identical"
 
 
-def _side(a: TaskAnalysis, group: Group | None) -> Side:
-    """``group``'s side of a verdict: its seeds in the statistics, those diverged and those that did not
-    learn, and its median step time."""
+def _side(a: TaskAnalysis, group: Group | None, look: frozenset) -> Side:
+    """``group``'s side of a verdict: its seeds in the look that decided it (all its seeds in the
+    statistics where there is no decision), those diverged and those that did not learn, and its median
+    step time (all its finished seeds: a property of the design, not of the look)."""
     if group is None:
         return Side(0, 0, None)
+    step_time = a.stats[group.variant].speed["step_time_ms"]
+    group = restrict(group, look) if look else group
     return Side(
         len(group.ok) + len(group.diverged),
         len(group.diverged),
-        a.stats[group.variant].speed["step_time_ms"],
+        step_time,
         len(group.did_not_learn(a.headline)),
     )
 
@@ -219,8 +223,8 @@ def comparisons(a: TaskAnalysis) -> list[Comparison]:
                 decision=question.decision,
                 difference_text=decision_text(a, question) if question.decision else "",
                 margin_text=_margin_text(question),
-                variant_side=_side(a, group),
-                baseline_side=_side(a, baseline),
+                variant_side=_side(a, group, question.look[0]),
+                baseline_side=_side(a, baseline, question.look[1]),
                 missing=question.missing or ("" if question.decision else no_difference_reason(a, group)),
                 saturation=question.saturation,
                 tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,

@@ -74,7 +74,8 @@ INDEX_LEGEND = (
     "**worse**: the test finds a difference; **equivalent**: the difference's interval lies within ± the task's "
     "margin of practical equivalence; **undecided**: neither is shown (more seeds may answer it); *saturated*: "
     "both sides at the metric's best value (or the LM's entropy floor), no verdict. Each cell: the verdict, the "
-    "difference with the interval of the test that decided it, *rank test* where a side mixes seeds that learned "
+    "difference with the interval of the test that decided it (where a rank test decided, which has none, the t "
+    "interval, as a description), *rank test* where a side mixes seeds that learned "
     "with seeds that did not (or diverged), and how many seeds *did not learn* (finished no better than the "
     "trivial baseline) or diverged. The matrix's summary (first column) has the test, its α, the margin, the "
     "probability of improvement, step times and tuned values. The last column says whether the verdict is the same "
@@ -177,7 +178,7 @@ class Comparison:
                 more = ""
                 if self.decision.futile:
                     power = self.decision.conditional_power
-                    more = f"; stopped for futility: {power:.0%} chance that more seeds decide it"
+                    more = f"; stopped for futility: conditional power {power:.0%}"
                 elif self.verdict == UNDECIDED and not self.decision.final:
                     more = "; more seeds may decide it"
                 head += f" ({self.test_text()}{more})"

@@ -326,7 +326,9 @@ def test_a_question_more_seeds_cannot_decide_stops_for_futility_and_says_so():
     )
     assert hopeless.verdict == UNDECIDED and hopeless.futile and hopeless.final
     assert hopeless.conditional_power < 0.01
-    assert "stopped for futility: 0% chance that the last planned look decides it" in hopeless.describe()
+    assert "stopped for futility: conditional power 0% (today's difference and spread taken as the truth)" in (
+        hopeless.describe()
+    )
     # the same values without the stop, or at a last look: no futility
     assert not decide(
         seeds([0.79, 0.72, 0.67]),

@@ -24,6 +24,7 @@ from blockbench.layout import write_json
 from blockbench.matrix.run import finish_matrix
 from blockbench.report.analysis import OpenQuestion, analyze, open_questions
 from blockbench.report.decide import Decision, prob_improvement_interval
+from blockbench.report.differences import comparisons
 from blockbench.report.index import write_index
 from blockbench.report.results import load_groups
 from blockbench.report.summary import write_report
@@ -693,9 +694,7 @@ def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_pa
     assert "**undecided** (paired t, 3 pairs, α 0.017; more seeds may decide it)" in summary
     deepnorm = questions["norm_placement=deepnorm"].decision
     assert deepnorm.verdict == "undecided" and deepnorm.futile and deepnorm.final
-    assert "**undecided** (paired t, 3 pairs, α 0.017; stopped for futility: 0% chance that more seeds decide it)" in (
-        summary
-    )
+    assert "**undecided** (paired t, 3 pairs, α 0.017; stopped for futility: conditional power 0%)" in (summary)
     nine = [{**c, "values": c["values"] * 3} for c in cells]  # the last look: final, whatever it says
     _write_matrix(tmp_path, "last", nine, baseline_variant=PRE, axes=axes, seeds=seeds)
     assert open_questions(tmp_path / "last") == []
@@ -1156,3 +1155,18 @@ def test_an_incomplete_first_look_is_decided_on_its_own_seeds_paired_where_both_
     decision = _questions(tmp_path / "gap")[POST].decision
     assert decision.test == "paired t" and decision.n == (2,)
     assert decision.difference == pytest.approx(((7.5 - 7.0) + (7.62 - 6.98)) / 2)
+
+
+def test_the_counts_beside_a_verdict_are_those_of_the_seeds_it_was_decided_on(tmp_path):
+    """Sandwich is decided worse on its first 3 pairs; it also has seeds 3-8 (trained by another matrix),
+    one of which did not learn. The index cell read "1/9 did not learn" beside a 3-pair verdict that
+    seed never entered; the counts are now the look's."""
+    axes = {"task": ["lm"], "model.norm_placement": ["pre", "sandwich"]}
+    sandwich = [*ROUND_SANDWICH, 7.6, 7.7, 7.65, 40.0, 7.6, 7.7]  # seed 6 worse than the unigram's 30
+    cells = _lm_cells(pre=ROUND_PRE, sandwich=sandwich)
+    _write_matrix(tmp_path, "m", cells, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    [task] = analyze(tmp_path / "m")[2]
+    [found] = comparisons(task)
+    assert found.verdict == "worse" and found.decision.n == (3,)
+    assert (found.variant_side.seeds, found.variant_side.did_not_learn) == (3, 0)
+    assert found.variant_side.issues_text() == ""
