@@ -28,7 +28,8 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   side mixes seeds that learned with seeds that did not (or diverged), the question is decided by a
   rank test (``rank_based``), valid for such bimodal values; where no seed of either side learned,
   there is nothing to compare (*no result*: a verdict, equivalent above all, from imputed values
-  would say nothing about the designs).
+  would say nothing about the designs), and before the last look the runner adds seeds, whose data
+  draws may learn.
 - Seeds of different variants share the data order, so a variant with the baseline variant's seeds
   is compared seed-matched (paired); cells that failed (an error, not a finding) are left out and listed.
 """
@@ -159,8 +160,10 @@ class Question:
 
     @property
     def seeds(self) -> int:
-        """The seeds of the smaller side in the statistics (0 without a decision)."""
-        return min(self.decision.n) if self.decision is not None and self.decision.n else 0
+        """The seeds of the smaller side the question was looked at on (0 without a look)."""
+        if self.decision is not None and self.decision.n:
+            return min(self.decision.n)
+        return min(len(side) for side in self.look)
 
 
 @dataclass(frozen=True)
@@ -377,9 +380,12 @@ class TaskAnalysis:
                 if min(len(side) for side in look) < size:
                     break  # not complete yet
                 found = (*self._decide(group, baseline, *look), *look)
-                # a saturated look before the last is not final: the next seeds may leave the ceiling
-                saturated_early = not self.looks.is_last(size) and self._saturation(group, baseline, *look)
-                if found[0].final and not saturated_early:
+                # a saturated look before the last is not final: the next seeds may leave the ceiling; nor is
+                # one where no seed learned: the next data draws may
+                early = not self.looks.is_last(size) and (
+                    self._saturation(group, baseline, *look) or self._nothing_learned(group, baseline, *look)
+                )
+                if found[0].final and not early:
                     break
             if found is None:  # the first look is incomplete: a round in progress, or a cell that failed
                 first = self.looks.sizes[0]
@@ -420,7 +426,8 @@ class TaskAnalysis:
         if not all(math.isfinite(v) for v in (*values.values(), *baseline_values.values())):
             return Question(group, baseline, NO_RESULT, None, None, missing="a finished seed's value is not finite")
         decision, margin, rank_based, values, baseline_values = self._sequential(group, baseline)
-        if set(values) <= self._not_learned(group) and set(baseline_values) <= self._not_learned(baseline):
+        if self._nothing_learned(group, baseline, values, baseline_values):
+            more = self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
             return Question(
                 group,
                 baseline,
@@ -428,7 +435,10 @@ class TaskAnalysis:
                 None,
                 None,
                 missing=f"no seed of either side learned (each of the {len(values)} vs {len(baseline_values)} "
-                "seeds of the look diverged or did not learn): nothing to compare",
+                "seeds of the look diverged or did not learn): nothing to compare"
+                + ("; more seeds may learn" if more else ""),
+                more_seeds=more,
+                look=(frozenset(values), frozenset(baseline_values)),
             )
         saturation = self._saturation(group, baseline, values, baseline_values)
         verdict = SATURATED if saturation else decision.verdict
@@ -439,6 +449,13 @@ class TaskAnalysis:
         return Question(
             group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds, look=look
         )
+
+    def _nothing_learned(
+        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+    ) -> bool:
+        """Whether every seed of both sides among these diverged or did not learn: two imputed or trivial
+        constants, whose comparison (equivalent, most often) would say nothing about the designs."""
+        return set(values) <= self._not_learned(group) and set(baseline_values) <= self._not_learned(baseline)
 
     def _saturation(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
@@ -555,7 +572,7 @@ def open_questions(matrix_dir: Path) -> list[OpenQuestion]:
         OpenQuestion(a.task, q.group.variant, q.baseline.variant, q.group.level, q.seeds)
         for a in analyses
         for q in a.questions
-        if q.baseline is not None and q.decision is not None and q.more_seeds
+        if q.baseline is not None and q.more_seeds
     ]
 
 

@@ -1122,14 +1122,18 @@ def test_a_diverged_seed_counts_with_a_value_from_the_compared_cells_alone(tmp_p
 
 def test_when_no_seed_of_either_side_learned_there_is_no_result_not_equivalent(tmp_path):
     """Every seed of both sides diverged: both count at the same imputed value, a constant difference of 0
-    that read *equivalent*, a claim made from no measurement. Now: no result, and no more seeds."""
+    that read *equivalent*, a claim made from no measurement. Now: no result; before the last look the
+    runner adds seeds (the next data draws may learn), at the last it stops."""
     axes = {"task": ["vit"], "model.norm_placement": ["pre", "post", "sandwich"]}
     # sandwich's finished seeds carry the task's trivial baseline (0.2) that the diverged seeds count at
     cells = _vit_cells(pre=[None, None, None], post=[None, None, None], sandwich=[0.8, 0.81, 0.79])
     _write_matrix(tmp_path, "broken", cells, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
     question = _questions(tmp_path / "broken")[POST]
     assert question.verdict == "no result" and "no seed of either side learned" in question.missing
-    assert open_questions(tmp_path / "broken") == []
+    assert open_questions(tmp_path / "broken") == [OpenQuestion("vit", POST, PRE, (), 3)]
+    nine = _vit_cells(pre=[None] * 9, post=[None] * 9, sandwich=[0.8, 0.81, 0.79])
+    _write_matrix(tmp_path, "nine", nine, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    assert _questions(tmp_path / "nine")[POST].verdict == "no result" and open_questions(tmp_path / "nine") == []
     # one side learned: compared (the diverged side counts at the trivial baseline's 0.2)
     _write_matrix(
         tmp_path,
