@@ -71,15 +71,13 @@ from blockbench.report.decide import (  # noqa: E402
     Looks,
     decide,
     futile,
-    mixes,
     paired_moments,
-    rank_sum_tests,
     rank_verdicts,
-    signed_rank_tests,
     t_tests,
     t_verdicts,
     welch_moments,
 )
+from blockbench.report.ranks import mixes, rank_sum_tests, signed_rank_tests  # noqa: E402
 from blockbench.tasks import TASK_CONFIGS  # noqa: E402
 
 
@@ -245,7 +243,7 @@ def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
 
 def switching_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
     """The analysis's rule: the rank rule for questions where a side mixes seeds that learned with seeds
-    that did not (``decide.mixes``), the t rule otherwise (a side whose seeds all failed included)."""
+    that did not (``ranks.mixes``), the t rule otherwise (a side whose seeds all failed included)."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -453,7 +451,7 @@ def report(
         "",
         "Rate of better or worse, and of equivalent (no error here: the true difference is 0; a rank test "
         "never says equivalent), under the bimodal null: the rank test always; as the analysis decides (the rank "
-        "test where a side mixes seeds that learned with seeds that did not, `decide.mixes`; the t test "
+        "test where a side mixes seeds that learned with seeds that did not, `ranks.mixes`; the t test "
         "otherwise, a side whose seeds all failed included); and the t test alone.",
         "",
         "| family | plan | seeds | rule | better or worse | equivalent | mean seeds used |",

@@ -48,8 +48,9 @@ from blockbench.tasks import TASK_CONFIGS, Metric
 
 from ..config import REPLICA_SEED_STRIDE
 from ..record import SPEED_FIGURES
-from .decide import UNDECIDED, Decision, Looks, decide, mixes
+from .decide import UNDECIDED, Decision, Looks, decide
 from .headroom import Headroom, headroom, saturation_text
+from .ranks import mixes
 from .results import Group, MatrixSettings, level_text, load_groups, seed_key
 from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
 from .verdicts import NO_RESULT, SATURATED

@@ -28,11 +28,10 @@ from blockbench.report.decide import (
     paired_moments,
     prob_improvement,
     prob_improvement_interval,
-    rank_sum_tests,
-    signed_rank_tests,
     t_tests,
     t_verdicts,
 )
+from blockbench.report.ranks import rank_sum_tests, signed_rank_tests
 
 FIXED3 = Looks.fixed(3)
 PLAN = Looks.plan(3, 9, 3)
