@@ -413,39 +413,30 @@ class TaskAnalysis:
             )
         values = self.values[group.variant, self.headline.name]
         baseline_values = self.values[baseline.variant, self.headline.name]
+
+        def no_result(why: str, **more: Any) -> Question:
+            return Question(group, baseline, NO_RESULT, None, None, missing=why, **more)
+
         if not baseline_values:
-            return Question(
-                group,
-                baseline,
-                NO_RESULT,
-                None,
-                None,
-                missing=f"every seed of the baseline {baseline.status_without_ok}",
-            )
+            return no_result(f"every seed of the baseline {baseline.status_without_ok}")
         if not values:
-            return Question(group, baseline, NO_RESULT, None, None, missing=group.status_without_ok)
+            return no_result(group.status_without_ok)
         if not all(math.isfinite(v) for v in (*values.values(), *baseline_values.values())):
-            return Question(group, baseline, NO_RESULT, None, None, missing="a finished seed's value is not finite")
+            return no_result("a finished seed's value is not finite")
         decision, margin, rank_based, values, baseline_values = self._sequential(group, baseline)
+        # a look before the last that is saturated, or where nothing learned, asks for the next round's seeds
+        before_last = self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
         if self._nothing_learned(group, baseline, values, baseline_values):
-            more = self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
-            return Question(
-                group,
-                baseline,
-                NO_RESULT,
-                None,
-                None,
-                missing=f"no seed of either side learned (each of the {len(values)} vs {len(baseline_values)} "
-                "seeds of the look diverged or did not learn): nothing to compare"
-                + ("; more seeds may learn" if more else ""),
-                more_seeds=more,
+            return no_result(
+                f"no seed of either side learned (each of the {len(values)} vs {len(baseline_values)} seeds of the "
+                "look diverged or did not learn): nothing to compare"
+                + ("; more seeds may learn" if before_last else ""),
+                more_seeds=before_last,
                 look=(frozenset(values), frozenset(baseline_values)),
             )
         saturation = self._saturation(group, baseline, values, baseline_values)
         verdict = SATURATED if saturation else decision.verdict
-        more_seeds = (verdict == UNDECIDED and not decision.final) or (
-            bool(saturation) and self.settings.seeds is not None and not self.looks.is_last(min(decision.n))
-        )
+        more_seeds = (verdict == UNDECIDED and not decision.final) or (bool(saturation) and before_last)
         look = (frozenset(values), frozenset(baseline_values))
         return Question(
             group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds, look=look
