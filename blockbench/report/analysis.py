@@ -151,7 +151,7 @@ class Question:
     #: the runner adds seeds: undecided and not final, or saturated before the last planned look (with
     #: seeds that draw the data the ceiling is reached in some draws only)
     more_seeds: bool = False
-    #: the seeds of each side the decision used (variant's, baseline's); empty without a decision
+    #: the seeds of each side the question was looked at on (variant's, baseline's); empty where none was
     look: tuple[frozenset, frozenset] = (frozenset(), frozenset())
 
     @property
@@ -370,10 +370,10 @@ class TaskAnalysis:
         that of an uninterrupted run. Seeds past the final look do not count: the baseline's, trained
         for another variant's question, or a variant's trained by another matrix or before the
         futility stop existed; so a question's verdict depends on its own looks alone, and the same
-        question gets the same decision in every matrix that asks it. Without rounds, or before the
-        first look is complete, one decision on the seeds of the first look that both sides have
-        (paired; unpaired where they share fewer than two, as replicas do), so a round in progress or a
-        cell that failed does not bring seeds past the look in; without rounds, every finished seed."""
+        question gets the same decision in every matrix that asks it. Before the first look is
+        complete, one decision on the seeds of the first look that both sides have (paired; unpaired
+        where they share fewer than two, as replicas do), so a round in progress or a cell that failed
+        does not bring seeds past the look in. Without rounds, one decision on every finished seed."""
         found = None
         if self.settings.seeds is not None:
             for size in self.looks.sizes:
