@@ -148,8 +148,9 @@ class Looks:
         return self.alpha / len(self.sizes)
 
     def is_last(self, n: int) -> bool:
-        """Whether ``n`` seeds reach the last planned look (no more seeds will be added)."""
-        return n >= self.sizes[-1]
+        """Whether ``n`` seeds reach the last planned look (no more seeds will be added). A plan of one
+        look (a fixed seed list) has no later one, even where a failed cell leaves it short of its size."""
+        return len(self.sizes) == 1 or n >= self.sizes[-1]
 
     def next_size(self, n: int) -> int | None:
         """The next planned seed count above ``n``; None after the last."""

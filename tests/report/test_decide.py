@@ -53,6 +53,11 @@ def test_a_plan_looks_at_min_every_step_and_always_at_max_and_splits_alpha_equal
     assert Looks.plan(2, 10, 4, alpha=0.1).per_look_alpha == pytest.approx(0.1 / 3)
     assert [PLAN.next_size(n) for n in (0, 3, 4, 6, 8, 9, 12)] == [3, 6, 6, 9, 9, None, None]
     assert [PLAN.is_last(n) for n in (3, 6, 8, 9, 10)] == [False, False, False, True, True]
+    # a fixed list is one look: a failed cell leaves 2 of 3 seeds, and no more will come (the summary
+    # said "more seeds may decide it", which no round would do)
+    assert FIXED3.is_last(2) and FIXED3.is_last(3)
+    short = decide(seeds([7.5, 7.0]), seeds([7.0, 7.1]), margin=0.07, higher_is_better=False, looks=FIXED3)
+    assert short.verdict == UNDECIDED and short.final
     with pytest.raises(ValueError, match=r"needs 1 <= min <= max"):
         Looks.plan(6, 3, 3)
     with pytest.raises(ValueError, match=r"increasing seed counts"):
