@@ -37,6 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 EARLIER, REDECIDED = "551add2", "d712b97"
 #: the earlier words that the new rule says in its own: not a change of verdict
 SAME_AS = {"n.s.": "undecided", "untested": "saturated"}
+#: each :attr:`Change.cause` as the page words it, in the order it lists them
+CAUSE_WORDS = {
+    "rule": "the rule alone (the same cells)",
+    "cells": "the new cells alone",
+    "rule, then cells": "both",
+    "unchanged": "unchanged",
+    "new question": "new questions",
+    "dropped from the book": "dropped from the book",
+}
 STEPS_AXIS = "max_steps="
 
 
@@ -226,7 +235,9 @@ def report(changes: list[Change], *, earlier: str, redecided: str, head: str) ->
         "|---|---|---|",
         *(f"| {a} | {b} | {n} |" for (a, b), n in sorted(moves.items())),
         "",
-        "What moved them: " + ", ".join(f"{cause} {n}" for cause, n in sorted(causes.items())) + ".",
+        "What moved them (questions rerun so far, and those dropped): "
+        + "; ".join(f"{CAUSE_WORDS[cause]}: {causes[cause]}" for cause in CAUSE_WORDS if causes[cause])
+        + ".",
         "",
     ]
     if pending:

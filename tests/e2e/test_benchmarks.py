@@ -750,5 +750,6 @@ def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it
     page = module.report(list(changes.values()), earlier="e", redecided="r", head="h")
     assert (
         "| n.s. | equivalent | 1 |" in page
+        and "What moved them (questions rerun so far, and those dropped): both: 1; dropped from the book: 1." in page
         and "Not rerun yet (the rerun column still holds the earlier cells): norm_type" in page
     )
