@@ -65,6 +65,7 @@ class Reading:
     """A question's verdict in one version of the book, with what the reader needs beside it."""
 
     verdict: str
+    metric: str  # the headline metric the verdict is on
     difference: str  # the headline difference with its interval, as the CSV has it
     seeds: str  # the seeds that decided it (and how many of the variant's did not learn)
     means: tuple[str, ...]  # every mean of the question's rows: equal means = the same cells
@@ -98,6 +99,13 @@ def _strip_steps(variant: str) -> str:
     return ",".join(part for part in variant.split(",") if not part.startswith(STEPS_AXIS))
 
 
+def _question(matrix: str, row: dict[str, str]) -> Question:
+    """The question a summary.csv row belongs to, its variants without their budget."""
+    return Question(
+        matrix, row["task"], _strip_steps(row["variant"]), _strip_steps(row["baseline_variant"]), row["steps"]
+    )
+
+
 def _number(text: str, digits: int = 3) -> str:
     return f"{float(text):+.{digits}g}" if text else "n/a"
 
@@ -120,9 +128,7 @@ def read_book(csvs: dict[str, str], *, verdict_rows: dict[Question, str] | None 
         for row in rows:
             if row["variant"] == row["baseline_variant"]:
                 continue
-            question = Question(
-                matrix, row["task"], _strip_steps(row["variant"]), _strip_steps(row["baseline_variant"]), row["steps"]
-            )
+            question = _question(matrix, row)
             if verdict_rows is None:
                 if not row.get("verdict"):
                     continue
@@ -141,32 +147,14 @@ def read_book(csvs: dict[str, str], *, verdict_rows: dict[Question, str] | None 
                 seeds += f", {row['seeds_did_not_learn']} did not learn"
             sides = (row["variant"], row["baseline_variant"])
             means = tuple(r["mean"] for r in rows if r["task"] == row["task"] and r["variant"] in sides)
-            book[question] = Reading(verdict, f"{_number(difference)}{interval}", seeds, means)
+            book[question] = Reading(verdict, row["metric"], f"{_number(difference)}{interval}", seeds, means)
     return book
-
-
-def headline_metrics(csvs: dict[str, str]) -> dict[Question, str]:
-    """question -> its headline metric, from a book of the new rule (the row that carries a verdict)."""
-    found = {}
-    for matrix, text in csvs.items():
-        for row in csv.DictReader(io.StringIO(text)):
-            if row.get("verdict"):
-                found[
-                    Question(
-                        matrix,
-                        row["task"],
-                        _strip_steps(row["variant"]),
-                        _strip_steps(row["baseline_variant"]),
-                        row["steps"],
-                    )
-                ] = row["metric"]
-    return found
 
 
 def compare(earlier: dict[str, str], redecided: dict[str, str], rerun: dict[str, str]) -> list[Change]:
     """The three readings of every question asked in any of the three books, in the rerun's order."""
     old_cells = read_book(redecided)
-    before = read_book(earlier, verdict_rows=headline_metrics(redecided))
+    before = read_book(earlier, verdict_rows={q: reading.metric for q, reading in old_cells.items()})
     after = read_book(rerun)
     rerun_matrices = {
         q.matrix for q, reading in after.items() if q not in old_cells or old_cells[q].means != reading.means

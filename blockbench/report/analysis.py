@@ -345,8 +345,8 @@ class TaskAnalysis:
         did not learn or diverged, so its values are bimodal and a normal-theory test is not valid."""
         margin = self.margin(statistics.fmean(baseline_values.values()))
         rank_based = any(
-            bool(mixes([seed in self._not_learned(g) for seed in seeds]))
-            for g, seeds in ((group, values), (baseline, baseline_values))
+            bool(mixes([seed in failed for seed in seeds]))
+            for failed, seeds in ((self._not_learned(group), values), (self._not_learned(baseline), baseline_values))
         )
         decision = decide(
             values,
