@@ -34,6 +34,16 @@ at the noise this project's runs actually have, and shows what the rule can find
    disjoint seeds, where a side mixes learned and failed seeds; t otherwise), and for comparison with
    the rank tests always and the t rule alone; (e) the futility bound: the share decided and the seeds
    used at each bound. Every rate has its Monte-Carlo standard error √(p(1 - p)/reps).
+4. **The empirical null, resampled** (section (f)): the cells of ``configs/matrix/null_comparison.yaml``
+   (the same model on both sides, 12 seeds per replica, so 24 runs of one model per task) are a pool
+   of real training noise, not normal draws. Each resample deals two sides of 9 runs from the pool
+   without replacement (the runs are exchangeable: same config, every seed draws its own data) and runs
+   the same plans through the same rule (``switching_rule``: a rank test where a side mixes runs that
+   did not learn, as the record says, with runs that did); once as drawn (the null: rate of better or
+   worse) and once with one side's learned runs moved by one margin either way (rate of equivalent).
+   The pool's shape is shown beside it (did not learn, SD, skewness, Shapiro-Wilk p). A rate here is the
+   rule's on this pool's distribution; the pool is one draw of 24 runs, so its own uncertainty is wider
+   than the resampling error shown.
 
 The markdown names the command, the date, the code's commit, Python, numpy and scipy, and the CPU.
 """
@@ -241,13 +251,18 @@ def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
     return rule
 
 
-def switching_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
+def switching_rule(
+    noise: Noise, looks: Looks, paired: bool = True, failed: Callable[[np.ndarray], np.ndarray] | None = None
+) -> Rule:
     """The analysis's rule: the rank rule for questions where a side mixes seeds that learned with seeds
-    that did not (``ranks.mixes``), the t rule otherwise (a side whose seeds all failed included)."""
+    that did not (``ranks.mixes``), the t rule otherwise (a side whose seeds all failed included).
+    ``failed`` flags the values of runs that did not learn: by default those at the trivial baseline, as
+    :func:`draw` makes them."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
+    is_failed = failed if failed is not None else (lambda values: values == noise.trivial)
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        failed = mixes(a == noise.trivial) | mixes(b == noise.trivial)
+        failed = mixes(is_failed(a)) | mixes(is_failed(b))
         (t_found, t_stop), (rank_found, rank_stop) = t(a, b), rank(a, b)
         return np.where(failed, rank_found, t_found), np.where(failed, rank_stop, t_stop)
 
@@ -381,6 +396,95 @@ def futility_sweep(noise: Noise, reps: int, rng: np.random.Generator) -> dict[fl
     return sweep
 
 
+# the empirical null, resampled ----------------------------------------------------------------------
+
+#: the matrix whose cells are the pool of real training noise (configs/matrix/null_comparison.yaml)
+NULL_MATRIX = "null_comparison"
+#: the plans resampled from the pool (the pool has 24 runs per task: 9 + 9 fit, with room to vary)
+POOL_PLANS = {plan: PLANS[plan] for plan in ("rounds 3, 6, 9 (min 3, max 9, step 3)", "fixed 3 seeds")}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The empirical null's runs of one family: the headline value of every finished cell of both
+    replicas (a diverged one at the worse of the trivial baseline and the worst finished value, as the
+    analysis counts it), which of them did not learn, and the margin at the pool's mean."""
+
+    noise: Noise
+    values: np.ndarray
+    failed: np.ndarray
+    margin: float
+
+    def describe(self) -> str:
+        learned = self.values[~self.failed]
+        shapiro = scipy_stats.shapiro(learned).pvalue if len(learned) >= 3 else float("nan")
+        return (
+            f"{len(self.values)} runs, {int(self.failed.sum())} did not learn; learned runs: mean "
+            f"{_g(float(np.mean(learned)))}, SD {_g(float(np.std(learned, ddof=1)))} "
+            f"({float(np.std(learned, ddof=1)) / self.margin:.2f} margins), skewness "
+            f"{float(scipy_stats.skew(learned)):+.2f}, Shapiro-Wilk p {shapiro:.3g}"
+        )
+
+
+def null_pool(results: Path, noise: Noise) -> Pool | None:
+    """The pool of :data:`NULL_MATRIX` for one family, or None where the book has no such cells."""
+    family = noise.family
+    values, failed, diverged = [], [], 0
+    for path in sorted((results / NULL_MATRIX / "cells" / family.task).glob("*/seed*/result.json")):
+        record = load_record(path)
+        if record.ok and record.steps == BUDGET and family.metric in record.metrics:
+            values.append(float(record.metrics[family.metric]))
+            failed.append(record.did_not_learn)
+        diverged += record.status == "diverged"
+    if not values:
+        return None
+    worst = (min if family.higher_is_better else max)([*values, noise.trivial])
+    values += [worst] * diverged
+    failed += [True] * diverged
+    mean = float(np.mean(values))
+    margin = family.margin * mean if family.relative else family.margin
+    return Pool(noise, np.array(values), np.array(failed), margin)
+
+
+def resample_pool(pool: Pool, looks: Looks, paired: bool, shift: float, reps: int, rng: np.random.Generator) -> Rates:
+    """``reps`` questions dealt from the pool without replacement (two sides of ``looks.sizes[-1]`` runs),
+    the first side's learned runs moved by ``shift`` margins in the better direction, decided by the
+    analysis's rule (the rank test where a side mixes runs that did not learn)."""
+    n = looks.sizes[-1]
+    if 2 * n > len(pool.values):
+        raise SystemExit(f"the {pool.noise.family.task} pool has {len(pool.values)} runs: {2 * n} are needed")
+    order = np.argsort(rng.random((reps, len(pool.values))), axis=1)
+    a_index, b_index = order[:, :n], order[:, n : 2 * n]
+    sign = 1.0 if pool.noise.family.higher_is_better else -1.0
+    a = pool.values[a_index] + np.where(pool.failed[a_index], 0.0, sign * shift * pool.margin)
+    b = pool.values[b_index]
+    noise = Noise(pool.noise.family, pool.noise.sd, pool.noise.sd_mean, pool.noise.pairs, 0.0, 0.0, pool.margin)
+    # the failed runs keep their values (only learned runs move) and sit past the trivial baseline, where
+    # no learned run is, so the rule can tell them by value, as it tells the simulation's
+    failed_values = pool.values[pool.failed]
+    rule = switching_rule(noise, looks, paired, failed=lambda values: np.isin(values, failed_values))
+    return Rates.of(*sequential(a, b, looks, rule))
+
+
+@dataclass(frozen=True)
+class Resampled:
+    """One family's pool and, per plan and pairing, the rates: the null's (shift 0) and at ± one margin."""
+
+    pool: Pool
+    rates: dict[tuple[str, str], dict[float, Rates]]
+
+
+def resample(pool: Pool, reps: int, rng: np.random.Generator) -> Resampled:
+    """Section (f): every plan of :data:`POOL_PLANS`, paired (as the book's questions) and on disjoint
+    seeds (as the null matrix's replicas are decided), at shifts 0 and ± one margin."""
+    rates = {
+        (plan, pairing): {shift: resample_pool(pool, looks, paired, shift, reps, rng) for shift in (0.0, 1.0, -1.0)}
+        for plan, looks in POOL_PLANS.items()
+        for pairing, paired in (("paired", True), ("disjoint seeds", False))
+    }
+    return Resampled(pool, rates)
+
+
 # the report -----------------------------------------------------------------------------------------
 
 
@@ -392,6 +496,7 @@ def report(
     noises: list[Noise],
     runs: list[Simulated],
     sweeps: dict[str, dict[float, dict[float, Rates]]],
+    resampled: list[Resampled],
     reps: int,
     seed: int,
     command: str,
@@ -497,11 +602,52 @@ def report(
         for bound, by_multiple in sweep.items():
             cells = [f"{1 - r.shares[UNDECIDED]:.3f} / {r.mean_seeds:.2f}" for r in by_multiple.values()]
             lines.append(f"| {label} | {bound:g} | " + " | ".join(cells) + " |")
-    lines += ["", *reading(noises, runs), ""]
+    lines += ["", *pool_section(noises, resampled), "", *reading(noises, runs, resampled), ""]
     return "\n".join(lines)
 
 
-def reading(noises: list[Noise], runs: list[Simulated]) -> list[str]:
+def pool_section(noises: list[Noise], resampled: list[Resampled]) -> list[str]:
+    """Section (f): the empirical null's pool per family and the rule's rates on it."""
+    lines = [
+        "## (f) Real training noise: the empirical null, resampled",
+        "",
+        f"The cells of `{NULL_MATRIX}` (`configs/matrix/{NULL_MATRIX}.yaml`): the same model on both sides, "
+        "every seed drawing its own data, so each task's runs are one pool of real training noise. Each "
+        "resampled question deals two sides of 9 runs from the pool without replacement and runs the plan "
+        "through the analysis's rule (a rank test where a side mixes runs that did not learn, as their records "
+        "say, with runs that did); at ± one margin, the first side's learned runs are moved by one margin. "
+        "Each must be at most 0.05. The ± is the resampling error only: the pool is one draw of its runs, so "
+        "a rate's own uncertainty is wider.",
+        "",
+    ]
+    if not resampled:
+        missing = ", ".join(n.family.label for n in noises)
+        return [*lines, f"Not run yet: `{NULL_MATRIX}` has no cells under this results folder ({missing}).", ""]
+    reps = next(iter(resampled[0].rates.values()))[0.0].reps
+    lines[-2] += (
+        f" {reps:,} resampled questions per scenario; the matrix's own verdicts: "
+        f"[its summary]({NULL_MATRIX}/summary.md)."
+    )
+    lines += ["| family | the pool |", "|---|---|"]
+    lines += [f"| {r.pool.noise.family.label} | {r.pool.describe()} |" for r in resampled]
+    lines += [
+        "",
+        "| family | plan | seeds | null: better or worse | +1 margin: equivalent | −1 margin: equivalent | "
+        "null: equivalent | null: mean seeds used |",
+        "|---|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for r in resampled:
+        for (plan, pairing), by_shift in r.rates.items():
+            null = by_shift[0.0]
+            lines.append(
+                f"| {r.pool.noise.family.label} | {plan} | {pairing} | {null.text(BETTER, WORSE)} | "
+                f"{by_shift[1.0].text(EQUIVALENT)} | {by_shift[-1.0].text(EQUIVALENT)} | "
+                f"{null.shares[EQUIVALENT]:.4f} | {null.mean_seeds:.2f} |"
+            )
+    return lines
+
+
+def reading(noises: list[Noise], runs: list[Simulated], resampled: list[Resampled]) -> list[str]:
     """What the numbers say, from the numbers: the worst rate of each claim and where equivalence can
     be shown at all."""
     worst_null = max(runs, key=lambda r: r.power[0.0].share(BETTER, WORSE))
@@ -522,6 +668,18 @@ def reading(noises: list[Noise], runs: list[Simulated]) -> list[str]:
         f"- Largest bimodal-null rate of better or worse with a rank test: {r.bimodal[key].text(BETTER, WORSE)} "
         f"({r.noise.family.label}, {r.plan}, {key[0]}, {key[1]}).",
     ]
+    if resampled:
+        cells = [(res, plan, pairing, by) for res in resampled for (plan, pairing), by in res.rates.items()]
+        null = max(cells, key=lambda c: c[3][0.0].share(BETTER, WORSE))
+        equivalent, shift = max(
+            ((c, shift) for c in cells for shift in (1.0, -1.0)), key=lambda cs: cs[0][3][cs[1]].share(EQUIVALENT)
+        )
+        lines += [
+            f"- On real training noise (the empirical null resampled): largest null rate of better or worse "
+            f"{null[3][0.0].text(BETTER, WORSE)} ({null[0].pool.noise.family.label}, {null[1]}, {null[2]}); largest "
+            f"false equivalent {equivalent[3][shift].text(EQUIVALENT)} ({equivalent[0].pool.noise.family.label}, "
+            f"{equivalent[1]}, {equivalent[2]}, {shift:+g} margin).",
+        ]
     for n in noises:
         parts = []
         for r in (r for r in runs if r.noise is n):
@@ -544,6 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="the book to measure the noise in")
     parser.add_argument("--reps", type=int, default=200_000, help="simulated questions per scenario")
+    parser.add_argument("--pool-reps", type=int, default=20_000, help="resampled questions per pool scenario")
     parser.add_argument("--seed", type=int, default=20260531, help="the random generator's seed")
     parser.add_argument("--out", default="results/verdict_error_rates.md", help="markdown file, or - to print only")
     return parser
@@ -560,10 +719,12 @@ def main(argv: list[str] | None = None) -> None:
         )
     runs = [simulate(n, plan, looks, args.reps, rng) for n in noises for plan, looks in PLANS.items()]
     sweeps = {n.family.label: futility_sweep(n, args.reps, rng) for n in noises}
+    pools = [pool for pool in (null_pool(args.results, n) for n in noises) if pool is not None]
+    resampled = [resample(pool, args.pool_reps, rng) for pool in pools]
     command = "python " + " ".join(
         shlex.quote(a) for a in ["benchmarks/verdict_error_rates.py", *(argv or sys.argv[1:])]
     )
-    text = report(noises, runs, sweeps, args.reps, args.seed, command)
+    text = report(noises, runs, sweeps, resampled, args.reps, args.seed, command)
     print(text)
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

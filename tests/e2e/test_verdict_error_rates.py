@@ -127,9 +127,12 @@ def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     assert "Produced by `python benchmarks/verdict_error_rates.py --reps 300 --out " in text
     assert f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}" in text
     assert "- CPU: " in text and "300 simulated questions per scenario" in text
+    simulated, pool = text.split("## (f) Real training noise", 1)
     for family in ("LM perplexity", "translation BLEU", "ViT accuracy"):
         # noise; the claims, bimodal and power rows of 3 plans; the futility bounds
-        assert text.count(f"| {family}") == 1 + 3 + 3 * 6 + 3 * 5 + 5
+        assert simulated.count(f"| {family}") == 1 + 3 + 3 * 6 + 3 * 5 + 5
+        # the empirical null, where the book has it: the pool, then 2 plans x 2 pairings
+        assert pool.count(f"| {family}") in (0, 1 + 4)
     assert "SD of seed-matched differences" in done.stdout
 
 
@@ -154,3 +157,105 @@ def test_the_simulated_bimodal_rule_is_the_analysis_rule():
             verdict
             == module.switching_rule(noise, Looks.fixed(3))(variant[row : row + 1], baseline[row : row + 1])[0][0]
         )
+
+
+def write_null(root: Path, runs: dict[str, list[tuple[str, float]]]) -> None:
+    """A null_comparison matrix of LM cells: replica -> (status, perplexity) per seed (status ok,
+    did_not_learn or diverged)."""
+    (root / "null_comparison").mkdir(parents=True, exist_ok=True)
+    (root / "null_comparison" / "matrix.yaml").write_text("name: null_comparison\nverdicts: false\n")
+    for replica, cells in runs.items():
+        for seed, (status, value) in enumerate(cells):
+            record = CellRecord(
+                status="diverged" if status == "diverged" else "ok",
+                task="lm",
+                seed=seed,
+                steps=300,
+                metrics={} if status == "diverged" else {"perplexity": value},
+                primary_metric="perplexity",
+                baselines={"perplexity": 30.6},
+                learned=None if status == "diverged" else status == "ok",
+            )
+            path = root / "null_comparison" / "cells" / "lm" / f"replica={replica}" / f"seed{seed}" / "result.json"
+            write_record(path, record)
+
+
+def test_the_empirical_null_pool_is_every_run_of_both_replicas_a_diverged_one_at_the_worst_value(tmp_path):
+    module = script()
+    write_null(
+        tmp_path,
+        {"a": [("ok", 7.0), ("ok", 7.2), ("did_not_learn", 30.9)], "b": [("ok", 7.1), ("diverged", 0.0)]},
+    )
+    noise = module.Noise(module.FAMILIES[0], 0.05, 0.05, 1, 7.1, 30.6, 0.071)
+    pool = module.null_pool(tmp_path, noise)
+    assert sorted(pool.values.tolist()) == [7.0, 7.1, 7.2, 30.9, 30.9]  # diverged: the worst (30.9 > trivial 30.6)
+    assert sorted(zip(pool.values.tolist(), pool.failed.tolist(), strict=True)) == [
+        (7.0, False),
+        (7.1, False),
+        (7.2, False),
+        (30.9, True),
+        (30.9, True),
+    ]
+    assert pool.margin == pytest.approx(0.01 * np.mean([7.0, 7.1, 7.2, 30.9, 30.9]))  # the task's 1% at the pool's mean
+    assert "5 runs, 2 did not learn" in pool.describe()
+    assert module.null_pool(tmp_path / "elsewhere", noise) is None
+
+
+def pool_of(values, failed=None, higher_is_better=True):
+    module = script()
+    family = module.Family("vit", "test accuracy", "accuracy", higher_is_better, 0.01)
+    noise = module.Noise(family, 0.01, 0.0, 1, 0.8, 0.2, 0.01)
+    failed = np.zeros(len(values), dtype=bool) if failed is None else failed
+    return module.Pool(noise, np.asarray(values, dtype=float), failed, 0.01)
+
+
+def test_the_resampled_null_keeps_the_claims_and_finds_a_planted_difference():
+    """Known truth: a pool of one model's runs has no difference, so the rule's rate of better or worse
+    on resampled questions is at most 5%, as is its rate of equivalent when one side moves by a margin;
+    with 20% of the runs at the trivial baseline the rank test keeps it; a side moved by 4 margins at a
+    tenth of a margin of noise is found better every time (the shift is applied, the rule can say so)."""
+    module = script()
+    rng = np.random.default_rng(11)
+    reps = 4000
+    slack = 4 * math.sqrt(0.05 * 0.95 / reps)
+    rounds = Looks.plan(3, 9, 3)
+    normal = pool_of(0.8 + rng.normal(0.0, 0.006, 40))  # 0.6 margins: equivalence reachable
+    heavy = pool_of(0.8 + 0.006 * rng.standard_t(3, 40))  # heavy tails, as real runs can have
+    fails = rng.random(40) < 0.2
+    bimodal = pool_of(np.where(fails, 0.2, 0.8 + rng.normal(0.0, 0.02, 40)), fails)
+    for pool in (normal, heavy, bimodal):
+        for paired in (True, False):
+            null = module.resample_pool(pool, rounds, paired, 0.0, reps, rng)
+            assert null.share(BETTER, WORSE) <= 0.05 + slack
+            for shift in (1.0, -1.0):
+                assert module.resample_pool(pool, rounds, paired, shift, reps, rng).share(EQUIVALENT) <= 0.05 + slack
+    assert module.resample_pool(normal, rounds, True, 0.0, reps, rng).share(EQUIVALENT) > 0.5  # it can say equivalent
+    quiet = pool_of(0.8 + rng.normal(0.0, 0.001, 24), higher_is_better=False)
+    found = module.resample_pool(quiet, rounds, True, 4.0, 500, rng)
+    assert found.shares[BETTER] == 1.0 and found.mean_seeds == 3.0
+    with pytest.raises(SystemExit, match="has 10 runs: 18 are needed"):
+        module.resample_pool(pool_of(np.ones(10)), rounds, True, 0.0, 10, rng)
+
+
+def test_the_report_shows_the_resampled_null_or_says_it_has_not_run():
+    module = script()
+    rng = np.random.default_rng(12)
+    pool = pool_of(0.8 + rng.normal(0.0, 0.006, 24))
+    section = "\n".join(module.pool_section([pool.noise], [module.resample(pool, 200, rng)]))
+    assert "200 resampled questions per scenario" in section and "24 runs, 0 did not learn" in section
+    assert section.count("| test accuracy | ") == 1 + 4  # the pool; 2 plans x paired, disjoint seeds
+    assert "Not run yet: `null_comparison` has no cells" in "\n".join(module.pool_section([pool.noise], []))
+
+
+def test_the_empirical_null_matrix_trains_a_pool_the_resampled_plans_fit_in():
+    """Each task of configs/matrix/null_comparison.yaml needs at least two sides of the longest plan's
+    seeds (9 + 9) for section (f) to deal; with rounds it would stop at 3 seeds where it decides."""
+    from blockbench.matrix.expand import load_matrix
+
+    module = script()
+    matrix, cells = load_matrix(REPO / "configs" / "matrix" / f"{module.NULL_MATRIX}.yaml")
+    assert not matrix.seeds  # a fixed seed axis, no rounds
+    need = 2 * max(looks.sizes[-1] for looks in module.POOL_PLANS.values())
+    for task in ("lm", "translation", "vit"):
+        runs = [cell for cell in cells if cell.task == task]
+        assert len(runs) >= need and len({cell.seed for cell in runs}) == len(runs)  # disjoint seeds
