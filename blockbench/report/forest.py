@@ -352,12 +352,12 @@ def draw_forest(path: Path, rows: Sequence[ForestRow], title: str) -> bool:
 # the hooks of the summary and the index -------------------------------------------------------------
 
 
-def draw_matrix_picture(matrix_dir: Path, comparisons: Sequence[Comparison], *, demonstration: bool) -> list[str]:
+def draw_matrix_picture(matrix_dir: Path, comparisons: Sequence[Comparison], *, apart: bool) -> list[str]:
     """Draw ``<matrix>/plots/verdicts.png`` from the matrix's comparisons and return the summary's lines
     that show it (none, and no stale picture left, without a comparison)."""
     path = Path(matrix_dir) / PLOTS_DIR / VERDICT_PICTURE
     title = f"{Path(matrix_dir).name}: each variant against the baseline, per family" + (
-        " (a demonstration: verdicts: false)" if demonstration else ""
+        " (verdicts: false, not a design question)" if apart else ""
     )
     if not draw_forest(path, forest_rows([("", comparisons)]), title):
         path.unlink(missing_ok=True)

@@ -24,11 +24,11 @@ from .results import (
     first_cell,
     gives_verdicts,
     machines,
-    matrix_file_keys,
+    matrix_description,
     tuning_records,
 )
 from .section import comparisons
-from .verdicts import Index, MatrixVerdicts, NotRun, index_markdown
+from .verdicts import Apart, Index, MatrixVerdicts, NotRun, index_markdown
 
 
 def write_index(results_root: Path, matrices: Path | None = None, *, command: str | None = None) -> str:
@@ -50,7 +50,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     index.book_seconds = book_seconds(folders)
     for folder in folders:
         if not gives_verdicts(folder / MATRIX_FILE):
-            index.demonstrations.append(folder.name)
+            index.apart.append(Apart(folder.name, matrix_description(folder / MATRIX_FILE)))
             continue
         _, groups, analyses = analyze(folder)
         results, tuning = [r for g in groups for r in g.results], tuning_records(folder)
@@ -62,7 +62,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                     folder.name,
                     _run_command(folder, files),
                     reason,
-                    _description(files.get(folder.name, folder / MATRIX_FILE)),
+                    matrix_description(files.get(folder.name, folder / MATRIX_FILE)),
                 )
             )
             continue
@@ -80,7 +80,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         )
     ran = {folder.name for folder in folders}
     index.not_run += [
-        NotRun(name, f"blockbench matrix {path}", "no results", _description(path))
+        NotRun(name, f"blockbench matrix {path}", "no results", matrix_description(path))
         for name, path in files.items()
         if name not in ran and gives_verdicts(path)
     ]
@@ -117,11 +117,6 @@ def _matrix_files(folders: Path | list[Path]) -> dict[str, Path]:
             if isinstance(raw, dict) and isinstance(raw.get("name"), str) and "axes" in raw:
                 files.setdefault(raw["name"], path)
     return files
-
-
-def _description(matrix_file: Path) -> str:
-    """The matrix file's ``description`` ("" without one, or when the file does not parse)."""
-    return str(matrix_file_keys(matrix_file).get("description") or "").strip()
 
 
 def _run_command(folder: Path, files: dict[str, Path]) -> str:

@@ -377,5 +377,11 @@ def matrix_file_keys(matrix_file: Path) -> dict[str, Any]:
 
 
 def gives_verdicts(matrix_file: Path) -> bool:
-    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a demonstration)."""
+    """Whether the matrix file's results are verdicts (``verdicts: false`` marks a matrix that answers
+    no design question: a demonstration such as the smoke test, or the empirical null's calibration)."""
     return matrix_file_keys(matrix_file).get("verdicts") is not False
+
+
+def matrix_description(matrix_file: Path) -> str:
+    """The matrix file's ``description`` ("" without one, or when the file does not parse)."""
+    return str(matrix_file_keys(matrix_file).get("description") or "").strip()

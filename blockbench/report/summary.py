@@ -31,7 +31,15 @@ from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
 from .forest import draw_matrix_picture
-from .results import Group, MatrixSettings, code_versions, gives_verdicts, machines, tuning_records
+from .results import (
+    Group,
+    MatrixSettings,
+    code_versions,
+    gives_verdicts,
+    machines,
+    matrix_description,
+    tuning_records,
+)
 from .section import comparisons, section_csv_rows, section_markdown
 from .table import fmt
 from .table import row as _row
@@ -62,15 +70,15 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     lines += _diverged_and_failed(groups)
 
     found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
-    demonstration = not gives_verdicts(matrix_dir / MATRIX_FILE)
-    picture = draw_matrix_picture(matrix_dir, found, demonstration=demonstration)  # plots/verdicts.png
+    apart = None if gives_verdicts(matrix_dir / MATRIX_FILE) else matrix_description(matrix_dir / MATRIX_FILE)
+    picture = draw_matrix_picture(matrix_dir, found, apart=apart is not None)  # plots/verdicts.png
 
     if before_header is not None:
         before_header()
     run = read_matrix_run(matrix_dir)
     lines += _wall_time_section(run, groups)
     markdown = "\n".join(
-        _header(matrix_dir, settings, groups, run) + verdict_lines(found, demonstration=demonstration) + picture + lines
+        _header(matrix_dir, settings, groups, run) + verdict_lines(found, apart=apart) + picture + lines
     )
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))

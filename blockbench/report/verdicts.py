@@ -338,22 +338,26 @@ def level_tables(comparisons: list[Comparison]) -> list[str]:
     return lines
 
 
-DEMONSTRATION = (
-    "**A demonstration, not an answer**: this matrix's file says `verdicts: false` (it is too small "
-    "to decide anything), so `results/README.md` leaves these lines out. They show what a matrix's "
-    "verdicts look like."
-)
+def apart_note(description: str) -> str:
+    """The note atop the verdicts of a matrix whose file says ``verdicts: false``: it answers no design
+    question (a demonstration, or the empirical null, whose better or worse is a false positive), so the
+    index lists it apart; its file's ``description`` says what it is instead."""
+    what = f" It is: {description.rstrip('.')}." if description else ""
+    return (
+        "**Not a design question's answer**: this matrix's file says `verdicts: false`, so `results/README.md` "
+        f"lists it apart from the verdicts.{what}"
+    )
 
 
-def verdict_lines(comparisons: list[Comparison], *, demonstration: bool = False) -> list[str]:
+def verdict_lines(comparisons: list[Comparison], *, apart: str | None = None) -> list[str]:
     """The ``Verdicts`` section at the top of a summary: one line per variant vs baseline per task (per
     level), then, where it ran in several families, whether its verdict transfers across them, then the
-    differences across levels side by side (empty without comparisons). A ``demonstration``
-    (``verdicts: false`` in the matrix file) says so first."""
+    differences across levels side by side (empty without comparisons). A matrix whose file says
+    ``verdicts: false`` passes its ``description`` as ``apart``, and the section says so first."""
     if not comparisons:
         return []
     flags = level_flags(comparisons)
-    lines = ["## Verdicts", "", *([DEMONSTRATION, ""] if demonstration else []), LEGEND, ""]
+    lines = ["## Verdicts", "", *([apart_note(apart), ""] if apart is not None else []), LEGEND, ""]
     for row in _rows(comparisons).values():
         for c in row:
             flag = flags.get((c.task, c.variant, c.baseline), "")
@@ -380,6 +384,14 @@ class MatrixVerdicts:
 
 
 @dataclass(frozen=True)
+class Apart:
+    """A matrix with results whose file says ``verdicts: false``, and what it is (its ``description``)."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class NotRun:
     """A matrix without a finished or diverged cell: the command that runs it and why it is listed."""
 
@@ -397,8 +409,9 @@ class Index:
     command: str  # the command that writes it
     matrices: list[MatrixVerdicts] = field(default_factory=list)
     not_run: list[NotRun] = field(default_factory=list)
-    demonstrations: list[str] = field(default_factory=list)  # matrices with ``verdicts: false`` that have results
-    #: the seconds of every cell process of the book: reported cells and tuning cells (demonstrations included)
+    #: matrices with ``verdicts: false`` that have results (a demonstration, the empirical null)
+    apart: list[Apart] = field(default_factory=list)
+    #: the seconds of every cell process of the book: reported cells and tuning cells (those apart included)
     book_seconds: tuple[float, float] = (0.0, 0.0)
 
 
@@ -530,10 +543,11 @@ def index_markdown(index: Index) -> str:
             for m in provenance
         ]
         lines.append("")
-    if index.demonstrations:
+    if index.apart:
         lines += [
-            f"Demonstrations, not verdicts (`verdicts: false` in their matrix file): "
-            f"{', '.join(f'[{name}]({name}/summary.md)' for name in index.demonstrations)}.",
+            "Not design questions (`verdicts: false` in their matrix file), so not among the verdicts:",
+            "",
+            *(f"- [{m.name}]({m.name}/summary.md){': ' + m.description if m.description else ''}" for m in index.apart),
             "",
         ]
     if index.not_run:

@@ -850,9 +850,11 @@ def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
     )
 
 
-def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(tmp_path):
-    """``verdicts: false`` (the smoke matrix): its results are named as a demonstration, never as verdicts,
-    and its file is not a matrix 'not run yet'."""
+def test_a_matrix_apart_gives_no_verdicts_says_what_it_is_and_is_not_listed_as_not_run(tmp_path):
+    """``verdicts: false`` (the smoke matrix, the empirical null): its results are listed apart with its
+    file's description, never as verdicts, and its file is not a matrix 'not run yet'. The summary used
+    to call every such matrix a demonstration "too small to decide anything", which the empirical null
+    (24 runs per task, a calibration of the rule) is not."""
     root = tmp_path / "results"
     cells = [
         {"task": "lm", "task_name": "lm", "variant": variant, "values": values, "step_time_ms": 10.0}
@@ -860,22 +862,33 @@ def test_a_demonstration_matrix_gives_no_verdicts_and_is_not_listed_as_not_run(t
     ]
     _write_matrix(root, "smoke", cells)
     matrix_file = root / "smoke" / "matrix.yaml"
-    matrix_file.write_text(yaml.safe_dump({**yaml.safe_load(matrix_file.read_text()), "verdicts": False}))
+    description = "The same model on both sides, the empirical null."
+    matrix_file.write_text(
+        yaml.safe_dump({**yaml.safe_load(matrix_file.read_text()), "verdicts": False, "description": description})
+    )
     configs = tmp_path / "configs"
     configs.mkdir()
     (configs / "smoke.yaml").write_text(yaml.safe_dump({"name": "smoke", "axes": {"task": ["lm"]}, "verdicts": False}))
     (configs / "demo.yaml").write_text(yaml.safe_dump({"name": "demo", "axes": {"task": ["lm"]}, "verdicts": False}))
     index = write_index(root, configs)
-    assert "Demonstrations, not verdicts (`verdicts: false` in their matrix file): [smoke](smoke/summary.md)." in index
+    assert (
+        "Not design questions (`verdicts: false` in their matrix file), so not among the verdicts:\n\n"
+        f"- [smoke](smoke/summary.md): {description}\n" in index
+    )
     assert "| [smoke](" not in index
     assert "Not run yet" not in index and "demo.yaml" not in index
     summary = write_report(root / "smoke")
     assert (
-        summary.index("## Verdicts") < summary.index("**A demonstration, not an answer**") < summary.index("- lm (LM)")
+        summary.index("## Verdicts")
+        < summary.index(
+            "**Not a design question's answer**: this matrix's file says `verdicts: false`, so `results/README.md` "
+            "lists it apart from the verdicts. It is: The same model on both sides, the empirical null."
+        )
+        < summary.index("- lm (LM)")
     )
     _write_matrix(root, "flagship", cells)  # the same cells in a matrix that gives verdicts
     flagship = write_report(root / "flagship")
-    assert "## Verdicts" in flagship and "A demonstration" not in flagship
+    assert "## Verdicts" in flagship and "Not a design question" not in flagship
 
 
 def test_a_tuned_matrix_says_which_value_each_side_trained_at_and_what_tuning_cost(tmp_path):
