@@ -63,12 +63,20 @@ def finished(results_dir: Path) -> list[str]:
     return [p.stem for p in book_order() if last.get(p.stem) in (0, 1) and (results_dir / p.stem).is_dir()]
 
 
+def records(matrix_dir: Path) -> dict[str, bytes]:
+    """Every cell record of a matrix folder (reported and tuning cells' ``result.json``), by path."""
+    return {str(path.relative_to(matrix_dir)): path.read_bytes() for path in sorted(matrix_dir.rglob("result.json"))}
+
+
 def publish(results_dir: Path, target: Path) -> list[str]:
     """Copy the :func:`finished` matrices of ``results_dir`` into ``target`` (each replacing its folder
-    there, without :data:`NOT_PUBLISHED`), rebuild their summaries and ``target``'s index; their names."""
-    names = finished(results_dir)
+    there, without :data:`NOT_PUBLISHED`), rebuild their summaries and ``target``'s index; their names.
+    A matrix whose cell records ``target`` already holds, byte for byte, is left as it is: the book's
+    later run of it only reused its cells, and its ``matrix_run.json`` would replace the run that
+    trained them with one that trained nothing."""
     # as the checkout names it (the commands run there), so the index says `--index results`
     target = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
+    names = [name for name in finished(results_dir) if records(results_dir / name) != records(ROOT / target / name)]
     for name in names:
         shutil.rmtree(ROOT / target / name, ignore_errors=True)
         shutil.copytree(results_dir / name, ROOT / target / name, ignore=NOT_PUBLISHED)
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.publish:
         names = publish(args.results_dir, args.publish.resolve())
-        print(f"published to {args.publish}: {', '.join(names) or 'nothing (no matrix has finished)'}")
+        print(f"published to {args.publish}: {', '.join(names) or 'nothing (no matrix has finished or changed)'}")
         return 0
     args.results_dir.mkdir(parents=True, exist_ok=True)
     log = args.results_dir / "book_run.jsonl"

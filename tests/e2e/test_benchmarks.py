@@ -700,6 +700,15 @@ def test_publishing_copies_the_matrices_that_ran_to_their_end_without_what_git_l
     assert (published / "summary.md").read_text().startswith("# smoke")
     assert "smoke" in (target / "README.md").read_text() and not (target / "norm_type").exists()
     assert f"`blockbench report --index {target}`" in (target / "README.md").read_text()  # outside the checkout
+    # the book ran smoke again and reused every cell: the published folder keeps the run that trained them
+    run = json.loads((published / "matrix_run.json").read_text())
+    (root / "smoke" / "matrix_run.json").write_text(json.dumps({**run, "cells_trained": 0, "wall_time_s": 5.0}))
+    assert module.publish(root, target) == []
+    assert json.loads((published / "matrix_run.json").read_text()) == run
+    record = next(published.rglob("result.json"))
+    record.write_text(record.read_text().replace('"ok"', '"ok" ', 1))  # a record differs: published again
+    assert module.publish(root, target) == ["smoke"]
+    assert json.loads((published / "matrix_run.json").read_text())["cells_trained"] == 0
 
 
 def _csv(rows: list[dict[str, str]]) -> str:
