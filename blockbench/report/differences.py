@@ -178,16 +178,16 @@ def _no_interval_reason(diff: Difference) -> str:
 
 def _side(a: TaskAnalysis, group: Group | None, look: frozenset) -> Side:
     """``group``'s side of a verdict: its seeds in the look that decided it (all its seeds in the
-    statistics where there is no decision), those diverged and those that did not learn, and its median
-    step time (all its finished seeds: a property of the design, not of the look)."""
+    statistics where there is no decision), those diverged and those that did not learn, and the median
+    step time of each of its finished seeds (all of them: a property of the design, not of the look)."""
     if group is None:
-        return Side(0, 0, None)
-    step_time = a.stats[group.variant].speed["step_time_ms"]
+        return Side(0, 0)
+    step_times = tuple(group.speed_values("step_time_ms"))
     group = restrict(group, look) if look else group
     return Side(
         len(group.ok) + len(group.diverged),
         len(group.diverged),
-        step_time,
+        step_times,
         len(group.did_not_learn(a.headline)),
     )
 

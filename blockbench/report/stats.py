@@ -10,6 +10,9 @@
   interval says how uncertain the difference is, and cutting it to ± the metric's range hid that.
   (Verdicts are decided per question by ``decide.decide``; Holm's adjustment over a matrix is gone.)
 - ``time_to_target``: the first validation of a training history that reaches a target.
+- ``ratio_of_medians``: one side's median over the other's with a bootstrap interval (step times:
+  cells timed in different runs swing by 15-50% on a shared machine, so a mean of them, or a ratio
+  without its spread, can read as a speed-up what is the load the baseline's cells ran under).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 from scipy import stats as scipy_stats
 
 from ..record import HistoryPoint
@@ -195,3 +199,47 @@ def time_to_target(
         if value is not None and reaches(float(value), target, higher_is_better):
             return int(validation.step), validation.time_s
     return None
+
+
+#: the bootstrap of :func:`ratio_of_medians`: its level, resamples and fixed random state (reproducible)
+RATIO_LEVEL, RATIO_RESAMPLES, RATIO_SEED = 0.95, 1999, 0
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``a``'s median over ``b``'s, and its 95% percentile bootstrap interval (None with fewer than two
+    values on a side, or no spread)."""
+
+    value: float
+    interval: tuple[float, float] | None
+
+    @property
+    def tie(self) -> bool:
+        """Whether the interval holds 1: the two sides' values are not told apart."""
+        return self.interval is not None and self.interval[0] <= 1.0 <= self.interval[1]
+
+
+def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
+    """``median(a) / median(b)`` with each side resampled on its own (``scipy.stats.bootstrap``,
+    percentile, fixed random state); None when a side is empty or ``b``'s median is not positive."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not len(x) or not len(y) or np.median(y) <= 0:
+        return None
+    value = float(np.median(x) / np.median(y))
+    if len(x) < 2 or len(y) < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return Ratio(value, None)
+
+    def statistic(u: np.ndarray, v: np.ndarray, axis: int) -> np.ndarray:
+        return np.median(u, axis=axis) / np.median(v, axis=axis)
+
+    result = scipy_stats.bootstrap(
+        (x, y),
+        statistic,
+        vectorized=True,
+        paired=False,
+        confidence_level=RATIO_LEVEL,
+        n_resamples=RATIO_RESAMPLES,
+        method="percentile",
+        random_state=RATIO_SEED,
+    )
+    return Ratio(value, (float(result.confidence_interval.low), float(result.confidence_interval.high)))

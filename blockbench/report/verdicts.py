@@ -33,6 +33,7 @@ from blockbench.tasks import Metric
 
 from .decide import BETTER, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WORSE, Decision
 from .results import BUDGET_AXIS, level_text
+from .stats import Ratio, ratio_of_medians
 
 #: the index's family columns, in order: ``model.family`` -> column title
 FAMILIES = {"decoder_lm": "LM", "encoder_decoder": "translator", "vit": "ViT"}
@@ -59,7 +60,8 @@ LEGEND = (
     "baseline over all seed pairs, ties half) with its bootstrap interval; a rank test decides where a side mixes "
     "seeds that learned with seeds that did not learn or diverged. Then the shares of seeds that *did not learn* "
     "(finished no better than the trivial baseline; counted as they are) or diverged (counted as a model that "
-    "learned nothing), the variant's median step time as a multiple of the baseline's (n/a: not recorded), and in "
+    "learned nothing), the variant's median step time as a multiple of the baseline's with its 95% bootstrap "
+    "interval over the seeds (*a tie* where it holds 1; n/a: not recorded), and in "
     "a matrix with `tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest "
     "tried* where a value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers "
     "across the families uses the same four words: *equivalent in all 3* is an answer, *undecided* is not a no."
@@ -102,7 +104,8 @@ class Side:
 
     seeds: int  # in the statistics: finished and diverged
     diverged: int
-    step_time_ms: float | None  # mean of the finished seeds' median step times (None: not recorded)
+    #: each finished seed's median step time (those that recorded one)
+    step_times_ms: tuple[float, ...] = ()
     did_not_learn: int = 0  # finished seeds no better than the trivial baseline
 
     def issues_text(self) -> str:
@@ -140,10 +143,22 @@ class Comparison:
         return self.verdict in DECIDED
 
     @property
-    def step_time_ratio(self) -> float | None:
-        """The variant's step time over the baseline's (None when either is not recorded)."""
-        ours, theirs = self.variant_side.step_time_ms, self.baseline_side.step_time_ms
-        return ours / theirs if ours is not None and theirs else None
+    def step_time_ratio(self) -> Ratio | None:
+        """The variant's median step time over the baseline's, over their finished seeds, with its
+        bootstrap interval (None when either side recorded none): the median, since a few cells timed
+        under another load (copied from a matrix that ran beside other work) would move a mean."""
+        return ratio_of_medians(self.variant_side.step_times_ms, self.baseline_side.step_times_ms)
+
+    def step_time_text(self) -> str:
+        """``step time ×2.10 [1.95, 2.31]``, ``step time ×0.97 [0.52, 1.03], a tie`` (the interval
+        holds 1), ``step time ×1.02`` (no interval), or ``step time n/a``."""
+        ratio = self.step_time_ratio
+        if ratio is None:
+            return "step time n/a"
+        if ratio.interval is None:
+            return f"step time ×{ratio.value:.2f}"
+        low, high = ratio.interval
+        return f"step time ×{ratio.value:.2f} [{low:.2f}, {high:.2f}]" + (", a tie" if ratio.tie else "")
 
     @property
     def level_text(self) -> str:
@@ -192,8 +207,7 @@ class Comparison:
             issues = [self.variant_side.issues_text(), self.baseline_side.issues_text()]
             if any(issues):
                 parts.append(", ".join(filter(None, [issues[0], issues[1] and f"baseline {issues[1]}"])))
-            ratio = self.step_time_ratio
-            parts.append(f"step time ×{ratio:.2f}" if ratio is not None else "step time n/a")
+            parts.append(self.step_time_text())
             if self.tuned is not None:
                 parts.append(f"tuned {self.tuned[0] or 'none'} vs {self.tuned[1] or 'none'}")
             text = "; ".join(parts)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import diverged_result, ok_result
@@ -27,6 +28,7 @@ from blockbench.report.decide import Decision, prob_improvement_interval
 from blockbench.report.differences import comparisons
 from blockbench.report.index import write_index
 from blockbench.report.results import load_groups
+from blockbench.report.stats import Ratio, ratio_of_medians
 from blockbench.report.summary import write_report
 from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, brief, index_rows, transfer
 from blockbench.tasks import TASK_CONFIGS
@@ -65,13 +67,15 @@ def _result(task_name: str, seed: int, value: float | None, step_time_ms: float 
 
 def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | None = None, **settings: object) -> None:
     """``cells``: dicts of task (the row label), task_name, variant, axes, values (headline metric per
-    seed, None = diverged), seeds (default 0, 1, ...) and step_time_ms; each cell gets cell.json,
+    seed, None = diverged), seeds (default 0, 1, ...) and step_time_ms (one for every seed, or a list
+    of one per seed); each cell gets cell.json,
     config.yaml (model.family) and
     result.json. The matrix file sets :data:`MARGINS` and ``settings`` (e.g. ``within``, ``axes``)."""
     matrix_dir = root / name
     index = 0
     for cell in cells:
-        for seed, value in zip(cell.get("seeds", range(len(cell["values"]))), cell["values"], strict=True):
+        seeds = cell.get("seeds", range(len(cell["values"])))
+        for index_in_cell, (seed, value) in enumerate(zip(seeds, cell["values"], strict=True)):
             cell_dir = matrix_dir / "cells" / cell["task"] / cell["variant"] / f"seed{seed}"
             write_json(
                 cell_dir / "cell.json",
@@ -85,7 +89,9 @@ def _write_matrix(root, name: str, cells: list[dict], baseline_variant: str | No
                 },
             )
             (cell_dir / "config.yaml").write_text(yaml.safe_dump({"model": {"family": FAMILY[cell["task_name"]]}}))
-            write_json(cell_dir / "result.json", _result(cell["task_name"], seed, value, cell.get("step_time_ms")))
+            step_time = cell.get("step_time_ms")
+            step_time = step_time[index_in_cell] if isinstance(step_time, list) else step_time
+            write_json(cell_dir / "result.json", _result(cell["task_name"], seed, value, step_time))
             index += 1
     tasks = sorted({c["task"] for c in cells})
     matrix = {
@@ -798,8 +804,8 @@ def _comparison(family: str, verdict: str, difference: float = 1.0) -> Compariso
         decision=decision,
         difference_text="+1.000 [+0.500, +1.500]",
         margin_text="±0.005",
-        variant_side=Side(3, 0, None),
-        baseline_side=Side(3, 0, None),
+        variant_side=Side(3, 0),
+        baseline_side=Side(3, 0),
     )
 
 
@@ -1187,3 +1193,62 @@ def test_the_counts_beside_a_verdict_are_those_of_the_seeds_it_was_decided_on(tm
     assert found.verdict == "worse" and found.decision.n == (3,)
     assert (found.variant_side.seeds, found.variant_side.did_not_learn) == (3, 0)
     assert found.variant_side.issues_text() == ""
+
+
+def test_the_step_time_multiple_is_a_ratio_of_medians_with_its_interval_and_a_tie_says_so(tmp_path):
+    """Cells copied from a matrix that ran beside other work can be timed at twice their step time (a
+    shared 2-core machine). The multiple was the ratio of the two sides' mean step times, so three such
+    baseline cells of nine read as the variant running at ×0.74 (the ViT rows of norm_type and ffn_type);
+    the ratio of medians is ×0.96, and its bootstrap interval holds 1: a tie."""
+    variant = [131.1, 130.7, 130.4, 136.3, 133.2, 134.8, 130.9, 132.0, 131.5]
+    baseline = [128.2, 128.8, 130.4, 141.2, 136.6, 131.9, 266.1, 266.9, 274.6]  # the last three under load
+    values = [0.80, 0.81, 0.79, 0.80, 0.82, 0.78, 0.80, 0.81, 0.79]
+    cells = [
+        {"task": "vit", "task_name": "vit", "variant": PRE, "values": values, "step_time_ms": baseline},
+        {"task": "vit", "task_name": "vit", "variant": POST, "values": values, "step_time_ms": variant},
+        {
+            "task": "lm",
+            "task_name": "lm",
+            "variant": PRE,
+            "values": [7.0, 7.1, 7.2],
+            "step_time_ms": [100.0, 101.0, 99.0],
+        },
+        {
+            "task": "lm",
+            "task_name": "lm",
+            "variant": POST,
+            "values": [7.0, 7.1, 7.2],
+            "step_time_ms": [200.0, 205.0, 210.0],
+        },
+    ]
+    _write_matrix(tmp_path, "timed", cells)
+    lines = write_report(tmp_path / "timed").splitlines()
+    vit = next(x for x in lines if x.startswith("- vit (ViT)"))
+    ratio = ratio_of_medians(variant, baseline)
+    assert ratio.value == pytest.approx(np.median(variant) / np.median(baseline))  # 131.5 / 136.6
+    assert statistics.fmean(variant) / statistics.fmean(baseline) < 0.75  # what the mean said
+    assert (
+        ratio.tie and f"step time ×{ratio.value:.2f} [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}], a tie" in vit
+    )
+    lm = next(x for x in lines if x.startswith("- lm (LM)"))
+    twice = ratio_of_medians([200.0, 205.0, 210.0], [100.0, 101.0, 99.0])
+    assert twice.value == pytest.approx(205.0 / 100.0) and twice.interval[0] > 1.9 and not twice.tie
+    assert f"step time ×2.05 [{twice.interval[0]:.2f}, {twice.interval[1]:.2f}]" in lm and "a tie" not in lm
+
+
+def test_the_ratio_of_medians_interval_is_scipys_bootstrap_and_needs_two_values_a_side():
+    a, b = [3.0, 4.0, 5.0, 9.0], [2.0, 2.5, 3.0]
+    ratio = ratio_of_medians(a, b)
+    reference = scipy_stats.bootstrap(
+        (np.array(a), np.array(b)),
+        lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis),
+        vectorized=True,
+        paired=False,
+        n_resamples=1999,
+        method="percentile",
+        random_state=0,
+    ).confidence_interval
+    assert ratio.value == 4.5 / 2.5 and ratio.interval == pytest.approx((reference.low, reference.high))
+    assert ratio_of_medians([2.0], [0.5, 1.5]) == Ratio(2.0, None)  # one seed: no interval
+    assert ratio_of_medians([2.0, 2.0], [1.0, 1.0]) == Ratio(2.0, None)  # no spread
+    assert ratio_of_medians([], [1.0]) is None and ratio_of_medians([1.0], [0.0]) is None
