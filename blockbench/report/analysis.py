@@ -176,9 +176,9 @@ class GroupStats:
     steps: int | None  # of the first finished seed (every seed of a group trains the same config)
     wall_time_s: float | None  # mean over the finished seeds
     parameters: int | None  # of the first finished seed
-    throughput: float | None  # mean over the finished seeds
+    throughput: float | None  # median over the finished seeds (as ``speed``)
     throughput_unit: str | None
-    speed: dict[str, float | None]  # each of SPEED_FIGURES: mean over the finished seeds that recorded it
+    speed: dict[str, float | None]  # each of SPEED_FIGURES: median over the finished seeds that recorded it
     question: Question | None  # None: a baseline group
     headroom: Headroom | None  # the LM's distance to its entropy floor (None: the task has no floor)
 
@@ -469,9 +469,9 @@ class TaskAnalysis:
             steps=first.steps if first else None,
             wall_time_s=statistics.fmean(r.wall_time_s for r in group.ok) if group.ok else None,
             parameters=first.parameters if first else None,
-            throughput=statistics.fmean(r.throughput for r in group.ok) if group.ok else None,
+            throughput=statistics.median(r.throughput for r in group.ok) if group.ok else None,
             throughput_unit=first.throughput_unit if first else None,
-            speed={figure: group.speed_mean(figure) for figure in SPEED_FIGURES},
+            speed={figure: group.speed_median(figure) for figure in SPEED_FIGURES},
             question=self._question(group),
             headroom=headroom(group),
         )

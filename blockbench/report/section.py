@@ -166,8 +166,8 @@ def speed_note(a: TaskAnalysis) -> list[str]:
         peak = f" of {fmt(statistics.fmean(peaks))} TFLOP/s per device{spread}, {'; '.join(sources)}"
     no_mfu = any(r.speed_figures()["mfu"] is None for g in a.groups for r in g.ok if r.performance is not None)
     return [
-        "Speed, mean over the finished seeds: step time is each seed's median optimizer step (forward, backward, "
-        "optimizer); "
+        "Speed, median over the finished seeds (a few cells timed under another load do not move it): step time "
+        "is each seed's median optimizer step (forward, backward, optimizer); "
         f"MFU is model FLOP/s over the peak{peak}; data wait is the share of the training loop spent waiting for "
         "batches; peak memory is CUDA max allocated on a GPU, resident set size on a CPU."
         + (

@@ -1230,6 +1230,9 @@ def test_the_step_time_multiple_is_a_ratio_of_medians_with_its_interval_and_a_ti
     assert (
         ratio.tie and f"step time ×{ratio.value:.2f} [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}], a tie" in vit
     )
+    # the speed table too: the median step time (136.6 ms), not the mean (178.3 ms)
+    speed_rows = [x for x in lines if x.startswith(f"| {PRE} |") and "136.6" in x]
+    assert speed_rows and not any("178.3" in x for x in lines)
     lm = next(x for x in lines if x.startswith("- lm (LM)"))
     twice = ratio_of_medians([200.0, 205.0, 210.0], [100.0, 101.0, 99.0])
     assert twice.value == pytest.approx(205.0 / 100.0) and twice.interval[0] > 1.9 and not twice.tie
