@@ -78,7 +78,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from .ranks import RankTests, rank_sum_tests, signed_rank_tests
-from .stats import NO_SPREAD
+from .stats import NO_SPREAD, bootstrap_interval
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
 VERDICTS = (BETTER, WORSE, EQUIVALENT, UNDECIDED)
@@ -338,17 +338,7 @@ def prob_improvement_interval(
     def statistic(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
         return prob_improvement(x, y, higher_is_better, axis)
 
-    result = scipy_stats.bootstrap(
-        (np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)),
-        statistic,
-        vectorized=True,
-        paired=False,
-        confidence_level=PROB_LEVEL,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        random_state=BOOTSTRAP_SEED,
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return bootstrap_interval(variant, baseline, statistic, PROB_LEVEL, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)
 
 
 # one question ---------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -205,6 +205,26 @@ def time_to_target(
 RATIO_LEVEL, RATIO_RESAMPLES, RATIO_SEED = 0.95, 1999, 0
 
 
+def bootstrap_interval(
+    x: np.ndarray, y: np.ndarray, statistic: Callable[..., np.ndarray], level: float, resamples: int, seed: int
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of a two-sample ``statistic(x, y, axis)``, each sample
+    resampled on its own (``scipy.stats.bootstrap``, fixed random state, so a summary rebuilt from the
+    same cells is the same bytes). Percentile rather than BCa: BCa is undefined where every resample
+    gives the same value."""
+    result = scipy_stats.bootstrap(
+        (np.asarray(x, dtype=float), np.asarray(y, dtype=float)),
+        statistic,
+        vectorized=True,
+        paired=False,
+        confidence_level=level,
+        n_resamples=resamples,
+        method="percentile",
+        random_state=seed,
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 @dataclass(frozen=True)
 class Ratio:
     """``a``'s median over ``b``'s, and its 95% percentile bootstrap interval (None with fewer than two
@@ -232,14 +252,4 @@ def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
     def statistic(u: np.ndarray, v: np.ndarray, axis: int) -> np.ndarray:
         return np.median(u, axis=axis) / np.median(v, axis=axis)
 
-    result = scipy_stats.bootstrap(
-        (x, y),
-        statistic,
-        vectorized=True,
-        paired=False,
-        confidence_level=RATIO_LEVEL,
-        n_resamples=RATIO_RESAMPLES,
-        method="percentile",
-        random_state=RATIO_SEED,
-    )
-    return Ratio(value, (float(result.confidence_interval.low), float(result.confidence_interval.high)))
+    return Ratio(value, bootstrap_interval(x, y, statistic, RATIO_LEVEL, RATIO_RESAMPLES, RATIO_SEED))
