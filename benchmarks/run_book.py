@@ -64,14 +64,16 @@ def finished(results_dir: Path) -> list[str]:
 
 
 def records(matrix_dir: Path) -> dict[str, bytes]:
-    """Every cell record of a matrix folder (reported and tuning cells' ``result.json``), by path."""
-    return {str(path.relative_to(matrix_dir)): path.read_bytes() for path in sorted(matrix_dir.rglob("result.json"))}
+    """Every cell record of a matrix folder (reported and tuning cells' ``result.json``) and its matrix
+    file, by path."""
+    paths = [*matrix_dir.rglob("result.json"), *matrix_dir.glob("matrix.yaml")]
+    return {str(path.relative_to(matrix_dir)): path.read_bytes() for path in sorted(paths)}
 
 
 def publish(results_dir: Path, target: Path) -> list[str]:
     """Copy the :func:`finished` matrices of ``results_dir`` into ``target`` (each replacing its folder
     there, without :data:`NOT_PUBLISHED`), rebuild their summaries and ``target``'s index; their names.
-    A matrix whose cell records ``target`` already holds, byte for byte, is left as it is: the book's
+    A matrix whose cell records and matrix file ``target`` already holds, byte for byte, is left as it is: the book's
     later run of it only reused its cells, and its ``matrix_run.json`` would replace the run that
     trained them with one that trained nothing."""
     # as the checkout names it (the commands run there), so the index says `--index results`

@@ -157,7 +157,8 @@ class Noise:
 
 def book_values(results: Path) -> dict[tuple[str, str, int, str], dict[int, float]]:
     """(matrix, task, steps, variant) -> seed -> headline value of every ok cell of the book's matrices
-    that give verdicts (a matrix.yaml with ``verdicts: false`` is a demonstration)."""
+    that give verdicts (a matrix.yaml with ``verdicts: false`` answers no design question: the smoke
+    demonstration, the empirical null, which section (f) reads)."""
     values: dict[tuple[str, str, int, str], dict[int, float]] = defaultdict(dict)
     for path in sorted(results.glob("*/cells/*/*/seed*/result.json")):
         matrix = path.relative_to(results).parts[0]
@@ -336,14 +337,22 @@ class Simulated:
     agreed: int
 
 
-def decide_sequentially(a: np.ndarray, b: np.ndarray, noise: Noise, looks: Looks, paired: bool, rank: str):
+def decide_sequentially(
+    a: np.ndarray,
+    b: np.ndarray,
+    noise: Noise,
+    looks: Looks,
+    paired: bool,
+    rank: str,
+    failed: Callable[[np.ndarray], np.ndarray] | None = None,
+):
     """One question decided look by look through ``decide.decide`` itself: (verdict, seeds used).
-    ``rank``: "t", "rank" or "switch" (rank_based where a side mixes, as the analysis decides)."""
+    ``rank``: "t", "rank" or "switch" (rank_based where a side mixes, as the analysis decides);
+    ``failed`` flags the runs that did not learn (default: those at the trivial baseline)."""
+    is_failed = failed if failed is not None else (lambda values: values == noise.trivial)
     for size in looks.sizes:
         x, y = a[:size], b[:size]
-        rank_based = rank == "rank" or (
-            rank == "switch" and bool(mixes(x == noise.trivial) | mixes(y == noise.trivial))
-        )
+        rank_based = rank == "rank" or (rank == "switch" and bool(mixes(is_failed(x)) | mixes(is_failed(y))))
         decision = decide(
             dict(enumerate(x)),
             dict(enumerate(y)) if paired else {100 + i: v for i, v in enumerate(y)},
@@ -407,8 +416,9 @@ POOL_PLANS = {plan: PLANS[plan] for plan in ("rounds 3, 6, 9 (min 3, max 9, step
 @dataclass(frozen=True)
 class Pool:
     """The empirical null's runs of one family: the headline value of every finished cell of both
-    replicas (a diverged one at the worse of the trivial baseline and the worst finished value, as the
-    analysis counts it), which of them did not learn, and the margin at the pool's mean."""
+    replicas (a diverged one at the worse of the trivial baseline and the pool's worst finished value:
+    the analysis takes the worst of the look's), which of them did not learn, and the margin at the
+    learned runs' mean (the analysis takes each question's baseline mean)."""
 
     noise: Noise
     values: np.ndarray
@@ -420,7 +430,7 @@ class Pool:
         shapiro = scipy_stats.shapiro(learned).pvalue if len(learned) >= 3 else float("nan")
         return (
             f"{len(self.values)} runs, {int(self.failed.sum())} did not learn; learned runs: mean "
-            f"{_g(float(np.mean(learned)))}, SD {_g(float(np.std(learned, ddof=1)))} "
+            f"{_g(float(np.mean(learned)))}, SD of a run {_g(float(np.std(learned, ddof=1)))} "
             f"({float(np.std(learned, ddof=1)) / self.margin:.2f} margins), skewness "
             f"{float(scipy_stats.skew(learned)):+.2f}, Shapiro-Wilk p {shapiro:.3g}"
         )
@@ -441,18 +451,28 @@ def null_pool(results: Path, noise: Noise) -> Pool | None:
     worst = (min if family.higher_is_better else max)([*values, noise.trivial])
     values += [worst] * diverged
     failed += [True] * diverged
-    mean = float(np.mean(values))
-    margin = family.margin * mean if family.relative else family.margin
+    learned = [v for v, f in zip(values, failed, strict=True) if not f] or values
+    margin = family.margin * float(np.mean(learned)) if family.relative else family.margin
     return Pool(noise, np.array(values), np.array(failed), margin)
 
 
-def resample_pool(pool: Pool, looks: Looks, paired: bool, shift: float, reps: int, rng: np.random.Generator) -> Rates:
+def fits(pool: Pool, looks: Looks) -> bool:
+    """Whether the pool holds two sides of the plan's last look."""
+    return 2 * looks.sizes[-1] <= len(pool.values)
+
+
+def resample_pool(
+    pool: Pool, looks: Looks, paired: bool, shift: float, reps: int, rng: np.random.Generator
+) -> tuple[Rates, int]:
     """``reps`` questions dealt from the pool without replacement (two sides of ``looks.sizes[-1]`` runs),
     the first side's learned runs moved by ``shift`` margins in the better direction, decided by the
-    analysis's rule (the rank test where a side mixes runs that did not learn)."""
+    analysis's rule (the rank test where a side mixes runs that did not learn); and how many of the
+    first :data:`CROSS_CHECK` ``decide.decide`` decides the same, look by look. "Paired" pairs runs
+    that share nothing (the replicas' seeds draw their own data), so a difference has the noise of two
+    independent runs, more than the book's seed-matched pairs, which share a data draw."""
     n = looks.sizes[-1]
-    if 2 * n > len(pool.values):
-        raise SystemExit(f"the {pool.noise.family.task} pool has {len(pool.values)} runs: {2 * n} are needed")
+    if not fits(pool, looks):
+        raise ValueError(f"the {pool.noise.family.task} pool has {len(pool.values)} runs: {2 * n} are needed")
     order = np.argsort(rng.random((reps, len(pool.values))), axis=1)
     a_index, b_index = order[:, :n], order[:, n : 2 * n]
     sign = 1.0 if pool.noise.family.higher_is_better else -1.0
@@ -462,27 +482,45 @@ def resample_pool(pool: Pool, looks: Looks, paired: bool, shift: float, reps: in
     # the failed runs keep their values (only learned runs move) and sit past the trivial baseline, where
     # no learned run is, so the rule can tell them by value, as it tells the simulation's
     failed_values = pool.values[pool.failed]
-    rule = switching_rule(noise, looks, paired, failed=lambda values: np.isin(values, failed_values))
-    return Rates.of(*sequential(a, b, looks, rule))
+
+    def is_failed(values: np.ndarray) -> np.ndarray:
+        return np.isin(values, failed_values)
+
+    verdicts, used = sequential(a, b, looks, switching_rule(noise, looks, paired, failed=is_failed))
+    agreed = sum(
+        decide_sequentially(a[row], b[row], noise, looks, paired, "switch", is_failed) == (verdicts[row], used[row])
+        for row in range(min(CROSS_CHECK, reps))
+    )
+    return Rates.of(verdicts, used), agreed
 
 
 @dataclass(frozen=True)
 class Resampled:
-    """One family's pool and, per plan and pairing, the rates: the null's (shift 0) and at ± one margin."""
+    """One family's pool and, per plan and pairing, the rates: the null's (shift 0) and at ± one margin;
+    the plans the pool is too small for; and how many questions ``decide.decide`` decided again, and
+    agreed on."""
 
     pool: Pool
     rates: dict[tuple[str, str], dict[float, Rates]]
+    too_small: tuple[str, ...] = ()
+    checked: int = 0
+    agreed: int = 0
 
 
 def resample(pool: Pool, reps: int, rng: np.random.Generator) -> Resampled:
-    """Section (f): every plan of :data:`POOL_PLANS`, paired (as the book's questions) and on disjoint
-    seeds (as the null matrix's replicas are decided), at shifts 0 and ± one margin."""
-    rates = {
-        (plan, pairing): {shift: resample_pool(pool, looks, paired, shift, reps, rng) for shift in (0.0, 1.0, -1.0)}
-        for plan, looks in POOL_PLANS.items()
-        for pairing, paired in (("paired", True), ("disjoint seeds", False))
-    }
-    return Resampled(pool, rates)
+    """Section (f): every plan of :data:`POOL_PLANS` that the pool holds, in pairs of independent runs
+    and on disjoint seeds (as the null matrix's replicas are decided), at shifts 0 and ± one margin."""
+    rates, checked, agreed = {}, 0, 0
+    for plan, looks in POOL_PLANS.items():
+        if not fits(pool, looks):
+            continue
+        for pairing, paired in (("pairs", True), ("disjoint seeds", False)):
+            rates[plan, pairing] = {}
+            for shift in (0.0, 1.0, -1.0):
+                rates[plan, pairing][shift], same = resample_pool(pool, looks, paired, shift, reps, rng)
+                checked, agreed = checked + min(CROSS_CHECK, reps), agreed + same
+    too_small = tuple(plan for plan, looks in POOL_PLANS.items() if not fits(pool, looks))
+    return Resampled(pool, rates, too_small, checked, agreed)
 
 
 # the report -----------------------------------------------------------------------------------------
@@ -514,7 +552,8 @@ def report(
         "shown ± its Monte-Carlo standard error √(p(1 - p)/reps). The rule is `blockbench.report.decide` "
         "(docs/decisions/verdict-rule.md); the script is `benchmarks/verdict_error_rates.py`, whose "
         "docstring says how the noise is measured and the questions drawn.",
-        f"- Each scenario's first {CROSS_CHECK} questions were decided again look by look through "
+        f"- Each simulated scenario's first {CROSS_CHECK} questions (sections (a) to (e)) were decided again "
+        "look by look through "
         f"`decide.decide` itself: {sum(r.agreed for r in runs):,} of {sum(r.checked for r in runs):,} agree "
         "with the array functions the rates come from.",
         "",
@@ -613,23 +652,30 @@ def pool_section(noises: list[Noise], resampled: list[Resampled]) -> list[str]:
         "",
         f"The cells of `{NULL_MATRIX}` (`configs/matrix/{NULL_MATRIX}.yaml`): the same model on both sides, "
         "every seed drawing its own data, so each task's runs are one pool of real training noise. Each "
-        "resampled question deals two sides of 9 runs from the pool without replacement and runs the plan "
+        "resampled question deals two sides of the plan's runs from the pool without replacement and runs it "
         "through the analysis's rule (a rank test where a side mixes runs that did not learn, as their records "
         "say, with runs that did); at ± one margin, the first side's learned runs are moved by one margin. "
-        "Each must be at most 0.05. The ± is the resampling error only: the pool is one draw of its runs, so "
-        "a rate's own uncertainty is wider.",
+        "Each must be at most 0.05. The runs share no data draw, so *pairs* pair independent runs: a "
+        "difference has the noise of two runs, more than the book's seed-matched pairs (which share their "
+        "data draw), and its sign is symmetric by construction; the check is of the rule's size and of its "
+        "false equivalence at this noise, with real runs' tails and failures in place of normal draws. The ± "
+        "is the resampling error only: the pool is one draw of its runs, so a rate's own uncertainty is wider.",
         "",
     ]
     if not resampled:
         missing = ", ".join(n.family.label for n in noises)
         return [*lines, f"Not run yet: `{NULL_MATRIX}` has no cells under this results folder ({missing}).", ""]
-    reps = next(iter(resampled[0].rates.values()))[0.0].reps
+    reps = next((by[0.0].reps for r in resampled for by in r.rates.values()), 0)
     lines[-2] += (
-        f" {reps:,} resampled questions per scenario; the matrix's own verdicts: "
+        f" {reps:,} resampled questions per scenario; the first {CROSS_CHECK} of each were decided again look by "
+        f"look through `decide.decide`: {sum(r.agreed for r in resampled):,} of "
+        f"{sum(r.checked for r in resampled):,} agree. The matrix's own verdicts: "
         f"[its summary]({NULL_MATRIX}/summary.md)."
     )
     lines += ["| family | the pool |", "|---|---|"]
-    lines += [f"| {r.pool.noise.family.label} | {r.pool.describe()} |" for r in resampled]
+    for r in resampled:
+        short = f"; too few runs for {', '.join(r.too_small)}" if r.too_small else ""
+        lines.append(f"| {r.pool.noise.family.label} | {r.pool.describe()}{short} |")
     lines += [
         "",
         "| family | plan | seeds | null: better or worse | +1 margin: equivalent | −1 margin: equivalent | "
@@ -668,8 +714,8 @@ def reading(noises: list[Noise], runs: list[Simulated], resampled: list[Resample
         f"- Largest bimodal-null rate of better or worse with a rank test: {r.bimodal[key].text(BETTER, WORSE)} "
         f"({r.noise.family.label}, {r.plan}, {key[0]}, {key[1]}).",
     ]
-    if resampled:
-        cells = [(res, plan, pairing, by) for res in resampled for (plan, pairing), by in res.rates.items()]
+    cells = [(res, plan, pairing, by) for res in resampled for (plan, pairing), by in res.rates.items()]
+    if cells:
         null = max(cells, key=lambda c: c[3][0.0].share(BETTER, WORSE))
         equivalent, shift = max(
             ((c, shift) for c in cells for shift in (1.0, -1.0)), key=lambda cs: cs[0][3][cs[1]].share(EQUIVALENT)

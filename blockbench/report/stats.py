@@ -241,8 +241,11 @@ class Ratio:
 
 def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> Ratio | None:
     """``median(a) / median(b)`` with each side resampled on its own (``scipy.stats.bootstrap``,
-    percentile, fixed random state); None when a side is empty or ``b``'s median is not positive."""
+    percentile, fixed random state), values that are not finite left out; None when a side is empty or
+    ``b``'s median is not positive. With 3 values a side the percentile interval is close to the range
+    of the ratios (its coverage nearer 90% than 95%): *a tie* there says the ranges overlap."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
     if not len(x) or not len(y) or np.median(y) <= 0:
         return None
     value = float(np.median(x) / np.median(y))

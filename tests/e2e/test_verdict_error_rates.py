@@ -17,7 +17,7 @@ import scipy
 from conftest import REPO
 
 from blockbench.record import CellRecord, write_record
-from blockbench.report.decide import BETTER, EQUIVALENT, WORSE, Looks
+from blockbench.report.decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, Looks
 
 
 def script():
@@ -196,7 +196,7 @@ def test_the_empirical_null_pool_is_every_run_of_both_replicas_a_diverged_one_at
         (30.9, True),
         (30.9, True),
     ]
-    assert pool.margin == pytest.approx(0.01 * np.mean([7.0, 7.1, 7.2, 30.9, 30.9]))  # the task's 1% at the pool's mean
+    assert pool.margin == pytest.approx(0.01 * 7.1)  # the task's 1% at the learned runs' mean
     assert "5 runs, 2 did not learn" in pool.describe()
     assert module.null_pool(tmp_path / "elsewhere", noise) is None
 
@@ -212,8 +212,10 @@ def pool_of(values, failed=None, higher_is_better=True):
 def test_the_resampled_null_keeps_the_claims_and_finds_a_planted_difference():
     """Known truth: a pool of one model's runs has no difference, so the rule's rate of better or worse
     on resampled questions is at most 5%, as is its rate of equivalent when one side moves by a margin;
-    with 20% of the runs at the trivial baseline the rank test keeps it; a side moved by 4 margins at a
-    tenth of a margin of noise is found better every time (the shift is applied, the rule can say so)."""
+    with 20% of the runs failed (spread below the trivial baseline, so the rule must know them from the
+    records, not by the trivial value) the rank test keeps it; a side moved by 4 margins at a tenth of a
+    margin of noise is found better every time (the shift is applied, the rule can say so); decide.decide
+    agrees with the array rule question by question."""
     module = script()
     rng = np.random.default_rng(11)
     reps = 4000
@@ -222,29 +224,59 @@ def test_the_resampled_null_keeps_the_claims_and_finds_a_planted_difference():
     normal = pool_of(0.8 + rng.normal(0.0, 0.006, 40))  # 0.6 margins: equivalence reachable
     heavy = pool_of(0.8 + 0.006 * rng.standard_t(3, 40))  # heavy tails, as real runs can have
     fails = rng.random(40) < 0.2
-    bimodal = pool_of(np.where(fails, 0.2, 0.8 + rng.normal(0.0, 0.02, 40)), fails)
+    bimodal = pool_of(np.where(fails, rng.uniform(0.1, 0.19, 40), 0.8 + rng.normal(0.0, 0.02, 40)), fails)
     for pool in (normal, heavy, bimodal):
         for paired in (True, False):
-            null = module.resample_pool(pool, rounds, paired, 0.0, reps, rng)
-            assert null.share(BETTER, WORSE) <= 0.05 + slack
+            null, agreed = module.resample_pool(pool, rounds, paired, 0.0, reps, rng)
+            assert null.share(BETTER, WORSE) <= 0.05 + slack and agreed == module.CROSS_CHECK
             for shift in (1.0, -1.0):
-                assert module.resample_pool(pool, rounds, paired, shift, reps, rng).share(EQUIVALENT) <= 0.05 + slack
-    assert module.resample_pool(normal, rounds, True, 0.0, reps, rng).share(EQUIVALENT) > 0.5  # it can say equivalent
+                shifted, agreed = module.resample_pool(pool, rounds, paired, shift, reps, rng)
+                assert shifted.share(EQUIVALENT) <= 0.05 + slack and agreed == module.CROSS_CHECK
+    assert module.resample_pool(normal, rounds, True, 0.0, reps, rng)[0].share(EQUIVALENT) > 0.5  # can say equivalent
     quiet = pool_of(0.8 + rng.normal(0.0, 0.001, 24), higher_is_better=False)
-    found = module.resample_pool(quiet, rounds, True, 4.0, 500, rng)
+    found, _ = module.resample_pool(quiet, rounds, True, 4.0, 500, rng)
     assert found.shares[BETTER] == 1.0 and found.mean_seeds == 3.0
-    with pytest.raises(SystemExit, match="has 10 runs: 18 are needed"):
+    with pytest.raises(ValueError, match="has 10 runs: 18 are needed"):
         module.resample_pool(pool_of(np.ones(10)), rounds, True, 0.0, 10, rng)
+
+
+def test_the_bimodal_pool_s_failed_runs_are_known_from_their_records_not_from_the_trivial_value():
+    """With 3 pairs a side that mixes failed and learned runs goes to the rank test, which cannot decide
+    (its p is at least 0.25), so only questions where neither side mixes can be decided: at most the
+    exact chance of that deal. These failed runs sit at 0.10-0.19, not at the trivial 0.2, so a rule that
+    looked for the trivial value would not see them and its t test would decide more (about 0.13)."""
+    module = script()
+    rng = np.random.default_rng(13)
+    fails = np.arange(30) % 3 == 0  # 10 of 30 failed
+    pool = pool_of(np.where(fails, rng.uniform(0.1, 0.19, 30), 0.8 + rng.normal(0.0, 0.001, 30)), fails)
+    reps = 2000
+    ranked, agreed = module.resample_pool(pool, Looks.fixed(3), True, 4.0, reps, np.random.default_rng(1))
+    # two sides of 3 from 20 learned and 10 failed, neither side mixing: all six learned, all failed, or
+    # one side all learned and the other all failed
+    falling = math.perm(30, 6)
+    pure = (math.perm(20, 6) + 2 * math.perm(20, 3) * math.perm(10, 3) + math.perm(10, 6)) / falling
+    decided = 1 - ranked.shares[UNDECIDED]
+    assert decided <= pure + 3 * math.sqrt(pure * (1 - pure) / reps) and agreed == module.CROSS_CHECK
 
 
 def test_the_report_shows_the_resampled_null_or_says_it_has_not_run():
     module = script()
     rng = np.random.default_rng(12)
     pool = pool_of(0.8 + rng.normal(0.0, 0.006, 24))
-    section = "\n".join(module.pool_section([pool.noise], [module.resample(pool, 200, rng)]))
+    resampled = module.resample(pool, 200, rng)
+    section = "\n".join(module.pool_section([pool.noise], [resampled]))
     assert "200 resampled questions per scenario" in section and "24 runs, 0 did not learn" in section
-    assert section.count("| test accuracy | ") == 1 + 4  # the pool; 2 plans x paired, disjoint seeds
+    assert f"{resampled.checked:,} of {resampled.checked:,} agree" in section and resampled.checked == 12 * 40
+    assert section.count("| test accuracy | ") == 1 + 4  # the pool; 2 plans x pairs, disjoint seeds
     assert "Not run yet: `null_comparison` has no cells" in "\n".join(module.pool_section([pool.noise], []))
+    reading = "\n".join(
+        module.reading([], [module.simulate(pool.noise, "fixed 3 seeds", Looks.fixed(3), 200, rng)], [resampled])
+    )
+    assert "- On real training noise (the empirical null resampled): largest null rate of better or worse " in reading
+    # a pool too small for 9 + 9 runs still gives the 3-seed plan, and says what it could not deal
+    small = module.resample(pool_of(0.8 + rng.normal(0.0, 0.006, 12)), 100, rng)
+    assert list(small.rates) == [("fixed 3 seeds", "pairs"), ("fixed 3 seeds", "disjoint seeds")]
+    assert "too few runs for rounds 3, 6, 9" in "\n".join(module.pool_section([pool.noise], [small]))
 
 
 def test_the_empirical_null_matrix_trains_a_pool_the_resampled_plans_fit_in():

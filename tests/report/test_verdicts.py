@@ -1255,3 +1255,4 @@ def test_the_ratio_of_medians_interval_is_scipys_bootstrap_and_needs_two_values_
     assert ratio_of_medians([2.0], [0.5, 1.5]) == Ratio(2.0, None)  # one seed: no interval
     assert ratio_of_medians([2.0, 2.0], [1.0, 1.0]) == Ratio(2.0, None)  # no spread
     assert ratio_of_medians([], [1.0]) is None and ratio_of_medians([1.0], [0.0]) is None
+    assert ratio_of_medians([2.0, float("nan"), 2.2], [1.0, 1.0]) == ratio_of_medians([2.0, 2.2], [1.0, 1.0])
