@@ -41,7 +41,9 @@ at the noise this project's runs actually have, and shows what the rule can find
    the same plans through the same rule (``switching_rule``: a rank test where a side mixes runs that
    did not learn, as the record says, with runs that did); once as drawn (the null: rate of better or
    worse) and once with one side's learned runs moved by one margin either way (rate of equivalent).
-   The pool's shape is shown beside it (did not learn, SD, skewness, Shapiro-Wilk p). A rate here is the
+   The runs share no data draw, so a pair is of two independent runs (noisier than the book's
+   seed-matched pairs, and symmetric). The pool's shape is shown beside it (did not learn, SD of a run,
+   skewness, Shapiro-Wilk p). A rate here is the
    rule's on this pool's distribution; the pool is one draw of 24 runs, so its own uncertainty is wider
    than the resampling error shown.
 
@@ -58,7 +60,7 @@ import shlex
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,15 +254,21 @@ def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
     return rule
 
 
-def switching_rule(
-    noise: Noise, looks: Looks, paired: bool = True, failed: Callable[[np.ndarray], np.ndarray] | None = None
-) -> Rule:
+#: flags the values of runs that did not learn (a side's row of seeds -> booleans)
+Failed = Callable[[np.ndarray], np.ndarray]
+
+
+def at_trivial(noise: Noise) -> Failed:
+    """The simulation's failed runs: those at the trivial baseline, as :func:`draw` makes them."""
+    return lambda values: values == noise.trivial
+
+
+def switching_rule(noise: Noise, looks: Looks, paired: bool = True, failed: Failed | None = None) -> Rule:
     """The analysis's rule: the rank rule for questions where a side mixes seeds that learned with seeds
     that did not (``ranks.mixes``), the t rule otherwise (a side whose seeds all failed included).
-    ``failed`` flags the values of runs that did not learn: by default those at the trivial baseline, as
-    :func:`draw` makes them."""
+    ``failed`` flags the runs that did not learn (default :func:`at_trivial`)."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
-    is_failed = failed if failed is not None else (lambda values: values == noise.trivial)
+    is_failed = failed or at_trivial(noise)
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         failed = mixes(is_failed(a)) | mixes(is_failed(b))
@@ -344,12 +352,12 @@ def decide_sequentially(
     looks: Looks,
     paired: bool,
     rank: str,
-    failed: Callable[[np.ndarray], np.ndarray] | None = None,
+    failed: Failed | None = None,
 ):
     """One question decided look by look through ``decide.decide`` itself: (verdict, seeds used).
     ``rank``: "t", "rank" or "switch" (rank_based where a side mixes, as the analysis decides);
-    ``failed`` flags the runs that did not learn (default: those at the trivial baseline)."""
-    is_failed = failed if failed is not None else (lambda values: values == noise.trivial)
+    ``failed`` flags the runs that did not learn (default :func:`at_trivial`)."""
+    is_failed = failed or at_trivial(noise)
     for size in looks.sizes:
         x, y = a[:size], b[:size]
         rank_based = rank == "rank" or (rank == "switch" and bool(mixes(is_failed(x)) | mixes(is_failed(y))))
@@ -478,7 +486,7 @@ def resample_pool(
     sign = 1.0 if pool.noise.family.higher_is_better else -1.0
     a = pool.values[a_index] + np.where(pool.failed[a_index], 0.0, sign * shift * pool.margin)
     b = pool.values[b_index]
-    noise = Noise(pool.noise.family, pool.noise.sd, pool.noise.sd_mean, pool.noise.pairs, 0.0, 0.0, pool.margin)
+    noise = replace(pool.noise, margin=pool.margin)
     # the failed runs keep their values (only learned runs move) and sit past the trivial baseline, where
     # no learned run is, so the rule can tell them by value, as it tells the simulation's
     failed_values = pool.values[pool.failed]
@@ -511,15 +519,15 @@ def resample(pool: Pool, reps: int, rng: np.random.Generator) -> Resampled:
     """Section (f): every plan of :data:`POOL_PLANS` that the pool holds, in pairs of independent runs
     and on disjoint seeds (as the null matrix's replicas are decided), at shifts 0 and ± one margin."""
     rates, checked, agreed = {}, 0, 0
+    too_small = tuple(plan for plan, looks in POOL_PLANS.items() if not fits(pool, looks))
     for plan, looks in POOL_PLANS.items():
-        if not fits(pool, looks):
+        if plan in too_small:
             continue
         for pairing, paired in (("pairs", True), ("disjoint seeds", False)):
             rates[plan, pairing] = {}
             for shift in (0.0, 1.0, -1.0):
                 rates[plan, pairing][shift], same = resample_pool(pool, looks, paired, shift, reps, rng)
                 checked, agreed = checked + min(CROSS_CHECK, reps), agreed + same
-    too_small = tuple(plan for plan, looks in POOL_PLANS.items() if not fits(pool, looks))
     return Resampled(pool, rates, too_small, checked, agreed)
 
 

@@ -10,6 +10,8 @@
   interval says how uncertain the difference is, and cutting it to ± the metric's range hid that.
   (Verdicts are decided per question by ``decide.decide``; Holm's adjustment over a matrix is gone.)
 - ``time_to_target``: the first validation of a training history that reaches a target.
+- ``bootstrap_interval``: the percentile bootstrap interval of a two-sample statistic (P(better),
+  the step-time ratio), fixed random state.
 - ``ratio_of_medians``: one side's median over the other's with a bootstrap interval (step times:
   cells timed in different runs swing by 15-50% on a shared machine, so a mean of them, or a ratio
   without its spread, can read as a speed-up what is the load the baseline's cells ran under).
