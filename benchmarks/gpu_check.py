@@ -137,15 +137,17 @@ class Settings:
 FULL = Settings(rounds=3, warmup=5, min_steps=10, max_steps=60, min_seconds=3.0, trainer_steps=300, matrix_seeds=None)
 QUICK = Settings(rounds=1, warmup=3, min_steps=5, max_steps=20, min_seconds=1.0, trainer_steps=60, matrix_seeds=(0,))
 
-#: rough seconds per piece on one H100-class GPU, for the plan's estimate: not yet measured on a GPU
+#: rough seconds per piece for the plan's estimate, from the first run (``--quick`` on one H200, 2026-11-26,
+#: results/gpu.md: 6.7 min against these figures' 6.6)
 ESTIMATE_S = {
-    "throughput_run_overhead": 15.0,  # a worker's start: imports, CUDA context, build, FLOP count, warm-up
-    "trainer_run_overhead": 40.0,  # imports, data generation, validation, checkpoints
-    "trainer_step": 0.1,
-    "compile": 90.0,  # torch.compile's warm-up of the GPT-2-small graph
-    "gradients": 20.0,
-    "matrix_overhead": 30.0,  # the peak probe and the cell server
-    "matrix_cell": 10.0,
+    "throughput_run_overhead": 13.0,  # a worker's start: imports, CUDA context, build, FLOP count, warm-up
+    "trainer_run_overhead": 14.0,  # imports, data generation, validation, checkpoints
+    "trainer_step": 0.035,  # bf16 at the GPT-2-small shape with the lm task's vocabulary
+    "compile": 40.0,  # torch.compile's warm-up of the GPT-2-small graph
+    "gradients": 5.0,
+    "matrix_overhead": 10.0,  # the cell server's start and the report
+    "matrix_variant": 25.0,  # the planning's timing of a cell of each variant (one at a time on one GPU)
+    "matrix_cell": 13.0,  # a smoke cell's process, most of it outside the training steps
 }
 
 
@@ -302,7 +304,9 @@ def plan(args: argparse.Namespace) -> list[PlannedSection]:
                     f"the smoke matrix's models (d {model.d_model}, {model.n_layers} layers, {trainer.max_steps} "
                     f"steps) on {tasks}",
                     tuple(cell.key for cell in cells),
-                    ESTIMATE_S["matrix_overhead"] + len(cells) * ESTIMATE_S["matrix_cell"],
+                    ESTIMATE_S["matrix_overhead"]
+                    + len({(cell.task, cell.variant) for cell in cells}) * ESTIMATE_S["matrix_variant"]
+                    + len(cells) * ESTIMATE_S["matrix_cell"],
                     ("trainer.precision: auto in every cell (bf16-mixed on a GPU)",),
                 )
             )
@@ -342,7 +346,7 @@ def format_plan(planned: list[PlannedSection]) -> str:
         )
     notes = [f"- {section.name}: {note}" for section in planned for note in section.notes]
     total = sum(section.estimate_s for section in planned) / 60
-    return "\n".join([*lines, "", *notes, f"- rough total: {total:.1f} min (estimates, not yet measured on a GPU)"])
+    return "\n".join([*lines, "", *notes, f"- rough total: {total:.1f} min (estimates from one H200 run)"])
 
 
 # ---------------------------------------------------------------------------------- workers

@@ -23,8 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gpu_check import GPT2_SMALL, GPT2_SMALL_NAME, describe_dims  # noqa: E402
 from implementations import require_packages  # noqa: E402  (benchmarks/, the script's folder)
-from throughput import IMPLEMENTATIONS, SHAPES, code_note  # noqa: E402
+from throughput import IMPLEMENTATIONS, SHAPES, Shape, code_note  # noqa: E402
+
+#: the throughput shapes, and GPT-2 small (gpu_check's throughput shape, for a GPU)
+SHAPES = {**SHAPES, GPT2_SMALL_NAME: Shape(GPT2_SMALL_NAME, describe_dims(GPT2_SMALL), "tokens", GPT2_SMALL)}
 
 #: per shape: blockbench's implementation and the reference it is profiled next to (the fastest in
 #: the committed throughput run, or the one users pick)
@@ -33,7 +37,10 @@ PAIRS = {
     "lm_llama": ("blockbench_llama", "hf_llama"),
     "vit": ("blockbench_vit", "timm_vit"),
     "seq2seq": ("blockbench_seq2seq", "torch_transformer"),
+    GPT2_SMALL_NAME: ("blockbench", "hf_gpt2"),
 }
+#: the shapes profiled unless --shapes names others (GPT-2 small is for a GPU)
+DEFAULT_SHAPES = ["lm_gpt", "lm_llama", "vit", "seq2seq"]
 #: operators that do the model's matrix products
 MATMUL_OPS = (
     "aten::mm",
@@ -47,13 +54,25 @@ MATMUL_OPS = (
     "aten::linear",
     "aten::matmul",
 )
+#: CUDA kernels (names as the profiler gives them, lower case) that do matrix products or attention:
+#: cuBLAS/CUTLASS GEMMs (sm90_xmma, cutlass, gemm, nvjet) and the SDPA kernels (flash, fmha, cudnn)
+CUDA_MATMUL_KERNELS = ("gemm", "xmma", "cutlass", "nvjet", "flash", "fmha", "cudnn", "attention")
 
 
 def profile(
-    impl_name: str, shape: str, steps: int, warmup: int, threads: int, top: int
+    impl_name: str,
+    shape: str,
+    steps: int,
+    warmup: int,
+    threads: int,
+    top: int,
+    device: str = "cpu",
+    dtype: str = "fp32",
 ) -> tuple[float, float, list[tuple[str, float, int]]]:
-    """(operator ms per step, of it in matrix products, [(operator, self CPU ms per step, calls per step)]) of
-    ``impl_name``, top ``top`` first."""
+    """(operator ms per step, of it in matrix products, [(operator, self ms per step, calls per step)]) of
+    ``impl_name``, top ``top`` first. On a CPU the time is each operator's self CPU time; on a CUDA
+    device it is the self time of the kernels each operator launched (the GPU's time, which is what a
+    step waits for there), and the matrix products are the GEMM and attention kernels."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -61,24 +80,40 @@ def profile(
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     run = IMPLEMENTATIONS[impl_name].make(torch, torch.Generator().manual_seed(0), SHAPES[shape].dims, {})
-    model = run.model.train()
+    model = run.model.to(device).train()
+    batch = tuple(t.to(device) for t in run.batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    cuda = torch.device(device).type == "cuda"
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        run.loss(model, run.batch).backward()
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = run.loss(model, batch)
+        loss.backward()
         optimizer.step()
 
     for _ in range(warmup):
         step()
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with torch_profile(activities=activities) as prof:
         for _ in range(steps):
             step()
-    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    total_ms = sum(e.self_cpu_time_total for e in events) / 1000 / steps
-    matmul_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / 1000 / steps
-    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    return total_ms, matmul_ms, [(e.key, e.self_cpu_time_total / 1000 / steps, e.count // steps) for e in events[:top]]
+        if cuda:
+            torch.cuda.synchronize()
+    if cuda:
+        # kernels by name (their own GPU time), the unit a GPU step's time is made of
+        events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        self_us = {e.key: e.self_device_time_total for e in events}
+        is_matmul = lambda name: any(k in name.lower() for k in CUDA_MATMUL_KERNELS)  # noqa: E731
+    else:
+        events = prof.key_averages()
+        self_us = {e.key: e.self_cpu_time_total for e in events}
+        is_matmul = MATMUL_OPS.__contains__
+    events = [e for e in events if self_us[e.key] > 0]
+    total_ms = sum(self_us[e.key] for e in events) / 1000 / steps
+    matmul_ms = sum(self_us[e.key] for e in events if is_matmul(e.key)) / 1000 / steps
+    events.sort(key=lambda e: self_us[e.key], reverse=True)
+    return total_ms, matmul_ms, [(e.key[:90], self_us[e.key] / 1000 / steps, e.count // steps) for e in events[:top]]
 
 
 def lead_bound(ours_matmul_ms: float, reference_total_ms: float) -> float:
@@ -93,24 +128,33 @@ def main(argv: list[str] | None = None) -> None:
     from blockbench.provenance import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, choices=list(PAIRS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (the kernels' GPU time per step)")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast, as the trainer")
     parser.add_argument("--out", default="results/profile.md", help="markdown report ('-': print only)")
     args = parser.parse_args(argv)
     require_packages([IMPLEMENTATIONS[name] for shape in args.shapes for name in PAIRS[shape]])
 
     command = " ".join(["python benchmarks/profile_step.py", *(argv if argv is not None else sys.argv[1:])])
+    cuda = torch.device(args.device).type == "cuda"
+    device_line = (
+        f"- GPU: {torch.cuda.get_device_name()}; CUDA {torch.version.cuda}; CPU: {cpu_model()}"
+        if cuda
+        else f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = "
+        f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} torch threads"
+    )
+    unit = "kernel (self GPU time, by kernel name)" if cuda else "operator by self CPU time"
     lines = [
         "# Where a training step's time goes",
         "",
         f"Produced by `{command}` on {datetime.date.today()}{code_note()}.",
         "",
-        f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = {torch.backends.cpu.get_cpu_capability()}, "
-        f"{args.threads} torch threads; torch {torch.__version__}, fp32",
-        f"- Each table: the top {args.top} operators by self CPU time (their own time, children excluded) per "
+        f"{device_line}; torch {torch.__version__}, {args.dtype}",
+        f"- Each table: the top {args.top} {unit} (their own time, children excluded) per "
         f"training step, mean over {args.steps} profiled steps after {args.warmup} warm-up steps; the share is of "
         "the sum of all operators' self time. Profiling adds overhead per operator call, so step times here are "
         "above benchmarks/throughput.py's.",
@@ -120,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
         lines += [f"## {shape}", "", SHAPES[shape].description, ""]
         figures = {}
         for impl_name in PAIRS[shape]:
-            total, matmul, top = profile(impl_name, shape, args.steps, args.warmup, args.threads, args.top)
+            total, matmul, top = profile(
+                impl_name, shape, args.steps, args.warmup, args.threads, args.top, args.device, args.dtype
+            )
             figures[impl_name] = (total, matmul)
             lines += [
                 f"**{impl_name}**: {total:.1f} ms of operator time per step; matrix products and attention "

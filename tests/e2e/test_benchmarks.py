@@ -762,3 +762,18 @@ def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it
         and "What moved them (questions rerun so far, and those dropped): both: 1; dropped from the book: 1." in page
         and "Not rerun yet (the rerun column still holds the earlier cells): norm_type" in page
     )
+
+
+def test_loss_chunks_times_the_plain_loss_and_each_chunk_size_with_its_provenance(capsys):
+    """benchmarks/loss_chunks.py: a row for the plain loss and one per chunk size, each a positive
+    median, under a header naming the command, the device and torch (a committed figure says what
+    made it)."""
+    import torch
+
+    sizes = ["--tokens", "64", "--d-model", "16", "--vocab", "50", "--chunks", "16", "64"]
+    benchmark_module("loss_chunks").main([*sizes, "--device", "cpu", "--dtype", "fp32", "--repeats", "2"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (plain .*|fused, chunk \d+) \| ([\d.]+) \|", out, flags=re.M)
+    assert [name for name, _ in rows] == ["plain F.cross_entropy(F.linear)", "fused, chunk 16", "fused, chunk 64"]
+    assert all(float(ms) > 0 for _, ms in rows)
+    assert "python benchmarks/loss_chunks.py --tokens 64" in out and f"torch {torch.__version__}" in out
