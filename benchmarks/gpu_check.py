@@ -476,7 +476,11 @@ def _ms(value: float | None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
+    """A share in percent, with two significant digits below 1% (a smoke cell's MFU on a GPU is
+    about 0.02%, which one decimal shows as 0.0%)."""
+    if value is None:
+        return "–"
+    return f"{value:.1%}" if value == 0 or abs(value) >= 0.01 else f"{100 * value:.2g}%"
 
 
 def _interval(ratio: Ratio) -> str:

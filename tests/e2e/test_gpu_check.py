@@ -355,3 +355,15 @@ def test_report_and_breakdown_tables():
     assert "| train_steps | 6.00 | 60.0% |" in lines and not any("resumed" in line for line in lines)
     assert g.train_step_share({"train_steps": 6.0, "total": 10.0}) == 0.6
     assert g.train_step_share(None) is None
+
+
+def test_shares_below_one_percent_keep_two_significant_digits():
+    """A smoke cell's MFU on an H200 is about 0.02% (its d 64 model), which one decimal printed as
+    0.0% in results/gpu.md's first run."""
+    assert [gpu_check()._pct(x) for x in (None, 0.0, 0.00021, 0.0099, 0.304)] == [
+        "–",
+        "0.0%",
+        "0.021%",
+        "0.99%",
+        "30.4%",
+    ]
