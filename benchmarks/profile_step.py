@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         else f"- CPU: {cpu_model()}, `torch.backends.cpu.get_cpu_capability()` = "
         f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} torch threads"
     )
-    unit = "kernel (self GPU time, by kernel name)" if cuda else "operator by self CPU time"
+    unit = "kernels by self GPU time" if cuda else "operators by self CPU time"
     lines = [
         "# Where a training step's time goes",
         "",
