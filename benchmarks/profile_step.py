@@ -4,12 +4,14 @@ to a reference, with ``torch.profiler`` (self CPU time, the op's own time withou
     pip install -e ".[bench]"
     python benchmarks/profile_step.py                 # every shape, fp32; writes results/profile.md
     python benchmarks/profile_step.py --shapes vit --steps 3 --out -
+    python benchmarks/profile_step.py --shapes gpt2_small --device cuda --dtype bf16 --out results/profile_gpu.md
 
 The step is the one ``benchmarks/throughput.py`` times (``zero_grad -> forward -> loss -> backward ->
 AdamW step`` on a fixed random batch, the same shapes and builders), run ``--warmup`` times, then
 profiled over ``--steps`` steps; the table gives each operator's self CPU time per step and its share
 of the step. What is not a matmul (``aten::mm``, ``aten::addmm``, ``aten::bmm``, ``aten::linear``'s
-parts, SDPA) is what a faster implementation can still win on a CPU.
+parts, SDPA) is what a faster implementation can still win on a CPU. On a CUDA device the tables are kernels by
+their own GPU time (what a GPU step waits for), the matrix products the GEMM and attention kernels.
 """
 
 from __future__ import annotations
