@@ -138,7 +138,7 @@ FULL = Settings(rounds=3, warmup=5, min_steps=10, max_steps=60, min_seconds=3.0,
 QUICK = Settings(rounds=1, warmup=3, min_steps=5, max_steps=20, min_seconds=1.0, trainer_steps=60, matrix_seeds=(0,))
 
 #: rough seconds per piece for the plan's estimate, from the first run (``--quick`` on one H200, 2026-11-26,
-#: results/gpu.md: 6.7 min against these figures' 6.6)
+#: results/gpu.md: 6.7 min, as these figures estimate it)
 ESTIMATE_S = {
     "throughput_run_overhead": 13.0,  # a worker's start: imports, CUDA context, build, FLOP count, warm-up
     "trainer_run_overhead": 14.0,  # imports, data generation, validation, checkpoints

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> None:
 
     variants = {"plain F.cross_entropy(F.linear)": plain} | {f"fused, chunk {c}": chunked(c) for c in args.chunks}
     command = " ".join(["python benchmarks/loss_chunks.py", *(argv if argv is not None else sys.argv[1:])])
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    gpu = f"GPU: {torch.cuda.get_device_name(device)}; " if device.type == "cuda" else ""
     print(f"Produced by `{command}` on {datetime.date.today()}{code_note()}.\n")
-    print(f"- {where}; CPU: {cpu_model()}; torch {torch.__version__}")
+    print(f"- {gpu}CPU: {cpu_model()}; torch {torch.__version__}")
     print(f"- loss at {args.tokens} tokens, d {args.d_model}, vocab {args.vocab}, {args.dtype}, {device}\n")
     print("| loss | median ms (forward + backward) | peak memory GiB |")
     print("|---|---|---|")

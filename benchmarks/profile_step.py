@@ -102,20 +102,28 @@ def profile(
             step()
         if cuda:
             torch.cuda.synchronize()
+    times = self_times(prof.key_averages(), cuda)
+    total_ms = sum(us for _, us, _ in times) / 1000 / steps
+    matmul_ms = sum(us for name, us, _ in times if is_matmul(name, cuda)) / 1000 / steps
+    return total_ms, matmul_ms, [(name[:90], us / 1000 / steps, count // steps) for name, us, count in times[:top]]
+
+
+def self_times(events, cuda: bool) -> list[tuple[str, float, int]]:
+    """(name, self microseconds, calls) of every profiled event with time of its own, longest first: on
+    a CUDA device the kernels (their GPU time, the unit a GPU step's time is made of), leaving out user
+    annotations, whose GPU range (``Optimizer.step#AdamW.step``) spans kernels listed on their own; on a
+    CPU the operators' self CPU time."""
     if cuda:
-        # kernels by name (their own GPU time), the unit a GPU step's time is made of
-        events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-        self_us = {e.key: e.self_device_time_total for e in events}
-        is_matmul = lambda name: any(k in name.lower() for k in CUDA_MATMUL_KERNELS)  # noqa: E731
+        kernels = [e for e in events if e.device_type.name == "CUDA" and not getattr(e, "is_user_annotation", False)]
+        times = [(e.key, e.self_device_time_total, e.count) for e in kernels]
     else:
-        events = prof.key_averages()
-        self_us = {e.key: e.self_cpu_time_total for e in events}
-        is_matmul = MATMUL_OPS.__contains__
-    events = [e for e in events if self_us[e.key] > 0]
-    total_ms = sum(self_us[e.key] for e in events) / 1000 / steps
-    matmul_ms = sum(self_us[e.key] for e in events if is_matmul(e.key)) / 1000 / steps
-    events.sort(key=lambda e: self_us[e.key], reverse=True)
-    return total_ms, matmul_ms, [(e.key[:90], self_us[e.key] / 1000 / steps, e.count // steps) for e in events[:top]]
+        times = [(e.key, e.self_cpu_time_total, e.count) for e in events]
+    return sorted((t for t in times if t[1] > 0), key=lambda t: t[1], reverse=True)
+
+
+def is_matmul(name: str, cuda: bool) -> bool:
+    """Whether an operator (CPU) or kernel (CUDA) does a matrix product or attention."""
+    return any(k in name.lower() for k in CUDA_MATMUL_KERNELS) if cuda else name in MATMUL_OPS
 
 
 def lead_bound(ours_matmul_ms: float, reference_total_ms: float) -> float:

@@ -777,3 +777,40 @@ def test_loss_chunks_times_the_plain_loss_and_each_chunk_size_with_its_provenanc
     assert [name for name, _ in rows] == ["plain F.cross_entropy(F.linear)", "fused, chunk 16", "fused, chunk 64"]
     assert all(float(ms) > 0 for _, ms in rows)
     assert "python benchmarks/loss_chunks.py --tokens 64" in out and f"torch {torch.__version__}" in out
+
+
+def test_a_gpu_profile_counts_kernels_once_leaving_out_the_annotation_ranges_over_them():
+    """On CUDA the profiler also reports ``Optimizer.step#AdamW.step`` as a GPU range with its own time,
+    which spans the AdamW kernels listed on their own (results/profile_gpu.md's first run counted both);
+    CPU events on a GPU run, and events without time of their own, are left out too."""
+    from types import SimpleNamespace
+
+    import torch
+
+    profile_step = benchmark_module("profile_step")
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(key, device, gpu_us, cpu_us=0.0, annotation=False):
+        return SimpleNamespace(
+            key=key,
+            device_type=device,
+            self_device_time_total=gpu_us,
+            self_cpu_time_total=cpu_us,
+            count=2,
+            is_user_annotation=annotation,
+        )
+
+    events = [
+        event("multi_tensor_apply_kernel", cuda, 1000.0),
+        event("Optimizer.step#AdamW.step", cuda, 1030.0, annotation=True),
+        event("nvjet_sm90_gemm", cuda, 3000.0),
+        event("aten::mm", cpu, 0.0, cpu_us=500.0),
+        event("idle", cuda, 0.0),
+    ]
+    assert profile_step.self_times(events, cuda=True) == [
+        ("nvjet_sm90_gemm", 3000.0, 2),
+        ("multi_tensor_apply_kernel", 1000.0, 2),
+    ]
+    assert profile_step.self_times(events, cuda=False) == [("aten::mm", 500.0, 2)]
+    assert profile_step.is_matmul("nvjet_sm90_gemm", cuda=True) and not profile_step.is_matmul("aten::mm", cuda=True)
+    assert profile_step.is_matmul("aten::mm", cuda=False)
