@@ -412,8 +412,8 @@ class MatrixConfig(BaseModel):
     )
     verdicts: bool = Field(
         True,
-        description="false: a demonstration (e.g. smoke.yaml, too small to decide anything); results/README.md "
-        "leaves it out of the verdicts and names it under its demonstrations",
+        description="false: a matrix that answers no design question (a demonstration such as smoke.yaml, or "
+        "the empirical null's calibration); results/README.md lists it apart from the verdicts, with its description",
     )
 
     @field_validator("axes")

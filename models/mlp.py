@@ -23,7 +23,18 @@ from torch import nn
 from .registry import ACTIVATIONS, FFNS
 
 ACTIVATIONS.register("relu", "ReLU (Vaswani et al. 2017)")(nn.ReLU)
-ACTIVATIONS.register("gelu", "GELU, exact erf form (Hendrycks & Gimpel 2016; GPT-2, BERT, ViT)")(nn.GELU)
+ACTIVATIONS.register("gelu", "GELU, exact erf form (Hendrycks & Gimpel 2016; BERT, ViT)")(nn.GELU)
+
+
+@ACTIVATIONS.register("gelu_tanh", "GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2, GPT-J)")
+class GELUTanh(nn.GELU):
+    """GELU with the tanh approximation, ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``: what
+    GPT-2 trained with (HF's ``gelu_new``); it differs from the exact form by up to about 1e-3."""
+
+    def __init__(self):
+        super().__init__(approximate="tanh")
+
+
 ACTIVATIONS.register("silu", "SiLU / Swish-1, x * sigmoid(x) (Elfwing et al. 2017; Ramachandran et al. 2017)")(nn.SiLU)
 
 

@@ -57,6 +57,9 @@ class PositionalEncoding(nn.Module):
 
     #: whether ``attention_bias`` depends on parameters (T5's learned table)
     learned_bias: bool = False
+    #: whether an encoder-decoder builds one instance per stack rather than one for both: an encoding
+    #: whose parameters mean different things in a bidirectional and a causal stack (T5's buckets)
+    one_per_stack: bool = False
 
     def attention_bias(self, q_len: int, k_len: int, *, causal: bool, device: torch.device) -> torch.Tensor | None:
         return None
@@ -163,12 +166,24 @@ class RotaryPositionalEmbedding(PositionalEncoding):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", self.frequencies(torch.float32), persistent=False)
 
-    def angles(self, length: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(offset, offset + length, dtype=torch.float32, device=self.inv_freq.device)
-        freqs = torch.outer(positions, self.inv_freq)
+    def frequencies(self, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
+        """``base^(-2i/head_dim)`` computed in ``dtype``: float32 (the buffer) for float32 and half
+        precision, float64 for a float64 model, whose rotation then has float64's accuracy."""
+        return self.base ** (-torch.arange(0, self.head_dim, 2, dtype=dtype, device=device) / self.head_dim)
+
+    def angles(
+        self, length: int, offset: int = 0, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the rotation angles, (length, head_dim), in ``dtype``: never below float32
+        (half-precision queries are rotated in float32, as in Llama), float64 in a float64 model."""
+        dtype = torch.promote_types(dtype, torch.float32)
+        device = self.inv_freq.device
+        inv_freq = self.inv_freq.float() if dtype == torch.float32 else self.frequencies(dtype, device)
+        positions = torch.arange(offset, offset + length, dtype=dtype, device=device)
+        freqs = torch.outer(positions, inv_freq)
         freqs = torch.cat([freqs, freqs], dim=-1)  # (length, head_dim)
         return freqs.cos(), freqs.sin()
 
@@ -176,10 +191,10 @@ class RotaryPositionalEmbedding(PositionalEncoding):
     def _rotate_by(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         first, second = x.chunk(2, dim=-1)
         rotated_half = torch.cat([-second, first], dim=-1)
-        return (x.float() * cos + rotated_half.float() * sin).type_as(x)
+        return (x.to(cos.dtype) * cos + rotated_half.to(cos.dtype) * sin).type_as(x)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.angles(q.shape[-2], offset)
+        cos, sin = self.angles(q.shape[-2], offset, q.dtype)
         return self._rotate_by(q, cos, sin), self._rotate_by(k, cos, sin)
 
 
@@ -251,10 +266,14 @@ def t5_relative_position_bucket(
 class T5RelativePositionBias(PositionalEncoding):
     """Adds ``table[bucket(j - i), h]`` to the score of query i and key j in head h.
 
-    One ``(num_buckets, n_heads)`` table per model, shared by every layer (T5 computes it in the
-    first layer and reuses it). Bidirectional buckets when ``causal=False``, unidirectional when
-    ``causal=True``. Initialised N(0, ``init_std``) like the other learned embeddings.
+    One ``(num_buckets, n_heads)`` table per stack, shared by every layer of it (T5 computes it in
+    the stack's first layer and reuses it). Bidirectional buckets when ``causal=False``,
+    unidirectional when ``causal=True``: the same bucket means another distance in an encoder and in
+    a decoder, so an encoder-decoder gives each stack its own table (``one_per_stack``), as T5 does.
+    Initialised N(0, ``init_std``) like the other learned embeddings.
     """
+
+    one_per_stack = True
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, max_len: int, rms: float = EMBEDDING_STD) -> T5RelativePositionBias:

@@ -9,7 +9,7 @@ from .block import LayerCache, TransformerStack, init_weights
 from .config import ModelConfig
 from .embedding import embed
 from .loss import linear_cross_entropy
-from .position import build_positional
+from .position import PositionalEncoding, build_positional
 from .registry import FAMILIES
 
 
@@ -20,7 +20,9 @@ class EncoderDecoder(nn.Module):
         cfg.require("vocab_size")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)  # shared by source, target and output
-        self.positions = build_positional(cfg, cfg.max_seq_len)
+        self.positions = build_positional(cfg, cfg.max_seq_len)  # the source's, and the target's unless below
+        # an encoding whose parameters mean other things in a causal stack gets a second instance (T5's bias)
+        self.target_positions = build_positional(cfg, cfg.max_seq_len) if self.positions.one_per_stack else None
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = TransformerStack(
             cfg, cfg.encoder_layers, causal=False, architecture="encoder_decoder", stack="encoder"
@@ -33,13 +35,18 @@ class EncoderDecoder(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
-    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def decoder_positions(self) -> PositionalEncoding:
+        """The decoder's positional encoding: its own where the encoding has ``one_per_stack``, else
+        the encoder's (one table of absolute positions serves source and target)."""
+        return self.positions if self.target_positions is None else self.target_positions
+
+    def _embed(self, tokens: torch.Tensor, positions: PositionalEncoding, offset: int = 0) -> torch.Tensor:
         """Source or target tokens plus positions, by the convention of all families
         (``models.embedding``): no sqrt(d_model) multiplier, token : position RMS 1 : 1 at init."""
-        return self.drop(embed(self.tok_emb(tokens), self.positions, offset))
+        return self.drop(embed(self.tok_emb(tokens), positions, offset))
 
     def encode(self, src: torch.Tensor, src_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.encoder(self._embed(src), padding_mask=src_padding_mask, positional=self.positions)
+        return self.encoder(self._embed(src, self.positions), padding_mask=src_padding_mask, positional=self.positions)
 
     def decode(
         self,
@@ -61,13 +68,14 @@ class EncoderDecoder(nn.Module):
         # later (padding) positions from every real token, and padded positions carry no loss.
         # Only the feed-forward gets it: an MoE must not give padding expert capacity.
         offset = caches[0].self_attn.length if caches else 0
+        positions = self.decoder_positions()
         x = self.decoder(
-            self._embed(tgt, offset),
+            self._embed(tgt, positions, offset),
             caches=caches,
             memory=memory,
             memory_padding_mask=src_padding_mask,
             ffn_padding_mask=tgt_padding_mask,
-            positional=self.positions,
+            positional=positions,
             block_outputs=block_outputs,
         )
         if block_outputs:

@@ -101,7 +101,7 @@ def train_cell(
     """Train ``run`` on ``accelerator`` (resolved: not ``auto``) and return (and write to
     ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
-    ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``val/<scope>/loss``), and
+    ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``1_val/<scope>/loss``), and
     ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.cell.tensorboard`);
     ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``);
     ``progress_every``: the steps between progress lines when stdout is not a terminal (see
