@@ -40,6 +40,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..layout import CELL_FILE, CELLS_DIR, CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG, TUNE_DIR
 from ..lifeline import LOCK_FILE
+from ..lineage import NO_LINEAGE, Lineage
 from ..progress import format_duration, pace_of_lines
 from ..record import CellRecord, read_record
 from .expand import Cell
@@ -89,25 +90,35 @@ def plan_cells(
     reuse_stale: bool = False,
     start: int = 1,
     elsewhere: Mapping[str, Path] | None = None,
+    lineage: Lineage = NO_LINEAGE,
 ) -> list[CellPlan]:
     """Each cell's status (see :func:`plan_cell`), in matrix order, numbered from ``start``."""
     return [
-        plan_cell(n, cell, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
+        plan_cell(
+            n,
+            cell,
+            matrix_dir,
+            fingerprint,
+            force=force,
+            reuse_stale=reuse_stale,
+            elsewhere=elsewhere,
+            lineage=lineage,
+        )
         for n, cell in enumerate(cells, start)
     ]
 
 
-def trained_elsewhere(results_root: Path, fingerprint: str) -> dict[str, Path]:
+def trained_elsewhere(results_root: Path, fingerprint: str, lineage: Lineage = NO_LINEAGE) -> dict[str, Path]:
     """Config hash -> the folder of a finished cell (ok or diverged) of any matrix under ``results_root``,
-    reported or tuning, made by this code (``fingerprint``): a matrix that needs the same config copies it
-    instead of training it again. The shared baselines (pre-norm, the dense FFN, learned positions) are
-    the same config in every matrix of the book, so each trains once."""
+    reported or tuning, made by this code (``fingerprint``, or through the ``lineage``): a matrix that
+    needs the same config copies it instead of training it again. The shared baselines (pre-norm, the
+    dense FFN, learned positions) are the same config in every matrix of the book, so each trains once."""
     found: dict[str, Path] = {}
     for result in sorted(results_root.glob(f"*/{CELLS_DIR}/*/*/*/{RESULT_FILE}")) + sorted(
         results_root.glob(f"*/{TUNE_DIR}/{CELLS_DIR}/*/*/*/*/{RESULT_FILE}")
     ):
         record = read_record(result)
-        if record is not None and record.finished and record.code_fingerprint == fingerprint and record.config_hash:
+        if record is not None and record.finished and lineage.admits(record, fingerprint) and record.config_hash:
             found.setdefault(record.config_hash, result.parent)
     return found
 
@@ -139,6 +150,7 @@ def plan_cell(
     force: bool = False,
     reuse_stale: bool = False,
     elsewhere: Mapping[str, Path] | None = None,
+    lineage: Lineage = NO_LINEAGE,
 ) -> CellPlan:
     """Whether ``cell`` is reused (done; stale with ``reuse_stale``, see :func:`reuse_earlier`), copied
     from another matrix that trained the same config with this code (``elsewhere``: config hash ->
@@ -148,7 +160,7 @@ def plan_cell(
     cell_dir = cell.directory(matrix_dir)
     if force:
         return CellPlan(n, cell, TO_RUN, "--force: from step 0")
-    reuse, message = reuse_earlier(cell, cell_dir, fingerprint, reuse_stale=reuse_stale)
+    reuse, message = reuse_earlier(cell, cell_dir, fingerprint, reuse_stale=reuse_stale, lineage=lineage)
     stale = message is not None and not message.startswith(REUSED)
     if reuse:
         return CellPlan(n, cell, STALE if stale else DONE, message or "", trains=False)
@@ -187,13 +199,14 @@ def earlier_result(cell: Cell, cell_dir: Path) -> CellRecord | None:
 
 
 def reuse_earlier(
-    cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False
+    cell: Cell, cell_dir: Path, fingerprint: str, *, reuse_stale: bool = False, lineage: Lineage = NO_LINEAGE
 ) -> tuple[bool, str | None]:
     """Whether a matrix run reuses the cell's earlier result instead of training it, and what it says.
 
     A result is reused when its config is unchanged and it was made by this code (its
-    ``code_fingerprint``, see :func:`blockbench.provenance.code_fingerprint`). A result of other code,
-    or of code too old to record a fingerprint, is stale: retrained, unless ``reuse_stale``.
+    ``code_fingerprint``, see :func:`blockbench.provenance.code_fingerprint`), or by code that the
+    results folder's ``lineage`` shows gives this code's numbers (:mod:`blockbench.lineage`). A result
+    of other code, or of code too old to record a fingerprint, is stale: retrained, unless ``reuse_stale``.
     """
     result = earlier_result(cell, cell_dir)
     if result is None:
@@ -201,6 +214,9 @@ def reuse_earlier(
     theirs = result.code_fingerprint
     if theirs == fingerprint:
         return True, f"{REUSED}, reusing its result"
+    route = lineage.route(result, fingerprint)
+    if route:
+        return True, f"{REUSED} by code {str(theirs)[:12]}, the same numbers by lineage {route[-1].describe()}"
     change = f"code changed since its result (fingerprint {theirs[:12] if theirs else 'none'} -> {fingerprint[:12]})"
     return (True, f"{change}, reusing it (--reuse-stale)") if reuse_stale else (False, f"{change}, retraining")
 

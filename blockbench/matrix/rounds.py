@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..lineage import NO_LINEAGE, Lineage
 from ..record import CellRecord
 from .expand import Cell, Expansion
 from .plan import earlier_record
@@ -19,11 +20,13 @@ from .tuning import Candidate, Tuning, trial
 @dataclass(frozen=True)
 class Counts:
     """Which results count for tuning and for the rounds: those of the cell's current config made by this
-    code (or any code with ``--reuse-stale``); none with ``--force``, until the cell has trained again."""
+    code or, by the results folder's ``lineage``, with its numbers (any code with ``--reuse-stale``); none
+    with ``--force``, until the cell has trained again."""
 
     fingerprint: str
     reuse_stale: bool = False
     force: bool = False
+    lineage: Lineage = NO_LINEAGE
 
     def record(self, cell: Cell, matrix_dir: Path, *, finished_only: bool = False) -> CellRecord | None:
         record = earlier_record(cell.directory(matrix_dir))
@@ -31,7 +34,7 @@ class Counts:
             return None
         if finished_only and (self.force or not record.finished):
             return None  # planning: a failed cell is retried, and --force retrains everything
-        return record if self.reuse_stale or record.code_fingerprint == self.fingerprint else None
+        return record if self.reuse_stale or self.lineage.admits(record, self.fingerprint) else None
 
 
 def tuning_outcomes(

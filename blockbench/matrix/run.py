@@ -38,6 +38,7 @@ from ..layout import (
     write_json,
 )
 from ..lifeline import FolderHeld, holder
+from ..lineage import NO_LINEAGE, Lineage
 from ..progress import format_duration
 from ..provenance import code_fingerprint
 from ..record import CellRecord, write_record, write_tuning
@@ -124,9 +125,11 @@ def run_matrix(
     matrix_dir = results_root / matrix.name
     fingerprint = code_fingerprint()
     # a config another matrix of this results root trained with this code is copied, not trained again
-    elsewhere = {} if force else trained_elsewhere(results_root, fingerprint)
-    reuse = dict(force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
-    counts = Counts(fingerprint, reuse_stale, force)
+    # results of other code that its recorded lineage shows give this code's numbers count as this code's
+    lineage = Lineage.load(results_root)
+    elsewhere = {} if force else trained_elsewhere(results_root, fingerprint, lineage)
+    reuse = dict(force=force, reuse_stale=reuse_stale, elsewhere=elsewhere, lineage=lineage)
+    counts = Counts(fingerprint, reuse_stale, force, lineage)
     # the tuning cells the current rung of each variant still needs; the variants whose tuning has ended
     # (every rung reusable here): their choice is known before anything trains
     tunings = tuning_outcomes(tuning, matrix_dir, matrix.tune_seeds, counts, finished_only=True)
@@ -393,15 +396,15 @@ def plan_reported(
     force: bool = False,
     reuse_stale: bool = False,
     elsewhere: dict[str, Path] | None = None,
+    lineage: Lineage = NO_LINEAGE,
 ) -> list[CellPlan]:
     """The plans of the reported ``cells``, numbered from ``start``. With ``tune:``, a cell whose variant
     has a choice in ``tunings`` is planned at the chosen values (its config, so a changed choice
     retrains it and an unchanged one reuses it); one whose variant has no finished candidate is
     NO_CHOICE (it fails, untrained); one whose variant is still tuning trains AFTER_TUNING."""
+    reuse = dict(force=force, reuse_stale=reuse_stale, elsewhere=elsewhere, lineage=lineage)
     if not expansion.tuning:
-        return plan_cells(
-            cells, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, start=start, elsewhere=elsewhere
-        )
+        return plan_cells(cells, matrix_dir, fingerprint, start=start, **reuse)
     plans = []
     for n, cell in enumerate(cells, start):
         tuning = tunings.get((cell.task, cell.variant))
@@ -411,9 +414,7 @@ def plan_reported(
             plans.append(CellPlan(n, cell, NO_CHOICE, tuning.failure(), trains=False))
         else:
             tuned = expansion.at_choice(cell, tuning.chosen.values)
-            plans.append(
-                plan_cell(n, tuned, matrix_dir, fingerprint, force=force, reuse_stale=reuse_stale, elsewhere=elsewhere)
-            )
+            plans.append(plan_cell(n, tuned, matrix_dir, fingerprint, **reuse))
     return plans
 
 

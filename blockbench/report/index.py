@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomic
+from ..lineage import Lineage
 from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
 from .forest import draw_book_picture
@@ -48,6 +49,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
     index.book_seconds = book_seconds(folders)
+    lineage = Lineage.load(results_root)
     for folder in folders:
         if not gives_verdicts(folder / MATRIX_FILE):
             index.apart.append(Apart(folder.name, matrix_description(folder / MATRIX_FILE)))
@@ -73,7 +75,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                 [c for analysis in analyses for c in comparisons(analysis)],
                 has_summary=(folder / SUMMARY_MD).is_file(),
                 unfinished=unfinished,
-                code=tuple(code_versions(results + tuning)),
+                code=tuple(code_versions(results + tuning, lineage)),
                 machines=tuple(machines(results + tuning)),
                 cost=_cost(folder, results, tuning),
             )

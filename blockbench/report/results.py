@@ -22,6 +22,7 @@ from blockbench.tasks import Metric
 
 from ..config import ALWAYS_WITHIN, MatrixConfig, SeedPlan
 from ..layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
+from ..lineage import NO_LINEAGE, Lineage
 from ..provenance import code_fingerprint
 from ..record import CellRecord, load_record
 
@@ -343,11 +344,13 @@ def machines(records: list[CellRecord]) -> list[str]:
     return sorted({r.machine for r in records if r.machine is not None})
 
 
-def code_versions(records: list[CellRecord]) -> list[str]:
+def code_versions(records: list[CellRecord], lineage: Lineage = NO_LINEAGE) -> list[str]:
     """``commit 595b935 (clean tree)`` per distinct code version the cells ran with (with its count
     if there are several): a summary says which code made its numbers, and whether it was committed.
     Cells whose code fingerprint is not this checkout's are marked stale: the numbers are still those
-    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale")."""
+    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale"); unless
+    the results folder's ``lineage`` shows that this code gives the same numbers, which the line names
+    (:mod:`blockbench.lineage`)."""
     current = code_fingerprint()
     versions: dict[str, int] = {}
     for r in records:
@@ -355,8 +358,11 @@ def code_versions(records: list[CellRecord]) -> list[str]:
         if not git.commit:
             continue
         text = f"commit {git.commit[:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.dirty, "")
-        if r.code_fingerprint not in (None, current):
+        route = lineage.route(r, current) if r.code_fingerprint is not None else ()
+        if route is None:
             text += ", stale at this checkout (its model, task, trainer or config code has changed since)"
+        elif route:
+            text += ", current at this checkout by lineage " + "; ".join(step.describe() for step in route)
         versions[text] = versions.get(text, 0) + 1
     if len(versions) <= 1:
         return list(versions)

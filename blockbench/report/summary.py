@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import MATRIX_FILE, SUMMARY_CSV, SUMMARY_MD, write_atomic
+from ..lineage import Lineage
 from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
@@ -180,9 +181,10 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         )
     lines += [f"Machine: {m}  " for m in machines(results + tuning)]
     lines += _bit_for_bit(results + tuning)
-    code = code_versions(results)
+    lineage = Lineage.load(matrix_dir.parent)  # the results folder's (blockbench.lineage)
+    code = code_versions(results, lineage)
     lines += [f"Code: {c}  " for c in code]
-    tuning_code = code_versions(tuning)
+    tuning_code = code_versions(tuning, lineage)
     if tuning_code and tuning_code != code:  # e.g. candidates added to tune: later, the finished ones reused
         lines.append(f"Code of the tuning cells: {'; '.join(tuning_code)}  ")
     lines.append("")
