@@ -40,7 +40,7 @@ import yaml
 from compare_results import differences
 
 from blockbench.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, RESULT_FILE, TUNE_DIR
-from blockbench.lineage import Lineage, Selector, Step, device_kind
+from blockbench.lineage import Lineage, Selector, Step
 from blockbench.models.config import VARIANT_REGISTRIES
 from blockbench.provenance import code_fingerprint, git_state, machine_description
 from blockbench.record import CellRecord, read_record
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                 status = 1
                 continue
             found = differences(cell.record, record)
-            if device_kind(record) != device_kind(cell.record):
-                found.append(f"device kind {device_kind(cell.record)} vs {device_kind(record)}")
-            kinds.add(device_kind(cell.record))
+            if record.device_kind != cell.record.device_kind:
+                found.append(f"device kind {cell.record.device_kind} vs {record.device_kind}")
+            kinds.add(cell.record.device_kind)
             if declared:
                 moved[cell.path] = bool(found)
                 print(f"  {cell.path}: declared changed, {'moved' if found else 'did NOT move'}")

@@ -6,7 +6,7 @@ changes to that code leave the numbers alone (a docstring, a float64 path, a GPU
 more they would still retrain every cell. A lineage step is the evidence that they do not: code of
 fingerprint ``new`` retrained a declared sample of the cells that code ``old`` made (one seed of every
 task and variant, tuning cells, the smoke matrix; ``benchmarks/lineage.py``) and gave the same numbers
-bit for bit, on one kind of device (:func:`device_kind`: the accelerator, the CPU's vector extensions
+bit for bit, on one kind of device (``CellRecord.device_kind``: the accelerator, the CPU's vector extensions
 and the torch and lightning versions). A change meant to move some cells declares them before the
 sample trains (``changed``, dotted config keys and values); those cells stay stale and are retrained.
 
@@ -18,37 +18,27 @@ on. Steps chain (``old -> mid -> new``). What a sample can and cannot prove is i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from .layout import write_atomic
-from .record import CellRecord
 
 #: the lineage of a results root, beside its matrices
 LINEAGE_FILE = "lineage.json"
 
 
-def device_kind(record: CellRecord) -> str | None:
-    """The kind of device a cell ran on, as far as its bits depend on it: its accelerator (the GPU's
-    name on a GPU), the CPU's vector extensions torch used (parsed from the record's ``machine``,
-    where :func:`blockbench.provenance.machine_description` puts them in parentheses), and the torch
-    and lightning versions; None for a record without them (a failed cell)."""
-    if record.provenance is None or record.machine is None:
-        return None
-    packages = record.provenance.packages
-    gpus = record.provenance.hardware.get("gpus") or []
-    accelerator = record.runtime.accelerator if record.runtime and record.runtime.accelerator else "cpu"
-    on = gpus[0] if accelerator != "cpu" and gpus else accelerator
-    capability = re.search(r"\(([A-Za-z0-9_]+)\)", record.machine.split(";")[0])
-    return (
-        f"{on} {capability.group(1) if capability else '?'}, "
-        f"torch {packages.get('torch', '?')}, lightning {packages.get('lightning', '?')}"
-    )
+class Made(Protocol):
+    """What a lineage reads of a cell's record (:class:`blockbench.record.CellRecord`)."""
+
+    code_fingerprint: str | None
+    config_hash: str | None
+
+    @property
+    def device_kind(self) -> str | None: ...
 
 
 def config_value(config: Mapping[str, Any], dotted: str) -> Any:
@@ -107,13 +97,13 @@ class Step(BaseModel):
     machine: str
     recorded: str
 
-    def admits(self, record: CellRecord, code: str | None = None) -> bool:
+    def admits(self, record: Made, code: str | None = None) -> bool:
         """Whether ``record``, made by code ``old`` (or counting as made by ``code``, earlier in a chain),
         counts as made by code ``new`` through this step."""
         return (
             (code or record.code_fingerprint) == self.old
             and record.config_hash not in self.changed_configs
-            and device_kind(record) == self.device
+            and record.device_kind == self.device
         )
 
     def describe(self) -> str:
@@ -138,7 +128,7 @@ class Lineage:
             return cls()
         return cls(tuple(LineageFile.model_validate_json(path.read_text()).steps))
 
-    def route(self, record: CellRecord, fingerprint: str) -> tuple[Step, ...] | None:
+    def route(self, record: Made, fingerprint: str) -> tuple[Step, ...] | None:
         """The steps that take ``record``'s code to ``fingerprint``: () for a record of that very code,
         None where no chain of steps admits it (a stale record)."""
         if record.code_fingerprint == fingerprint:
@@ -153,7 +143,7 @@ class Lineage:
             current = step.new
         return tuple(path)
 
-    def admits(self, record: CellRecord, fingerprint: str) -> bool:
+    def admits(self, record: Made, fingerprint: str) -> bool:
         """Whether ``record`` counts as made by code ``fingerprint`` (its own, or through steps)."""
         return self.route(record, fingerprint) is not None
 

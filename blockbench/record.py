@@ -14,6 +14,7 @@ Records written before the record had a version (version 1) have the same shape 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -196,6 +197,25 @@ class CellRecord(_Open):
     @property
     def git(self) -> Git:
         return self.provenance.git if self.provenance else Git()
+
+    @property
+    def device_kind(self) -> str | None:
+        """The kind of device the cell ran on, as far as its bits depend on it: its accelerator (the
+        GPU's name on a GPU), the CPU's vector extensions torch used (parsed from ``machine``, where
+        :func:`blockbench.provenance.machine_description` puts them in parentheses), and the torch and
+        lightning versions; None for a record without them (a failed cell). A lineage step holds for
+        one kind (:mod:`blockbench.lineage`)."""
+        if self.provenance is None or self.machine is None:
+            return None
+        packages = self.provenance.packages
+        gpus = self.provenance.hardware.get("gpus") or []
+        accelerator = self.runtime.accelerator if self.runtime and self.runtime.accelerator else "cpu"
+        on = gpus[0] if accelerator != "cpu" and gpus else accelerator
+        capability = re.search(r"\(([A-Za-z0-9_]+)\)", self.machine.split(";")[0])
+        return (
+            f"{on} {capability.group(1) if capability else '?'}, "
+            f"torch {packages.get('torch', '?')}, lightning {packages.get('lightning', '?')}"
+        )
 
     def describe(self) -> str:
         """How the cell ended, for a progress line: ``ok``, ``diverged at step 12``, ``failed: ...``."""

@@ -49,8 +49,9 @@ D_MODEL, N_LAYERS, N_HEADS, VOCAB, SEQ, BATCH = 64, 2, 4, 101, 12, 2
 
 
 def randomize_(module: nn.Module, generator: torch.Generator) -> nn.Module:
-    """Redraw every parameter: biases N(0, 0.1), the other vectors (norm gains) N(1, 0.2), matrices and
-    tables N(0, 1/d_model), scale enough for attention that is far from uniform."""
+    """Redraw every parameter from a normal distribution (mean, std): biases (0, 0.1), the other
+    vectors, norm gains, (1, 0.2), matrices and tables (0, 1/sqrt(d_model)), enough for attention far
+    from uniform."""
     with torch.no_grad():
         for name, p in module.named_parameters():
             if p.dim() == 1 and name.rsplit(".", 1)[-1] == "bias":
@@ -133,8 +134,8 @@ def assert_parity(
     return Errors(max_error(our_logits, peer_logits), max_error(our_loss, peer_loss), grad_error)
 
 
-def tokens(generator: torch.Generator, batch: int = BATCH, length: int = SEQ, low: int = 0) -> Tensor:
-    return torch.randint(low, VOCAB, (batch, length), generator=generator)
+def tokens(generator: torch.Generator, batch: int = BATCH, length: int = SEQ) -> Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=generator)
 
 
 def ours_for(config: dict) -> nn.Module:
@@ -158,7 +159,7 @@ def rms_norm_float64(module: nn.Module) -> Callable[[Tensor], Tensor]:
 def rotary_float64(module: nn.Module) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """HF's default rotary embedding (``LlamaRotaryEmbedding.forward`` with
     ``compute_default_rope_parameters``), ``inv_freq = 1 / base^(2i/dim)`` and ``position * inv_freq``,
-    computed in float64: HF computes both in float32 in any model (~5e-7 off at position 12)."""
+    computed in float64: HF computes both in float32 in any model (its logits then move by ~3e-7 here)."""
     base = module.config.rope_parameters["rope_theta"]
     dim = 2 * module.inv_freq.shape[0]
 
@@ -181,8 +182,8 @@ def causal_lm_loss_float64(logits: Tensor, labels: Tensor, vocab_size: int, **kw
 
 
 def lift_to_float64(model: nn.Module) -> nn.Module:
-    """Replace each float32 computation of an HF model in float64 by its float64 form (module
-    forwards per instance, the loss function per model); float64 weights first."""
+    """The HF model in float64, each of its float32 computations replaced by its float64 form: the
+    RMSNorm and rotary forwards (per instance) and a causal LM's loss function."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
     from transformers.models.t5.modeling_t5 import T5LayerNorm
 
@@ -192,16 +193,17 @@ def lift_to_float64(model: nn.Module) -> nn.Module:
             module.forward = rms_norm_float64(module)
         elif isinstance(module, LlamaRotaryEmbedding):
             module.forward = rotary_float64(module)
-    model.loss_function = causal_lm_loss_float64
+    if not model.config.is_encoder_decoder:
+        model.loss_function = causal_lm_loss_float64
     return model
 
 
-def block_mapping(
-    p: Params, src: str, dst: str, parts: dict[str, Callable[[Params, str], Tensor] | str]
-) -> Params:
+def block_mapping(p: Params, src: str, dst: str, parts: dict[str, Callable[[Params, str], Tensor] | str]) -> Params:
     """``{dst + name: value}`` for each of blockbench's parameters ``name`` in ``parts``, read from the
     peer's parameter ``src + value`` (a str) or computed by ``value(p, src)``."""
-    return {dst + ours: (p[src + theirs] if isinstance(theirs, str) else theirs(p, src)) for ours, theirs in parts.items()}
+    return {
+        dst + ours: (p[src + theirs] if isinstance(theirs, str) else theirs(p, src)) for ours, theirs in parts.items()
+    }
 
 
 # --------------------------------------------------------------------------- HF GPT-2
@@ -277,7 +279,10 @@ def gpt2_mapping(p: Params) -> Params:
                 "ffn.sublayer.fc_out.bias": "mlp.c_proj.bias",
             },
         )
-    out |= {"stack.final_norm.weight": p["transformer.ln_f.weight"], "stack.final_norm.bias": p["transformer.ln_f.bias"]}
+    out |= {
+        "stack.final_norm.weight": p["transformer.ln_f.weight"],
+        "stack.final_norm.bias": p["transformer.ln_f.bias"],
+    }
     return out
 
 
@@ -382,11 +387,10 @@ def build_timm_vit(generator: torch.Generator) -> nn.Module:
 
 def timm_vit_config(peer: nn.Module) -> dict:
     assert peer.has_class_token and not peer.no_embed_class and peer.global_pool == "token"
-    patch = peer.patch_embed.patch_size[0]
     return {
         "family": "vit",
         "image_size": peer.patch_embed.img_size[0],
-        "patch_size": patch,
+        "patch_size": peer.patch_embed.patch_size[0],
         "in_channels": peer.patch_embed.proj.in_channels,
         "n_classes": peer.num_classes,
         "d_model": peer.embed_dim,
@@ -429,7 +433,10 @@ def timm_vit_mapping(p: Params) -> Params:
             "ffn.sublayer.fc_out": "mlp.fc2",
         }
         out |= block_mapping(
-            p, f"blocks.{i}.", f"stack.blocks.{i}.", {f"{a}.{w}": f"{b}.{w}" for a, b in parts.items() for w in ("weight", "bias")}
+            p,
+            f"blocks.{i}.",
+            f"stack.blocks.{i}.",
+            {f"{a}.{w}": f"{b}.{w}" for a, b in parts.items() for w in ("weight", "bias")},
         )
     return out
 
@@ -630,7 +637,9 @@ def t5_mapping(p: Params, *, head_dim: int, output_scale: float) -> Params:
             if stack == "decoder":
                 parts |= {
                     "cross_attn.norm.weight": "layer.1.layer_norm.weight",
-                    "cross_attn.sublayer.q_proj.weight": lambda p, s: p[s + "layer.1.EncDecAttention.q.weight"] * sqrt_hd,
+                    "cross_attn.sublayer.q_proj.weight": lambda p, s: (
+                        p[s + "layer.1.EncDecAttention.q.weight"] * sqrt_hd
+                    ),
                     "cross_attn.sublayer.kv_proj.weight": lambda p, s: torch.cat(
                         [p[s + f"layer.1.EncDecAttention.{x}.weight"] for x in "kv"]
                     ),
@@ -648,4 +657,3 @@ def t5_mapping_for(peer: nn.Module) -> Mapping:
         return t5_mapping(p, head_dim=c.d_kv, output_scale=output_scale)
 
     return mapping
-
