@@ -227,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             new=current,
             device=kinds.pop(),
             changed=changed,
-            changed_configs=sorted(
-                {str(c.record.config_hash) for c in of_it if any(s.matches(c.config) for s in changed)}
-            ),
+            changed_configs=sorted({str(c.record.config_hash) for c in cells if declared_changed(c)}),
             sample=identical,
             changed_sample=moved,
             commit=git["commit"],

@@ -84,8 +84,9 @@ class Step(BaseModel):
     device: str
     #: the cells the change was declared to move, before the sample trained; they are retrained
     changed: list[Selector] = Field(default_factory=list)
-    #: the config hashes of the cells of the results folder that ``changed`` selected when the step was
-    #: recorded: what the runner and the report check a record against (records carry no config)
+    #: the config hashes of the cells of the results folder (of any code) that ``changed`` selected when
+    #: the step was recorded: what the runner and the report check a record against (records carry no
+    #: config), here and in a chain of steps
     changed_configs: list[str] = Field(default_factory=list)
     #: the cells compared (``<matrix>/<cell path>``), every one identical
     sample: list[str]
@@ -129,19 +130,20 @@ class Lineage:
         return cls(tuple(LineageFile.model_validate_json(path.read_text()).steps))
 
     def route(self, record: Made, fingerprint: str) -> tuple[Step, ...] | None:
-        """The steps that take ``record``'s code to ``fingerprint``: () for a record of that very code,
-        None where no chain of steps admits it (a stale record)."""
-        if record.code_fingerprint == fingerprint:
-            return ()
-        path: list[Step] = []
-        current = record.code_fingerprint
-        while current != fingerprint:
-            step = next((s for s in self.steps if s.admits(record, current)), None)
-            if step is None or step in path:
-                return None
-            path.append(step)
-            current = step.new
-        return tuple(path)
+        """The steps that take ``record``'s code to ``fingerprint``, fewest first (a breadth-first search:
+        steps may branch): () for a record of that very code, None where no chain of steps admits it
+        (a stale record)."""
+        paths: dict[str | None, tuple[Step, ...]] = {record.code_fingerprint: ()}
+        frontier = [record.code_fingerprint]
+        while frontier:
+            code = frontier.pop(0)
+            if code == fingerprint:
+                return paths[code]
+            for step in self.steps:
+                if step.new not in paths and step.admits(record, code):
+                    paths[step.new] = (*paths[code], step)
+                    frontier.append(step.new)
+        return None
 
     def admits(self, record: Made, fingerprint: str) -> bool:
         """Whether ``record`` counts as made by code ``fingerprint`` (its own, or through steps)."""

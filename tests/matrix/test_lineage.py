@@ -81,6 +81,12 @@ def test_steps_chain_and_a_cycle_ends():
     assert [s.new for s in chain.route(record(), NEW)] == [MID, NEW]
     cycle = Lineage((step(OLD, MID), step(MID, OLD)))
     assert cycle.route(record(), NEW) is None
+    dead_end_first = Lineage((step(OLD, "d" * 64), step(OLD, MID), step(MID, NEW)))
+    assert [s.new for s in dead_end_first.route(record(), NEW)] == [MID, NEW]
+    shortcut = Lineage((step(OLD, MID), step(MID, NEW), step(OLD, NEW)))
+    assert [s.new for s in shortcut.route(record(), NEW)] == [NEW]
+    declared_later = Lineage((step(OLD, MID), step(MID, NEW, changed_configs=("h1",))))
+    assert declared_later.route(record(), NEW) is None  # a change declared on the second step
 
 
 def test_a_selector_matches_dotted_config_values_and_a_bad_one_says_how_to_write_it():
