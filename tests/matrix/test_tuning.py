@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,27 @@ def test_successive_halving_trains_the_better_half_again_and_chooses_the_best_me
     # higher is better (accuracy): the halving keeps the highest
     acc = halving({1000: [ok(0.5), ok(0.9), ok(0.7)], 1001: [None, None, None]}, higher_is_better=True)
     assert [c.label for c, _ in acc.pending()] == ["lr=1", "lr=2"]
+
+
+def test_the_choice_is_the_best_mean_over_the_last_rung_not_the_best_last_seed():
+    """The choice ranks the last rung's candidates by their mean over its seeds: here lr=0 has the better
+    mean but the worse second seed, so a choice by the last tuning seed alone would take lr=1. Perplexity
+    (lower is better): (6 + 10) / 2 = 8 against (9 + 9.5) / 2 = 9.25; accuracy (higher is better):
+    (0.9 + 0.6) / 2 = 0.75 against (0.7 + 0.65) / 2 = 0.675."""
+    for higher_is_better, first, second in (
+        (False, [6.0, 9.0, 12.0], [10.0, 9.5]),
+        (True, [0.9, 0.7, 0.5], [0.6, 0.65]),
+    ):
+        done = halving({1000: [ok(v) for v in first], 1001: [ok(v) for v in second] + [None]}, higher_is_better)
+        assert done.complete and [c.label for c in done.rungs()[-1]] == ["lr=0", "lr=1"]
+        means = {f"lr={i}": statistics.fmean([first[i], second[i]]) for i in range(2)}
+        best_mean = (max if higher_is_better else min)(means, key=means.get)
+        best_last = (max if higher_is_better else min)(means, key=lambda label: second[int(label[3:])])
+        assert (best_mean, best_last) == ("lr=0", "lr=1")  # the two rankings disagree
+        assert done.chosen.label == best_mean
+        assert done.record()["chosen_label"] == best_mean
+        assert [c["score"] for c in done.record()["candidates"][:2]] == pytest.approx(list(means.values()))
+        assert f"lr=0 (perplexity {means['lr=0']:.4g} over 2 seeds" in done.describe()
 
 
 def test_a_diverged_failed_or_unscored_candidate_never_survives_a_rung():

@@ -5,6 +5,7 @@ improvement, the cases without spread, the futility stop (its conditional power 
 of the seeds to come), and the one-line description. The error rates the rule
 claims are checked by simulation in tests/e2e/test_verdict_error_rates.py."""
 
+import itertools
 import math
 
 import numpy as np
@@ -13,6 +14,8 @@ from scipy import stats as scipy_stats
 
 from blockbench.report.decide import (
     BETTER,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
     EQUIVALENT,
     NO_TEST,
     PAIRED_T,
@@ -107,6 +110,55 @@ def test_welch_t_and_tost_match_scipy_when_the_seeds_differ():
     assert decision.p_value < 0.05 and decision.verdict == BETTER and decision.excludes_zero and decision.final
 
 
+def _tost_paired(variant: list[float], baseline: list[float], margin: float) -> float:
+    """TOST's p-value on seed-matched pairs, as statsmodels' ``ttost_paired``: the larger p of the one-sided
+    paired t tests of d > -margin and d < +margin."""
+    d = np.subtract(variant, baseline)
+    lower = scipy_stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    upper = scipy_stats.ttest_1samp(d, margin, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
+def _tost_welch(variant: list[float], baseline: list[float], margin: float) -> float:
+    """TOST's p-value on two unpaired samples, as statsmodels' ``ttost_ind(usevar="unequal")``: the larger
+    p of the one-sided Welch t tests of mean(a) - mean(b) > -margin and < +margin."""
+    lower = scipy_stats.ttest_ind(np.add(variant, margin), baseline, equal_var=False, alternative="greater").pvalue
+    upper = scipy_stats.ttest_ind(np.subtract(variant, margin), baseline, equal_var=False, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
+def test_equivalence_is_declared_exactly_where_tost_at_the_look_s_alpha_rejects():
+    """TOST runs at the look's α_k itself, not α_k/2 (which would make equivalence silently rarer): data
+    whose TOST p-value lies between α_k/2 and α_k read equivalent, paired at the first of three looks and
+    Welch at a single look, and over a sweep of margins across the boundary decide says equivalent
+    exactly where the TOST p-value computed here from scipy's one-sided t tests is below α_k."""
+    baseline = [7.35, 7.36, 7.34, 7.37, 7.33, 7.36]
+    variant = [7.39, 7.33, 7.36, 7.40, 7.32, 7.39]  # differences +0.04, -0.03, +0.02, +0.03, -0.01, +0.03
+    alpha = PLAN.per_look_alpha
+    p = _tost_paired(variant, baseline, 0.05)
+    assert alpha / 2 < p < alpha  # TOST at α_k/2 would not show it
+    paired = decide(seeds(variant), seeds(baseline), margin=0.05, higher_is_better=False, looks=PLAN)
+    assert paired.test == PAIRED_T and paired.p_equivalence == pytest.approx(p, rel=1e-10)
+    assert paired.verdict == EQUIVALENT and paired.final and not paired.excludes_zero
+    welch_variant, welch_baseline = {0: 0.801, 1: 0.812, 2: 0.795, 3: 0.808}, {10: 0.80, 11: 0.79, 12: 0.81}
+    looks = Looks.fixed(4)
+    p = _tost_welch(list(welch_variant.values()), list(welch_baseline.values()), 0.02)
+    assert looks.per_look_alpha / 2 < p < looks.per_look_alpha
+    welch = decide(welch_variant, welch_baseline, margin=0.02, higher_is_better=True, looks=looks)
+    assert welch.test == WELCH_T and welch.p_equivalence == pytest.approx(p, rel=1e-10)
+    assert welch.verdict == EQUIVALENT
+    # the boundary itself: margins from far too narrow to wide, both tests, both looks
+    sides = [(seeds(variant), seeds(baseline), PLAN, _tost_paired), (welch_variant, welch_baseline, looks, _tost_welch)]
+    for a, b, plan, tost in sides:
+        verdicts = []
+        for margin in np.linspace(0.005, 0.06, 56):
+            hand = tost(list(a.values()), list(b.values()), margin) < plan.per_look_alpha
+            decision = decide(a, b, margin=float(margin), higher_is_better=True, looks=plan)
+            assert (decision.verdict == EQUIVALENT) == hand, (margin, decision.describe())
+            verdicts.append(decision.verdict)
+        assert EQUIVALENT in verdicts and UNDECIDED in verdicts
+
+
 def test_better_and_worse_follow_the_metric_direction():
     low, high = [1.0, 2.0, 3.0, 4.0], [1.5, 2.6, 3.4, 4.5]  # high - low: +0.5, +0.6, +0.4, +0.5
     looks = Looks.fixed(4)
@@ -174,6 +226,48 @@ def test_rank_based_decisions_use_exact_tests_and_are_never_equivalent():
     assert unpaired.verdict == UNDECIDED  # two low seeds on each side: the ranks barely lean
 
 
+def test_a_rank_decided_question_follows_the_metric_s_direction():
+    """Where runs did not learn, the rank test decides, and its verdict reads the metric's direction as the t
+    test's does: a perplexity (lower is better) higher in every one of nine pairs, three of them runs that
+    did not learn (30, the trivial unigram's), is worse, as is an accuracy lower in every pair; the sides
+    swapped are better. Paired by the exact signed-rank test, unpaired (6 against 6 seeds) by the exact
+    Mann-Whitney U test, p-values as scipy's; the t interval includes zero, so only the rank test decides."""
+    every = scipy_stats.PermutationMethod(n_resamples=np.inf)
+    perplexity = ([7.1, 7.3, 7.0, 7.2, 7.4, 7.05, 7.15, 7.25, 7.35], [7.5, 30.0, 7.6, 30.0, 7.9, 7.45, 30.0, 7.7, 7.8])
+    accuracy = (
+        [0.81, 0.79, 0.83, 0.80, 0.82, 0.78, 0.84, 0.80, 0.81],
+        [0.75, 0.1, 0.77, 0.1, 0.74, 0.72, 0.1, 0.76, 0.73],
+    )
+    for higher_is_better, (good, bad) in ((False, perplexity), (True, accuracy)):
+        for variant, baseline, expected in ((bad, good, WORSE), (good, bad, BETTER)):
+            paired = decide(
+                seeds(variant),
+                seeds(baseline),
+                margin=0.005,
+                higher_is_better=higher_is_better,
+                looks=PLAN,
+                rank_based=True,
+            )
+            reference = scipy_stats.wilcoxon(np.subtract(variant, baseline), method="exact").pvalue
+            assert reference == pytest.approx(2 / 2**9)  # the smallest p of nine pairs
+            assert paired.test == SIGNED_RANK and paired.p_value == pytest.approx(reference)
+            assert paired.verdict == expected, (higher_is_better, paired.describe())
+            assert paired.interval[0] < 0 < paired.interval[1]  # the t test alone would not decide
+            a, b = variant[:6], baseline[:6]
+            unpaired = decide(
+                seeds(a),
+                {k + 100: v for k, v in seeds(b).items()},
+                margin=0.005,
+                higher_is_better=higher_is_better,
+                looks=PLAN,
+                rank_based=True,
+            )
+            reference = scipy_stats.mannwhitneyu(a, b, method=every).pvalue
+            assert unpaired.test == RANK_SUM and unpaired.p_value == pytest.approx(reference)
+            assert unpaired.p_value < PLAN.per_look_alpha
+            assert unpaired.verdict == expected, (higher_is_better, unpaired.describe())
+
+
 def test_the_signed_rank_test_drops_zero_differences_and_its_sign_follows_the_ranks():
     # zeros (both seeds of a pair at the trivial baseline) are dropped, then scipy's exact test
     d = np.array([[0.0, 1.0, 2.0, -0.5, 0.0, 3.0, 4.0]])
@@ -234,6 +328,57 @@ def test_probability_of_improvement_counts_all_seed_pairs_with_ties_as_half():
     assert prob_improvement_interval(np.array([1.0]), np.array(baseline), True) is None  # one seed: no interval
     decision = decide(seeds(variant), {10: 2.0, 11: 0.0}, margin=0.5, higher_is_better=True, looks=FIXED3)
     assert decision.prob_improvement == pytest.approx(4.5 / 6) and decision.prob_improvement_interval == interval
+
+
+def _exact_bootstrap(
+    variant: np.ndarray, baseline: np.ndarray, higher_is_better: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every value P(better) takes over the bootstrap resamples of the two sides (each resampled on its own)
+    and its probability, by enumerating each side's resample counts (multinomial) instead of drawing them."""
+
+    def counts(n: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = [np.bincount(c, minlength=n) for c in itertools.combinations_with_replacement(range(n), n)]
+        rows = np.array(rows)
+        ways = np.array([math.factorial(n) / math.prod(math.factorial(k) for k in row) for row in rows])
+        return rows, ways / n**n
+
+    x, y = variant[:, None], baseline[None, :]
+    wins = ((x > y) if higher_is_better else (x < y)) + 0.5 * (x == y)
+    (a, p_a), (b, p_b) = counts(len(variant)), counts(len(baseline))
+    values = (a @ wins @ b.T) / (len(variant) * len(baseline))
+    return values.ravel(), np.outer(p_a, p_b).ravel()
+
+
+def test_the_probability_of_improvement_interval_is_a_95_percent_percentile_bootstrap():
+    """The interval of P(better) is scipy's 95% percentile bootstrap (each side resampled on its own, the
+    module's resamples and random state), in both directions of the metric. Independently of scipy, the
+    exact bootstrap distribution (every resample enumerated) leaves about 2.5% of its mass beyond each
+    end, not the 5% a 90% interval would: at most 2.5% plus the Monte Carlo error strictly outside."""
+    variant = np.array([7.1, 7.6, 6.9, 7.4, 7.3, 7.0])
+    baseline = np.array([7.2, 7.5, 7.35, 7.05, 7.45, 6.95])
+    for higher_is_better in (False, True):
+        reference = scipy_stats.bootstrap(
+            (variant, baseline),
+            lambda x, y, axis, h=higher_is_better: prob_improvement(x, y, h, axis),
+            vectorized=True,
+            paired=False,
+            confidence_level=0.95,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            method="percentile",
+            random_state=BOOTSTRAP_SEED,
+        ).confidence_interval
+        interval = prob_improvement_interval(variant, baseline, higher_is_better)
+        assert interval == pytest.approx((reference.low, reference.high), abs=1e-12)
+        decision = decide(seeds(variant), seeds(baseline), margin=0.05, higher_is_better=higher_is_better, looks=FIXED3)
+        assert decision.prob_improvement_interval == interval
+    values, probability = _exact_bootstrap(variant, baseline, higher_is_better=False)
+    assert probability.sum() == pytest.approx(1.0)
+    low, high = prob_improvement_interval(variant, baseline, higher_is_better=False)
+    error = 3 * math.sqrt(0.025 * 0.975 / BOOTSTRAP_RESAMPLES)  # three Monte Carlo standard errors
+    below, above = probability[values < low - 1e-9].sum(), probability[values > high + 1e-9].sum()
+    assert below <= 0.025 + error and above <= 0.025 + error
+    assert probability[values <= low + 1e-9].sum() >= 0.025 - error
+    assert probability[values >= high - 1e-9].sum() >= 0.025 - error
 
 
 # no spread, one seed, bad input ---------------------------------------------------------------------

@@ -6,6 +6,7 @@ No training: every cell is a result.json written below."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
@@ -1033,6 +1034,57 @@ def test_a_cell_that_did_not_learn_is_labelled_counted_and_decided_by_ranks(tmp_
     result_file = tmp_path / "dnl" / "cells" / "translation" / PRE / "seed0" / "result.json"
     write_json(result_file, {**json.loads(result_file.read_text()), "learned": False})
     assert "| 3 (1 did not learn) |" in write_report(tmp_path / "dnl").split(f"| {PRE} |")[1].split("\n")[0]
+
+
+def test_a_question_decided_by_ranks_reads_worse_where_the_variant_is_worse_in_its_metric_s_direction(tmp_path):
+    """Post-norm is worse than pre-norm in all six pairs of both tasks, two of its seeds runs that did not
+    learn (LM perplexity 31, above the unigram's 30; ViT accuracy 0.1, below chance's 0.2): each side mixes,
+    so the exact signed-rank test decides (p = 2/2^6 < 0.05), and it reads worse both where lower is better
+    (the perplexity rose) and where higher is better (the accuracy fell), in the summary and the index."""
+    cells = [
+        {"task": "lm", "task_name": "lm", "variant": PRE, "values": [7.0, 7.1, 6.9, 7.2, 7.05, 6.95]},
+        {"task": "lm", "task_name": "lm", "variant": POST, "values": [7.4, 31.0, 7.3, 31.0, 7.5, 7.35]},
+        {"task": "vit", "task_name": "vit", "variant": PRE, "values": [0.80, 0.81, 0.79, 0.82, 0.80, 0.78]},
+        {"task": "vit", "task_name": "vit", "variant": POST, "values": [0.75, 0.1, 0.76, 0.1, 0.74, 0.73]},
+    ]
+    _write_matrix(tmp_path, "ranks", cells, baseline_variant=PRE)
+    summary = write_report(tmp_path / "ranks")
+    for task, family, metric, arrow in (("lm", "LM", "perplexity", "↓"), ("vit", "ViT", "accuracy", "↑")):
+        pre, post = (next(c["values"] for c in cells if c["task"] == task and c["variant"] == v) for v in (PRE, POST))
+        assert all(TASK_CONFIGS[task].metrics[0].higher_is_better == (p < b) for p, b in zip(post, pre, strict=True))
+        line = next(x for x in summary.splitlines() if x.startswith(f"- {task} ({family}), {POST} vs {PRE}: "))
+        assert f"**worse** (Wilcoxon signed-rank, 6 pairs, α 0.05), {metric} {arrow} " in line
+        assert "2/6 did not learn" in line
+    assert scipy_stats.wilcoxon(np.subtract(cells[1]["values"], cells[0]["values"])).pvalue == pytest.approx(2 / 64)
+    row = _row(write_index(tmp_path, tmp_path / "none"), "ranks", POST)
+    assert row[3].startswith("**worse** perplexity ↓ ") and "rank test" in row[3]
+    assert row[5].startswith("**worse** accuracy ↑ ") and "rank test" in row[5]
+
+
+def test_an_unpaired_question_prints_each_side_s_seed_count_variant_first(tmp_path):
+    """Sides with different seeds are compared unpaired (Welch), and every place that prints the look's size
+    names each side's seed count, the variant's first, as the cells on disk hold them: the verdict line,
+    the decision's own line and summary.csv. Post-norm has 3 seeds and sandwich 5 against pre-norm's 4, so
+    a swapped, sorted, smallest or largest count cannot pass."""
+    values = {
+        PRE: [7.0, 7.1, 7.05, 6.95],
+        POST: [7.5, 7.6, 7.55],
+        "norm_placement=sandwich": [7.4, 7.5, 7.45, 7.6, 7.55],
+    }
+    cells = [{"task": "lm", "task_name": "lm", "variant": v, "values": vals} for v, vals in values.items()]
+    _write_matrix(tmp_path, "unpaired", cells, baseline_variant=PRE)
+    summary = write_report(tmp_path / "unpaired")
+    questions = _questions(tmp_path / "unpaired")
+    with open(tmp_path / "unpaired" / "summary.csv") as f:
+        rows = {r["variant"]: r for r in csv.DictReader(f) if r["metric"] == "perplexity"}
+    for variant in (POST, "norm_placement=sandwich"):
+        n, n_baseline = len(values[variant]), len(values[PRE])
+        decision = questions[variant].decision
+        assert decision.test == "Welch t" and decision.n == (n, n_baseline)
+        assert f", n={n}/{n_baseline}, " in decision.describe()
+        line = next(x for x in summary.splitlines() if x.startswith(f"- lm (LM), {variant} vs {PRE}: "))
+        assert f"(Welch t, {n} vs {n_baseline} seeds, α 0.05)" in line
+        assert rows[variant]["decision_seeds"] == f"{n} vs {n_baseline}"
 
 
 def test_the_summary_says_what_the_seed_varies_and_the_margin_it_used(tmp_path):
