@@ -121,7 +121,7 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
     with torch.no_grad():
         lens = teacher_forcing_lens(model, src, tgt, pad_id=PAD)
         memory = model.encode(src, src == PAD)
-        x = model._embed(tgt_in)
+        x = model._embed(tgt_in, model.decoder_positions())
         expected = []
         for block in model.decoder.blocks:
             x = block(
@@ -129,7 +129,7 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
                 memory=memory,
                 memory_padding_mask=src == PAD,
                 ffn_padding_mask=tgt_out == PAD,
-                positional=model.positions,
+                positional=model.decoder_positions(),
             )
             logits = decoded_by_hand(x, model, model.decoder, placement)
             expected.append(F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD))
