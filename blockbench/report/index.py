@@ -24,6 +24,7 @@ from .results import (
     code_versions,
     first_cell,
     gives_verdicts,
+    lineage_lines,
     machines,
     matrix_description,
     tuning_records,
@@ -75,7 +76,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                 [c for analysis in analyses for c in comparisons(analysis)],
                 has_summary=(folder / SUMMARY_MD).is_file(),
                 unfinished=unfinished,
-                code=tuple(code_versions(results + tuning, lineage)),
+                code=tuple(code_versions(results + tuning, lineage) + lineage_lines(results + tuning, lineage)),
                 machines=tuple(machines(results + tuning)),
                 cost=_cost(folder, results, tuning),
             )

@@ -348,9 +348,8 @@ def code_versions(records: list[CellRecord], lineage: Lineage = NO_LINEAGE) -> l
     """``commit 595b935 (clean tree)`` per distinct code version the cells ran with (with its count
     if there are several): a summary says which code made its numbers, and whether it was committed.
     Cells whose code fingerprint is not this checkout's are marked stale: the numbers are still those
-    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale"); unless
-    the results folder's ``lineage`` shows that this code gives the same numbers, which the line names
-    (:mod:`blockbench.lineage`)."""
+    of their commit, but ``blockbench matrix`` here would train them again (``plan``'s "stale"), unless
+    the results folder's ``lineage`` keeps them (then :func:`lineage_lines` names the steps)."""
     current = code_fingerprint()
     versions: dict[str, int] = {}
     for r in records:
@@ -358,15 +357,26 @@ def code_versions(records: list[CellRecord], lineage: Lineage = NO_LINEAGE) -> l
         if not git.commit:
             continue
         text = f"commit {git.commit[:7]}" + {True: " + uncommitted changes", False: " (clean tree)"}.get(git.dirty, "")
-        route = lineage.route(r, current) if r.code_fingerprint is not None else ()
-        if route is None:
+        if r.code_fingerprint not in (None, current) and not lineage.admits(r, current):
             text += ", stale at this checkout (its model, task, trainer or config code has changed since)"
-        elif route:
-            text += ", current at this checkout by lineage " + "; ".join(step.describe() for step in route)
         versions[text] = versions.get(text, 0) + 1
     if len(versions) <= 1:
         return list(versions)
     return [f"{text} ({n} cell{'s' if n != 1 else ''})" for text, n in versions.items()]
+
+
+def lineage_lines(records: list[CellRecord], lineage: Lineage) -> list[str]:
+    """One line per chain of lineage steps that keeps some of ``records`` current at this checkout
+    though other code made them (:mod:`blockbench.lineage`): how many cells, and the steps, so that
+    a reader knows which evidence the numbers rest on."""
+    current = code_fingerprint()
+    routes: dict[str, int] = {}
+    for r in records:
+        route = lineage.route(r, current) if r.code_fingerprint not in (None, current) else None
+        if route:
+            text = "; ".join(step.describe() for step in route)
+            routes[text] = routes.get(text, 0) + 1
+    return [f"{n} cell{'s' if n != 1 else ''} by lineage {text}" for text, n in routes.items()]
 
 
 def first_cell(matrix_dir: Path) -> dict[str, Any]:

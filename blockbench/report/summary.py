@@ -37,6 +37,7 @@ from .results import (
     MatrixSettings,
     code_versions,
     gives_verdicts,
+    lineage_lines,
     machines,
     matrix_description,
     tuning_records,
@@ -187,6 +188,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
     tuning_code = code_versions(tuning, lineage)
     if tuning_code and tuning_code != code:  # e.g. candidates added to tune: later, the finished ones reused
         lines.append(f"Code of the tuning cells: {'; '.join(tuning_code)}  ")
+    lines += [f"Current at this checkout: {text}  " for text in lineage_lines(results + tuning, lineage)]
     lines.append("")
     return lines
 

@@ -20,7 +20,7 @@ from blockbench.matrix.plan import reuse_earlier, trained_elsewhere
 from blockbench.matrix.rounds import Counts
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord, load_record
-from blockbench.report.results import code_versions
+from blockbench.report.results import code_versions, lineage_lines
 
 KIND = "cpu AVX512, torch 2.14.1, lightning 2.6.6"
 OLD, MID, NEW = "a" * 64, "b" * 64, "c" * 64
@@ -138,11 +138,12 @@ def test_the_runner_reuses_copies_and_counts_a_cell_the_lineage_keeps(tmp_path):
 def test_the_summary_header_names_the_lineage_a_cell_rests_on():
     current = code_fingerprint()
     lineage = Lineage((step(OLD, current),))
-    assert code_versions([record()], lineage) == [
-        f"commit e9ffbeb (clean tree), current at this checkout by lineage aaaaaaaa -> {current[:8]} "
-        f"(1 cells identical on {KIND})"
+    assert code_versions([record()], lineage) == ["commit e9ffbeb (clean tree)"]
+    assert lineage_lines([record(), record(), record(current)], lineage) == [
+        f"2 cells by lineage aaaaaaaa -> {current[:8]} (1 cells identical on {KIND})"
     ]
     assert "stale at this checkout" in code_versions([record()])[0]
+    assert lineage_lines([record()], Lineage()) == []
 
 
 def lineage_script(results: Path, scratch: Path, *args: str) -> subprocess.CompletedProcess:
@@ -187,4 +188,6 @@ def test_the_lineage_script_keeps_what_it_reproduces_and_records_nothing_where_a
     assert "lm/norm_placement=pre/seed0: training" not in again.stdout
     assert "lm/norm_placement=post/seed0: training" in again.stdout
     assert load_record(results / "m/cells/lm/norm_placement=pre/seed0/result.json").code_fingerprint == OLD
-    assert "current at this checkout by lineage aaaaaaaa -> " in (results / "m" / "summary.md").read_text()
+    summary = (results / "m" / "summary.md").read_text()
+    assert "Current at this checkout: 1 cell by lineage aaaaaaaa -> " in summary
+    assert "stale at this checkout" not in summary
