@@ -151,6 +151,7 @@ def lineage_script(results: Path, scratch: Path, *args: str) -> subprocess.Compl
     return subprocess.run([*command, "--scratch", str(scratch), *args], cwd=REPO, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # five training processes (about 75 s of CPU); run with -m slow
 def test_the_lineage_script_keeps_what_it_reproduces_and_records_nothing_where_a_cell_differs(tmp_path):
     """A tiny two-variant matrix, its cells then marked as made by other code. Both retrain
     identically; post-norm is declared changed, so the step keeps only pre-norm's config, and the
