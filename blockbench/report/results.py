@@ -29,6 +29,8 @@ from ..record import CellRecord, load_record
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
 #: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
 BUDGET_AXIS = "trainer.max_steps"
+#: the split every reported metric must be scored on (``task.eval_split``'s default; tuning cells score "tuning")
+VALIDATION_SPLIT = "validation"
 
 
 def beats(metric: Metric, value: float, reference: float | None) -> bool:
@@ -69,6 +71,9 @@ class Group:
     levels: tuple[str, ...] = ()  # the matrix's level axes that this group's cells have
     #: the ``task:`` section of the first cell's resolved config (None: no config.yaml)
     task_section: dict[str, Any] | None = None
+    #: cells whose config scored another split than the validation split (``task.eval_split: tuning``):
+    #: left out of every statistic, since a reported metric must come from data no choice was made on
+    wrong_split: list[CellRecord] = field(default_factory=list)
 
     @property
     def level(self) -> tuple[tuple[str, Any], ...]:
@@ -259,10 +264,10 @@ def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list
             continue  # not run yet (an interrupted matrix)
         cell = json.loads(cell_file.read_text())
         result = load_record(result_file)
+        config = _config(cell_file.with_name(CONFIG_FILE))
         group = groups.get((cell["task"], cell["variant"]))
         if group is None:
             axes = cell.get("axes") or {}
-            config = _config(cell_file.with_name(CONFIG_FILE))
             group = groups[cell["task"], cell["variant"]] = Group(
                 cell["task"],
                 cell.get("task_name", cell["task"]),
@@ -274,10 +279,18 @@ def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list
                 task_section=config.get("task") if config and isinstance(config.get("task"), dict) else None,
             )
         group.index = min(group.index, cell["index"])
-        group.results.append(result)
+        (group.results if _scored_validation(config) else group.wrong_split).append(result)
     for group in groups.values():
         group.results.sort(key=lambda r: r.seed or 0)
+        group.wrong_split.sort(key=lambda r: r.seed or 0)
     return sorted(groups.values(), key=lambda g: g.index)
+
+
+def _scored_validation(config: dict[str, Any] | None) -> bool:
+    """Whether a reported cell's resolved config scored the validation split (true without a config:
+    results written by hand, and configs older than ``task.eval_split``, which always did)."""
+    task = (config or {}).get("task")
+    return not isinstance(task, dict) or task.get("eval_split", VALIDATION_SPLIT) == VALIDATION_SPLIT
 
 
 def _config(config_file: Path) -> dict[str, Any] | None:

@@ -70,6 +70,7 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
         csv_rows += section_csv_rows(analysis)
     lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
+    lines += _wrong_split(groups)
 
     found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
     apart = None if gives_verdicts(matrix_dir / MATRIX_FILE) else matrix_description(matrix_dir / MATRIX_FILE)
@@ -123,6 +124,25 @@ def _did_not_learn(analyses: list[TaskAnalysis]) -> list[str]:
     return lines
 
 
+def _wrong_split(groups: list[Group]) -> list[str]:
+    """The reported cells left out of every statistic because they scored another split than the
+    validation split, and how to replace them."""
+    rows = [(g, r) for g in groups for r in g.wrong_split]
+    if not rows:
+        return []
+    return [
+        "## Cells scored on the wrong split",
+        "",
+        "These cells' configs score the task's tuning split (`task.eval_split: tuning`), the split tuning "
+        "chooses its values on, not the validation split every reported metric comes from: they count in no "
+        "verdict, table or plot. Running the matrix again retrains them on the validation split "
+        "(their config changed).",
+        "",
+        *(f"- `{g.task}/{g.variant}/seed{_seed_text(r)}`" for g, r in rows),
+        "",
+    ]
+
+
 def _diverged_and_failed(groups: list[Group]) -> list[str]:
     """The lists of the diverged cells (where and at what loss they stopped) and of the failed ones (their error)."""
     lines = []
@@ -170,10 +190,13 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             f"Command: `{run.command}` (last run: {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells "
             f"trained{share_text})  "
         )
-    missing = settings.without_result(matrix_dir, len(results))
-    of = f" of {len(results) + missing}" if missing > 0 else ""
+    wrong_split = sum(len(g.wrong_split) for g in groups)
+    missing = settings.without_result(matrix_dir, len(results) + wrong_split)
+    of = f" of {len(results) + wrong_split + missing}" if missing > 0 or wrong_split else ""
+    refused = f", {wrong_split} scored on the wrong split and left out" if wrong_split else ""
     lines.append(
-        f"Cells: {len(results)}{of} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed)  "
+        f"Cells: {len(results)}{of} ({counts['ok']} ok, {counts['diverged']} diverged, {counts['failed']} failed"
+        f"{refused})  "
     )
     if missing > 0:
         lines.append(

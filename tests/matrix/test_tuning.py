@@ -376,3 +376,21 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     assert "tune/lm/norm_placement=pre/lr=0.003/seed1000 diverged at step 3" in error["error"]
     assert not (reported / "config.yaml").exists()
     assert "none: no candidate finished" in (matrix_dir / "summary.md").read_text()
+
+
+def test_a_task_given_as_a_mapping_is_never_shared_between_cells(tmp_path):
+    """A ``task:`` axis entry given as a mapping (``{name: lm, label: ..., ...}``) is copied into each
+    cell's config: setting a tuning cell's ``task.eval_split: tuning`` must leave the matrix's axis
+    and every reported cell validating on the validation split."""
+    task = {**TINY_LM["task"], "label": "tiny"}
+    path = tuned_matrix(
+        tmp_path,
+        {"task": [task], "model.norm_placement": ["pre", "post"], "seed": [0]},
+        tune={"optimizer.lr": [1e-3, 3e-3]},
+    )
+    expansion = expand_matrix(path)
+    assert {cell.run.task.eval_split for cell in expansion.tuning} == {"tuning"}
+    assert [cell.run.task.eval_split for cell in expansion.cells] == ["validation", "validation"]
+    chosen = [expansion.at_choice(cell, {"optimizer.lr": 3e-3}) for cell in expansion.cells]
+    assert [cell.run.task.eval_split for cell in chosen] == ["validation", "validation"]
+    assert "eval_split" not in expansion.matrix.axes["task"][0]

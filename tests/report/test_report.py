@@ -817,3 +817,25 @@ def test_the_header_marks_cells_of_other_code_than_the_checkout_stale(tmp_path):
         "Code: commit e9ffbeb (clean tree) (1 cell)  \nCode: commit e9ffbeb (clean tree), stale at this checkout "
         "(its model, task, trainer or config code has changed since) (1 cell)  \n"
     ) in write_report(tmp_path / "b")
+
+
+def test_a_reported_cell_scored_on_the_tuning_split_counts_in_no_statistic(tmp_path):
+    """A cell whose config says ``task.eval_split: tuning`` validated on the split tuning chose on: the
+    summary leaves it out of the verdict and the tables and names it. Here the baseline's seed 2 has
+    accuracy 0.99 on the tuning split; counted, the baseline's mean would be 0.73, not 0.60."""
+    cells = [("vit", PRE, s, _vit(s, a)) for s, a in enumerate([0.6, 0.6, 0.99])]
+    cells += [("vit", POST, s, _vit(s, a)) for s, a in enumerate([0.5, 0.52, 0.54])]
+    _write_cells(tmp_path, cells)
+    split = {("vit", PRE, 2): "tuning"}
+    for task, variant, seed, _ in cells:
+        config = {"task": {"name": task, "eval_split": split.get((task, variant, seed), "validation")}}
+        (tmp_path / "cells" / task / variant / f"seed{seed}" / "config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump({"name": "m", "baseline_variant": PRE}))
+    summary = write_report(tmp_path)
+    assert "## Cells scored on the wrong split" in summary
+    assert f"- `vit/{PRE}/seed2`" in summary
+    assert f"| {PRE} | 0.600 ± 0.000 |" in summary, summary  # the two validation-split seeds alone
+    assert "Cells: 5 of 6 (5 ok, 0 diverged, 0 failed, 1 scored on the wrong split and left out)" in summary
+    assert "Unfinished" not in summary
+    # the question is decided from the seeds each side has on the validation split: 3 against 2
+    assert re.search(rf"vit \(ViT\), {POST} vs {PRE}: \*\*worse\*\* \(Welch t, 3 vs 2 seeds", summary), summary
