@@ -577,9 +577,7 @@ def build_run_config(
     ``origins`` says its override was given (``on the command line``; default: ``by an override``)."""
     config = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
-        # a copy: a section given as a value (a matrix's ``task:`` axis entry) must not become part of
-        # this config, where a later key ("task.eval_split") would write into the caller's mapping
-        set_dotted(config, key, copy.deepcopy(value))
+        set_dotted(config, key, value)
     try:
         return RunConfig.model_validate(config)
     except ValidationError as exc:

@@ -6,6 +6,7 @@ under ``tune/cells/``).
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -132,7 +133,9 @@ class Expansion:
             **{key: f"by {self.path.name}'s tune: (a tuning cell)" for key in extra or {}},
         }
         base = str(self.path.parent / self.matrix.base) if self.matrix.base else ""
-        ordered = dict(sorted(settings.items(), key=lambda item: item[0].count(".")))
+        # copies: a section given as a value (a ``task:`` axis entry) must not enter this cell's config by
+        # reference, where a later key ("task.eval_split" of a tuning cell) would write into the matrix's axis
+        ordered = {key: copy.deepcopy(value) for key, value in sorted(settings.items(), key=lambda i: i[0].count("."))}
         return build_run_config(self.base, ordered, source=base, origins=origins)
 
     def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
