@@ -138,6 +138,31 @@ class Expansion:
         ordered = {key: copy.deepcopy(value) for key, value in sorted(settings.items(), key=lambda i: i[0].count("."))}
         return build_run_config(self.base, ordered, source=base, origins=origins)
 
+    def added_candidate(self, template: Cell, tuned: dict[str, Any], start: int) -> list[Cell]:
+        """The tuning cells of a candidate the tuner adds past an end of the grid (see
+        :func:`blockbench.matrix.tuning.extension`): ``template``'s (a tuning cell of the variant) at the
+        values ``tuned``, one per tuning seed, numbered from ``start``; raises ConfigError."""
+        axes = {key: value for key, value in template.axes.items() if key != "seed"}
+        variant_run = "/".join(template.tb_run.split("/")[1:-2])  # tune/<variant run>/<candidate>/seed<k>
+        cells = []
+        for seed in self.matrix.tune_seeds:
+            run = self.run_config(axes, {**tuned, **TUNING_SPLIT, "seed": seed})
+            seeded = {**axes, "seed": run.seed} if "seed" in template.axes else axes
+            cells.append(
+                Cell(
+                    start + len(cells),
+                    run,
+                    template.task,
+                    template.variant,
+                    run.seed,
+                    seeded,
+                    tb_run=tuning_run_name(variant_run, tuned, run.seed),
+                    phase=TUNE,
+                    tuned=dict(tuned),
+                )
+            )
+        return cells
+
     def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
         """The reported ``cell`` with the values tuning ``chosen`` set in its config (and so in its hash)."""
         return replace(cell, run=self.run_config(cell.axes, chosen), tuned=dict(chosen))

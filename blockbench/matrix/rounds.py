@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from ..lineage import NO_LINEAGE, Lineage
 from ..record import CellRecord
 from .expand import Cell, Expansion
 from .plan import earlier_record
-from .tuning import Candidate, Tuning, trial
+from .tuning import Candidate, Tuning, extension, trial
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,33 @@ def tuning_outcomes(
         )
         tunings[task, variant] = Tuning(task, variant, metric.name, metric.higher_is_better, candidates, tuple(seeds))
     return tunings
+
+
+def extended_tuning(
+    expansion: Expansion, tuning: list[Cell], matrix_dir: Path, counts: Counts, *, finished_only: bool = False
+) -> tuple[list[Cell], dict[tuple[str, str], Tuning]]:
+    """The tuning cells with those of the candidates the tuner added past the ends of the grid
+    (:func:`blockbench.matrix.tuning.extension`), and each task x variant's tuning over all of them:
+    a variant whose complete tuning chose an end gets the next value's cells, and its tuning is scored
+    again, until no variant needs another. Decided from the results on disk, so a resumed run asks for
+    the same cells; a value the config rejects ends the extension there."""
+    seeds = expansion.matrix.tune_seeds
+    refused: set[tuple[str, str]] = set()
+    while True:
+        tunings = tuning_outcomes(tuning, matrix_dir, seeds, counts, finished_only=finished_only)
+        added: list[Cell] = []
+        for key, outcome in tunings.items():
+            values = None if key in refused or not outcome.complete else extension(outcome, expansion.matrix.tune)
+            if values is None:
+                continue
+            template = next(cell for cell in tuning if (cell.task, cell.variant) == key)
+            try:
+                added += expansion.added_candidate(template, values, start=len(tuning) + len(added))
+            except ConfigError:
+                refused.add(key)
+        if not added:
+            return tuning, tunings
+        tuning = tuning + added
 
 
 def pending_tuning(tuning: list[Cell], tunings: dict[tuple[str, str], Tuning]) -> list[Cell]:

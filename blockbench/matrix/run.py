@@ -77,7 +77,7 @@ from .plan import (
     print_plan,
     trained_elsewhere,
 )
-from .rounds import Counts, first_round, merge_phases, next_round, pending_tuning, tuning_outcomes
+from .rounds import Counts, extended_tuning, first_round, merge_phases, next_round, pending_tuning
 from .say import say
 from .timing import cell_timer
 from .tuning import REPORT, TUNE, Tuning, tuning_record
@@ -132,7 +132,8 @@ def run_matrix(
     counts = Counts(fingerprint, reuse_stale, force, lineage)
     # the tuning cells the current rung of each variant still needs; the variants whose tuning has ended
     # (every rung reusable here): their choice is known before anything trains
-    tunings = tuning_outcomes(tuning, matrix_dir, matrix.tune_seeds, counts, finished_only=True)
+    # (with the candidates the tuner added past an end of the grid that won, as far as they have run)
+    tuning, tunings = extended_tuning(expansion, tuning, matrix_dir, counts, finished_only=True)
     settled = {cell.key for cell in tuning if counts.record(cell, matrix_dir, finished_only=True)}
     pending = {cell.key for cell in pending_tuning(tuning, tunings)}
     tuning_plans = plan_cells(
@@ -228,7 +229,9 @@ def run_matrix(
 
     def run(n: int, cell: Cell) -> None:
         slot = free_slots.get()
-        taken = devices.take(needs[cell.key]) if gpus else None  # whole devices, waiting for them if need be
+        # whole devices, waiting for them if need be (a value the tuner added past a grid's end: its own)
+        need = needs.get(cell.key) or devices_per_cell(cell.run, len(gpus)) if gpus else 0
+        taken = devices.take(need) if gpus else None
         if taken is not None:
             slot = replace(slot, devices=tuple(taken))
         try:
@@ -300,17 +303,23 @@ def run_matrix(
         )
         records = [run_phase(tuning_plans)]
         seen: set[str] = set()
+        cells_of_tuning = tuning
         while True:
             with clock.part("planning"):
-                tunings = tuning_outcomes(tuning, matrix_dir, matrix.tune_seeds, counts)
-                pending = [cell for cell in pending_tuning(tuning, tunings) if cell.key not in seen]
+                grid_before = len(cells_of_tuning)
+                cells_of_tuning, tunings = extended_tuning(expansion, cells_of_tuning, matrix_dir, counts)
+                pending = [cell for cell in pending_tuning(cells_of_tuning, tunings) if cell.key not in seen]
             if not pending:
                 break
             seen |= {cell.key for cell in pending}
-            say(f"tuning: next rung, {len(pending)} cell(s) of the candidates that survived")
+            added = len(cells_of_tuning) > grid_before
+            say(
+                f"tuning: {len(pending)} cell(s) of "
+                + ("a value past an end of the grid that won" if added else "the candidates that survived")
+            )
             records.append(run_phase(add_plans(pending)))
         phases[TUNE] = merge_phases(records)
-        write_tuning(matrix_dir, tuning_record(list(matrix.tune), matrix.tune_seeds, list(tunings.values())))
+        write_tuning(matrix_dir, tuning_record(matrix.tune, matrix.tune_seeds, list(tunings.values())))
         for tuned in tunings.values():
             say(f"tuned {tuned.describe()}")
         return tunings

@@ -15,6 +15,16 @@ et al. 2020), not a verdict on it. With ``tune: {optimizer.lr: [3.0e-4, 1.0e-3, 
 2. **reported**: every seed of the axes trains with the chosen values set in its config, so the
    choice is part of its config hash: a changed choice retrains it, an unchanged one reuses it.
 
+**A grid that holds the optimum.** A choice at an end of a numeric key's grid (the lowest or highest
+learning rate tried) says only that the best may lie beyond it. Once a variant's tuning is complete
+with its choice at such an end, the tuner adds the next value past it, one step of the grid's own
+ratio at that end (``[3e-4, 1e-3, 3e-3]`` chosen at 3e-4: 9e-5), as one more candidate of the same
+successive halving (every cell already trained is reused), and again while the choice stays at the
+new end, up to :data:`EXTENSION_STEPS` values past each end. It stops where the best is interior, or
+where the next value is worse, diverges or fails (then the best is interior too); a choice still at an
+end after the last step is marked so in the summary. ``tune.json`` records the grid as written and
+which candidates the tuner added.
+
 Scores are the final value of the task's headline metric, the first of its metrics
 (``TaskConfig.metrics``), in that metric's direction. A candidate any of whose cells diverged, failed
 or has no finite score never survives a rung; of equal scores the candidate listed first wins. A
@@ -42,6 +52,10 @@ from ..record import CellRecord
 TUNE, REPORT = "tune", "report"
 #: a candidate whose tuning cell has no result of its current config (it has not run)
 NOT_RUN = "not run"
+#: the values the tuner adds past each end of a numeric key's grid while the choice sits at that end
+#: (two steps of the grid's ratio: a factor of about 10 past a half-decade grid's end, where a
+#: learning rate's optimum has been in every comparison of the book)
+EXTENSION_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -226,13 +240,66 @@ def _score_text(option: Candidate, seeds: Sequence[int]) -> str:
     return f"{score:.4g}" if score is not None else _status(option, seeds)
 
 
-def tuning_record(keys: Sequence[str], tune_seeds: Sequence[int], tunings: Sequence[Tuning]) -> dict[str, Any]:
-    """What ``tune.json`` holds: the tuned keys and seeds; per task its headline metric and direction,
-    and per variant (:meth:`Tuning.record`) every candidate and the choice."""
+def tuning_record(grid: dict[str, list[Any]], tune_seeds: Sequence[int], tunings: Sequence[Tuning]) -> dict[str, Any]:
+    """What ``tune.json`` holds: the tuned keys, their grid as written and the seeds; per task its headline
+    metric and direction, and per variant (:meth:`Tuning.record`) every candidate (``added``: one the
+    tuner added past an end of the grid) and the choice."""
     tasks: dict[str, dict[str, Any]] = {}
     for tuning in tunings:
         task = tasks.setdefault(
             tuning.task, {"metric": tuning.metric, "higher_is_better": tuning.higher_is_better, "variants": {}}
         )
-        task["variants"][tuning.variant] = tuning.record()
-    return {"keys": list(keys), "tune_seeds": list(tune_seeds), "method": "successive halving", "tasks": tasks}
+        record = tuning.record()
+        for candidate in record["candidates"]:
+            candidate["added"] = any(candidate["values"].get(key) not in values for key, values in grid.items())
+        task["variants"][tuning.variant] = record
+    return {
+        "keys": list(grid),
+        "grid": {key: list(values) for key, values in grid.items()},
+        "extension_steps": EXTENSION_STEPS,
+        "tune_seeds": list(tune_seeds),
+        "method": "successive halving",
+        "tasks": tasks,
+    }
+
+
+def _numbers(values: Sequence[Any]) -> bool:
+    """Whether a grid can be extended geometrically: two or more distinct positive numbers (not booleans)."""
+    return (
+        len(set(values)) >= 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        and min(values) > 0
+    )
+
+
+def _step(value: float, ratio: float, integer: bool) -> float:
+    """``value`` times ``ratio``, to 4 significant digits (``9e-05``, not ``9.000000000000001e-05``)."""
+    stepped = float(f"{value * ratio:.4g}")
+    return round(stepped) if integer else stepped
+
+
+def extension(tuning: Tuning, grid: dict[str, list[Any]]) -> dict[str, Any] | None:
+    """The values of the next candidate past an end of ``grid`` (the ``tune:`` section as written) that the
+    complete ``tuning``'s choice sits at: the chosen values with that key one step of the grid's own
+    ratio further (see the module docstring); None when the choice is interior for every key, the
+    tuning is not complete, nothing was chosen, or :data:`EXTENSION_STEPS` values were added there."""
+    chosen = tuning.chosen
+    if chosen is None:
+        return None
+    for key, written in grid.items():
+        if not _numbers(written):
+            continue
+        ends = sorted(set(written))
+        tried = sorted({c.values[key] for c in tuning.candidates})
+        value = chosen.values[key]
+        integer = all(isinstance(v, int) for v in written)
+        if value == tried[0] and value <= ends[0]:
+            beyond, ratio = sum(v < ends[0] for v in tried), ends[0] / ends[1]
+        elif value == tried[-1] and value >= ends[-1]:
+            beyond, ratio = sum(v > ends[-1] for v in tried), ends[-1] / ends[-2]
+        else:
+            continue
+        following = _step(value, ratio, integer)
+        if beyond < EXTENSION_STEPS and following not in tried and following > 0:
+            return {**chosen.values, key: following}
+    return None

@@ -69,18 +69,19 @@ def tuning_section(matrix_dir: Path) -> list[str]:
         f"choice; a score over several seeds is their mean (n seeds); `{TUNE_FILE}` has every cell's score.",
         "",
     ]
+    lines += _extension_lines(record)
     if any(grid_edges(t) for entry in record["tasks"].values() for t in entry["variants"].values()):
+        steps = record.get("extension_steps")
+        went = f" (the tuner went up to {steps} values past the grid's ends, and stopped there)" if steps else ""
         lines += [
-            "A tuned value marked *lowest* or *highest tried* is an end of its grid: the variant's best may lie beyond "
-            "it, so its verdict may understate it. Add values past that end to `tune:` and run the matrix again (the "
-            "finished tuning cells are reused).",
+            f"A tuned value marked *lowest* or *highest tried* is an end of the values tried{went}: the variant's "
+            "best may lie beyond it, so its verdict may understate it. Add values past that end to `tune:` and run "
+            "the matrix again (the finished tuning cells are reused).",
             "",
         ]
     for task, entry in record["tasks"].items():
         arrow = "↑" if entry["higher_is_better"] else "↓"
-        labels = list(
-            dict.fromkeys(c["label"] for variant in entry["variants"].values() for c in variant["candidates"])
-        )
+        labels = _in_value_order([c for variant in entry["variants"].values() for c in variant["candidates"]])
         lines += [f"**{task}**: {entry['metric']} {arrow} on the tuning split", ""]
         lines += [_row(["variant", *labels, "tuned value"]), "|" + "---|" * (len(labels) + 2)]
         for variant, tuned in entry["variants"].items():
@@ -90,6 +91,40 @@ def tuning_section(matrix_dir: Path) -> list[str]:
             lines.append(_row([variant, *cells, chosen]))
         lines.append("")
     return lines
+
+
+def _in_value_order(candidates: list[dict[str, Any]]) -> list[str]:
+    """The candidates' labels once each, ordered by their values where these are all numbers (a grid the
+    tuner extended reads in order, its added values at the ends), else as listed."""
+    labels = {c["label"]: tuple(c["values"].values()) for c in candidates}
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for values in labels.values() for v in values)
+    return sorted(labels, key=lambda label: labels[label]) if numeric else list(labels)
+
+
+def _extension_lines(record: dict[str, Any]) -> list[str]:
+    """Which values the tuner added past the grid's ends, per variant, and where each variant's choice ended:
+    interior (the grid now holds its best) or still at an end (the cap, or the config refused the next value)."""
+    lines = []
+    for task, entry in record["tasks"].items():
+        for variant, tuned in entry["variants"].items():
+            added = [c["label"] for c in tuned["candidates"] if c.get("added")]
+            if not added:
+                continue
+            edges = grid_edges(tuned)
+            ended = f"still at the {', '.join(edges)} tried" if edges else "the best is now inside the values tried"
+            lines.append(f"- {task} {variant}: added {', '.join(added)}; {ended}")
+    if not lines:
+        return []
+    grid = ", ".join(f"`{key}: {values}`" for key, values in (record.get("grid") or {}).items())
+    return [
+        f"The grid as written ({grid}) was extended where a variant's choice sat at one of its ends: the tuner added "
+        f"the next value past that end, one step of the grid's own ratio, as one more candidate (up to "
+        f"{record.get('extension_steps')} per end), until the best was inside the values tried or the next value "
+        "lost, diverged or failed:",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def _candidate_cell(option: dict[str, Any] | None, chosen: bool) -> str:

@@ -18,7 +18,7 @@ from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.rounds import Counts, first_round, tuning_outcomes
 from blockbench.matrix.run import plan_reported
-from blockbench.matrix.tuning import Candidate, Tuning, trial, tuning_record
+from blockbench.matrix.tuning import EXTENSION_STEPS, Candidate, Tuning, extension, trial, tuning_record
 from blockbench.provenance import code_fingerprint
 from blockbench.record import CellRecord, write_tuning
 from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
@@ -162,7 +162,7 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
             (1000,),
         )
     ]
-    write_tuning(tmp_path, tuning_record(["optimizer.lr"], [1000], lm + vit))
+    write_tuning(tmp_path, tuning_record({"optimizer.lr": [0.0003, 0.001, 0.003]}, [1000], lm + vit))
     text = "\n".join(tuning_section(tmp_path))
     assert text.startswith("## Tuning") and "`optimizer.lr`" in text and "tuning seed 1000" in text
     assert "tuning split (`task.eval_split: tuning`)" in text
@@ -173,7 +173,7 @@ def test_the_tuning_section_shows_every_score_the_choice_and_the_tuned_value(tmp
     assert (
         "| norm_placement=pre | **0.5** | 0.25 | 0.5 | lr=0 (lowest lr tried) |" in text
     )  # higher is better; a tie: the first
-    assert "*lowest* or *highest tried* is an end of its grid" in text  # what the mark means and what to do
+    assert "*lowest* or *highest tried* is an end of the values tried (the tuner went up to 2 values" in text
     assert tuning_section(tmp_path / "no_tuning") == []
 
 
@@ -285,7 +285,9 @@ def _mtimes(folder: Path) -> dict[str, int]:
 
 def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing(tmp_path, capsys):
     """Two candidates of one variant: 10000 diverges (listed first: it must not win for being first),
-    3e-3 finishes and, as the better half of the first rung, trains again at the second tuning seed; the
+    3e-3 finishes and, as the better half of the first rung, trains again at the second tuning seed. The
+    choice is the lowest value of the grid, so the tuner adds the next one past it at the grid's ratio
+    (3e-3 x 3e-3 / 1e4 = 9e-10), which loses: 3e-3 stays the choice, now inside the values tried. The
     reported seed trains at 3e-3, not at the base's 1e-3. Tuning cells validate on the tuning split. A
     rerun trains nothing; a tuning result that changes leaves the variant without a choice, and its seed
     fails untrained."""
@@ -307,22 +309,28 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     # every progress line counts the 4 cells once: no [n/N] past N, the last one 4/4 trained
     numbers = [tuple(map(int, m)) for m in re.findall(r"^\[(\d+)/(\d+)\]", first.stdout, re.M)]
     assert numbers and all(n <= total for n, total in numbers), first.stdout
-    assert re.findall(r"(\d+)/(\d+) trained", first.stdout)[-1] == ("4", "4"), first.stdout
+    assert re.findall(r"(\d+)/(\d+) trained", first.stdout)[-1] == ("5", "5"), first.stdout
+    assert "tuning: 1 cell(s) of a value past an end of the grid that won" in first.stdout
+    added = json.loads((tune_dir / "lr=9e-10" / "seed1000" / RESULT_FILE).read_text())
+    assert not (tune_dir / "lr=9e-10" / "seed1001").exists()  # it lost the first rung
     mean = (good[0]["metrics"]["perplexity"] + good[1]["metrics"]["perplexity"]) / 2
-    assert f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {mean:.4g} over 2 seeds; lr=10000.0 diverged)" in (
-        first.stdout
-    )
+    worse = added["metrics"]["perplexity"]
+    assert worse > max(g["metrics"]["perplexity"] for g in good)
+    tuned_line = f"tuned lm/norm_placement=pre: lr=0.003 (perplexity {mean:.4g} over 2 seeds; lr=10000.0 diverged, "
+    assert tuned_line + f"lr=9e-10 {worse:.4g})" in first.stdout
 
     # tune.json: the metric, its direction, every candidate with its trials, the choice
     record = json.loads((matrix_dir / "tune.json").read_text())
     assert record["keys"] == ["optimizer.lr"] and record["tune_seeds"] == [1000, 1001]
+    assert record["grid"] == {"optimizer.lr": [1.0e4, 3.0e-3]} and record["extension_steps"] == EXTENSION_STEPS
     lm = record["tasks"]["lm"]
     assert (lm["metric"], lm["higher_is_better"]) == ("perplexity", False)
     variant = lm["variants"]["norm_placement=pre"]
     assert variant["chosen"] == {"optimizer.lr": 0.003}
-    assert [(c["label"], c["status"], c["score"], c["rung"]) for c in variant["candidates"]] == [
-        ("lr=10000.0", "diverged", None, 0),
-        ("lr=0.003", "ok", pytest.approx(mean), 1),
+    assert [(c["label"], c["status"], c["score"], c["rung"], c["added"]) for c in variant["candidates"]] == [
+        ("lr=10000.0", "diverged", None, 0, False),
+        ("lr=0.003", "ok", pytest.approx(mean), 1, False),
+        ("lr=9e-10", "ok", pytest.approx(worse), 0, True),
     ]
 
     # the reported seed trained at the chosen value, on the validation split, and says so
@@ -336,22 +344,23 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     # matrix_run.json records both phases and the tuning's two rungs
     run = json.loads((matrix_dir / "matrix_run.json").read_text())
     assert {phase: (r["cells"], r["trained"], r["rounds"]) for phase, r in run["phases"].items()} == {
-        "tune": (3, 3, 2),
+        "tune": (4, 4, 3),
         "report": (1, 1, 1),
     }
     assert [(c["key"], c["phase"]) for c in run["cells"]][-1] == ("lm/norm_placement=pre/seed0", "report")
     summary = (matrix_dir / "summary.md").read_text()
-    assert f"| norm_placement=pre | diverged | **{mean:.4g} (2 seeds)** | lr=0.003 (lowest lr tried) |" in summary
+    assert f"| norm_placement=pre | {worse:.4g} | **{mean:.4g} (2 seeds)** | diverged | lr=0.003 |" in summary, summary
+    assert "- lm norm_placement=pre: added lr=9e-10; the best is now inside the values tried" in summary
 
     # a rerun (here in this process: no interpreter start-up to wait for) reuses all four cells: nothing
     # trains, no result is rewritten
     before = _mtimes(matrix_dir)
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "0 to train, 4 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
+    assert "0 to train, 5 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
     assert main(["--results-dir", str(results), "matrix", str(path)]) == 0
     again = capsys.readouterr().out
-    assert ": training" not in again and again.count("done earlier, reusing its result") == 4
+    assert ": training" not in again and again.count("done earlier, reusing its result") == 5
     assert json.loads((matrix_dir / "matrix_run.json").read_text())["cells_trained"] == 0
     assert _mtimes(matrix_dir) == before
 
@@ -365,10 +374,11 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     [retrain] = plan_reported(expansion, first_round(expansion), other, matrix_dir, code_fingerprint(), start=3)
     assert (retrain.status, retrain.trains, retrain.cell.run.optimizer.lr) == ("to run", True, 1.0e-3)
 
-    # no candidate finished (the good one's first record now says it diverged): the seed fails, untrained
+    # no candidate finished (the good ones' first records now say they diverged): the seed fails, untrained
     write_json(
         tune_dir / "lr=0.003" / "seed1000" / RESULT_FILE, {**good[0], "status": "diverged", "diverged_at_step": 3}
     )
+    write_json(tune_dir / "lr=9e-10" / "seed1000" / RESULT_FILE, {**added, "status": "diverged", "diverged_at_step": 3})
     assert main(["--results-dir", str(results), "matrix", str(path)]) == 1
     assert ": training" not in capsys.readouterr().out
     error = json.loads((reported / RESULT_FILE).read_text())
@@ -394,3 +404,35 @@ def test_a_task_given_as_a_mapping_is_never_shared_between_cells(tmp_path):
     chosen = [expansion.at_choice(cell, {"optimizer.lr": 3e-3}) for cell in expansion.cells]
     assert [cell.run.task.eval_split for cell in chosen] == ["validation", "validation"]
     assert "eval_split" not in expansion.matrix.axes["task"][0]
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        # perplexity at 3e-4, 1e-3, 3e-3 (lower is better): the lowest wins, the next value below is 9e-5
+        ({3e-4: 5.0, 1e-3: 6.0, 3e-3: 7.0}, 9e-5),
+        ({3e-4: 7.0, 1e-3: 6.0, 3e-3: 5.0}, 9e-3),  # the highest wins: 3e-3 x 3
+        ({3e-4: 7.0, 1e-3: 5.0, 3e-3: 6.0}, None),  # interior: nothing to add
+        ({9e-5: 4.0, 3e-4: 5.0, 1e-3: 6.0, 3e-3: 7.0}, 2.7e-5),  # the added value wins again: one more step
+        ({2.7e-5: 3.0, 9e-5: 4.0, 3e-4: 5.0, 1e-3: 6.0, 3e-3: 7.0}, None),  # two added past the end: the cap
+        ({9e-5: None, 3e-4: 5.0, 1e-3: 6.0, 3e-3: 7.0}, None),  # the added value diverged: the best is interior
+    ],
+)
+def test_the_tuner_adds_the_next_value_past_an_end_that_wins_up_to_its_cap(scores, expected):
+    """Hand-computed steps of the grid's own ratio at each end: 3e-4 / 1e-3 below, 3e-3 / 1e-3 above."""
+    assert EXTENSION_STEPS == 2
+    candidates = tuple(
+        Candidate(
+            {"optimizer.lr": lr},
+            f"lr={lr}",
+            (
+                trial(
+                    1000, f"tune/lm/v/lr={lr}/seed1000", ok(score) if score else record(status="diverged"), "perplexity"
+                ),
+            ),
+        )
+        for lr, score in scores.items()
+    )
+    tuning = Tuning("lm", "v", "perplexity", False, candidates, (1000,))
+    values = extension(tuning, {"optimizer.lr": [3e-4, 1e-3, 3e-3]})
+    assert values == (None if expected is None else {"optimizer.lr": pytest.approx(expected, rel=1e-12)})
