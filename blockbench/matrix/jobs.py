@@ -30,6 +30,7 @@ from ..layout import (
     write_json,
 )
 from ..lifeline import RUNNER_ENV
+from ..prereg import PlanBook
 from ..provenance import code_fingerprint
 from ..record import CellRecord, read_record, write_record
 from .devices import VISIBLE, auto_jobs, visible_devices
@@ -113,8 +114,10 @@ def job_slots(jobs: int) -> list[Slot]:
 
 def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:
     """The cell's ``cell.json``: what the report groups it by (task, variant, seed), its axes and the
-    matrix file; in a matrix with ``tune:`` also its phase and tuned values."""
+    matrix file; in a matrix with ``tune:`` also its phase and tuned values; and the hash of the
+    analysis plan in force as the cell starts (``plan.json``'s current, see ``blockbench.prereg``)."""
     tuning = {"phase": cell.phase, "tuned": cell.tuned} if cell.phase else {}
+    plan = PlanBook.load(matrix_dir).current
     write_json(
         cell.directory(matrix_dir) / CELL_FILE,
         {
@@ -126,6 +129,7 @@ def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:
             "axes": cell.axes,
             **tuning,
             "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
+            **({"plan": plan} if plan else {}),
         },
     )
 

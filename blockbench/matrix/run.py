@@ -39,6 +39,7 @@ from ..layout import (
 )
 from ..lifeline import FolderHeld, holder
 from ..lineage import NO_LINEAGE, Lineage
+from ..prereg import PlanBook
 from ..progress import format_duration
 from ..provenance import code_fingerprint
 from ..record import CellRecord, write_record, write_tuning
@@ -77,6 +78,7 @@ from .plan import (
     print_plan,
     trained_elsewhere,
 )
+from .preregister import analysis_plan
 from .rounds import Counts, extended_tuning, first_round, merge_phases, next_round, pending_tuning
 from .say import say
 from .timing import cell_timer
@@ -167,7 +169,8 @@ def run_matrix(
     # a cell that another live run trains now (a runner started twice): never a second process on it
     held = {plan.cell.key: by for plan in plans if plan.trains and (by := holder(plan.cell.directory(matrix_dir)))}
     if dry_run:
-        notes = [f"tuned {tuned.describe()}" for tuned in known.values()]
+        notes = [f"analysis plan {analysis_plan(expansion).digest()} (what decides the verdicts; see plan.json)"]
+        notes += [f"tuned {tuned.describe()}" for tuned in known.values()]
         if matrix.seeds:
             notes.append(
                 f"seeds in rounds: {matrix.seeds.min} per variant first, then {matrix.seeds.step} more at a time "
@@ -181,6 +184,8 @@ def run_matrix(
         raise FolderHeld(held)
     clock.exit("planning")
     matrix_dir.mkdir(parents=True, exist_ok=True)
+    # what decides the verdicts, committed to before any cell of this run starts (cell.json names it)
+    PlanBook.load(matrix_dir).record(matrix_dir, analysis_plan(expansion))
     write_atomic(matrix_dir / MATRIX_FILE, path.read_text())
     if not tuning:
         (matrix_dir / TUNE_FILE).unlink(missing_ok=True)  # the tune: section was removed: its record is not this run's

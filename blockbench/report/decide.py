@@ -90,6 +90,9 @@ PAIRED_T, WELCH_T, SIGNED_RANK, RANK_SUM, NO_TEST = (
     "none",
 )
 
+#: the decision rule's version, recorded in every matrix's analysis plan (``blockbench.prereg``): the date
+#: of the last change to what decides a verdict; docs/decisions/verdict-rule.md's History has each one
+RULE_VERSION = "2026-11-26"
 #: the error rate of a false better/worse (two-sided) and, separately, of a false equivalent, per question
 ALPHA = 0.05
 #: the level of the interval of the probability of improvement (descriptive: it decides nothing)

@@ -74,6 +74,8 @@ class Group:
     #: cells whose config scored another split than the validation split (``task.eval_split: tuning``):
     #: left out of every statistic, since a reported metric must come from data no choice was made on
     wrong_split: list[CellRecord] = field(default_factory=list)
+    #: the analysis plan's hash each reported cell started under (``cell.json``; None: none recorded)
+    plans: list[str | None] = field(default_factory=list)
 
     @property
     def level(self) -> tuple[tuple[str, Any], ...]:
@@ -279,7 +281,11 @@ def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list
                 task_section=config.get("task") if config and isinstance(config.get("task"), dict) else None,
             )
         group.index = min(group.index, cell["index"])
-        (group.results if _scored_validation(config) else group.wrong_split).append(result)
+        if _scored_validation(config):
+            group.results.append(result)
+            group.plans.append(cell.get("plan"))
+        else:
+            group.wrong_split.append(result)
     for group in groups.values():
         group.results.sort(key=lambda r: r.seed or 0)
         group.wrong_split.sort(key=lambda r: r.seed or 0)

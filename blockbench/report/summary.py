@@ -28,10 +28,12 @@ from typing import Any
 
 from ..layout import MATRIX_FILE, SUMMARY_CSV, SUMMARY_MD, write_atomic
 from ..lineage import Lineage
+from ..prereg import PlanBook
 from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
 from .forest import draw_matrix_picture
+from .plans import plan_section
 from .results import (
     Group,
     MatrixSettings,
@@ -71,6 +73,7 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
     lines += _wrong_split(groups)
+    lines += plan_section(matrix_dir, analyses)
 
     found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
     apart = None if gives_verdicts(matrix_dir / MATRIX_FILE) else matrix_description(matrix_dir / MATRIX_FILE)
@@ -191,6 +194,9 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             f"trained{share_text})  "
         )
     wrong_split = sum(len(g.wrong_split) for g in groups)
+    plan = PlanBook.load(matrix_dir).current
+    if plan:
+        lines.append(f"Analysis plan: `{plan}` (what decides the verdicts, fixed before the cells: see below)  ")
     missing = settings.without_result(matrix_dir, len(results) + wrong_split)
     of = f" of {len(results) + wrong_split + missing}" if missing > 0 or wrong_split else ""
     refused = f", {wrong_split} scored on the wrong split and left out" if wrong_split else ""
