@@ -178,6 +178,34 @@ MUTATIONS = (
         "return trials[-1].score",
         "a candidate's score over several tuning seeds is its last seed's",
     ),
+    Mutation(
+        "extension-cap-off-by-one",
+        "blockbench/matrix/tuning.py",
+        "if beyond < EXTENSION_STEPS and following not in tried and following > 0:",
+        "if beyond <= EXTENSION_STEPS and following not in tried and following > 0:",
+        "the tuner adds one value more past a grid's end than its cap allows",
+    ),
+    Mutation(
+        "extension-ratio-inverted",
+        "blockbench/matrix/tuning.py",
+        "beyond, ratio = sum(v < ends[0] for v in tried), ends[0] / ends[1]",
+        "beyond, ratio = sum(v < ends[0] for v in tried), ends[1] / ends[0]",
+        "a choice at the lowest value extends the grid upwards, into values already tried",
+    ),
+    Mutation(
+        "wrong-split-counted",
+        "blockbench/report/results.py",
+        "return not isinstance(task, dict) or task.get(\"eval_split\", VALIDATION_SPLIT) == VALIDATION_SPLIT",
+        "return True",
+        "a reported cell scored on the tuning split counts in the statistics",
+    ),
+    Mutation(
+        "plan-flag-misses-mixed-cells",
+        "blockbench/report/plans.py",
+        "if set(under) <= {book.current}:",
+        "if book.current in under:",
+        "a verdict with some cells under an earlier plan is not flagged when others started under the current one",
+    ),
 )
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import yaml
-from conftest import TINY_LM, write_matrix
+from conftest import TINY_LM, ok_result, write_matrix
 
 from blockbench.cli import main
-from blockbench.layout import PLAN_FILE
+from blockbench.layout import PLAN_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.preregister import analysis_plan
-from blockbench.prereg import PlanBook
+from blockbench.prereg import AnalysisPlan, PlanBook, TaskPlan
 from blockbench.report.decide import ALPHA, FUTILITY, RULE_VERSION
 from blockbench.report.summary import write_report
 
@@ -72,3 +72,32 @@ def test_cells_without_a_recorded_plan_are_said_to_have_none(tmp_path):
     summary = write_report(tmp_path)
     assert "No analysis plan is recorded for this matrix" in summary
     assert not (tmp_path / PLAN_FILE).exists()
+
+
+def test_a_verdict_with_some_cells_under_an_earlier_plan_is_flagged_and_one_under_the_current_is_not(tmp_path):
+    """vit: both variants' seeds 0-2 started under the current plan; translation: the baseline's seed 2
+    started under an earlier one whose margin was 2 BLEU (the rest under the current one)."""
+    task = {"vit": TaskPlan(metric="accuracy", higher_is_better=True, margin=0.01)}
+    task["translation"] = TaskPlan(metric="bleu", higher_is_better=True, margin=1.0)
+    current = AnalysisPlan(rule=RULE_VERSION, alpha=ALPHA, futility=None, looks=[3], baseline_variant="a", tasks=task)
+    earlier_tasks = {**task, "translation": TaskPlan(metric="bleu", higher_is_better=True, margin=2.0)}
+    earlier = current.model_copy(update={"tasks": earlier_tasks})
+    book = PlanBook()
+    old, new = book.record(tmp_path, earlier), book.record(tmp_path, current)
+    values = {"vit": ("accuracy", 0.5, {"accuracy": 0.1}), "translation": ("bleu", 30.0, {"bleu": 1.0})}
+    index = 0
+    for name, (metric, value, baselines) in values.items():
+        for variant in ("a", "b"):
+            for seed in range(3):
+                plan = old if (name, variant, seed) == ("translation", "a", 2) else new
+                folder = tmp_path / "cells" / name / variant / f"seed{seed}"
+                cell = {"index": index, "task": name, "task_name": name, "variant": variant, "seed": seed}
+                write_json(folder / "cell.json", {**cell, "axes": {}, "plan": plan})
+                metrics = {metric: value + seed + (variant == "b"), "loss": 1.0}
+                write_json(folder / "result.json", ok_result(name, seed, metrics, baselines))
+                index += 1
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump({"name": "m", "baseline_variant": "a"}))
+    summary = write_report(tmp_path)
+    assert f"Analysis plan: `{new}`" in summary
+    assert f"- translation b: 1 cell(s) under plan `{old}` (changed since: margin of translation)" in summary
+    assert "- vit b" not in summary
