@@ -195,7 +195,7 @@ MUTATIONS = (
     Mutation(
         "wrong-split-counted",
         "blockbench/report/results.py",
-        "return not isinstance(task, dict) or task.get(\"eval_split\", VALIDATION_SPLIT) == VALIDATION_SPLIT",
+        'return not isinstance(task, dict) or task.get("eval_split", VALIDATION_SPLIT) == VALIDATION_SPLIT',
         "return True",
         "a reported cell scored on the tuning split counts in the statistics",
     ),

@@ -18,6 +18,7 @@ from ..lineage import Lineage
 from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
 from .forest import draw_book_picture
+from .fragility import fragile_questions
 from .results import (
     MatrixSettings,
     book_seconds,
@@ -88,6 +89,11 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         if name not in ran and gives_verdicts(path)
     ]
     index.not_run.sort(key=lambda m: m.name)
+    # the baseline swap (``fragility``): a line under the count of verdicts, and a mark on each fragile one
+    swaps = fragile_questions(results_root)
+    index.notes.append(swaps.line())
+    for matrix in index.matrices:
+        matrix.comparisons = swaps.marked(matrix.name, matrix.comparisons)
     markdown = index_markdown(index)
     picture = draw_book_picture(results_root, [(m.name, m.comparisons) for m in index.matrices])
     if picture is not None:  # after the title and the note on how it is made: the answer first

@@ -33,6 +33,7 @@ from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
 from .forest import draw_matrix_picture
+from .fragility import summary_swaps
 from .plans import plan_section
 from .results import (
     Group,
@@ -78,13 +79,19 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     found = [comparison for analysis in analyses for comparison in comparisons(analysis)]
     apart = None if gives_verdicts(matrix_dir / MATRIX_FILE) else matrix_description(matrix_dir / MATRIX_FILE)
     picture = draw_matrix_picture(matrix_dir, found, apart=apart is not None)  # plots/verdicts.png
+    swaps = summary_swaps(matrix_dir, analyses)  # the baseline swap (``fragility``): fragile verdicts marked
+    found = swaps.marked(matrix_dir.name, found)
 
     if before_header is not None:
         before_header()
     run = read_matrix_run(matrix_dir)
     lines += _wall_time_section(run, groups)
     markdown = "\n".join(
-        _header(matrix_dir, settings, groups, run) + verdict_lines(found, apart=apart) + picture + lines
+        _header(matrix_dir, settings, groups, run)
+        + verdict_lines(found, apart=apart)
+        + swaps.summary_lines(matrix_dir.name)
+        + picture
+        + lines
     )
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))

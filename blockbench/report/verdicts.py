@@ -427,6 +427,8 @@ class Index:
     apart: list[Apart] = field(default_factory=list)
     #: the seconds of every cell process of the book: reported cells and tuning cells (those apart included)
     book_seconds: tuple[float, float] = (0.0, 0.0)
+    #: paragraphs under the count of decided verdicts (the baseline swap's, ``fragility``)
+    notes: list[str] = field(default_factory=list)
 
 
 def _cell(text: str) -> str:
@@ -502,6 +504,7 @@ def index_markdown(index: Index) -> str:
             f"{_hours(reported)} h reported cells, {_hours(tuning)} h tuning cells).",
             "",
         ]
+        lines += [text for note in index.notes if note for text in (note, "")]
         present = {c.family for c in comparisons}
         families = [*FAMILIES, *sorted(present - set(FAMILIES))]
         header = [
