@@ -96,9 +96,9 @@ MUTATIONS = (
     ),
     Mutation(
         "unpaired-size-swapped",
-        "blockbench/report/verdicts.py",
-        '" vs ".join(str(n) for n in d.n) + " seeds"',
-        '" vs ".join(str(n) for n in reversed(d.n)) + " seeds"',
+        "blockbench/report/stats.py",
+        '" vs ".join(str(k) for k in n) + " seeds"',
+        '" vs ".join(str(k) for k in reversed(n)) + " seeds"',
         "an unpaired look's verdict line prints the baseline's seed count first",
     ),
     Mutation(
@@ -163,6 +163,20 @@ MUTATIONS = (
         "n = (len(a),) if paired else (len(a), len(b))",
         "n = (len(a),) if paired else (len(a), len(a))",
         "an unpaired decision records the variant's seed count for both sides",
+    ),
+    Mutation(
+        "form-read-from-the-far-end",
+        "blockbench/report/decide.py",
+        "(self.difference > 0 and low > self.margin)",
+        "(self.difference > 0 and high > self.margin)",
+        "a better verdict is called better by more than the margin from its interval's far end",
+    ),
+    Mutation(
+        "not-learned-on-one-side",
+        "blockbench/report/headroom.py",
+        "if any(share is None or share >= NOT_LEARNED_SHARE for share in shares):",
+        "if all(share is None or share >= NOT_LEARNED_SHARE for share in shares):",
+        "a comparison is not learned when one side alone stayed near the trivial baseline",
     ),
     Mutation(
         "csv-seeds-sorted",

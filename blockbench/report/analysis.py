@@ -16,7 +16,8 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   equivalence: the task's declared one, or the matrix file's ``margins:``), undecided. A side
   without a seed is *no result*; both sides at the metric's best value, or the LM within its
   saturation distance of the entropy floor, is *saturated*: the metric cannot tell them apart, so
-  such a comparison gets no verdict.
+  such a comparison gets no verdict; nor does one whose two sides both closed less than a tenth of
+  the way from the trivial baseline to the best value (*not learned*: ``headroom.NOT_LEARNED_SHARE``).
 - **Seeds in rounds**: with ``seeds: {min, max, step}`` every look spends an equal share of the
   error rate (``decide.Looks.plan``), and a question is decided look by look on the seeds of each
   complete look, stopping at its first final look: decided, stopped for futility, or the last
@@ -49,11 +50,11 @@ from blockbench.tasks import TASK_CONFIGS, Metric
 from ..config import REPLICA_SEED_STRIDE
 from ..record import SPEED_FIGURES
 from .decide import UNDECIDED, Decision, Looks, decide
-from .headroom import Headroom, headroom, saturation_text
+from .headroom import Headroom, headroom, not_learned_text, recorded_trivial, saturation_text
 from .ranks import mixes
 from .results import Group, MatrixSettings, level_text, load_groups, seed_key
 from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
-from .verdicts import NO_RESULT, SATURATED
+from .verdicts import NO_RESULT, NOT_LEARNED, SATURATED
 
 LEVEL = 0.95  # confidence level of the descriptive intervals (the decisions' own level is decide's)
 NO_MARGIN = 1e-12  # the margin of a task that declares none (decide needs a positive one)
@@ -137,8 +138,8 @@ class Margin:
 @dataclass(frozen=True)
 class Question:
     """One confirmatory question: a variant's headline metric against the baseline variant's at the same
-    level. ``verdict`` is decide's word (better, worse, equivalent, undecided), or ``no result`` or
-    ``saturated``, which are not verdicts."""
+    level. ``verdict`` is decide's word (better, worse, equivalent, undecided), or ``no result``,
+    ``saturated`` or ``not learned``, which are not verdicts."""
 
     group: Group
     baseline: Group | None
@@ -153,6 +154,7 @@ class Question:
     more_seeds: bool = False
     #: the seeds of each side the question was looked at on (variant's, baseline's); empty where none was
     look: tuple[frozenset, frozenset] = (frozenset(), frozenset())
+    not_learned: str = ""  # why neither side learned the task (``headroom.not_learned_text``; empty if one did)
 
     @property
     def decided(self) -> bool:
@@ -435,12 +437,35 @@ class TaskAnalysis:
                 look=(frozenset(values), frozenset(baseline_values)),
             )
         saturation = self._saturation(group, baseline, values, baseline_values)
-        verdict = SATURATED if saturation else decision.verdict
-        more_seeds = (verdict == UNDECIDED and not decision.final) or (bool(saturation) and before_last)
+        not_learned = "" if saturation else self._not_learned_text(group, baseline, values, baseline_values)
+        verdict = SATURATED if saturation else NOT_LEARNED if not_learned else decision.verdict
+        # not learned is a label, not a stop: the runner adds seeds where the test itself is undecided
+        more_seeds = (decision.verdict == UNDECIDED and not decision.final) or (bool(saturation) and before_last)
         look = (frozenset(values), frozenset(baseline_values))
         return Question(
-            group, baseline, verdict, decision, margin, rank_based, saturation, more_seeds=more_seeds, look=look
+            group,
+            baseline,
+            verdict,
+            decision,
+            margin,
+            rank_based,
+            saturation,
+            more_seeds=more_seeds,
+            look=look,
+            not_learned=not_learned,
         )
+
+    def _not_learned_text(
+        self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
+    ) -> str:
+        """Why neither side learned the task on these seeds (``headroom.not_learned_text``), or "": each side's
+        mean against the trivial baseline its own cells recorded (a seed that draws the data draws its
+        trivial baseline too), else the task's."""
+        sides = [restrict(group, set(values)), restrict(baseline, set(baseline_values))]
+        task_trivial = self.trivial_baselines.get(self.headline.name)
+        trivials = [recorded_trivial(side, self.headline.name, task_trivial) for side in sides]
+        means = [statistics.fmean(values.values()), statistics.fmean(baseline_values.values())]
+        return not_learned_text(self.headline, means, trivials)
 
     def _nothing_learned(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]

@@ -102,6 +102,9 @@ FUTILITY = 0.05
 #: bootstrap resamples of that interval, and the fixed random state that makes it reproducible
 BOOTSTRAP_RESAMPLES = 4999
 BOOTSTRAP_SEED = 0
+#: the two forms of a better or worse verdict (:attr:`Decision.beyond_margin`), worded here once for every
+#: report: the decisive interval's end nearer zero lies beyond ± the margin, or inside it
+BEYOND_MARGIN, WITHIN_MARGIN = "by more than the margin", "possibly by less than the margin"
 
 
 @dataclass(frozen=True)
@@ -376,10 +379,32 @@ class Decision:
     conditional_power: float | None = None
     futile: bool = False
 
+    @property
+    def beyond_margin(self) -> bool | None:
+        """Whether a better or worse verdict holds by more than the margin: True where its interval's end
+        nearer zero lies beyond ± the margin (the difference test would also reject a difference of one
+        margin in that direction), False where that end lies inside ± the margin (better, but possibly by
+        less than what matters); None for any other verdict. A rank test has no interval of its own: its
+        verdict is read from the t interval reported beside it, and is never called the larger form where
+        that interval holds zero."""
+        if self.verdict not in (BETTER, WORSE):
+            return None
+        if self.interval is None:
+            return False
+        low, high = self.interval
+        return (self.difference > 0 and low > self.margin) or (self.difference < 0 and high < -self.margin)
+
+    @property
+    def form(self) -> str:
+        """:data:`BEYOND_MARGIN` or :data:`WITHIN_MARGIN` for a better or worse verdict (see
+        :attr:`beyond_margin`), "" for any other."""
+        beyond = self.beyond_margin
+        return "" if beyond is None else (BEYOND_MARGIN if beyond else WITHIN_MARGIN)
+
     def describe(self) -> str:
-        """One line: ``worse (paired t, n=3, α/K=0.0167): +23.3 [+20.1, +26.5], margin ±0.07;
-        P(better)=0.00 [0.00, 0.00]``, with what else decided it (a difference below the margin, no
-        spread, more seeds to come)."""
+        """One line: ``worse by more than the margin (paired t, n=3, α/K=0.0167): +23.3 [+20.1, +26.5],
+        margin ±0.07; P(better)=0.00 [0.00, 0.00]``, with what else decided it (a difference below the
+        margin, no spread, more seeds to come)."""
         decimals = _decimals(self)
         interval = (
             "" if self.interval is None else f" [{self.interval[0]:+.{decimals}f}, {self.interval[1]:+.{decimals}f}]"
@@ -404,8 +429,9 @@ class Decision:
             if self.prob_improvement_interval is not None:
                 prob += f" [{self.prob_improvement_interval[0]:.2f}, {self.prob_improvement_interval[1]:.2f}]"
         sizes = "/".join(str(n) for n in self.n)
+        verdict = f"{self.verdict} {self.form}" if self.form else self.verdict
         return (
-            f"{self.verdict} ({self.test}, n={sizes}, α/K={self.alpha:.3g}): "
+            f"{verdict} ({self.test}, n={sizes}, α/K={self.alpha:.3g}): "
             f"{self.difference:+.{decimals}f}{interval}, margin ±{self.margin:g}{prob}"
             + "".join(f"; {note}" for note in notes)
         )

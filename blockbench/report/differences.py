@@ -12,12 +12,12 @@ from blockbench.tasks import Metric
 from ..record import read_tuning
 from .analysis import LEVEL, Question, TaskAnalysis, restrict
 from .results import Group, level_text
-from .stats import PAIRED, Difference
+from .stats import PAIRED, Difference, seeds_text
 from .table import arrow, decimals, fmt
 from .table import row as _row
 from .table import table_head as _table_head
 from .tuning import chosen_text
-from .verdicts import SATURATED, Comparison, Side
+from .verdicts import NO_VERDICT, Comparison, QuestionCells, SeedCell, Side
 
 
 def question_note(a: TaskAnalysis) -> list[str]:
@@ -80,9 +80,11 @@ def difference_table(a: TaskAnalysis) -> list[str]:
         else ""
     )
     lines = [
-        f"Difference from the baseline variant `{a.baseline_label}`{at} (variant − baseline): the headline "
-        f"{a.headline.name} with its verdict and the interval of the test that decided it (the t interval where "
-        f"a rank test, which has none, decided){secondary}:",
+        f"Difference from the baseline variant `{a.baseline_label}`{at} (variant − baseline), each over the seeds "
+        f"it names (*3 pairs* seed-matched, *3 vs 9 seeds* unpaired, variant first): the headline {a.headline.name} "
+        "with its verdict and the interval of the test that decided it (the t interval where a rank test, which has "
+        "none, decided) over the seeds of the look that decided it, and where the table of means has more, its "
+        f"difference over all of them, descriptive (95%){secondary}:",
         "",
     ]
     columns = [
@@ -113,7 +115,9 @@ def difference_cell(a: TaskAnalysis, group: Group, metric: Metric) -> str:
     if metric is a.headline:
         question = a.stats[group.variant].question
         if question is not None and question.decision is not None:
-            return f"{decision_text(a, question)} **{question.verdict}**"
+            text = f"{decision_text(a, question)} **{question.verdict}** over {seeds_text(question.decision.n)}"
+            every = all_seeds_text(a, question)
+            return f"{text}; {every}" if every else text
     return difference_text(a, group, metric)
 
 
@@ -124,15 +128,36 @@ def _digits(a: TaskAnalysis, group: Group, metric: Metric) -> int:
     return decimals(max(abs(mean), abs(baseline_mean)))
 
 
-def difference_text(a: TaskAnalysis, group: Group, metric: Metric) -> str:
-    """``+23.29 [+23.26, +23.31]``, or ``+0.200 (no interval: one seed)``: ``group``'s difference from
-    its baseline in ``metric`` with its unadjusted 95% interval, to the decimals of the larger mean."""
+def difference_text(a: TaskAnalysis, group: Group, metric: Metric, *, seeds: bool = True) -> str:
+    """``+23.29 [+23.26, +23.31] over 3 pairs``, or ``+0.200 over 1 pair (no interval: one seed)``:
+    ``group``'s difference from its baseline in ``metric`` over every seed of the two sides in the statistics,
+    with its unadjusted 95% interval, to the decimals of the larger mean (without the seed set: ``seeds``)."""
     diff = a.stats[group.variant].metrics[metric.name].difference
     digits = _digits(a, group, metric)
+    over = f" over {seeds_text(diff.n)}" if seeds and diff.n else ""
     text = fmt(diff.difference, digits, sign=True)
     if diff.ci_low is None or diff.ci_high is None:
-        return f"{text} (no interval: {_no_interval_reason(diff)})"
-    return text + f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]"
+        return f"{text}{over} (no interval: {_no_interval_reason(diff)})"
+    return text + f" [{fmt(diff.ci_low, digits, sign=True)}, {fmt(diff.ci_high, digits, sign=True)}]{over}"
+
+
+def all_seeds_text(a: TaskAnalysis, question: Question) -> str:
+    """``over all 9 pairs, descriptive (95%): -0.023 [-0.062, +0.016]``: the headline difference over every
+    seed of the two sides in the statistics, where the question's look used fewer of them (a look stops
+    where it decides, and seeds past it do not count in the verdict); "" where the look used them all.
+    Labelled descriptive: no verdict rests on it (the seeds past the look were trained for another question
+    or by another matrix), and reading it as a second test would spend the question's error rate twice."""
+    group, baseline = question.group, question.baseline
+    if baseline is None or question.decision is None:
+        return ""
+    every = [set(a.values[g.variant, a.headline.name]) for g in (group, baseline)]
+    if every == [set(question.look[0]), set(question.look[1])]:
+        return ""
+    diff = a.stats[group.variant].metrics[a.headline.name].difference
+    if diff is None:
+        return ""
+    described = difference_text(a, group, a.headline, seeds=False)
+    return f"over all {seeds_text(diff.n)}, descriptive ({LEVEL:.0%}): {described}"
 
 
 def decision_text(a: TaskAnalysis, question: Question) -> str:
@@ -152,8 +177,8 @@ def difference_method(a: TaskAnalysis, others: list[Group]) -> str:
     tests: dict[str, list[str]] = {}
     for group in others:
         question = a.stats[group.variant].question
-        if question is not None and question.verdict == SATURATED:
-            tests.setdefault("no verdict (saturated)", []).append(f"`{group.variant}`")
+        if question is not None and question.verdict in NO_VERDICT:
+            tests.setdefault(f"no verdict ({question.verdict})", []).append(f"`{group.variant}`")
         elif question is not None and question.decision is not None:
             d = question.decision
             why = " (a side mixes seeds that learned with seeds that did not)" if question.rank_based else ""
@@ -228,6 +253,25 @@ def comparisons(a: TaskAnalysis) -> list[Comparison]:
                 missing=question.missing or ("" if question.decision else no_difference_reason(a, group)),
                 saturation=question.saturation,
                 tuned=(tuned_value(group), tuned_value(baseline)) if tuned else None,
+                not_learned=question.not_learned,
+                all_seeds_text=all_seeds_text(a, question),
+                cells=question_cells(a, question),
             )
         )
     return found
+
+
+def question_cells(a: TaskAnalysis, question: Question) -> QuestionCells | None:
+    """The cells ``question`` was asked of (``verdicts.QuestionCells``): each side's records of the seeds of
+    its look, by seed, config hash, status and headline value; None without a look (no decision)."""
+    if question.baseline is None or question.decision is None:
+        return None
+    sides = [
+        frozenset(
+            SeedCell(r.seed, r.config_hash, r.status, (r.metrics or {}).get(a.headline.name))
+            for r in restrict(group, seeds).results
+        )
+        for group, seeds in zip((question.group, question.baseline), question.look, strict=True)
+    ]
+    margin = question.margin.value if question.margin is not None else None
+    return QuestionCells(question.group.task_name, a.headline.name, *sides, a.looks.sizes, margin)

@@ -18,8 +18,12 @@ metric's units; the picture shows where each answer lies against what matters.
 difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0); a thick
 line, the (1 − 2α_k) interval of the two one-sided tests (equivalent where it lies inside the band),
 both as ``decide.Decision`` has them; colours by verdict (better, worse, equivalent, undecided); a
-hollow point where a rank test decided (the lines are then the t intervals, drawn for scale only);
-*saturated* and *no result*, which are not verdicts, in grey with the reason written beside them.
+filled point for a better or worse verdict by more than the margin and a hollow one for a better or
+worse verdict possibly by less than the margin (``decide.Decision.beyond_margin``), a diamond instead of
+a circle where a rank test decided (the lines are then the t intervals, drawn for scale only);
+*saturated*, *not learned* and *no result*, which are not verdicts, in grey with the reason written
+beside them. In the book's picture a question that several matrices ask of the same cells is one row
+(``book.book_rows``), under the first matrix, its label naming the others.
 :func:`forest_rows` computes what is drawn, a pure function of the comparisons, so that it can be
 tested against the decisions; :func:`draw_forest` only draws it. The PNG carries no software
 version or time, so an unchanged book redraws the same bytes.
@@ -39,9 +43,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ..layout import PLOTS_DIR
-from .decide import BETTER, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WORSE
+from .book import BookRow
+from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE
+from .headroom import NOT_LEARNED_SHARE
 from .plots import save_atomic
-from .verdicts import FAMILIES, NO_RESULT, SATURATED, Comparison, _rows, family_title
+from .verdicts import FAMILIES, NO_RESULT, NOT_LEARNED, SATURATED, Comparison, _rows, family_title
 
 #: the picture's file name: ``<matrix>/plots/verdicts.png`` and ``<results root>/verdicts.png``
 VERDICT_PICTURE = "verdicts.png"
@@ -54,10 +60,11 @@ COLORS = {
     EQUIVALENT: "#0072B2",
     UNDECIDED: "#E69F00",
     SATURATED: "#9A9A9A",
+    NOT_LEARNED: "#9A9A9A",
     NO_RESULT: "#9A9A9A",
 }
 #: the order of the legend's verdicts
-LEGEND_ORDER = (BETTER, WORSE, EQUIVALENT, UNDECIDED, SATURATED, NO_RESULT)
+LEGEND_ORDER = (BETTER, WORSE, EQUIVALENT, UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT)
 TICKS = (-100.0, -10.0, -1.0, 0.0, 1.0, 10.0, 100.0)
 #: what the x axis is, said once under the panels (each panel's label only says which way is better)
 AXIS_TEXT = (
@@ -87,6 +94,9 @@ class ForestPoint:
     margin: float | None
     rank_test: bool  # decided by a rank test: the intervals are the t test's, drawn for scale
     note: str = ""  # why there is no verdict: ``saturated: ...``, ``no result: ...``
+    #: a better or worse verdict by more than the margin (True: filled) or possibly by less (False: hollow);
+    #: None for any other verdict
+    beyond_margin: bool | None = None
 
     @property
     def clipped(self) -> int:
@@ -121,6 +131,8 @@ def _note(comparison: Comparison) -> str:
     if comparison.verdict == SATURATED:
         where = "entropy floor" if "entropy floor" in comparison.saturation else f"best {comparison.metric.name}"
         return f"saturated: {where}"
+    if comparison.verdict == NOT_LEARNED:
+        return f"not learned: <{NOT_LEARNED_SHARE:.0%} of the way"
     if comparison.verdict == NO_RESULT or comparison.decision is None:
         text = f"no result: {comparison.missing or 'no seed'}"
         return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1] + "…"
@@ -151,6 +163,7 @@ def forest_point(comparison: Comparison) -> ForestPoint:
         difference=decision.difference,
         margin=decision.margin,
         rank_test=decision.test in (SIGNED_RANK, RANK_SUM),
+        beyond_margin=decision.beyond_margin if comparison.verdict in (BETTER, WORSE) else None,
     )
 
 
@@ -245,8 +258,9 @@ def _draw_point(ax: Axes, y: float, point: ForestPoint) -> None:
             color=color,
         )
     else:
-        face = "white" if point.rank_test else color
-        ax.plot(x, y, marker="o", markersize=4.5, markerfacecolor=face, markeredgecolor=color, linestyle="none")
+        face = "white" if point.beyond_margin is False else color
+        marker, size = ("D", 4.0) if point.rank_test else ("o", 4.5)
+        ax.plot(x, y, marker=marker, markersize=size, markerfacecolor=face, markeredgecolor=color, linestyle="none")
     if point.note:
         side = -1 if point.x > 0 else 1  # write it on the emptier side of zero
         ax.annotate(
@@ -276,9 +290,17 @@ def _legend_handles(rows: Sequence[ForestRow]) -> list:
         Line2D(
             [], [], color="0.3", linewidth=3.2, alpha=0.55, label="(1−2α/K) interval: equivalent if inside the band"
         ),
+        Line2D([], [], marker="o", color="0.3", linestyle="none", label=f"filled: better or worse {BEYOND_MARGIN}"),
         Line2D(
-            [], [], marker="o", markerfacecolor="white", color="0.3", linestyle="none", label="decided by a rank test"
+            [],
+            [],
+            marker="o",
+            markerfacecolor="white",
+            color="0.3",
+            linestyle="none",
+            label=f"hollow: better or worse, {WITHIN_MARGIN}",
         ),
+        Line2D([], [], marker="D", color="0.3", linestyle="none", label="diamond: decided by a rank test"),
         Line2D([], [], marker=">", linestyle="none", color="0.3", label=f"beyond ±{CLIP:g} margins (value written)"),
     ]
     return handles
@@ -365,12 +387,24 @@ def draw_matrix_picture(matrix_dir: Path, comparisons: Sequence[Comparison], *, 
     return [f"![The verdicts of {Path(matrix_dir).name}]({PLOTS_DIR}/{VERDICT_PICTURE})", ""]
 
 
-def draw_book_picture(results_root: Path, matrices: Sequence[tuple[str, Sequence[Comparison]]]) -> str | None:
-    """Draw ``<results_root>/verdicts.png``, every matrix's comparisons with their rows grouped by matrix,
-    and return the markdown line that shows it beside ``README.md``; None (and no stale picture left)
-    without a comparison."""
+def book_forest_rows(rows: Sequence[BookRow]) -> list[ForestRow]:
+    """The rows of the book's picture: one per row of the index (``book.book_rows``: a question several
+    matrices ask of the same cells once), grouped under the first matrix that asks it, its label naming
+    the others (``norm_placement: post vs pre (also prenorm_vs_postnorm)``)."""
+    found = []
+    for row in rows:
+        ordered = sorted(row.comparisons, key=lambda c: _family_order(c.family))  # stable: tasks keep their order
+        also = f" (also {', '.join(row.names[1:])})" if len(row.names) > 1 else ""
+        found.append(ForestRow(row.names[0], short_label(row.comparisons[0]) + also, tuple(map(forest_point, ordered))))
+    return found
+
+
+def draw_book_picture(results_root: Path, book: Sequence[BookRow]) -> str | None:
+    """Draw ``<results_root>/verdicts.png``, a row per distinct question of the book grouped by matrix
+    (:func:`book_forest_rows`), and return the markdown line that shows it beside ``README.md``; None (and
+    no stale picture left) without a comparison."""
     path = Path(results_root) / VERDICT_PICTURE
-    rows = forest_rows(matrices)
+    rows = book_forest_rows(book)
     title = f"The verdicts of the book: {len(rows)} comparisons, each variant against its matrix's baseline, per family"
     if not draw_forest(path, rows, title):
         path.unlink(missing_ok=True)

@@ -3,8 +3,9 @@ the same decisions as each one's summary (``analysis.analyze``, worded as ``sect
 how many of them are decided and what the whole book cost, with the code, machines and cost that
 made each matrix, and the matrices not run yet with the command that runs them; at its top the verdict
 picture (``verdicts.png`` beside it, drawn by ``forest``): every comparison's difference, interval and
-verdict per family. One page that says what the benchmark has found so far, refreshed by ``blockbench
-matrix`` after each run and by ``blockbench report --index``; ``verdicts`` words it.
+verdict per family, a question several matrices ask of the same cells once. One page that says what the
+benchmark has found so far, refreshed by ``blockbench matrix`` after each run and by ``blockbench report
+--index``; ``book`` words it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomi
 from ..lineage import Lineage
 from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
+from .book import Apart, Index, MatrixVerdicts, NotRun, book_rows, index_markdown
 from .forest import draw_book_picture
 from .fragility import fragile_questions
 from .results import (
@@ -31,12 +33,11 @@ from .results import (
     tuning_records,
 )
 from .section import comparisons
-from .verdicts import Apart, Index, MatrixVerdicts, NotRun, index_markdown
 
 
 def write_index(results_root: Path, matrices: Path | None = None, *, command: str | None = None) -> str:
     """Write ``<results_root>/README.md``, the verdicts of every matrix folder there (see
-    ``blockbench.report.verdicts``) from the same statistics as each one's summary, and the verdict picture
+    ``blockbench.report.book``) from the same statistics as each one's summary, and the verdict picture
     ``<results_root>/verdicts.png`` it shows at its top; return the markdown.
 
     Matrices without a finished or diverged cell are listed as not run yet, with the command that runs
@@ -95,7 +96,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     for matrix in index.matrices:
         matrix.comparisons = swaps.marked(matrix.name, matrix.comparisons)
     markdown = index_markdown(index)
-    picture = draw_book_picture(results_root, [(m.name, m.comparisons) for m in index.matrices])
+    picture = draw_book_picture(results_root, book_rows(index))
     if picture is not None:  # after the title and the note on how it is made: the answer first
         title, note, rest = markdown.split("\n\n", 2)
         markdown = "\n\n".join([title, note, picture, rest])

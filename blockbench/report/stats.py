@@ -183,6 +183,16 @@ def compare(a: Mapping[Hashable, float], b: Mapping[Hashable, float], level: flo
     return welch_difference(list(a.values()), list(b.values()), level)
 
 
+def seeds_text(n: Sequence[int]) -> str:
+    """The seed set a difference, an interval or a test was computed over, as every line of the report
+    names it: ``3 pairs`` (seed-matched: ``n`` is the number of pairs), ``3 vs 9 seeds`` (unpaired: each
+    side's count, the variant's first), ``1 pair``. A number shown without its seed set could come from a
+    look's seeds or from every seed of a table beside it."""
+    if len(n) == 1:
+        return f"{n[0]} pair{'' if n[0] == 1 else 's'}"
+    return " vs ".join(str(k) for k in n) + " seeds"
+
+
 # targets -------------------------------------------------------------------------------------------
 
 

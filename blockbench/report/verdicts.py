@@ -2,21 +2,20 @@
 
 The analysis of a matrix (``blockbench.report.analysis``) asks one question per task x variant x
 level: the task's headline metric against the baseline variant at the same level, decided by
-``decide.decide`` from the two sides' cells alone. This module words each answer, once, for two places:
-
-- the top of each ``summary.md``: one line per variant vs baseline per task (:func:`verdict_lines`),
-  and where the matrix compares within levels (``within:``, the budget) a table of the differences
-  across the levels side by side;
-- the index of a results root, ``results/README.md`` (:func:`index_markdown`): one row per matrix x
-  variant vs baseline (x level), one column per model family, whether the verdict transfers across
-  the families, how many of the family verdicts are decided and what the whole book cost.
+``decide.decide`` from the two sides' cells alone. This module words each answer once, for the top of
+each ``summary.md``: one line per variant vs baseline per task (:func:`verdict_lines`), and where the
+matrix compares within levels (``within:``, the budget) a table of the differences across the levels
+side by side. ``book`` words the same answers for the index of a results root, ``results/README.md``.
 
 There are four verdicts: **better** or **worse** (the test rejects no difference), **equivalent**
 (the difference lies within ± the margin of practical equivalence), **undecided** (neither is shown:
-more seeds may answer it). Two states are not verdicts: **no result** (a side has no seed in the
-statistics) and **saturated** (both sides where the metric cannot tell them apart: the best value,
-or the LM's entropy floor). Nothing here computes a statistic: :class:`Comparison` carries the
-analysis's own decision.
+more seeds may answer it). A better or worse verdict comes in two forms, ``decide.BEYOND_MARGIN`` and
+``decide.WITHIN_MARGIN`` (:attr:`decide.Decision.beyond_margin`). Three states are not verdicts: **no
+result** (a side has no seed in the statistics), **saturated** (both sides where the metric cannot tell
+them apart: the best value, or the LM's entropy floor) and **not learned** (both sides closed less than
+``headroom.NOT_LEARNED_SHARE`` of the way from the trivial baseline to the best value). Nothing here
+computes a statistic: :class:`Comparison` carries the analysis's own decision, and every number it
+shows names the seeds it was computed over (``stats.seeds_text``).
 
 A verdict that changes from one level to another is flagged (``⚠ flips: worse at 300 steps, better
 at 1,500 steps``): short runs can reverse what long ones find, and a deeper model what a shallow one does.
@@ -24,28 +23,47 @@ at 1,500 steps``): short runs can reverse what long ones find, and a deeper mode
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from blockbench.tasks import Metric
 
-from .decide import BETTER, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WORSE, Decision
+from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE, Decision
+from .headroom import NOT_LEARNED_SHARE
 from .results import BUDGET_AXIS, level_text
-from .stats import Ratio, ratio_of_medians
+from .stats import Ratio, ratio_of_medians, seeds_text
 
 #: the index's family columns, in order: ``model.family`` -> column title
 FAMILIES = {"decoder_lm": "LM", "encoder_decoder": "translator", "vit": "ViT"}
 
-NO_RESULT, SATURATED = "no result", "saturated"  # states that are not verdicts
+#: states that are not verdicts: a side without a seed; both sides at the metric's best; neither side learned
+NO_RESULT, SATURATED, NOT_LEARNED = "no result", "saturated", "not learned"
+#: the states of a comparison that has a decision but gives no verdict, whatever its test says
+NO_VERDICT = (SATURATED, NOT_LEARNED)
 #: the verdicts that answer the question, in the order the transfer column lists them
 DECIDED = (BETTER, WORSE, EQUIVALENT)
 MIXED = "mixed"  # a family whose tasks disagree
 #: every family verdict in the order the transfer column lists them
-ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NO_RESULT)
+ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT)
 #: the tests of a question whose side mixes seeds that learned with seeds that did not
 RANK_TESTS = (SIGNED_RANK, RANK_SUM)
+
+#: what the two forms of a better or worse verdict mean, said once for the summaries' and the index's legends
+FORMS_TEXT = (
+    f"A better or worse verdict is *{BEYOND_MARGIN}* where the end of its interval nearer zero lies beyond ± the "
+    f"margin, and *{WITHIN_MARGIN}* where that end lies inside ± the margin: the test found a difference, but "
+    "not that it matters (a rank test has no interval: its form is read from the t interval shown beside it)."
+)
+#: what the two labels that are not verdicts mean, said once for both legends
+NO_VERDICT_TEXT = (
+    "*saturated* (no verdict): both sides sit at the metric's best value or within the stated distance of the "
+    "LM's entropy floor, where it cannot tell them apart; *not learned* (no verdict): both sides closed less than "
+    f"{NOT_LEARNED_SHARE:.0%} of the way from the task's trivial baseline to the metric's best value (perplexity on "
+    "the log scale), "
+    "where a difference says how fast two models start, not which block works better; *no result*: a side has no "
+    "seed."
+)
 
 LEGEND = (
     "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
@@ -53,36 +71,19 @@ LEGEND = (
     "across the matrix: the same cells get the same verdict in every matrix; with seeds in rounds each look spends "
     "an equal share of it). **better** / **worse**: the test finds a difference; **equivalent**: the difference's "
     "interval lies within ± the task's margin of practical equivalence (two one-sided tests); **undecided**: "
-    "neither is shown (more seeds may answer it). *saturated* (no verdict): both sides sit at the metric's best "
-    "value or within the stated distance of the LM's entropy floor, where it cannot tell them apart; *no result*: "
-    "a side has no seed. After the verdict: the test that decided it, its seeds and level α, the difference with "
-    "its interval at that level, the margin, and the probability of improvement P(better) (variant better than "
-    "baseline over all seed pairs, ties half) with its bootstrap interval; a rank test decides where a side mixes "
-    "seeds that learned with seeds that did not learn or diverged. Then the shares of seeds that *did not learn* "
-    "(finished no better than the trivial baseline; counted as they are) or diverged (counted as a model that "
-    "learned nothing), the variant's median step time as a multiple of the baseline's with its 95% bootstrap "
-    "interval over the seeds (*a tie* where it holds 1; n/a: not recorded), and in "
-    "a matrix with `tune:` the values the two sides' seeds trained at (variant vs baseline; *lowest* or *highest "
-    "tried* where a value is an end of its grid, so the side's best may lie beyond it). Whether a verdict transfers "
-    "across the families uses the same four words: *equivalent in all 3* is an answer, *undecided* is not a no."
-)
-
-
-#: the index's legend: its cells are short (:func:`brief`); the summaries have the rest
-INDEX_LEGEND = (
-    "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
-    "which way is better), decided from the two sides' cells alone at a 5% error rate per question, so the same "
-    "cells get the same verdict in every matrix ([the rule](../docs/decisions/verdict-rule.md)). **better** / "
-    "**worse**: the test finds a difference; **equivalent**: the difference's interval lies within ± the task's "
-    "margin of practical equivalence; **undecided**: neither is shown (more seeds may answer it); *saturated*: "
-    "both sides at the metric's best value (or the LM's entropy floor), no verdict. Each cell: the verdict, the "
-    "difference with the interval of the test that decided it (where a rank test decided, which has none, the t "
-    "interval, as a description), *rank test* where a side mixes seeds that learned "
-    "with seeds that did not (or diverged), and how many seeds *did not learn* (finished no better than the "
-    "trivial baseline) or diverged. The matrix's summary (first column) has the test, its α, the margin, the "
-    "probability of improvement, step times and tuned values. The last column says whether the verdict is the same "
-    "in every family: *equivalent in all 3* is an answer, *undecided* is not a no. A family with several tasks "
-    "has a line per task."
+    f"neither is shown (more seeds may answer it). {FORMS_TEXT} {NO_VERDICT_TEXT} After the verdict: the test that "
+    "decided it and its level α; then the seeds it was decided on (the look's: *3 pairs* seed-matched, *3 vs 9 "
+    "seeds* unpaired, variant first) and over them the difference with its interval at that level, the margin, and "
+    "the probability of improvement P(better) (variant better than baseline over all seed pairs, ties half) with "
+    "its bootstrap interval; a rank test decides where a side mixes seeds that learned with seeds that did not "
+    "learn or diverged. Where the table of means has seeds past that look, the difference over all of them follows, "
+    "*descriptive* (95%, no verdict rests on it). Then the shares of seeds that *did not learn* (finished no better "
+    "than the trivial baseline; counted as they are) or diverged (counted as a model that learned nothing), the "
+    "variant's median step time as a multiple of the baseline's with its 95% bootstrap interval over every "
+    "finished seed (*a tie* where it holds 1; n/a: not recorded), and in a matrix with `tune:` the values the two "
+    "sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value is an end of its grid, "
+    "so the side's best may lie beyond it). Whether a verdict transfers across the families uses the same four "
+    "words: *equivalent in all 3* is an answer, *undecided* is not a no."
 )
 
 
@@ -116,6 +117,31 @@ class Side:
 
 
 @dataclass(frozen=True)
+class SeedCell:
+    """One seed's cell as a question reads it: what makes two matrices' copies of a cell the same cell."""
+
+    seed: Any
+    config_hash: str | None
+    status: str
+    value: float | None  # the headline metric (None: diverged or failed)
+
+
+@dataclass(frozen=True)
+class QuestionCells:
+    """What a question is asked of: the task kind and headline metric, the cells of each side's seeds that
+    its decision read (the look's), the planned looks and the margin. Two matrices that copy the same cells
+    ask the same question and get the same decision (per question, nothing else enters it), so the index
+    lists it once with both matrices and counts it once; names are not compared, records are."""
+
+    task: str  # the task kind (``lm``, ``translation_text``), not its label in the matrix
+    metric: str
+    variant: frozenset[SeedCell]
+    baseline: frozenset[SeedCell]
+    looks: tuple[int, ...]
+    margin: float | None
+
+
+@dataclass(frozen=True)
 class Comparison:
     """A variant against the matrix's baseline variant on one task (at one level), in the task's
     headline metric, as the analysis decided it."""
@@ -126,7 +152,7 @@ class Comparison:
     baseline: str  # the baseline variant's label, likewise
     level: tuple[tuple[str, Any], ...]  # (axis, value) of each level axis; () without levels
     metric: Metric
-    verdict: str  # better, worse, equivalent, undecided; or no result, saturated
+    verdict: str  # better, worse, equivalent, undecided; or no result, saturated, not learned
     decision: Decision | None  # None: no result (see ``missing``)
     #: the decision's difference and interval to the decimals of the larger mean: ``+23.29 [+23.26, +23.31]``
     difference_text: str
@@ -137,10 +163,26 @@ class Comparison:
     saturation: str = ""  # why the comparison is saturated
     #: a matrix with ``tune:``: the tuned value each side's seeds trained at (``lr=0.001``), None if it has none
     tuned: tuple[str | None, str | None] | None = None
+    not_learned: str = ""  # why neither side learned the task (empty if one did)
+    #: the difference over every seed of the two sides in the statistics, where the decision's look used fewer:
+    #: ``over all 9 pairs, descriptive (95%): -0.023 [-0.062, +0.016]`` (empty where the look used them all)
+    all_seeds_text: str = ""
+    #: the cells the question was asked of (None: no look, e.g. no cells of the baseline)
+    cells: QuestionCells | None = None
 
     @property
     def decided(self) -> bool:
         return self.verdict in DECIDED
+
+    @property
+    def form(self) -> str:
+        """``decide.BEYOND_MARGIN`` or ``decide.WITHIN_MARGIN`` for a better or worse verdict, else ""."""
+        return self.decision.form if self.decision is not None and self.verdict in (BETTER, WORSE) else ""
+
+    @property
+    def seeds_text(self) -> str:
+        """The seeds the decision was made on: ``3 pairs``, ``3 vs 9 seeds`` (empty without a decision)."""
+        return seeds_text(self.decision.n) if self.decision is not None else ""
 
     @property
     def step_time_ratio(self) -> Ratio | None:
@@ -150,15 +192,17 @@ class Comparison:
         return ratio_of_medians(self.variant_side.step_times_ms, self.baseline_side.step_times_ms)
 
     def step_time_text(self) -> str:
-        """``step time ×2.10 [1.95, 2.31]``, ``step time ×0.97 [0.52, 1.03], a tie`` (the interval
-        holds 1), ``step time ×1.02`` (no interval), or ``step time n/a``."""
+        """``step time ×2.10 [1.95, 2.31] over 3 vs 3 finished seeds``, ``..., a tie`` (the interval holds
+        1), ``step time ×1.02 over 1 vs 1 finished seeds`` (no interval), or ``step time n/a``: a property
+        of the design, so over every finished seed that recorded one, not only the decision's look."""
         ratio = self.step_time_ratio
         if ratio is None:
             return "step time n/a"
+        over = f" over {len(self.variant_side.step_times_ms)} vs {len(self.baseline_side.step_times_ms)} finished seeds"
         if ratio.interval is None:
-            return f"step time ×{ratio.value:.2f}"
+            return f"step time ×{ratio.value:.2f}{over}"
         low, high = ratio.interval
-        return f"step time ×{ratio.value:.2f} [{low:.2f}, {high:.2f}]" + (", a tie" if ratio.tie else "")
+        return f"step time ×{ratio.value:.2f} [{low:.2f}, {high:.2f}]{over}" + (", a tie" if ratio.tie else "")
 
     @property
     def level_text(self) -> str:
@@ -171,17 +215,17 @@ class Comparison:
         return f"{self.variant} vs {self.baseline}" + (f" at {self.level_text}" if self.level else "")
 
     def test_text(self) -> str:
-        """``paired t, 3 pairs, α 0.05``: the test that decided, its seeds and the α of its look."""
+        """``paired t, α 0.05``: the test that decided and the α of its look (its seeds go with its numbers)."""
         d = self.decision
         if d is None:
             return ""
-        seeds = f"{d.n[0]} pairs" if len(d.n) == 1 else " vs ".join(str(n) for n in d.n) + " seeds"
-        return f"{d.test}, {seeds}, α {d.alpha:.2g}"
+        return f"{d.test}, α {d.alpha:.2g}"
 
     def describe(self, flag: str = "") -> str:
-        """``**worse** (paired t, 3 pairs, α 0.05), perplexity ↓ +23.29 [+23.26, +23.31], margin ±0.074;
-        P(better) 0.00 [0.00, 0.00]; 1/3 did not learn; step time ×1.02``, then in a tuned matrix the values
-        the two sides trained at (``tuned lr=0.0003 vs lr=0.001``), then ``flag``."""
+        """``**worse**, by more than the margin (paired t, α 0.05), over 3 pairs: perplexity ↓ +23.29 [+23.26,
+        +23.31], margin ±0.074, P(better) 0.00 [0.00, 0.00]; 1/3 did not learn; step time ×1.02 over 3 vs 3
+        finished seeds``, with the difference over all the seeds where the look used fewer, then in a tuned
+        matrix the values the two sides trained at (``tuned lr=0.0003 vs lr=0.001``), then ``flag``."""
         if self.decision is None:
             text = f"no result: {self.missing}"
         else:
@@ -189,6 +233,8 @@ class Comparison:
             head = f"**{self.verdict}**"
             if self.verdict == SATURATED:
                 head += f" (no verdict: {self.saturation})"
+            elif self.verdict == NOT_LEARNED:
+                head += f" (no verdict: {self.not_learned})"
             else:
                 more = ""
                 if self.decision.futile:
@@ -196,14 +242,17 @@ class Comparison:
                     more = f"; stopped for futility: conditional power {power:.0%}"
                 elif self.verdict == UNDECIDED and not self.decision.final:
                     more = "; more seeds may decide it"
-                head += f" ({self.test_text()}{more})"
-            parts = [f"{head}, {self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"]
+                head += (f", {self.form}" if self.form else "") + f" ({self.test_text()}{more})"
+            numbers = f"{self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"
             p = self.decision.prob_improvement
             if p is not None:
                 interval = self.decision.prob_improvement_interval
-                parts.append(
-                    f"P(better) {p:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval is not None else "")
+                numbers += f", P(better) {p:.2f}" + (
+                    f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval is not None else ""
                 )
+            parts = [f"{head}, over {self.seeds_text}: {numbers}"]
+            if self.all_seeds_text:
+                parts.append(self.all_seeds_text)
             issues = [self.variant_side.issues_text(), self.baseline_side.issues_text()]
             if any(issues):
                 parts.append(", ".join(filter(None, [issues[0], issues[1] and f"baseline {issues[1]}"])))
@@ -213,24 +262,12 @@ class Comparison:
             text = "; ".join(parts)
         return f"{text}; {flag}" if flag else text
 
-
-def brief(comparison: Comparison, flag: str = "") -> str:
-    """The index's cell, short enough to read down a column: ``**worse** perplexity ↓ +23.29 [+23.26,
-    +23.31]``, then ``rank test`` where a rank test decided, the seeds that did not learn or diverged,
-    and ``flag``. The test, its α, the margin, P(better), step times and tuned values are in the
-    matrix's summary (:meth:`Comparison.describe`)."""
-    c = comparison
-    if c.decision is None:
-        return f"no result: {c.missing}"
-    arrow = "↑" if c.metric.higher_is_better else "↓"
-    parts = [f"**{c.verdict}** {c.metric.name} {arrow} {c.difference_text}"]
-    if c.verdict == SATURATED:
-        parts = [f"*{c.verdict}* (both at the best {c.metric.name})"]
-    elif c.decision.test in RANK_TESTS:
-        parts.append("rank test")
-    issues = [c.variant_side.issues_text(), c.baseline_side.issues_text()]
-    parts += [text for text in (issues[0], issues[1] and f"baseline {issues[1]}") if text]
-    return "; ".join([*parts, *([flag] if flag else [])])
+    def verdict_words(self) -> str:
+        """The verdict as the index and the tables of levels write it: ``**better** (possibly by less than the
+        margin)``, ``**undecided**``, ``*saturated*``, ``*not learned*``."""
+        if self.verdict in NO_VERDICT:
+            return f"*{self.verdict}*"
+        return f"**{self.verdict}**" + (f" ({self.form})" if self.form else "")
 
 
 def level_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:
@@ -273,7 +310,7 @@ def _one_verdict(verdicts: set[str]) -> str:
     decided = verdicts & set(DECIDED)
     if decided:
         return decided.pop() if len(decided) == 1 else MIXED
-    return next(v for v in (UNDECIDED, SATURATED, NO_RESULT) if v in verdicts or v == NO_RESULT)
+    return next(v for v in (UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT) if v in verdicts or v == NO_RESULT)
 
 
 def _join(names: list[str]) -> str:
@@ -326,7 +363,8 @@ def _rows(comparisons: list[Comparison]) -> dict[tuple[str, str, tuple], list[Co
 
 def level_tables(comparisons: list[Comparison]) -> list[str]:
     """Per task compared within levels: its differences across the levels side by side, a row per design
-    and a column per level (``**worse** +2.6 [+1.9, +3.3]``), so a trend with depth or budget shows."""
+    and a column per level (``**worse** (by more than the margin) +2.6 [+1.9, +3.3] over 3 pairs``), so a trend
+    with depth or budget shows."""
     lines: list[str] = []
     tasks = list(dict.fromkeys(c.task for c in comparisons if c.level))
     for task in tasks:
@@ -342,7 +380,7 @@ def level_tables(comparisons: list[Comparison]) -> list[str]:
         for variant in dict.fromkeys(c.variant for c in found):
             by_level = {c.level: c for c in found if c.variant == variant}
             cells = [
-                f"**{c.verdict}** {c.difference_text}"
+                f"{c.verdict_words()} {c.difference_text} over {c.seeds_text}"
                 if (c := by_level.get(level)) and c.decision
                 else (c.verdict if c else "–")
                 for level in levels
@@ -380,198 +418,3 @@ def verdict_lines(comparisons: list[Comparison], *, apart: str | None = None) ->
             lines.append(f"- {row[0].label}, across the families: {transfer(row)}")
     lines.append("")
     return lines + level_tables(comparisons)
-
-
-@dataclass
-class MatrixVerdicts:
-    """One matrix's part of the index: its comparisons and where its summary is."""
-
-    name: str
-    comparisons: list[Comparison]
-    has_summary: bool = True
-    unfinished: int = 0  # cells with a cell.json but no result (an interrupted run)
-    #: where its numbers came from, as its summary's header says: the code versions and machines of its
-    #: cells; and what it cost: its last run and its cells' summed process time (None: nothing recorded)
-    code: tuple[str, ...] = ()
-    machines: tuple[str, ...] = ()
-    cost: str | None = None
-
-
-@dataclass(frozen=True)
-class Apart:
-    """A matrix with results whose file says ``verdicts: false``, and what it is (its ``description``)."""
-
-    name: str
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class NotRun:
-    """A matrix without a finished or diverged cell: the command that runs it and why it is listed."""
-
-    name: str
-    command: str
-    reason: str
-    #: what the matrix compares (its file's ``description``), so the list says what is missing
-    description: str = ""
-
-
-@dataclass
-class Index:
-    """What ``results/README.md`` holds."""
-
-    command: str  # the command that writes it
-    matrices: list[MatrixVerdicts] = field(default_factory=list)
-    not_run: list[NotRun] = field(default_factory=list)
-    #: matrices with ``verdicts: false`` that have results (a demonstration, the empirical null)
-    apart: list[Apart] = field(default_factory=list)
-    #: the seconds of every cell process of the book: reported cells and tuning cells (those apart included)
-    book_seconds: tuple[float, float] = (0.0, 0.0)
-    #: paragraphs under the count of decided verdicts (the baseline swap's, ``fragility``)
-    notes: list[str] = field(default_factory=list)
-
-
-def _cell(text: str) -> str:
-    """A table cell: a ``|`` would end it."""
-    return text.replace("|", "\\|")
-
-
-def _matrix_cell(matrix: MatrixVerdicts) -> str:
-    name = (
-        f"[{matrix.name}]({urllib.parse.quote(matrix.name)}/summary.md)"
-        if matrix.has_summary
-        else f"{matrix.name} (no summary.md yet)"
-    )
-    plural = "s" if matrix.unfinished != 1 else ""
-    return name + (f" ({matrix.unfinished} cell{plural} without a result)" if matrix.unfinished else "")
-
-
-def index_rows(matrix: MatrixVerdicts, families: list[str]) -> list[list[str]]:
-    """One table row per variant vs baseline (per level): matrix, variant, baseline, a cell per family
-    in ``families`` (``task: ...`` lines when a family has several tasks), the transfer column."""
-    flags = level_flags(matrix.comparisons)
-    rows = []
-    for (variant, baseline, level), row in _rows(matrix.comparisons).items():
-        cells = []
-        for family in families:
-            ours = [c for c in row if c.family == family]
-            texts = [brief(c, flags.get((c.task, c.variant, c.baseline), "")) for c in ours]
-            # several tasks of one family (e.g. two LM data sets): a line each in the family's cell, so that the
-            # row stays one comparison and its last column answers for all of them
-            if len(ours) > 1:
-                texts = [f"{c.task}: {text}" for c, text in zip(ours, texts, strict=True)]
-            cells.append("<br>".join(texts) if texts else "–")
-        at = f" at {level_text(level)}" if level else ""
-        rows.append([_matrix_cell(matrix), f"{variant}{at}", baseline, *cells, transfer(row)])
-    return rows
-
-
-def decided_count(index: Index) -> tuple[int, int]:
-    """(decided, all) family verdicts of the index: one per row x family that ran, decided where it is
-    better, worse or equivalent (a family whose tasks disagree, mixed, is not one answer)."""
-    verdicts = [
-        verdict
-        for matrix in index.matrices
-        for row in _rows(matrix.comparisons).values()
-        for verdict in family_verdicts(row).values()
-    ]
-    return sum(v in DECIDED for v in verdicts), len(verdicts)
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f}"
-
-
-def index_markdown(index: Index) -> str:
-    """``results/README.md``: the verdict table of every matrix with results, how many of its family
-    verdicts are decided and what the book cost, and the matrices not run yet."""
-    lines = [
-        "# Verdicts",
-        "",
-        f"Generated by `{index.command}` from the matrix folders here (`blockbench matrix` refreshes it after each "
-        "run): do not edit it by hand. Each matrix's summary has the details: every metric, the trivial baselines, "
-        "the tests, the curves and the scale it ran at.",
-        "",
-    ]
-    comparisons = [c for m in index.matrices for c in m.comparisons]
-    reported, tuning = index.book_seconds
-    if comparisons:
-        decided, total = decided_count(index)
-        lines += [
-            f"**{decided} of {total} family verdicts are decided** (better, worse or equivalent; the rest undecided, "
-            f"saturated or without a result), for **{_hours(reported + tuning)} cell-process hours** (the summed "
-            f"wall time of every cell's process, a cell copied into several matrices counted once: "
-            f"{_hours(reported)} h reported cells, {_hours(tuning)} h tuning cells).",
-            "",
-        ]
-        lines += [text for note in index.notes if note for text in (note, "")]
-        present = {c.family for c in comparisons}
-        families = [*FAMILIES, *sorted(present - set(FAMILIES))]
-        header = [
-            "comparison",
-            "variant",
-            "baseline",
-            *[family_title(f) for f in families],
-            "transfers across the families?",
-        ]
-        lines += [
-            INDEX_LEGEND,
-            "",
-        ]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for matrix in index.matrices:
-            lines += ["| " + " | ".join(_cell(text) for text in row) + " |" for row in index_rows(matrix, families)]
-        lines.append("")
-    elif not index.matrices:
-        lines += ["No matrix has a finished cell yet.", ""]
-    single = [m.name for m in index.matrices if not m.comparisons]
-    if single:
-        lines += [
-            "Matrices with results but nothing to compare (one variant): "
-            + ", ".join(f"[{n}]({urllib.parse.quote(n)}/summary.md)" for n in single)
-            + ".",
-            "",
-        ]
-    provenance = [m for m in index.matrices if m.code or m.machines or m.cost]
-    if provenance:
-        lines += [
-            "## Where the numbers come from",
-            "",
-            "The code and machine each matrix's cells ran on, tuning cells included (as its summary's header says). "
-            "Cost: its last run (the command, which reuses finished cells, its wall time and the cells it trained), "
-            "then the time of every cell's process summed, tuning cells included: what the whole matrix takes on "
-            "one slot, even when it ran in several pieces.",
-            "",
-            "| comparison | code | machine | cost |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            "| "
-            + " | ".join(
-                _cell(text)
-                for text in (
-                    _matrix_cell(m),
-                    "; ".join(m.code) or "not recorded",
-                    "; ".join(m.machines) or "not recorded",
-                    m.cost or "not recorded",
-                )
-            )
-            + " |"
-            for m in provenance
-        ]
-        lines.append("")
-    if index.apart:
-        lines += [
-            "Not design questions (`verdicts: false` in their matrix file), so not among the verdicts:",
-            "",
-            *(f"- [{m.name}]({m.name}/summary.md){': ' + m.description if m.description else ''}" for m in index.apart),
-            "",
-        ]
-    if index.not_run:
-        lines += ["## Not run yet", ""]
-        lines += [
-            f"- {m.name} ({m.reason}): {m.description + ' ' if m.description else ''}`{m.command}`"
-            for m in index.not_run
-        ]
-        lines.append("")
-    return "\n".join(lines)

@@ -426,7 +426,8 @@ def test_describe_gives_the_verdict_the_test_and_the_numbers_in_one_line():
         seeds([30.65, 30.633, 30.64]), seeds([7.349, 7.356, 7.363]), margin=0.0736, higher_is_better=False, looks=PLAN
     )
     assert decision.describe() == (
-        "worse (paired t, n=3, α/K=0.0167): +23.29 [+23.22, +23.35], margin ±0.0736; P(better)=0.00 [0.00, 0.00]"
+        "worse by more than the margin (paired t, n=3, α/K=0.0167): +23.29 [+23.22, +23.35], margin ±0.0736; "
+        "P(better)=0.00 [0.00, 0.00]"
     )
 
 

@@ -362,8 +362,8 @@ def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
         scipy_stats.ttest_rel([0.50, 0.52, 0.48], [0.70, 0.75, 0.80]).pvalue
     )
     assert (
-        "| norm_placement=post | +3.00 (no interval) **undecided** | -0.250 [-0.405, -0.095] "
-        "| +0.100 [-1.142, +1.342] |"
+        "| norm_placement=post | +3.00 (no interval) **undecided** over 3 pairs | -0.250 [-0.405, -0.095] over 3 pairs "
+        "| +0.100 [-1.142, +1.342] over 3 pairs |"
     ) in summary
     assert rows["lm", PRE, "perplexity"]["diff_vs_baseline"] == ""  # the baseline is not compared with itself
 
@@ -465,7 +465,7 @@ def test_diverged_seeds_count_and_failed_cells_are_left_out_of_the_statistics(su
     assert float(sandwich["diff_vs_baseline"]) == 192.0 and sandwich["direction"] == "worse"
     # in its question, a diverged seed counts with the worse of the unigram (30) and the two sides' worst
     # finished seed (pre's 9), not deepnorm's 200: 30 - (7, 8, 9) = +22 [+19.5, +24.5] (paired t, 2 dof)
-    assert "| norm_placement=sandwich | +22.0 [+19.5, +24.5] **worse** |" in lm.split("Difference from")[1]
+    assert "| norm_placement=sandwich | +22.0 [+19.5, +24.5] **worse** over 3 pairs |" in lm.split("Difference from")[1]
     diverged = _section(summary, "## Diverged cells")
     assert "- `lm/norm_placement=sandwich/seed0`: diverged at step 20, last finite training loss 5.500" in diverged
     assert "- `lm/norm_placement=sandwich/seed1`: diverged at step 30, no finite training loss" in diverged
@@ -502,7 +502,10 @@ def test_plots_exist_are_pngs_and_are_linked(matrix_dir, summary):
 def test_single_seeds_have_no_intervals(summary):
     vit = _section(summary, "## vit:")
     assert "confidence interval of the mean" not in vit  # no variant has two seeds
-    assert "| norm_placement=post | -0.100 (no interval) **undecided** | +0.200 (no interval: one seed) |" in vit
+    assert (
+        "| norm_placement=post | -0.100 (no interval) **undecided** over 1 pair | +0.200 over 1 pair (no interval: one "
+        "seed) |"
+    ) in vit
 
 
 def _tables(section: str) -> dict[str, list[dict[str, str]]]:
@@ -626,8 +629,8 @@ def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):
     # both variants have seeds 0 and 1: paired, and each pair differs by the same amount (was Welch's [-0.104, +0.504])
     # the headline accuracy: the same +0.2 in both pairs is no test, and beyond any margin: undecided
     assert (
-        "| norm_placement=pre | +0.200 (no interval) **undecided** "
-        "| +0.000 (no interval: the same difference in every seed pair) |"
+        "| norm_placement=pre | +0.200 (no interval) **undecided** over 2 pairs "
+        "| +0.000 over 2 pairs (no interval: the same difference in every seed pair) |"
     ) in summary
     # no history: no curves; the one picture is the verdicts' (tests/report/test_forest.py)
     assert [p.name for p in (tmp_path / "plots").iterdir()] == ["verdicts.png"]
@@ -705,7 +708,7 @@ def test_seed_matched_variants_get_a_paired_test_and_others_welch_and_the_summar
     assert float(post["decision_p_value"]) == pytest.approx(float(post["diff_p_value"]))
     assert post["verdict"] == "better" and sandwich["verdict"] == "undecided"
     assert (post["decision_seeds"], sandwich["decision_seeds"]) == ("3", "2 vs 3")  # pairs; unpaired: each side's
-    assert "| norm_placement=post | +0.025 [+0.013, +0.037] **better** |" in summary
+    assert "| norm_placement=post | +0.025 [+0.013, +0.037] **better** over 3 pairs |" in summary
     assert (
         "Decided by: paired t at α 0.05 for `norm_placement=post`; Welch t at α 0.05 for `norm_placement=sandwich`."
     ) in summary

@@ -25,13 +25,14 @@ from blockbench.config import REPLICA_SEED_STRIDE
 from blockbench.layout import write_json
 from blockbench.matrix.run import finish_matrix
 from blockbench.report.analysis import OpenQuestion, analyze, open_questions
+from blockbench.report.book import MatrixVerdicts, brief, index_rows
 from blockbench.report.decide import Decision, prob_improvement_interval
 from blockbench.report.differences import comparisons
 from blockbench.report.index import write_index
 from blockbench.report.results import load_groups
 from blockbench.report.stats import Ratio, ratio_of_medians
 from blockbench.report.summary import write_report
-from blockbench.report.verdicts import FAMILIES, Comparison, MatrixVerdicts, Side, brief, index_rows, transfer
+from blockbench.report.verdicts import FAMILIES, Comparison, Side, transfer
 from blockbench.tasks import TASK_CONFIGS
 from blockbench.walltime import WallClock
 
@@ -117,6 +118,9 @@ class Hand:
     p_equivalence: float
     verdict: str
     prob: float  # P(better) over all seed pairs, ties half, by counting
+    #: a better or worse verdict's form: by more than the margin (the interval's end nearer zero beyond ± the
+    #: margin) or possibly by less; "" for the other verdicts
+    form: str = ""
 
 
 def _hand(variant: list[float], baseline: list[float], higher_is_better: bool, margin: float) -> Hand:
@@ -138,7 +142,11 @@ def _hand(variant: list[float], baseline: list[float], higher_is_better: bool, m
     wins = [
         1.0 if (v > b if higher_is_better else v < b) else 0.5 if v == b else 0.0 for v in variant for b in baseline
     ]
-    return Hand(mean, mean - half, mean + half, p, p_equivalence, verdict, statistics.fmean(wins))
+    form = ""
+    if verdict in ("better", "worse"):
+        beyond = mean - half > margin if mean > 0 else mean + half < -margin
+        form = "by more than the margin" if beyond else "possibly by less than the margin"
+    return Hand(mean, mean - half, mean + half, p, p_equivalence, verdict, statistics.fmean(wins), form)
 
 
 def _expected(
@@ -152,9 +160,10 @@ def _expected(
     arrow = "↑" if metric.higher_is_better else "↓"
     margin = MARGINS[task_name]
     margin_text = f"{margin:,.{3 if margin < 10 else 2}f}"
+    form = f", {hand.form}" if hand.form else ""
     text = (
-        f"**{hand.verdict}** (paired t, {len(variant)} pairs, α 0.05), {metric.name} {arrow} "
-        f"{hand.mean:+.{digits}f} [{hand.low:+.{digits}f}, {hand.high:+.{digits}f}], margin ±{margin_text}; "
+        f"**{hand.verdict}**{form} (paired t, α 0.05), over {len(variant)} pairs: {metric.name} {arrow} "
+        f"{hand.mean:+.{digits}f} [{hand.low:+.{digits}f}, {hand.high:+.{digits}f}], margin ±{margin_text}, "
         f"P(better) {hand.prob:.2f} [{low:.2f}, {high:.2f}]; {rest}"
     )
     return f"{text}; {flag}" if flag else text
@@ -166,10 +175,15 @@ def _brief(variant: list[float], baseline: list[float], task_name: str, digits: 
     hand = _hand(variant, baseline, metric.higher_is_better, MARGINS[task_name])
     arrow = "↑" if metric.higher_is_better else "↓"
     interval = f"[{hand.low:+.{digits}f}, {hand.high:+.{digits}f}]"
-    text = f"**{hand.verdict}** {metric.name} {arrow} {hand.mean:+.{digits}f} {interval}"
+    form = f" ({hand.form})" if hand.form else ""
+    text = (
+        f"**{hand.verdict}**{form} {metric.name} {arrow} {hand.mean:+.{digits}f} {interval} over {len(variant)} pairs"
+    )
     return f"{text}; {flag}" if flag else text
 
 
+#: the seeds a step time multiple of 3 seeds a side is over
+OVER_3 = "over 3 vs 3 finished seeds"
 # norms: post better than pre in all three families; step times 110, 90, 100 ms against 100 ms
 NORMS = {
     "lm": ([10.0, 11.0, 12.5], [8.0, 9.1, 10.3], 110.0),
@@ -404,16 +418,16 @@ def test_index_row_of_a_mixed_verdict_with_diverged_seeds_and_no_step_times(inde
     # a diverged seed counts with the worse of the trivial baseline and the task's worst finished seed (0.93)
     translation = _hand([51.0, 50.0, 56.0], [50.0, 52.0, 0.93], True, 1.0)
     assert row[4] == (
-        f"**undecided** bleu ↑ {translation.mean:+.2f} [{translation.low:+.2f}, {translation.high:+.2f}]; rank test; "
-        "baseline 1/3 diverged"
+        f"**undecided** bleu ↑ {translation.mean:+.2f} [{translation.low:+.2f}, {translation.high:+.2f}] over 3 pairs; "
+        "rank test; baseline 1/3 diverged"
     )
     assert scipy_stats.wilcoxon([1.0, -2.0, 55.07], method="exact").pvalue >= 0.25  # too weak for 3 pairs
     assert row[5].startswith("**undecided** accuracy ↑ ") and row[5].endswith("; rank test; 1/3 diverged")
     # the summary has the rest: the test, its α, the margin, P(better), step times
     line = next(x for x in write_report(root / "mixed").splitlines() if x.startswith("- translation (translator)"))
-    assert "**undecided** (Wilcoxon signed-rank, 3 pairs, α 0.05), bleu ↑ " in line and ", margin ±1.000" in line
+    assert "**undecided** (Wilcoxon signed-rank, α 0.05), over 3 pairs: bleu ↑ " in line and ", margin ±1.000" in line
     assert f"P(better) {translation.prob:.2f} " in line and translation.prob == pytest.approx(6.5 / 9)
-    assert line.endswith("; baseline 1/3 diverged; step time ×1.00")
+    assert line.endswith("; baseline 1/3 diverged; step time ×1.00 over 3 vs 2 finished seeds")
     assert row[6] == "undecided: worse in LM, undecided in translator and ViT"
 
 
@@ -447,9 +461,11 @@ def test_the_summary_compares_each_budget_with_the_baseline_variant_at_that_budg
     # the differences across the budgets side by side
     assert "| variant | 300 steps | 1,500 steps |" in summary
     short, long = (_hand(swiglu, mlp, False, 0.1) for mlp, swiglu in BUDGET.values())
+    assert (short.form, long.form) == ("by more than the margin", "by more than the margin")
     assert (
-        f"| ffn=swiglu | **worse** {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}] "
-        f"| **better** {long.mean:+.3f} [{long.low:+.3f}, {long.high:+.3f}] |"
+        f"| ffn=swiglu | **worse** (by more than the margin) {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}] "
+        f"over 3 pairs | **better** (by more than the margin) {long.mean:+.3f} [{long.low:+.3f}, {long.high:+.3f}] "
+        "over 3 pairs |"
     ) in summary
 
 
@@ -471,9 +487,10 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
     lm, translation, vit = ((post, pre) for pre, post, _ in NORMS.values())
     lines = [line for line in verdicts.splitlines() if line.startswith("- ")]
     assert lines == [  # the index's verdicts in full: the test, its α, the margin, P(better), step times
-        f"- lm (LM), {POST} vs {PRE}: {_expected(*lm, 'lm', 2, 'step time ×1.10')}",
-        f"- translation (translator), {POST} vs {PRE}: {_expected(*translation, 'translation', 2, 'step time ×0.90')}",
-        f"- vit (ViT), {POST} vs {PRE}: {_expected(*vit, 'vit', 3, 'step time ×1.00')}",
+        f"- lm (LM), {POST} vs {PRE}: {_expected(*lm, 'lm', 2, f'step time ×1.10 {OVER_3}')}",
+        f"- translation (translator), {POST} vs {PRE}: "
+        + _expected(*translation, "translation", 2, f"step time ×0.90 {OVER_3}"),
+        f"- vit (ViT), {POST} vs {PRE}: {_expected(*vit, 'vit', 3, f'step time ×1.00 {OVER_3}')}",
         f"- {POST} vs {PRE}, across the families: yes: better in all 3",
     ]
     assert all(
@@ -482,9 +499,12 @@ def test_each_summary_starts_with_the_verdict_lines_of_its_matrix(root, index):
     )
     budget = write_report(root / "budget")
     short = _hand(BUDGET[300][1], BUDGET[300][0], False, 0.1)
-    assert "- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse** (paired t, 3 pairs, α 0.05), " in budget
-    assert f"perplexity ↓ {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}], margin ±0.100; " in budget
-    assert "; step time ×1.00; ⚠ flips" in budget
+    assert (
+        "- lm (LM), ffn=swiglu vs ffn=mlp at 300 steps: **worse**, by more than the margin (paired t, α 0.05), "
+        "over 3 pairs: "
+    ) in budget
+    assert f"perplexity ↓ {short.mean:+.2f} [{short.low:+.2f}, {short.high:+.2f}], margin ±0.100, " in budget
+    assert f"; step time ×1.00 {OVER_3}; ⚠ flips" in budget
     assert "across the families: " not in budget  # one family: nothing to transfer
 
 
@@ -530,14 +550,20 @@ def test_the_index_counts_the_decided_family_verdicts_and_what_the_book_cost(tmp
     index = write_index(tmp_path, tmp_path / "none")
     assert _hand([11.0, 10.0, 13.0], NORMS["lm"][0], False, 0.1).verdict == "undecided"
     assert _hand([0.501, 0.5515, 0.6005], NORMS["vit"][0], True, 0.005).verdict == "equivalent"
-    # family verdicts: post 3 (better x 3), sandwich 2 (LM undecided, ViT equivalent): 4 of 5 decided;
-    # 24 reported cells of 4 s and one tuning cell of an hour
+    # questions: post 3 (better x 3, each by more than the margin), sandwich 2 (LM undecided, ViT equivalent):
+    # 4 of 5 decided; 24 reported cells of 4 s and one tuning cell of an hour
+    forms = [
+        _hand(post, pre, TASK_CONFIGS[t].metrics[0].higher_is_better, MARGINS[t]).form
+        for t, (pre, post, _) in NORMS.items()
+    ]
+    assert forms == ["by more than the margin"] * 3
     hours = (24 * 4.0 + 3600.0) / 3600
     assert (
-        f"**4 of 5 family verdicts are decided** (better, worse or equivalent; the rest undecided, saturated or "
-        f"without a result), for **{hours:.1f} cell-process hours** (the summed wall time of every cell's process, "
-        f"a cell copied into several matrices counted once: {24 * 4.0 / 3600:.1f} h reported cells, 1.0 h tuning "
-        "cells)."
+        "**4 of 5 distinct questions are decided** (better, worse or equivalent): better: 3 (3 by more than the "
+        "margin), worse: 0 (0 by more than the margin), equivalent: 1, undecided: 1. A question is a variant against "
+        "its baseline on one task (at one level); one that several matrices ask of the same cells counts once. The "
+        f"book took **{hours:.1f} cell-process hours** (the summed wall time of every cell's process, a cell copied "
+        f"into several matrices counted once: {24 * 4.0 / 3600:.1f} h reported cells, 1.0 h tuning cells)."
     ) in index
     sandwich = _row(index, "book", "norm_placement=sandwich")
     assert sandwich[6] == "undecided: equivalent in ViT, undecided in LM (translator not run)"
@@ -574,7 +600,7 @@ def test_equivalent_in_every_family_is_an_answer_and_undecided_is_not_a_no(tmp_p
     for task, (pre, post) in alike.items():
         hand = _hand(post, pre, TASK_CONFIGS[task].metrics[0].higher_is_better, MARGINS[task])
         assert hand.verdict == "equivalent" and hand.p_equivalence < 0.05
-        assert f"**equivalent** (paired t, 3 pairs, α 0.05), {HEADLINE[task]} " in summary
+        assert f"**equivalent** (paired t, α 0.05), over 3 pairs: {HEADLINE[task]} " in summary
     assert f"- {POST} vs {PRE}, across the families: yes: equivalent in all 3" in summary
     rows = {r.split(",")[2]: r for r in (tmp_path / "alike" / "summary.csv").read_text().splitlines()[1:]}
     assert "equivalent" in rows["accuracy"] and "paired t" in rows["accuracy"]
@@ -658,16 +684,16 @@ def test_verdicts_within_levels_of_any_axis(tmp_path):
     lines = [line for line in summary.splitlines() if line.startswith("- lm (LM)")]
     assert lines == [
         f"- lm (LM), {POST} vs {PRE} at n_layers=2: "
-        + _expected(values[2, "post"], values[2, "pre"], "lm", 3, "step time ×1.00", flag),
+        + _expected(values[2, "post"], values[2, "pre"], "lm", 3, f"step time ×1.00 {OVER_3}", flag),
         f"- lm (LM), {POST} vs {PRE} at n_layers=4: "
-        + _expected(values[4, "post"], values[4, "pre"], "lm", 3, "step time ×1.00", flag),
+        + _expected(values[4, "post"], values[4, "pre"], "lm", 3, f"step time ×1.00 {OVER_3}", flag),
     ]
     assert "n_layers=4,norm_placement=post vs" not in summary
     deep = _hand(values[4, "post"], values[4, "pre"], False, 0.1)
     shallow = _hand(values[2, "post"], values[2, "pre"], False, 0.1)
     assert (
-        f"| {POST} | **equivalent** {shallow.mean:+.3f} [{shallow.low:+.3f}, {shallow.high:+.3f}] "
-        f"| **worse** {deep.mean:+.3f} [{deep.low:+.3f}, {deep.high:+.3f}] |"
+        f"| {POST} | **equivalent** {shallow.mean:+.3f} [{shallow.low:+.3f}, {shallow.high:+.3f}] over 3 pairs "
+        f"| **worse** ({deep.form}) {deep.mean:+.3f} [{deep.low:+.3f}, {deep.high:+.3f}] over 3 pairs |"
     ) in summary
     assert "| variant | n_layers=2 | n_layers=4 |" in summary
     index = write_index(tmp_path, tmp_path / "none")
@@ -698,10 +724,10 @@ def test_open_questions_are_the_undecided_ones_that_more_seeds_may_answer(tmp_pa
     assert open_questions(tmp_path / "rounds") == [OpenQuestion("lm", POST, PRE, (), 3)]
     summary = write_report(tmp_path / "rounds")
     assert "Seeds in rounds: looks at 3, 6, 9 seeds, α 0.05 split equally over them." in summary
-    assert "**undecided** (paired t, 3 pairs, α 0.017; more seeds may decide it)" in summary
+    assert "**undecided** (paired t, α 0.017; more seeds may decide it), over 3 pairs: " in summary
     deepnorm = questions["norm_placement=deepnorm"].decision
     assert deepnorm.verdict == "undecided" and deepnorm.futile and deepnorm.final
-    assert "**undecided** (paired t, 3 pairs, α 0.017; stopped for futility: conditional power 0%)" in (summary)
+    assert "**undecided** (paired t, α 0.017; stopped for futility: conditional power 0%), over 3 pairs: " in summary
     nine = [{**c, "values": c["values"] * 3} for c in cells]  # the last look: final, whatever it says
     _write_matrix(tmp_path, "last", nine, baseline_variant=PRE, axes=axes, seeds=seeds)
     assert open_questions(tmp_path / "last") == []
@@ -852,8 +878,8 @@ def test_a_family_with_several_tasks_has_a_line_per_task_in_its_cell():
     assert row[4] == "–" and row[5] == brief(vit)
     assert row[6] == "no: better in ViT, mixed in LM (translator not run)"
     assert vit.describe() == (
-        "**better** (paired t, 3 pairs, α 0.05), accuracy ↑ +1.000 [+0.500, +1.500], margin ±0.005; "
-        "P(better) 1.00 [1.00, 1.00]; step time n/a"
+        "**better**, by more than the margin (paired t, α 0.05), over 3 pairs: accuracy ↑ +1.000 [+0.500, +1.500], "
+        "margin ±0.005, P(better) 1.00 [1.00, 1.00]; step time n/a"
     )
 
 
@@ -938,7 +964,7 @@ def test_a_tuned_matrix_says_which_value_each_side_trained_at_and_what_tuning_co
     write_report(tmp_path / "tuned")
     index = write_index(tmp_path, tmp_path / "no_configs")
     # post-norm's choice is the lowest rate of the grid: its best may lie below, and the verdict says so
-    assert _row(index, "tuned", POST)[3].startswith("**worse** perplexity ↓ ")  # the summary has the tuned values
+    assert _row(index, "tuned", POST)[3].startswith("**worse** (")  # the summary has the tuned values
     summary = (tmp_path / "tuned" / "summary.md").read_text()
     assert f"- lm (LM), {POST} vs {PRE}: **worse**" in summary
     assert "tuned lr=0.0003 (lowest lr tried) vs lr=0.001" in summary
@@ -995,7 +1021,7 @@ def test_a_task_both_sides_solve_in_every_seed_is_saturated_not_a_verdict(tmp_pa
     assert "saturated" in (tmp_path / "moe" / "summary.csv").read_text()
     index = write_index(tmp_path, tmp_path / "none")
     # 300 steps: undecided (differences -5.4, -4.7, -11.3: p = 0.08); 1,500 steps saturated: not decided either
-    assert "**0 of 2 family verdicts are decided**" in index
+    assert "**0 of 2 distinct questions are decided**" in index
     assert _row(index, "moe", "n_experts=4 at 1,500 steps")[4] == "*saturated* (both at the best bleu)"
     _write_matrix(
         tmp_path,
@@ -1053,12 +1079,12 @@ def test_a_question_decided_by_ranks_reads_worse_where_the_variant_is_worse_in_i
         pre, post = (next(c["values"] for c in cells if c["task"] == task and c["variant"] == v) for v in (PRE, POST))
         assert all(TASK_CONFIGS[task].metrics[0].higher_is_better == (p < b) for p, b in zip(post, pre, strict=True))
         line = next(x for x in summary.splitlines() if x.startswith(f"- {task} ({family}), {POST} vs {PRE}: "))
-        assert f"**worse** (Wilcoxon signed-rank, 6 pairs, α 0.05), {metric} {arrow} " in line
+        assert f"(Wilcoxon signed-rank, α 0.05), over 6 pairs: {metric} {arrow} " in line and "**worse**" in line
         assert "2/6 did not learn" in line
     assert scipy_stats.wilcoxon(np.subtract(cells[1]["values"], cells[0]["values"])).pvalue == pytest.approx(2 / 64)
     row = _row(write_index(tmp_path, tmp_path / "none"), "ranks", POST)
-    assert row[3].startswith("**worse** perplexity ↓ ") and "rank test" in row[3]
-    assert row[5].startswith("**worse** accuracy ↑ ") and "rank test" in row[5]
+    assert row[3].startswith("**worse** (") and " perplexity ↓ " in row[3] and "rank test" in row[3]
+    assert row[5].startswith("**worse** (") and " accuracy ↑ " in row[5] and "rank test" in row[5]
 
 
 def test_an_unpaired_question_prints_each_side_s_seed_count_variant_first(tmp_path):
@@ -1083,7 +1109,7 @@ def test_an_unpaired_question_prints_each_side_s_seed_count_variant_first(tmp_pa
         assert decision.test == "Welch t" and decision.n == (n, n_baseline)
         assert f", n={n}/{n_baseline}, " in decision.describe()
         line = next(x for x in summary.splitlines() if x.startswith(f"- lm (LM), {variant} vs {PRE}: "))
-        assert f"(Welch t, {n} vs {n_baseline} seeds, α 0.05)" in line
+        assert f"(Welch t, α 0.05), over {n} vs {n_baseline} seeds: " in line
         assert rows[variant]["decision_seeds"] == f"{n} vs {n_baseline}"
 
 
@@ -1280,7 +1306,10 @@ def test_the_step_time_multiple_is_a_ratio_of_medians_with_its_interval_and_a_ti
     assert ratio.value == pytest.approx(np.median(variant) / np.median(baseline))  # 131.5 / 136.6
     assert statistics.fmean(variant) / statistics.fmean(baseline) < 0.75  # what the mean said
     assert (
-        ratio.tie and f"step time ×{ratio.value:.2f} [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}], a tie" in vit
+        ratio.tie
+        and f"step time ×{ratio.value:.2f} [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}] over 9 vs 9 finished "
+        "seeds, a tie"
+        in vit
     )
     # the speed table too: the median step time (136.6 ms), not the mean (178.3 ms)
     speed_rows = [x for x in lines if x.startswith(f"| {PRE} |") and "136.6" in x]
