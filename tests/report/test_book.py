@@ -195,7 +195,7 @@ def test_every_number_of_a_verdict_names_its_seeds_and_the_rest_of_the_seeds_are
     line = next(x for x in summary.splitlines() if x.startswith(f"- lm (LM), {POST} vs {PRE}: "))
     t = scipy_stats.t(2).ppf(1 - 0.05 / 3 / 2) * statistics.stdev([v - b for v, b in zip(POST_LM, pre, strict=False)])
     low, high = look.mean - t / math.sqrt(3), look.mean + t / math.sqrt(3)
-    assert f"(paired t, α 0.017), over 3 pairs: perplexity ↓ {look.mean:+.3f} [{low:+.3f}, {high:+.3f}], " in line
+    assert f"(paired t, α 0.017), over 3 pairs: perplexity ↓ {look.mean:+.3f} [{low:+.3f}, {high:+.3f}]" in line
     assert f"; over all 6 pairs, descriptive (95%): {every}; " in line
     assert "; step time n/a" in line  # no step time recorded here; with one: "over 6 vs 6 finished seeds"
     table = summary.split("Difference from the baseline variant")[1]

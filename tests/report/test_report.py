@@ -841,4 +841,5 @@ def test_a_reported_cell_scored_on_the_tuning_split_counts_in_no_statistic(tmp_p
     assert "Cells: 5 of 6 (5 ok, 0 diverged, 0 failed, 1 scored on the wrong split and left out)" in summary
     assert "Unfinished" not in summary
     # the question is decided from the seeds each side has on the validation split: 3 against 2
-    assert re.search(rf"vit \(ViT\), {POST} vs {PRE}: \*\*worse\*\* \(Welch t, 3 vs 2 seeds", summary), summary
+    verdict = rf"vit \(ViT\), {POST} vs {PRE}: \*\*worse\*\*, by more than the margin \(Welch t, α 0.05\)"
+    assert re.search(verdict + ", over 3 vs 2 seeds", summary), summary
