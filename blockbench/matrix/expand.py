@@ -43,6 +43,35 @@ from .tuning import REPORT, TUNE
 TUNING_SPLIT = {"task.eval_split": "tuning"}
 
 
+#: the key of a ``task:`` axis entry (a mapping) that holds settings for that task's cells only, e.g. a
+#: longer budget for a task that learns slower: ``{name: translation_text, ..., overrides: {trainer.max_steps: 2000}}``
+TASK_OVERRIDES = "overrides"
+
+
+def task_overrides(axes: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a ``task:`` axis entry's own ``overrides:`` (dotted keys for its cells alone) from the task
+    section: ``(axes with the entry without them, the overrides)``; raises ConfigError if they are not a
+    mapping of dotted keys outside the task section."""
+    task = axes.get("task")
+    if not isinstance(task, dict) or TASK_OVERRIDES not in task:
+        return axes, {}
+    task = dict(task)
+    own = task.pop(TASK_OVERRIDES)
+    label = task.get("label") or task.get("name")
+    if not isinstance(own, dict) or not all(isinstance(key, str) and "." in key for key in own):
+        raise ConfigError(
+            f"{path}: task '{label}': {TASK_OVERRIDES} must map dotted keys to values (e.g. {TASK_OVERRIDES}: "
+            f"{{trainer.max_steps: 2000}}), got {own!r}"
+        )
+    inside = [key for key in own if key.split(".")[0] in ("task", "seed")]
+    if inside:
+        raise ConfigError(
+            f"{path}: task '{label}': {TASK_OVERRIDES} sets {', '.join(inside)}; set task keys in the task entry "
+            "itself, and seeds with the seed axis or seeds:"
+        )
+    return {**axes, "task": task}, own
+
+
 @dataclass(frozen=True)
 class Cell:
     index: int
@@ -124,11 +153,13 @@ class Expansion:
         if REPLICA_AXIS in axes:
             replica = self.matrix.axes[REPLICA_AXIS].index(axes.pop(REPLICA_AXIS))
             axes["seed"] = int(axes.get("seed", 0)) + replica * REPLICA_SEED_STRIDE
+        axes, own = task_overrides(axes, self.path)
         # whole sections first ("task: wikitext103"), so that deeper keys ("task.seq_len") refine them
-        settings = {**self.matrix.overrides, **axes, **(extra or {})}
+        settings = {**self.matrix.overrides, **own, **axes, **(extra or {})}
         # where each key was set, for a config error to name the place to fix
         origins = {
             **{key: f"in {self.path.name}'s overrides:" for key in self.matrix.overrides},
+            **{key: f"in {self.path.name}'s task axis entry's {TASK_OVERRIDES}:" for key in own},
             **{key: f"by {self.path.name}'s axis {key}" for key in axes},
             **{key: f"by {self.path.name}'s tune: (a tuning cell)" for key in extra or {}},
         }

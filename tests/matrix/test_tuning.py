@@ -14,6 +14,7 @@ import yaml
 from conftest import TINY_LM, blockbench, write_matrix
 
 from blockbench.cli import main
+from blockbench.config import ConfigError
 from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.rounds import Counts, first_round, tuning_outcomes
@@ -436,3 +437,18 @@ def test_the_tuner_adds_the_next_value_past_an_end_that_wins_up_to_its_cap(score
     tuning = Tuning("lm", "v", "perplexity", False, candidates, (1000,))
     values = extension(tuning, {"optimizer.lr": [3e-4, 1e-3, 3e-3]})
     assert values == (None if expected is None else {"optimizer.lr": pytest.approx(expected, rel=1e-12)})
+
+
+def test_a_task_entry_s_own_overrides_apply_to_its_cells_alone(tmp_path):
+    """``task: [{..., overrides: {trainer.max_steps: 6}}, ...]``: that task's reported and tuning cells train
+    6 steps, the other task the base's 4; a key of the task section or the seed there is refused."""
+    slow = {**TINY_LM["task"], "label": "slow", "overrides": {"trainer.max_steps": 6}}
+    fast = {**TINY_LM["task"], "label": "fast"}
+    axes = {"task": [slow, fast], "model.norm_placement": ["pre"], "seed": [0]}
+    expansion = expand_matrix(tuned_matrix(tmp_path, axes, tune={"optimizer.lr": [1e-3, 3e-3]}))
+    steps = {(cell.task, cell.phase): cell.run.trainer.max_steps for cell in expansion.cells + expansion.tuning}
+    assert steps == {("slow", "report"): 6, ("fast", "report"): 4, ("slow", "tune"): 6, ("fast", "tune"): 4}
+    for bad, named in (({"task.seq_len": 16}, "sets task.seq_len"), ({"max_steps": 6}, "must map dotted keys")):
+        entry = {**TINY_LM["task"], "label": "slow", "overrides": bad}
+        with pytest.raises(ConfigError, match=named):
+            expand_matrix(tuned_matrix(tmp_path / "bad", {"task": [entry], "seed": [0]}))
