@@ -15,9 +15,10 @@ written beside it in the metric's own unit. The tables beside the picture keep t
 metric's units; the picture shows where each answer lies against what matters.
 
 **What is drawn for a question** (``Comparison``, as the analysis decided it): a point at the mean
-difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0); a thick
-line, the (1 − 2α_k) interval of the two one-sided tests (equivalent where it lies inside the band),
-both as ``decide.Decision`` has them; colours by verdict (better, worse, equivalent, undecided); a
+difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0 and the
+typical seed agrees: P(better) on the same side of 0.5); a thick line, the (1 − 2α_k) interval of
+the two one-sided tests (equivalent where it lies inside the band), both as ``decide.Decision`` has
+them; colours by verdict (better, worse, equivalent, undecided); a
 hollow point where a rank test decided (the lines are then the t intervals, drawn for scale only);
 *saturated* and *no result*, which are not verdicts, in grey with the reason written beside them.
 :func:`forest_rows` computes what is drawn, a pure function of the comparisons, so that it can be
@@ -272,7 +273,7 @@ def _legend_handles(rows: Sequence[ForestRow]) -> list:
     ]
     handles += [
         Patch(color="0.88", label="± the margin: equivalence"),
-        Line2D([], [], color="0.3", linewidth=1.0, label="(1−α/K) interval: better or worse if it leaves out 0"),
+        Line2D([], [], color="0.3", linewidth=1.0, label="(1−α/K) interval: leaves out 0 for better or worse"),
         Line2D(
             [], [], color="0.3", linewidth=3.2, alpha=0.55, label="(1−2α/K) interval: equivalent if inside the band"
         ),

@@ -44,21 +44,22 @@ DECIDED = (BETTER, WORSE, EQUIVALENT)
 MIXED = "mixed"  # a family whose tasks disagree
 #: every family verdict in the order the transfer column lists them
 ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NO_RESULT)
-#: the tests of a question whose side mixes seeds that learned with seeds that did not
+#: the tests of a question where a seed of either side did not learn or diverged
 RANK_TESTS = (SIGNED_RANK, RANK_SUM)
 
 LEGEND = (
     "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
     "which way is better), decided from the two sides' cells alone at a 5% error rate per question (no family "
     "across the matrix: the same cells get the same verdict in every matrix; with seeds in rounds each look spends "
-    "an equal share of it). **better** / **worse**: the test finds a difference; **equivalent**: the difference's "
+    "an equal share of it). **better** / **worse**: the test finds a difference and the typical seed shows it too "
+    "(P(better), below, on the same side of 0.5); **equivalent**: the difference's "
     "interval lies within ± the task's margin of practical equivalence (two one-sided tests); **undecided**: "
     "neither is shown (more seeds may answer it). *saturated* (no verdict): both sides sit at the metric's best "
     "value or within the stated distance of the LM's entropy floor, where it cannot tell them apart; *no result*: "
     "a side has no seed. After the verdict: the test that decided it, its seeds and level α, the difference with "
     "its interval at that level, the margin, and the probability of improvement P(better) (variant better than "
-    "baseline over all seed pairs, ties half) with its bootstrap interval; a rank test decides where a side mixes "
-    "seeds that learned with seeds that did not learn or diverged. Then the shares of seeds that *did not learn* "
+    "baseline over all seed pairs, ties half) with its bootstrap interval; a rank test decides where a seed of "
+    "either side did not learn or diverged. Then the shares of seeds that *did not learn* "
     "(finished no better than the trivial baseline; counted as they are) or diverged (counted as a model that "
     "learned nothing), the variant's median step time as a multiple of the baseline's with its 95% bootstrap "
     "interval over the seeds (*a tie* where it holds 1; n/a: not recorded), and in "
@@ -73,16 +74,16 @@ INDEX_LEGEND = (
     "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
     "which way is better), decided from the two sides' cells alone at a 5% error rate per question, so the same "
     "cells get the same verdict in every matrix ([the rule](../docs/decisions/verdict-rule.md)). **better** / "
-    "**worse**: the test finds a difference; **equivalent**: the difference's interval lies within ± the task's "
-    "margin of practical equivalence; **undecided**: neither is shown (more seeds may answer it); *saturated*: "
-    "both sides at the metric's best value (or the LM's entropy floor), no verdict. Each cell: the verdict, the "
-    "difference with the interval of the test that decided it (where a rank test decided, which has none, the t "
-    "interval, as a description), *rank test* where a side mixes seeds that learned "
-    "with seeds that did not (or diverged), and how many seeds *did not learn* (finished no better than the "
-    "trivial baseline) or diverged. The matrix's summary (first column) has the test, its α, the margin, the "
-    "probability of improvement, step times and tuned values. The last column says whether the verdict is the same "
-    "in every family: *equivalent in all 3* is an answer, *undecided* is not a no. A family with several tasks "
-    "has a line per task."
+    "**worse**: the test finds a difference that the typical seed shows too; **equivalent**: the difference's "
+    "interval lies within ± the task's margin of practical equivalence; **undecided**: neither is shown (more "
+    "seeds may answer it); *saturated*: both sides at the metric's best value (or the LM's entropy floor), no "
+    "verdict. Each cell: the verdict, the difference with the interval of the test that decided it (where a rank "
+    "test decided, which has none, the t interval, as a description), *rank test* where a seed of either side did "
+    "not learn (or diverged), and how many seeds *did not learn* (finished no better than the trivial baseline) "
+    "or diverged. The matrix's summary (first column) has the test, its α, the margin, the probability of "
+    "improvement, step times and tuned values. The last column says whether the verdict is the same in every "
+    "family: *equivalent in all 3* is an answer, *undecided* is not a no. A family with several tasks has a line "
+    "per task."
 )
 
 
@@ -196,6 +197,8 @@ class Comparison:
                     more = f"; stopped for futility: conditional power {power:.0%}"
                 elif self.verdict == UNDECIDED and not self.decision.final:
                     more = "; more seeds may decide it"
+                if self.decision.typical_disagrees:
+                    more = "; the t test found a difference that the typical seed does not show" + more
                 head += f" ({self.test_text()}{more})"
             parts = [f"{head}, {self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"]
             p = self.decision.prob_improvement
