@@ -1,6 +1,6 @@
 """The verdict rule's error rates and power, by simulation with known truth at the book's seed noise.
 
-    python benchmarks/verdict_error_rates.py --out results/verdict_error_rates.md   # about two minutes
+    python benchmarks/verdict_error_rates.py --out results/verdict_error_rates.md   # about ten minutes
     python benchmarks/verdict_error_rates.py --reps 2000 --out -                    # a quick look
 
 ``blockbench.report.decide`` claims, per question: a false better/worse at most 5% of the time, a
@@ -24,21 +24,22 @@ at the noise this project's runs actually have, and shows what the rule can find
    variant shifted by the true difference, each side's noise N(0, σ²/2), so each difference has SD σ);
    a question stops at the first look that decides it, or undecided where it is futile. The decisions
    come from the array functions ``decide.decide`` itself calls (``paired_moments``, ``t_tests``,
-   ``t_verdicts``, ``futile``, ``signed_rank_tests``, ``rank_sum_tests``, ``rank_verdicts``), and a sample of the
+   ``t_verdicts``, ``prob_improvement``, ``futile``, ``signed_rank_tests``, ``rank_sum_tests``, ``rank_verdicts``,
+   ``ranks.any_failed``), and a sample of the
    questions is decided again look by look through ``decide.decide`` (they must agree). Scenarios:
    (a) null, true difference 0: rate of better or worse; (b) true difference ± one margin: rate of
    equivalent; (c) power: every verdict's rate at 0, 0.5, 1, 2 and 4 margins (the variant better by
    that much) and the mean number of seeds used; (d) a bimodal null: on each side each seed has a 20%
    chance of not learning (its value at the task's trivial baseline, as the records give it): rate of
    better or worse as the analysis decides (the rank tests, signed-rank on pairs and Mann-Whitney U on
-   disjoint seeds, where a side mixes learned and failed seeds; t otherwise), and for comparison with
+   disjoint seeds, where any seed of either side failed; t otherwise), and for comparison with
    the rank tests always and the t rule alone; (e) the futility bound: the share decided and the seeds
    used at each bound. Every rate has its Monte-Carlo standard error √(p(1 - p)/reps).
 4. **The empirical null, resampled** (section (f)): the cells of ``configs/matrix/null_comparison.yaml``
    (the same model on both sides, 12 seeds per replica, so 24 runs of one model per task) are a pool
    of real training noise, not normal draws. Each resample deals two sides of 9 runs from the pool
    without replacement (the runs are exchangeable: same config, every seed draws its own data) and runs
-   the same plans through the same rule (``switching_rule``: a rank test where a side mixes runs that
+   the same plans through the same rule (``switching_rule``: a rank test where a side holds runs that
    did not learn, as the record says, with runs that did); once as drawn (the null: rate of better or
    worse) and once with one side's learned runs moved by one margin either way (rate of equivalent).
    The runs share no data draw, so a pair is of two independent runs (noisier than the book's
@@ -46,6 +47,19 @@ at the noise this project's runs actually have, and shows what the rule can find
    skewness, Shapiro-Wilk p). A rate here is the
    rule's on this pool's distribution; the pool is one draw of 24 runs, so its own uncertainty is wider
    than the resampling error shown.
+5. **Skewed differences and failed sides** (section (g)), on the default rounds, decided as the analysis
+   decides: a verdict is about the typical seed (``decide``'s docstring), so (i) differences that are
+   N(δ, σ²) for most seeds and N(tail, σ²) for a few bad seeds of the variant, with a mean of 0 (δ = 1
+   BLEU and 5% of seeds at −19, δ = 2 and 10% at −18, δ = 2 and 5% at −38, stated at translation's SD
+   3.25 with margin 1 and taken in units of each family's SD, so that they match there): the rate of
+   the wrong direction (worse) and of equivalent, and beside it the mean's reading (better or worse,
+   which is false for a mean of 0) and the t test without the typical seed's agreement; (ii) the same
+   shapes shifted to a median difference of 0 and (iii) controls (no tail, a symmetric one): the rate
+   of better or worse; (iv) identical sides whose seeds fail (at the trivial baseline) with probability
+   0.2 to 0.6, in pairs and on disjoint seeds: the rate of better or worse, beside it with the rank test
+   only where a side mixes failed and learned seeds. Each family at its own noise, and translation at SD
+   3.25 besides (the noise the shapes were stated at), where :data:`FRONTIER` also shows how far the
+   rates hold as the share of bad seeds grows.
 
 The markdown names the command, the date, the code's commit, Python, numpy and scipy, and the CPU.
 """
@@ -68,6 +82,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
+import scipy.optimize  # noqa: E402
 import yaml  # noqa: E402
 from scipy import stats as scipy_stats  # noqa: E402
 
@@ -84,12 +99,13 @@ from blockbench.report.decide import (  # noqa: E402
     decide,
     futile,
     paired_moments,
+    prob_improvement,
     rank_verdicts,
     t_tests,
     t_verdicts,
     welch_moments,
 )
-from blockbench.report.ranks import mixes, rank_sum_tests, signed_rank_tests  # noqa: E402
+from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests  # noqa: E402
 from blockbench.tasks import TASK_CONFIGS  # noqa: E402
 
 
@@ -124,8 +140,8 @@ BUDGET = 300
 MULTIPLES = (0.0, 0.5, 1.0, 2.0, 4.0)
 #: the chance per seed and side of not learning in the bimodal null
 FAIL_RATE = 0.2
-#: the bimodal null's rule that the analysis applies: a rank test where a side mixes learned and failed seeds
-ANALYSIS_RULE = "as the analysis: rank test where a side mixes"
+#: the bimodal null's rule that the analysis applies: a rank test where any seed of either side failed
+ANALYSIS_RULE = "as the analysis: rank test where a seed failed"
 #: the plans simulated: the default rounds (with decide's futility stop), the same without it, and a
 #: fixed list of three seeds
 PLANS = {
@@ -229,14 +245,16 @@ def measure_noise(results: Path, family: Family, budget: int = BUDGET) -> Noise:
 Rule = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def t_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
-    """decide's t rule (paired t, or Welch on disjoint seeds) at the plan's per-look α, with its
-    futility stop (``decide.futile``)."""
-    alpha, margin = looks.per_look_alpha, noise.margin
+def t_rule(noise: Noise, looks: Looks, paired: bool = True, typical: bool = True) -> Rule:
+    """decide's t rule (paired t, or Welch on disjoint seeds) at the plan's per-look α, better or worse
+    only where the typical seed agrees (P(better) over all seed pairs on the same side of 0.5), with its
+    futility stop (``decide.futile``); ``typical`` False: the t test alone, shown beside the rule."""
+    alpha, margin, higher_is_better = looks.per_look_alpha, noise.margin, noise.family.higher_is_better
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         moments = paired_moments(a, b) if paired else welch_moments(a, b)
-        verdicts = t_verdicts(moments, t_tests(moments, margin, alpha), margin, alpha, noise.family.higher_is_better)[0]
+        prob = prob_improvement(a, b, higher_is_better) if typical else None
+        verdicts = t_verdicts(moments, t_tests(moments, margin, alpha), margin, alpha, higher_is_better, prob)[0]
         return verdicts, futile(moments, verdicts, a.shape[-1], looks, margin)
 
     return rule
@@ -263,15 +281,25 @@ def at_trivial(noise: Noise) -> Failed:
     return lambda values: values == noise.trivial
 
 
-def switching_rule(noise: Noise, looks: Looks, paired: bool = True, failed: Failed | None = None) -> Rule:
-    """The analysis's rule: the rank rule for questions where a side mixes seeds that learned with seeds
-    that did not (``ranks.mixes``), the t rule otherwise (a side whose seeds all failed included).
-    ``failed`` flags the runs that did not learn (default :func:`at_trivial`)."""
+def mixes(failed: np.ndarray) -> np.ndarray:
+    """Whether each side (rows of per-seed flags) mixes failed with learned seeds: section (g)'s other
+    trigger, which leaves a side whose seeds all failed to the t test."""
+    return failed.any(axis=-1) & ~failed.all(axis=-1)
+
+
+def switching_rule(
+    noise: Noise, looks: Looks, paired: bool = True, failed: Failed | None = None, only_mixed: bool = False
+) -> Rule:
+    """The analysis's rule: the rank rule for questions where any seed of either side did not learn
+    (``ranks.any_failed``), the t rule otherwise. ``failed`` flags the runs that did not learn (default
+    :func:`at_trivial`); ``only_mixed``: the rank rule only where a side mixes failed and learned seeds
+    (:func:`mixes`), shown beside the rule in section (g)."""
     t, rank = t_rule(noise, looks, paired), rank_rule(noise, looks, paired)
     is_failed = failed or at_trivial(noise)
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        failed = mixes(is_failed(a)) | mixes(is_failed(b))
+        fa, fb = is_failed(a), is_failed(b)
+        failed = (mixes(fa) | mixes(fb)) if only_mixed else any_failed(fa, fb)
         (t_found, t_stop), (rank_found, rank_stop) = t(a, b), rank(a, b)
         return np.where(failed, rank_found, t_found), np.where(failed, rank_stop, t_stop)
 
@@ -355,12 +383,12 @@ def decide_sequentially(
     failed: Failed | None = None,
 ):
     """One question decided look by look through ``decide.decide`` itself: (verdict, seeds used).
-    ``rank``: "t", "rank" or "switch" (rank_based where a side mixes, as the analysis decides);
+    ``rank``: "t", "rank" or "switch" (rank_based where a seed failed, as the analysis decides);
     ``failed`` flags the runs that did not learn (default :func:`at_trivial`)."""
     is_failed = failed or at_trivial(noise)
     for size in looks.sizes:
         x, y = a[:size], b[:size]
-        rank_based = rank == "rank" or (rank == "switch" and bool(mixes(is_failed(x)) | mixes(is_failed(y))))
+        rank_based = rank == "rank" or (rank == "switch" and bool(any_failed(is_failed(x), is_failed(y))))
         decision = decide(
             dict(enumerate(x)),
             dict(enumerate(y)) if paired else {100 + i: v for i, v in enumerate(y)},
@@ -411,6 +439,124 @@ def futility_sweep(noise: Noise, reps: int, rng: np.random.Generator) -> dict[fl
         looks = Looks.plan(3, 9, 3, futility=bound)
         sweep[bound] = {m: Rates.of(*sequential(*sides[m], looks, t_rule(noise, looks))) for m in MULTIPLES}
     return sweep
+
+
+# (g) skewed differences and failed sides ------------------------------------------------------------
+
+#: the skewed shapes of section (g), stated in BLEU at the seed noise they were found at (SD 3.25,
+#: margin 1): the typical seed's difference δ, the share of the variant's seeds that train badly, and
+#: where those sit (the tail), so that the mean difference is 0; every family takes them in units of
+#: its own SD (δ · SD / 3.25), so the shapes match at SD 3.25
+SKEWED = ((1.0, 0.05, -19.0), (2.0, 0.10, -18.0), (2.0, 0.05, -38.0))
+SKEW_SD = 3.25
+#: the per-seed failure probabilities of section (g)'s identical sides
+FAILURE_PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6)
+#: section (g)'s plan: the book's rounds
+SKEW_PLAN = "rounds 3, 6, 9 (min 3, max 9, step 3)"
+#: section (g)'s questions per scenario unless told (its 82 scenarios, each under two rules, would take several
+#: times the other sections' time at --reps; 10^5 puts a rate near 0.05 within ± 0.0007)
+SKEW_REPS = 100_000
+#: how far the typical seed's rates hold: shares of bad seeds and their tails (in SDs), each shape
+#: shifted to a median difference of 0, on the noise the shapes were stated at
+FRONTIER = tuple((bad, tail) for tail in (-4.0, -12.0) for bad in (0.05, 0.1, 0.2, 0.3, 0.4))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Seed-matched differences in units of the family's SD (the better direction positive): N(δ, 1)
+    for most seeds, N(tail, 1) for a share ``bad`` of them (the variant's bad seeds; ``symmetric``:
+    half of them at +tail, half at −tail)."""
+
+    delta: float
+    bad: float = 0.0
+    tail: float = 0.0
+    symmetric: bool = False
+
+    def median(self) -> float:
+        """The median of the differences (the mixture's; 0 for a symmetric shape around 0)."""
+        cdf = scipy_stats.norm.cdf
+        tails = ((self.bad / 2, self.tail), (self.bad / 2, -self.tail)) if self.symmetric else ((self.bad, self.tail),)
+
+        def below(m: float) -> float:
+            return (1 - self.bad) * cdf(m - self.delta) + sum(w * cdf(m - t) for w, t in tails) - 0.5
+
+        reach = abs(self.tail) + abs(self.delta) + 10
+        return float(scipy.optimize.brentq(below, -reach, reach))
+
+    def shifted(self, by: float) -> Shape:
+        return replace(self, delta=self.delta + by, tail=self.tail + by)
+
+    def text(self, noise: Noise) -> str:
+        """``δ +0.631, 5% at −11.98`` in the family's units (``±`` for a symmetric tail; ``no tail``)."""
+        head = f"δ {self.delta * noise.sd:+.3g}"
+        if not self.bad:
+            return f"{head}, no tail"
+        return f"{head}, {self.bad:.0%} at {'±' if self.symmetric else ''}{self.tail * noise.sd:.4g}"
+
+
+def draw_shape(rng: np.random.Generator, noise: Noise, reps: int, seeds: int, shape: Shape):
+    """``reps`` questions of ``seeds`` seed pairs whose differences follow ``shape`` (each side's noise
+    N(0, σ²/2), as :func:`draw`; the bad seeds the variant's): (variant, baseline)."""
+    sign = 1.0 if noise.family.higher_is_better else -1.0
+    side_sd = noise.sd / np.sqrt(2)
+    tail = shape.tail * (np.where(rng.random((reps, seeds)) < 0.5, -1.0, 1.0) if shape.symmetric else 1.0)
+    shift = np.where(rng.random((reps, seeds)) < shape.bad, tail, shape.delta) * noise.sd
+    baseline = noise.baseline_mean + rng.normal(0.0, side_sd, (reps, seeds))
+    variant = noise.baseline_mean + sign * shift + rng.normal(0.0, side_sd, (reps, seeds))
+    return variant, baseline
+
+
+@dataclass(frozen=True)
+class SkewRun:
+    """Section (g) for one family, each scenario's rates under the rule and under the rule beside it:
+    (i) the skewed shapes (beside: the t test alone), (ii) the same shifted to a median of 0 and (iii)
+    the controls (beside: the t test alone), (iv) identical sides with failed seeds by probability and
+    pairing (beside: the rank test only where a side mixes); and, where asked, the :data:`FRONTIER`
+    shapes at a median of 0 (beside: the t test alone)."""
+
+    noise: Noise
+    typical: list[tuple[Shape, Rates, Rates]]
+    no_difference: list[tuple[str, Shape, Rates, Rates]]
+    failed: dict[tuple[float, str], tuple[Rates, Rates]]
+    checked: int
+    agreed: int
+    frontier: list[tuple[Shape, Rates, Rates]]
+
+
+def simulate_skew(noise: Noise, reps: int, rng: np.random.Generator, frontier: bool = False) -> SkewRun:
+    """Section (g) for one family on the book's rounds (see the module docstring); ``frontier``: the
+    :data:`FRONTIER` shapes too."""
+    looks = PLANS[SKEW_PLAN]
+    seeds = looks.sizes[-1]
+    checked = agreed = 0
+
+    def run(sides, other: Rule, paired: bool = True) -> tuple[Rates, Rates]:
+        nonlocal checked, agreed
+        verdicts, used = sequential(*sides, looks, switching_rule(noise, looks, paired))
+        for row in range(min(CROSS_CHECK, len(verdicts))):
+            again = decide_sequentially(sides[0][row], sides[1][row], noise, looks, paired, "switch")
+            checked, agreed = checked + 1, agreed + (again == (verdicts[row], used[row]))
+        return Rates.of(verdicts, used), Rates.of(*sequential(*sides, looks, other))
+
+    t_alone = t_rule(noise, looks, typical=False)
+    shapes = [Shape(delta / SKEW_SD, bad, tail / SKEW_SD) for delta, bad, tail in SKEWED]
+    typical = [(shape, *run(draw_shape(rng, noise, reps, seeds, shape), t_alone)) for shape in shapes]
+    controls = [("median 0", shape.shifted(-shape.median())) for shape in shapes] + [
+        ("control", Shape(0.0)),
+        ("control", Shape(0.0, 0.05, 19.0 / SKEW_SD, symmetric=True)),
+    ]
+    no_difference = [
+        (kind, shape, *run(draw_shape(rng, noise, reps, seeds, shape), t_alone)) for kind, shape in controls
+    ]
+    failed = {}
+    for p in FAILURE_PROBABILITIES:
+        for pairing, paired in (("pairs", True), ("disjoint seeds", False)):
+            sides = draw(rng, noise, reps, seeds, 0.0, p)
+            failed[p, pairing] = run(sides, switching_rule(noise, looks, paired, only_mixed=True), paired)
+    edges = [Shape(0.0, bad, tail) for bad, tail in FRONTIER] if frontier else []
+    edges = [shape.shifted(-shape.median()) for shape in edges]
+    far = [(shape, *run(draw_shape(rng, noise, reps, seeds, shape), t_alone)) for shape in edges]
+    return SkewRun(noise, typical, no_difference, failed, checked, agreed, far)
 
 
 # the empirical null, resampled ----------------------------------------------------------------------
@@ -474,7 +620,7 @@ def resample_pool(
 ) -> tuple[Rates, int]:
     """``reps`` questions dealt from the pool without replacement (two sides of ``looks.sizes[-1]`` runs),
     the first side's learned runs moved by ``shift`` margins in the better direction, decided by the
-    analysis's rule (the rank test where a side mixes runs that did not learn); and how many of the
+    analysis's rule (the rank test where a side holds a run that did not learn); and how many of the
     first :data:`CROSS_CHECK` ``decide.decide`` decides the same, look by look. "Paired" pairs runs
     that share nothing (the replicas' seeds draw their own data), so a difference has the noise of two
     independent runs, more than the book's seed-matched pairs, which share a data draw."""
@@ -543,6 +689,7 @@ def report(
     runs: list[Simulated],
     sweeps: dict[str, dict[float, dict[float, Rates]]],
     resampled: list[Resampled],
+    skews: list[SkewRun],
     reps: int,
     seed: int,
     command: str,
@@ -560,9 +707,10 @@ def report(
         "shown ± its Monte-Carlo standard error √(p(1 - p)/reps). The rule is `blockbench.report.decide` "
         "(docs/decisions/verdict-rule.md); the script is `benchmarks/verdict_error_rates.py`, whose "
         "docstring says how the noise is measured and the questions drawn.",
-        f"- Each simulated scenario's first {CROSS_CHECK} questions (sections (a) to (e)) were decided again "
-        "look by look through "
-        f"`decide.decide` itself: {sum(r.agreed for r in runs):,} of {sum(r.checked for r in runs):,} agree "
+        f"- Each simulated scenario's first {CROSS_CHECK} questions (sections (a) to (e) and (g)) were decided "
+        "again look by look through "
+        f"`decide.decide` itself: {sum(r.agreed for r in [*runs, *skews]):,} of "
+        f"{sum(r.checked for r in [*runs, *skews]):,} agree "
         "with the array functions the rates come from.",
         "",
         f"## The seed noise of the book ({BUDGET} steps)",
@@ -583,8 +731,8 @@ def report(
         "",
         "(a) true difference 0: rate of better or worse; (b) true difference ± one margin: rate of "
         "equivalent; (d) bimodal null (each seed of each side fails to learn with probability "
-        f"{FAIL_RATE:.0%}), decided as the analysis decides (a rank test where a side mixes seeds that learned "
-        "with seeds that did not, the t test otherwise): rate of better or worse. Each must be at most 0.05.",
+        f"{FAIL_RATE:.0%}), decided as the analysis decides (a rank test where any seed of either side did not "
+        "learn, the t test otherwise): rate of better or worse. Each must be at most 0.05.",
         "",
         "| family | plan | (a) null: better or worse | (b) +1 margin: equivalent | (b) −1 margin: equivalent | "
         "(d) bimodal, pairs: signed-rank | (d) bimodal, disjoint seeds: Mann-Whitney U |",
@@ -603,8 +751,8 @@ def report(
         "",
         "Rate of better or worse, and of equivalent (no error here: the true difference is 0; a rank test "
         "never says equivalent), under the bimodal null: the rank test always; as the analysis decides (the rank "
-        "test where a side mixes seeds that learned with seeds that did not, `ranks.mixes`; the t test "
-        "otherwise, a side whose seeds all failed included); and the t test alone.",
+        "test where any seed of either side did not learn, `ranks.any_failed`; the t test "
+        "otherwise); and the t test alone.",
         "",
         "| family | plan | seeds | rule | better or worse | equivalent | mean seeds used |",
         "|---|---|---|---|--:|--:|--:|",
@@ -649,7 +797,8 @@ def report(
         for bound, by_multiple in sweep.items():
             cells = [f"{1 - r.shares[UNDECIDED]:.3f} / {r.mean_seeds:.2f}" for r in by_multiple.values()]
             lines.append(f"| {label} | {bound:g} | " + " | ".join(cells) + " |")
-    lines += ["", *pool_section(noises, resampled), "", *reading(noises, runs, resampled), ""]
+    lines += ["", *pool_section(noises, resampled), "", *skew_section(skews)]
+    lines += ["", *reading(noises, runs, resampled, skews), ""]
     return "\n".join(lines)
 
 
@@ -661,8 +810,8 @@ def pool_section(noises: list[Noise], resampled: list[Resampled]) -> list[str]:
         f"The cells of `{NULL_MATRIX}` (`configs/matrix/{NULL_MATRIX}.yaml`): the same model on both sides, "
         "every seed drawing its own data, so each task's runs are one pool of real training noise. Each "
         "resampled question deals two sides of the plan's runs from the pool without replacement and runs it "
-        "through the analysis's rule (a rank test where a side mixes runs that did not learn, as their records "
-        "say, with runs that did); at ± one margin, the first side's learned runs are moved by one margin. "
+        "through the analysis's rule (a rank test where a side holds a run that did not learn, as its record "
+        "says); at ± one margin, the first side's learned runs are moved by one margin. "
         "Each must be at most 0.05. The runs share no data draw, so *pairs* pair independent runs: a "
         "difference has the noise of two runs, more than the book's seed-matched pairs (which share their "
         "data draw), and its sign is symmetric by construction; the check is of the rule's size and of its "
@@ -701,7 +850,93 @@ def pool_section(noises: list[Noise], resampled: list[Resampled]) -> list[str]:
     return lines
 
 
-def reading(noises: list[Noise], runs: list[Simulated], resampled: list[Resampled]) -> list[str]:
+def skew_section(skews: list[SkewRun]) -> list[str]:
+    """Section (g): skewed differences (the typical seed against the mean) and sides whose seeds fail."""
+    if not skews:
+        return []
+    reps = skews[0].typical[0][1].reps
+    lines = [
+        "## (g) Skewed differences and failed sides: the typical seed",
+        "",
+        "A verdict is about the typical seed (docs/decisions/verdict-rule.md): how the variant's seeds typically "
+        "compare with the baseline's. Seed-matched differences here are N(δ, σ²) for most seeds and N(tail, σ²) "
+        f"for a share of the variant's seeds that train badly but still learn. The shapes are stated in BLEU at "
+        f"SD {SKEW_SD:g} (margin 1) and taken in units of each family's own SD, so they match at that SD; the "
+        f"first rows are at that SD, the noise they were stated at. The book's rounds (3, 6, 9 seeds, futility "
+        f"stop), the analysis's rule; {reps:,} questions per row, each rate ± its Monte-Carlo standard error.",
+        "",
+        "(i) **Skewed, mean 0**: the typical seed is better by δ, a rare bad seed pulls the mean to 0. Errors "
+        "for the typical seed: *worse* (the wrong direction), and *equivalent* where δ is at least the margin. "
+        "Beside them, the mean's reading (its true value 0, so any better or worse is false) and the t test "
+        "without the typical seed's agreement.",
+        "",
+        "| family | differences | δ / margin | worse (wrong direction) | equivalent | better | "
+        "mean's reading: better or worse | t test alone: better or worse |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for k in skews:
+        for shape, rates, alone in k.typical:
+            ratio = shape.delta * k.noise.sd / k.noise.margin
+            note = "" if ratio >= 1 else " (no error: δ < margin)"
+            lines.append(
+                f"| {k.noise.family.label} | {shape.text(k.noise)} | {ratio:.2f} | {rates.text(WORSE)} | "
+                f"{rates.text(EQUIVALENT)}{note} | {rates.text(BETTER)} | {rates.text(BETTER, WORSE)} | "
+                f"{alone.text(BETTER, WORSE)} |"
+            )
+    lines += [
+        "",
+        "(ii) **The typical seed no different**: the same shapes shifted to a median difference of 0 (the "
+        "bulk a little better, the bad seeds worse); (iii) **controls**: no tail, and a symmetric one. Rate of "
+        "better or worse; each must be at most 0.05.",
+        "",
+        "| family | kind | differences | better or worse | better | worse | t test alone: better or worse |",
+        "|---|---|---|--:|--:|--:|--:|",
+    ]
+    for k in skews:
+        for kind, shape, rates, alone in k.no_difference:
+            lines.append(
+                f"| {k.noise.family.label} | {kind} | {shape.text(k.noise)} | {rates.text(BETTER, WORSE)} | "
+                f"{rates.text(BETTER)} | {rates.text(WORSE)} | {alone.text(BETTER, WORSE)} |"
+            )
+    lines += [
+        "",
+        "(iv) **Failed seeds, identical sides**: each seed of each side fails (sits at the trivial baseline) "
+        "with the given probability. The rule takes the rank test wherever a seed of either side failed; beside "
+        "it, the rank test only where a side mixes failed and learned seeds (a side whose seeds all failed then "
+        "goes to the t test). Rate of better or worse; each must be at most 0.05.",
+        "",
+        "| family | failure probability | seeds | better or worse | rank test only where a side mixes | "
+        "mean seeds used |",
+        "|---|--:|---|--:|--:|--:|",
+    ]
+    for k in skews:
+        for (p, pairing), (rates, mixed) in k.failed.items():
+            lines.append(
+                f"| {k.noise.family.label} | {p:g} | {pairing} | {rates.text(BETTER, WORSE)} | "
+                f"{mixed.text(BETTER, WORSE)} | {rates.mean_seeds:.2f} |"
+            )
+    for k in (k for k in skews if k.frontier):
+        lines += [
+            "",
+            f"**How far it holds** ({k.noise.family.label}): more bad seeds, each shape shifted to a median "
+            "difference of 0 (the typical seed no different). Rate of better or worse. Where a third or more of "
+            "the seeds train badly the variant is bimodal: three seeds all bad (0.4³ = 6.4% at 40%) look like a "
+            "variant worse in every seed, and no test on so few seeds can tell them apart.",
+            "",
+            "| bad seeds | tail (SDs) | differences | better or worse | worse | t test alone: better or worse |",
+            "|--:|--:|---|--:|--:|--:|",
+        ]
+        for shape, rates, alone in k.frontier:
+            lines.append(
+                f"| {shape.bad:.0%} | {shape.tail - shape.delta:+g} | {shape.text(k.noise)} | "
+                f"{rates.text(BETTER, WORSE)} | {rates.text(WORSE)} | {alone.text(BETTER, WORSE)} |"
+            )
+    return lines
+
+
+def reading(
+    noises: list[Noise], runs: list[Simulated], resampled: list[Resampled], skews: list[SkewRun] = ()
+) -> list[str]:
     """What the numbers say, from the numbers: the worst rate of each claim and where equivalence can
     be shown at all."""
     worst_null = max(runs, key=lambda r: r.power[0.0].share(BETTER, WORSE))
@@ -734,6 +969,7 @@ def reading(noises: list[Noise], runs: list[Simulated], resampled: list[Resample
             f"false equivalent {equivalent[3][shift].text(EQUIVALENT)} ({equivalent[0].pool.noise.family.label}, "
             f"{equivalent[1]}, {equivalent[2]}, {shift:+g} margin).",
         ]
+    lines += skew_reading(skews)
     for n in noises:
         parts = []
         for r in (r for r in runs if r.noise is n):
@@ -752,11 +988,71 @@ def reading(noises: list[Noise], runs: list[Simulated], resampled: list[Resample
     return lines
 
 
+def skew_reading(skews: list[SkewRun]) -> list[str]:
+    """Section (g)'s worst rates: the wrong direction and a false equivalent for the typical seed, better
+    or worse where it is no different and where seeds fail, and the mean's reading beside them."""
+    if not skews:
+        return []
+
+    def worst(rows, share):
+        return max(rows, key=lambda row: share(row[1]))
+
+    typical = [(k, rates, alone) for k in skews for _, rates, alone in k.typical]
+    equivalents = [
+        (k, rates) for k in skews for shape, rates, _ in k.typical if shape.delta * k.noise.sd >= k.noise.margin
+    ]
+    none = [(k, rates, kind) for k in skews for kind, _, rates, _ in k.no_difference]
+    failed = [(k, rates, key) for k in skews for key, (rates, _) in k.failed.items()]
+    wrong = worst(typical, lambda r: r.share(WORSE))
+    mean = worst(typical, lambda r: r.share(BETTER, WORSE))
+    lines = [
+        f"- Skewed differences, the typical seed better (section (g)): largest rate of the wrong direction "
+        f"{wrong[1].text(WORSE)} ({wrong[0].noise.family.label}); the mean's reading (true mean 0) says better or "
+        f"worse in up to {mean[1].text(BETTER, WORSE)} ({mean[0].noise.family.label}), the t test alone "
+        f"{max(a.share(BETTER, WORSE) for _, _, a in typical):.4f}.",
+    ]
+    if equivalents:
+        eq = worst(equivalents, lambda r: r.share(EQUIVALENT))
+        lines[-1] = lines[-1][:-1] + (
+            f"; a false equivalent where δ ≥ margin at most {eq[1].text(EQUIVALENT)} ({eq[0].noise.family.label})."
+        )
+    still = worst(none, lambda r: r.share(BETTER, WORSE))
+    fails = worst(failed, lambda r: r.share(BETTER, WORSE))
+    lines += [
+        f"- The typical seed no different (median difference 0, and the controls): largest rate of better or worse "
+        f"{still[1].text(BETTER, WORSE)} ({still[0].noise.family.label}, {still[2]}).",
+        f"- Identical sides whose seeds fail: largest rate of better or worse {fails[1].text(BETTER, WORSE)} "
+        f"({fails[0].noise.family.label}, failure probability {fails[2][0]:g}, {fails[2][1]}); with the rank test "
+        f"only where a side mixes, up to {max(m.share(BETTER, WORSE) for k in skews for _, m in k.failed.values()):.4f}"
+        ".",
+    ]
+    edges = [(shape, rates) for k in skews for shape, rates, _ in k.frontier]
+    beyond = [(shape, rates) for shape, rates in edges if rates.share(BETTER, WORSE) > 0.05]
+    holds = [shape.bad for shape, _ in edges if shape.bad < min((s.bad for s, _ in beyond), default=2.0)]
+    if edges:
+        text = f"- How far it holds: at most 0.05 with up to {max(holds, default=0):.0%} bad seeds"
+        if beyond:
+            shape, rates = max(beyond, key=lambda sr: sr[1].share(BETTER, WORSE))
+            text += (
+                f"; above it with {min(s.bad for s, _ in beyond):.0%} or more far off (up to "
+                f"{rates.text(BETTER, WORSE)} at {shape.bad:.0%}, {shape.tail - shape.delta:+g} SDs): a bimodal "
+                "variant that a few seeds cannot tell from a consistently worse one"
+            )
+        lines.append(text + ".")
+    return lines
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="the book to measure the noise in")
     parser.add_argument("--reps", type=int, default=200_000, help="simulated questions per scenario")
     parser.add_argument("--pool-reps", type=int, default=20_000, help="resampled questions per pool scenario")
+    parser.add_argument(
+        "--skew-reps",
+        type=int,
+        default=None,
+        help=f"simulated questions per section (g) scenario (default: --reps, at most {SKEW_REPS:,})",
+    )
     parser.add_argument("--seed", type=int, default=20260531, help="the random generator's seed")
     parser.add_argument("--out", default="results/verdict_error_rates.md", help="markdown file, or - to print only")
     return parser
@@ -775,10 +1071,15 @@ def main(argv: list[str] | None = None) -> None:
     sweeps = {n.family.label: futility_sweep(n, args.reps, rng) for n in noises}
     pools = [pool for pool in (null_pool(args.results, n) for n in noises) if pool is not None]
     resampled = [resample(pool, args.pool_reps, rng) for pool in pools]
+    stated = next(n for n in noises if n.family.task == "translation")  # the noise the skewed shapes were stated at
+    label = f"{stated.family.label} at SD {SKEW_SD:g}"
+    stated = replace(stated, family=replace(stated.family, label=label), sd=SKEW_SD)
+    skew_reps = args.skew_reps or min(args.reps, SKEW_REPS)
+    skews = [simulate_skew(stated, skew_reps, rng, frontier=True), *(simulate_skew(n, skew_reps, rng) for n in noises)]
     command = "python " + " ".join(
         shlex.quote(a) for a in ["benchmarks/verdict_error_rates.py", *(argv or sys.argv[1:])]
     )
-    text = report(noises, runs, sweeps, resampled, args.reps, args.seed, command)
+    text = report(noises, runs, sweeps, resampled, skews, args.reps, args.seed, command)
     print(text)
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

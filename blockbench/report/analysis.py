@@ -26,8 +26,8 @@ The rules (issue 31; ``docs/decisions/verdict-rule.md``):
   baseline and the worst finished seed of the two sides' look (``stats.diverged_value``): an unstable
   variant is not judged by its good seeds, and the value depends on the compared cells alone. A
   finished seed that does not beat the trivial baseline *did not learn*; it counts as it is. Where a
-  side mixes seeds that learned with seeds that did not (or diverged), the question is decided by a
-  rank test (``rank_based``), valid for such bimodal values; where no seed of either side learned,
+  seed of either side did not learn or diverged, the question is decided by a rank test
+  (``rank_based``), valid for such values, bimodal or not; where no seed of either side learned,
   there is nothing to compare (*no result*: a verdict, equivalent above all, from imputed values
   would say nothing about the designs), and before the last look the runner adds seeds, whose data
   draws may learn.
@@ -51,7 +51,7 @@ from ..config import REPLICA_SEED_STRIDE
 from ..record import SPEED_FIGURES
 from .decide import UNDECIDED, Decision, Looks, decide
 from .headroom import Headroom, headroom, not_learned_text, recorded_trivial, saturation_text
-from .ranks import mixes
+from .ranks import any_failed
 from .results import Group, MatrixSettings, level_text, load_groups, seed_key
 from .stats import Difference, compare, diverged_value, mean_std, t_confidence_interval, time_to_target, with_diverged
 from .verdicts import NO_RESULT, NOT_LEARNED, SATURATED
@@ -146,7 +146,7 @@ class Question:
     verdict: str
     decision: Decision | None  # None: a side without seeds (or no baseline)
     margin: Margin | None
-    rank_based: bool = False  # a side mixes seeds that learned with seeds that did not
+    rank_based: bool = False  # a seed of either side did not learn or diverged
     saturation: str = ""  # why the comparison is saturated (empty if it is not)
     missing: str = ""  # why there is no decision (empty if there is one)
     #: the runner adds seeds: undecided and not final, or saturated before the last planned look (with
@@ -343,13 +343,11 @@ class TaskAnalysis:
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]
     ) -> tuple[Decision, Margin, bool]:
         """decide's answer on these seeds of the two sides, the margin at the baseline's mean over them,
-        and whether a rank test decided: a side's seeds among them mix runs that learned with runs that
-        did not learn or diverged, so its values are bimodal and a normal-theory test is not valid."""
+        and whether a rank test decided: a seed among them of either side did not learn or diverged, so
+        a normal-theory test is not valid (``ranks.any_failed``)."""
         margin = self.margin(statistics.fmean(baseline_values.values()))
-        rank_based = any(
-            bool(mixes([seed in failed for seed in seeds]))
-            for failed, seeds in ((self._not_learned(group), values), (self._not_learned(baseline), baseline_values))
-        )
+        failed, baseline_failed = self._not_learned(group), self._not_learned(baseline)
+        rank_based = bool(any_failed([s in failed for s in values], [s in baseline_failed for s in baseline_values]))
         decision = decide(
             values,
             baseline_values,

@@ -13,10 +13,30 @@ verdicts in different matrices. Per question, a verdict depends only on the cell
 same cells give the same verdict in every matrix. What a reader may not do is count verdicts across
 the book as if none could be false: each has its stated error rate, no more and no less.
 
+**The estimand is the typical seed.** A verdict says how the variant's seeds typically compare with
+the baseline's: the difference of the bulk of the seeds, whose rank-based reading is the probability
+of improvement P(better), the chance that a variant seed beats a baseline seed. It is not the mean
+over an unbounded tail: no test on 3-9 seeds can bound its error for the mean when a rare failure
+mode may appear in none of the seeds (no nontrivial test of a mean is valid over every distribution
+with a finite mean; Bahadur & Savage 1956), while seeds that visibly fail go to the rank test below
+and every seed is shown in the tables.
+
 **Four verdicts**, at the per-look level α_k (below):
 
 - ``better`` / ``worse``: the two-sided difference test rejects zero (p < α_k, the (1 - α_k)
-  interval excludes zero); the direction follows the metric's ``higher_is_better``.
+  interval excludes zero) *and* the typical seed agrees: the point estimate of P(better)
+  (:func:`prob_improvement`, over all seed pairs, ties half) lies strictly on the same side of 0.5
+  as the difference. The direction follows the metric's ``higher_is_better``. Where the t test
+  rejects but P(better) does not agree (a few seeds far ahead carrying the mean while most seeds
+  are behind, or the reverse), the verdict is ``undecided`` and the decision records it
+  (``typical_disagrees``): the t test found a difference that the typical seed does not show.
+  Simulated on the book's rounds (``benchmarks/verdict_error_rates.py``, section (g)): a variant
+  better by δ in most seeds whose rare bad seed pulls the mean difference to 0 is called better
+  in up to 16% of questions, false for the mean and true for the typical seed, while the wrong
+  direction (worse) stays below 0.5%; where the typical seed is no different (a median difference
+  of 0 with the same tails) better or worse stays below 3.4%. The rates hold while the bad seeds
+  are a minority of up to about a fifth; where a third or more train badly the variant is bimodal,
+  and three seeds that happen to be all bad look like a variant worse in every seed to any test.
 - ``equivalent``: two one-sided tests (TOST) at α_k show the difference lies within ± the margin:
   the (1 - 2α_k) interval lies inside (-margin, +margin). If both a difference and equivalence are
   shown (a real difference smaller than the margin) the verdict is ``equivalent``, since the
@@ -40,14 +60,21 @@ verdict, only removes later chances to give one, so the error rates above hold a
 questions whose noise is many margins wide (``benchmarks/verdict_error_rates.py`` measures both).
 A rank-based question has no such projection and keeps its planned looks.
 
-**Failed runs**: when a side mixes seeds that learned and seeds that did not (or diverged, counted at
-the trivial baseline), the values are bimodal and a t test's normal model is wrong. The caller then
-passes ``rank_based=True`` and the decision uses a rank test valid for any distribution: the exact
-Wilcoxon signed-rank test on seed-matched pairs, else the exact Mann-Whitney U test, at α_k, both
-exact given the ties (the seeds that failed tie at one value). A rank test has no equivalence
-counterpart here, so such a question is better, worse or undecided, never equivalent. (At α_k =
-0.05/3 no signed-rank test on 3 or 6 pairs can decide: their smallest p-values are 0.25 and 0.031; a
-paired rank-based question is decided at 9 pairs, or 3 against 3 seeds never, 6 against 6 can.)
+**Failed runs**: when any seed of either side did not learn or diverged (counted at the trivial
+baseline), a t test's normal model is wrong: a side that mixes them is bimodal, and a side whose
+seeds all failed against one that learned is a difference no normal model describes. The caller
+then passes ``rank_based=True`` and the decision uses a rank test valid for any distribution: the
+exact Wilcoxon signed-rank test on seed-matched pairs, else the exact Mann-Whitney U test, at α_k,
+both exact given the ties (the seeds that failed tie at one value). Whether a seed failed does not
+depend on which side it is on, so swapping the sides (the rank tests' null arrangements) keeps a
+question rank-based, and both the rank test and the t test on questions without a failed seed keep
+their level (``ranks.any_failed``). A rank test has no equivalence counterpart here, so such a
+question is better, worse or undecided, never equivalent. (At α_k = 0.05/3 no signed-rank test on
+3 or 6 pairs can decide: their smallest p-values are 0.25 and 0.031; a paired rank-based question is
+decided at 9 pairs, or 3 against 3 seeds never, 6 against 6 can; a side whose seeds all failed
+against one that learned is thus undecided until enough seeds.) Simulated with identical sides
+whose seeds fail with probability 0.2 to 0.6, better or worse comes out in at most 2.6% of
+questions, against up to 4.7% where only a side that mixes goes to the rank test.
 
 **No spread**: with fewer than two seeds on a side (two pairs when paired) there is no test and the
 question is undecided. With two or more and no spread at all (every paired difference the same, or
@@ -58,12 +85,13 @@ values (an accuracy over a fixed evaluation set) is no proof that seeds do not v
 worse needs a test.
 
 Beside the mean difference every decision reports the **probability of improvement**, P(a variant
-seed beats a baseline seed) over all seed pairs with ties counting half (rliable's), with a 95%
-percentile bootstrap interval (``scipy.stats.bootstrap``, fixed random state), and which test decided.
+seed beats a baseline seed) over all seed pairs with ties counting half (rliable's; its point
+estimate is the typical seed's reading above), with a 95% percentile bootstrap interval
+(``scipy.stats.bootstrap``, fixed random state), and which test decided.
 
 The tests are written over numpy arrays (:func:`paired_moments`, :func:`welch_moments`,
-:func:`t_tests`, and the rank tests of :mod:`.ranks`) so that
-``benchmarks/verdict_error_rates.py`` simulates this very code on many comparisons at once;
+:func:`t_tests`, :func:`t_verdicts`, :func:`prob_improvement`, and the rank tests of :mod:`.ranks`)
+so that ``benchmarks/verdict_error_rates.py`` simulates this very code on many comparisons at once;
 :func:`decide` calls them with one. The rule and its simulated error rates are written up in
 docs/decisions/verdict-rule.md and results/verdict_error_rates.md.
 """
@@ -92,7 +120,7 @@ PAIRED_T, WELCH_T, SIGNED_RANK, RANK_SUM, NO_TEST = (
 
 #: the decision rule's version, recorded in every matrix's analysis plan (``blockbench.prereg``): the date
 #: of the last change to what decides a verdict; docs/decisions/verdict-rule.md's History has each one
-RULE_VERSION = "2026-11-26"
+RULE_VERSION = "2026-11-28"
 #: the error rate of a false better/worse (two-sided) and, separately, of a false equivalent, per question
 ALPHA = 0.05
 #: the level of the interval of the probability of improvement (descriptive: it decides nothing)
@@ -264,22 +292,40 @@ def _direction(sign: np.ndarray, higher_is_better: bool) -> np.ndarray:
     return np.where((sign > 0) == higher_is_better, BETTER, WORSE)
 
 
+def typical_agrees(mean: np.ndarray, prob_better: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """Whether the typical seed leans the way the mean difference does: P(better) strictly above 0.5
+    where the mean is in the better direction, strictly below where it is in the worse one (at 0.5,
+    or a mean of 0, it leans neither way, so it does not agree)."""
+    mean, prob_better = np.asarray(mean, dtype=float), np.asarray(prob_better, dtype=float)
+    better = (mean > 0) == higher_is_better
+    return (mean != 0) & np.where(better, prob_better > 0.5, prob_better < 0.5)
+
+
 def t_verdicts(
-    moments: Moments, tests: TTests, margin: float, alpha: float, higher_is_better: bool
+    moments: Moments,
+    tests: TTests,
+    margin: float,
+    alpha: float,
+    higher_is_better: bool,
+    prob_better: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The verdict of each comparison by the t tests, and whether its difference test rejected zero.
 
     Equivalent where TOST rejects (even where the difference test rejects too: a real difference
-    below the margin); else better/worse where the difference test rejects; else undecided. Without
-    spread (two values or more on each side): equivalent where the constant difference lies within
-    the margin, undecided otherwise (see the module's docstring)."""
+    below the margin); else better/worse where the difference test rejects and the typical seed
+    agrees (``prob_better``, each comparison's :func:`prob_improvement`, on the same side of 0.5:
+    :func:`typical_agrees`); else undecided. ``prob_better`` None asks the t test alone, which the
+    error-rate simulation shows beside the rule. Without spread (two values or more on each side):
+    equivalent where the constant difference lies within the margin, undecided otherwise (see the
+    module's docstring)."""
     rejects = moments.spread & (tests.p_value < alpha)
     equivalent = moments.spread & (tests.p_equivalence < alpha)
     constant_within = moments.measurable & ~moments.spread & (np.abs(moments.mean) < margin)
+    agrees = True if prob_better is None else typical_agrees(moments.mean, prob_better, higher_is_better)
     verdicts = np.where(
         equivalent | constant_within,
         EQUIVALENT,
-        np.where(rejects, _direction(moments.mean, higher_is_better), UNDECIDED),
+        np.where(rejects & agrees, _direction(moments.mean, higher_is_better), UNDECIDED),
     )
     return verdicts, rejects
 
@@ -358,9 +404,11 @@ class Decision:
     ``equivalence_interval`` TOST's (1 - 2α_k) one (None for a rank-based decision, which has no
     equivalence test); ``alpha`` is the per-look α_k = α/K; ``n`` the number of pairs, or the two
     sides' seed counts (variant, baseline) when unpaired. ``excludes_zero``: the difference test named
-    in ``test`` rejected zero at α_k (also recorded when the verdict is equivalent). ``final``: no
-    more seeds will be added (decided, the last planned look reached, or ``futile``: undecided with a
-    conditional power, ``conditional_power``, below the plan's futility bound)."""
+    in ``test`` rejected zero at α_k (also recorded when the verdict is equivalent).
+    ``typical_disagrees``: the t test rejected zero but P(better) did not lie on the same side of 0.5,
+    so the verdict is undecided (the t test found a difference that the typical seed does not show).
+    ``final``: no more seeds will be added (decided, the last planned look reached, or ``futile``:
+    undecided with a conditional power, ``conditional_power``, below the plan's futility bound)."""
 
     verdict: str
     test: str  # "paired t" | "Welch t" | "Wilcoxon signed-rank" | "Mann-Whitney U" | "none"
@@ -378,6 +426,7 @@ class Decision:
     final: bool
     conditional_power: float | None = None
     futile: bool = False
+    typical_disagrees: bool = False
 
     @property
     def beyond_margin(self) -> bool | None:
@@ -412,6 +461,8 @@ class Decision:
         notes = []
         if self.verdict == EQUIVALENT and self.excludes_zero:
             notes.append("the difference excludes zero but lies within the margin")
+        if self.typical_disagrees:
+            notes.append("the t test found a difference that the typical seed does not show (P(better) disagrees)")
         if self.test == NO_TEST and self.verdict == EQUIVALENT:
             notes.append("no spread: the same difference in every seed, within the margin")
         elif self.test == NO_TEST:
@@ -459,7 +510,7 @@ def decide(
 ) -> Decision:
     """The verdict of ``variant`` against ``baseline`` (seed -> headline metric value) under the rule
     of this module: paired tests when both sides have the same seeds, else Welch / Mann-Whitney;
-    ``rank_based`` (a side mixes seeds that learned and seeds that did not) decides by a rank test.
+    ``rank_based`` (a seed of either side did not learn or diverged) decides by a rank test.
 
     The look is the number of pairs, or the smaller side's seed count when unpaired; its α is
     ``looks.per_look_alpha`` whatever that number is."""
@@ -483,6 +534,8 @@ def decide(
     has_interval = bool(moments.spread[0])
     interval = (float(tests.low[0]), float(tests.high[0])) if has_interval else None
     look = n[0] if paired else min(n)  # the look this is: pairs, or the smaller side's seeds
+    prob_better = float(prob_improvement(a, b, higher_is_better))
+    disagrees = False
     if rank_based:
         ranks = signed_rank_tests(a[None] - b[None]) if paired else rank_sum_tests(a[None], b[None])
         verdict = str(rank_verdicts(ranks, alpha, higher_is_better)[0])
@@ -495,8 +548,9 @@ def decide(
         excludes_zero = p_value < alpha
     power, stop = None, False  # a rank-based question keeps its planned looks
     if not rank_based:
-        verdicts, rejects = t_verdicts(moments, tests, margin, alpha, higher_is_better)
+        verdicts, rejects = t_verdicts(moments, tests, margin, alpha, higher_is_better, np.array([prob_better]))
         verdict, excludes_zero = str(verdicts[0]), bool(rejects[0])
+        disagrees = excludes_zero and verdict == UNDECIDED
         stop = bool(futile(moments, verdicts, look, looks, margin)[0])
         if verdict == UNDECIDED and has_interval and not looks.is_last(look) and look >= 2:
             power = float(conditional_power(moments, look, looks.sizes[-1], margin, alpha)[0])
@@ -517,9 +571,10 @@ def decide(
         alpha=alpha,
         n=n,
         excludes_zero=excludes_zero,
-        prob_improvement=float(prob_improvement(a, b, higher_is_better)),
+        prob_improvement=prob_better,
         prob_improvement_interval=prob_improvement_interval(a, b, higher_is_better),
         final=verdict != UNDECIDED or looks.is_last(look) or stop,
         conditional_power=power,
         futile=stop,
+        typical_disagrees=disagrees,
     )

@@ -181,7 +181,7 @@ def difference_method(a: TaskAnalysis, others: list[Group]) -> str:
             tests.setdefault(f"no verdict ({question.verdict})", []).append(f"`{group.variant}`")
         elif question is not None and question.decision is not None:
             d = question.decision
-            why = " (a side mixes seeds that learned with seeds that did not)" if question.rank_based else ""
+            why = " (a seed did not learn or diverged)" if question.rank_based else ""
             tests.setdefault(f"{d.test}{why} at α {d.alpha:.2g}", []).append(f"`{group.variant}`")
     if len(tests) == 1:
         test_text = f"Decided by: {next(iter(tests))}. "

@@ -15,7 +15,8 @@ written beside it in the metric's own unit. The tables beside the picture keep t
 metric's units; the picture shows where each answer lies against what matters.
 
 **What is drawn for a question** (``Comparison``, as the analysis decided it): a point at the mean
-difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0); a thick
+difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0 and the typical
+seed agrees: P(better) on the same side of 0.5); a thick
 line, the (1 − 2α_k) interval of the two one-sided tests (equivalent where it lies inside the band),
 both as ``decide.Decision`` has them; colours by verdict (better, worse, equivalent, undecided); a
 filled point for a better or worse verdict by more than the margin and a hollow one for a better or
@@ -286,7 +287,7 @@ def _legend_handles(rows: Sequence[ForestRow]) -> list:
     ]
     handles += [
         Patch(color="0.88", label="± the margin: equivalence"),
-        Line2D([], [], color="0.3", linewidth=1.0, label="(1−α/K) interval: better or worse if it leaves out 0"),
+        Line2D([], [], color="0.3", linewidth=1.0, label="(1−α/K) interval: leaves out 0 for better or worse"),
         Line2D(
             [], [], color="0.3", linewidth=3.2, alpha=0.55, label="(1−2α/K) interval: equivalent if inside the band"
         ),

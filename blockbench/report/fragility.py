@@ -14,7 +14,7 @@ baseline's own seeds past a question's look. The question is then decided again 
 side replaced by as many seeds of that set as the original look had (the lowest rounds first, a
 replica's shifted seeds counted by their round), unpaired since the seeds differ, by
 ``decide.decide`` as the analysis calls it: the same looks, the margin by the same rule, a rank test
-where a side mixes seeds that learned with seeds that did not. A verdict whose word changes is
+where a seed of either side did not learn or diverged. A verdict whose word changes is
 **fragile**: another draw of the same baseline gives another answer.
 
 :func:`fragile_questions` returns a :class:`BaselineSwaps` (one typed :class:`Swap` per question);
@@ -42,7 +42,7 @@ from ..record import CellRecord, load_record
 from .analysis import Question, TaskAnalysis, analyze, restrict
 from .decide import VERDICTS, Decision, decide
 from .headroom import saturation_text
-from .ranks import mixes
+from .ranks import any_failed
 from .results import Group, gives_verdicts, seed_key
 from .stats import diverged_value, with_diverged
 from .verdicts import NO_RESULT, SATURATED, Comparison
@@ -271,8 +271,8 @@ def redecide(
 ) -> tuple[str, Decision]:
     """The question of ``variant`` against ``baseline`` (both restricted to the seeds to compare), decided
     as the analysis decides one look: a diverged seed at the worse of the trivial baseline and the worst
-    finished seed of the two sides, a rank test where a side mixes seeds that learned with seeds that did
-    not, the margin by the task's rule at this baseline's mean, the matrix's looks; the word is *no result*
+    finished seed of the two sides, a rank test where a seed of either side did not learn or
+    diverged, the margin by the task's rule at this baseline's mean, the matrix's looks; the word is *no result*
     where no seed of either side learned and *saturated* where both sides are, as in the report.
     ``unpaired``: the two sides are compared as if their seeds differed (Welch, Mann-Whitney) even where
     they are the same seeds, which tells what the pairing alone contributes to a verdict."""
@@ -287,9 +287,10 @@ def redecide(
         with_diverged(f, side.diverged_seeds, value) for f, side in zip(finished, (variant, baseline), strict=True)
     )
     failed = [_not_learned(variant, analysis), _not_learned(baseline, analysis)]
-    rank_based = any(
-        bool(mixes([seed in bad for seed in seeds]))
-        for bad, seeds in zip(failed, (values, baseline_values), strict=True)
+    rank_based = bool(
+        any_failed(
+            *([seed in bad for seed in seeds] for bad, seeds in zip(failed, (values, baseline_values), strict=True))
+        )
     )
     margin = analysis.margin(statistics.fmean(baseline_values.values()))
     decision = decide(

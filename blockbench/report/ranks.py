@@ -1,9 +1,9 @@
-"""The rank tests a question falls back on where a side's seeds are bimodal (some learned, some did
-not or diverged): the exact Wilcoxon signed-rank test on seed-matched pairs and the exact
-Mann-Whitney U test on disjoint seeds, both exact given the ties (the seeds that failed tie at one
-value), over numpy rows so that ``benchmarks/verdict_error_rates.py`` simulates this very code on
-10^5 comparisons at once; and :func:`mixes`, the rule that sends a question to them. ``decide``
-turns their p-values into verdicts (docs/decisions/verdict-rule.md, "Failed runs")."""
+"""The rank tests a question falls back on where a seed of either side did not learn or diverged:
+the exact Wilcoxon signed-rank test on seed-matched pairs and the exact Mann-Whitney U test on
+disjoint seeds, both exact given the ties (the seeds that failed tie at one value), over numpy rows
+so that ``benchmarks/verdict_error_rates.py`` simulates this very code on 10^5 comparisons at once;
+and :func:`any_failed`, the rule that sends a question to them. ``decide`` turns their p-values into
+verdicts (docs/decisions/verdict-rule.md, "Failed runs")."""
 
 from __future__ import annotations
 
@@ -110,10 +110,11 @@ def rank_sum_tests(a: np.ndarray, b: np.ndarray) -> RankTests:
     return RankTests(np.asarray(p_value).reshape(shape), np.sign(offset).reshape(shape).astype(float))
 
 
-def mixes(failed: np.ndarray) -> np.ndarray:
-    """Whether each side (rows of per-seed flags: the seed diverged or did not learn) mixes seeds that
-    learned with seeds that did not: its values are bimodal, so a question with such a side is decided
-    by a rank test (``rank_based``). A side whose seeds all failed is not bimodal: it is a constant, and
-    the t test compares it. The analysis and the simulation of the error rates both ask this."""
-    failed = np.asarray(failed, dtype=bool)
-    return failed.any(axis=-1) & ~failed.all(axis=-1)
+def any_failed(*sides: np.ndarray) -> np.ndarray:
+    """Whether any seed of the sides (rows of per-seed flags: the seed diverged or did not learn) failed,
+    so that the question is decided by a rank test (``rank_based``): a side that mixes failed and
+    learned seeds is bimodal, and a side whose seeds all failed against one that learned is a step no
+    normal model describes either. The flags go with the seeds, not with the side, so swapping values
+    between the sides (the rank tests' null arrangements) keeps the question rank-based, and both
+    tests keep their level. The analysis and the simulation of the error rates both ask this."""
+    return np.any([np.asarray(failed, dtype=bool).any(axis=-1) for failed in sides], axis=0)

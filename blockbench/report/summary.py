@@ -112,7 +112,7 @@ def _did_not_learn(analyses: list[TaskAnalysis]) -> list[str]:
         "## Cells that did not learn",
         "",
         "These cells finished (neither diverged nor failed) with a headline metric no better than their task's "
-        "trivial baseline: their values count as they are, and a side that mixes them with seeds that learned is "
+        "trivial baseline: their values count as they are, and a question with such a seed on either side is "
         "decided by a rank test.",
         "",
     ]

@@ -46,7 +46,7 @@ DECIDED = (BETTER, WORSE, EQUIVALENT)
 MIXED = "mixed"  # a family whose tasks disagree
 #: every family verdict in the order the transfer column lists them
 ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT)
-#: the tests of a question whose side mixes seeds that learned with seeds that did not
+#: the tests of a question where a seed of either side did not learn or diverged
 RANK_TESTS = (SIGNED_RANK, RANK_SUM)
 
 #: what the two forms of a better or worse verdict mean, said once for the summaries' and the index's legends
@@ -69,14 +69,15 @@ LEGEND = (
     "One question per task x variant (x level): the task's headline metric, variant − baseline (the arrow says "
     "which way is better), decided from the two sides' cells alone at a 5% error rate per question (no family "
     "across the matrix: the same cells get the same verdict in every matrix; with seeds in rounds each look spends "
-    "an equal share of it). **better** / **worse**: the test finds a difference; **equivalent**: the difference's "
+    "an equal share of it). **better** / **worse**: the test finds a difference and the typical seed shows it too "
+    "(P(better), below, on the same side of 0.5); **equivalent**: the difference's "
     "interval lies within ± the task's margin of practical equivalence (two one-sided tests); **undecided**: "
     f"neither is shown (more seeds may answer it). {FORMS_TEXT} {NO_VERDICT_TEXT} After the verdict: the test that "
     "decided it and its level α; then the seeds it was decided on (the look's: *3 pairs* seed-matched, *3 vs 9 "
     "seeds* unpaired, variant first) and over them the difference with its interval at that level, the margin, and "
     "the probability of improvement P(better) (variant better than baseline over all seed pairs, ties half) with "
-    "its bootstrap interval; a rank test decides where a side mixes seeds that learned with seeds that did not "
-    "learn or diverged. Where the table of means has seeds past that look, the difference over all of them follows, "
+    "its bootstrap interval; a rank test decides where a seed of either side did not learn or diverged. "
+    "Where the table of means has seeds past that look, the difference over all of them follows, "
     "*descriptive* (95%, no verdict rests on it). Then the shares of seeds that *did not learn* (finished no better "
     "than the trivial baseline; counted as they are) or diverged (counted as a model that learned nothing), the "
     "variant's median step time as a multiple of the baseline's with its 95% bootstrap interval over every "
@@ -242,6 +243,8 @@ class Comparison:
                     more = f"; stopped for futility: conditional power {power:.0%}"
                 elif self.verdict == UNDECIDED and not self.decision.final:
                     more = "; more seeds may decide it"
+                if self.decision.typical_disagrees:
+                    more = "; the t test found a difference that the typical seed does not show" + more
                 head += (f", {self.form}" if self.form else "") + f" ({self.test_text()}{more})"
             numbers = f"{self.metric.name} {arrow} {self.difference_text}, margin {self.margin_text}"
             p = self.decision.prob_improvement

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import scipy
 from conftest import REPO
+from scipy import stats as scipy_stats
 
 from blockbench.record import CellRecord, write_record
 from blockbench.report.decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, Looks
@@ -128,30 +129,41 @@ def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     assert f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}" in text
     assert "- CPU: " in text and "300 simulated questions per scenario" in text
     simulated, pool = text.split("## (f) Real training noise", 1)
+    pool, skewed = pool.split("## (g) Skewed differences", 1)
     for family in ("LM perplexity", "translation BLEU", "ViT accuracy"):
         # noise; the claims, bimodal and power rows of 3 plans; the futility bounds
         assert simulated.count(f"| {family}") == 1 + 3 + 3 * 6 + 3 * 5 + 5
         # the empirical null, where the book has it: the pool, then 2 plans x 2 pairings
         assert pool.count(f"| {family}") in (0, 1 + 4)
+        # (i) 3 skewed shapes, (ii) 3 at a median of 0 and (iii) 2 controls, (iv) 5 failure rates x 2 pairings
+        arrow = "↓" if family.startswith("LM") else "↑"
+        assert skewed.count(f"| {family} {arrow} |") == 3 + 3 + 2 + 10
+    # translation at the SD the shapes were stated at, with how far the rates hold (10 shapes)
+    assert skewed.count("| translation BLEU ↑ at SD 3.25 |") == 3 + 3 + 2 + 10
+    assert skewed.count("\n| 40% |") == 2 and "- How far it holds: " in skewed
     assert "SD of seed-matched differences" in done.stdout
 
 
 def test_the_simulated_bimodal_rule_is_the_analysis_rule():
-    """The analysis decides by a rank test only where a side mixes seeds that learned with seeds that did
-    not (``decide.mixes``); a side whose seeds all failed is a constant that the t test compares. The
-    simulation used to switch to the rank test wherever any seed failed, which left out the t test's
-    errors on all-failed sides (the bimodal null's rate is about 0.03, not the 0.026 it reported)."""
+    """The analysis decides by a rank test wherever a seed of either side failed (``ranks.any_failed``),
+    a side whose seeds all failed included: against a side that learned it is a step no normal model
+    describes, and the t test would call it worse at once. With 3 pairs the rank test cannot decide, so
+    that question is undecided. Beside it, the rule that sends only mixed sides to the rank test."""
     module = script()
     noise, looks = noise_like(0.6), Looks.plan(3, 9, 3)
-    variant = np.array([[0.2, 0.2, 0.2], [0.2, 0.8, 0.81], [0.8, 0.82, 0.79]])  # all failed; mixed; learned
-    baseline = np.array([[0.8, 0.81, 0.79], [0.8, 0.81, 0.79], [0.2, 0.81, 0.8]])  # learned; learned; mixed
-    assert module.mixes(variant == noise.trivial).tolist() == [False, True, False]
+    variant = np.array([[0.2, 0.2, 0.2], [0.2, 0.8, 0.81], [0.8, 0.82, 0.79], [0.8, 0.82, 0.79]])
+    baseline = np.array([[0.8, 0.81, 0.79], [0.8, 0.81, 0.79], [0.2, 0.81, 0.8], [0.7, 0.71, 0.69]])
+    # all failed; mixed; mixed baseline; every seed learned
+    assert module.any_failed(variant == noise.trivial, baseline == noise.trivial).tolist() == [True, True, True, False]
     found, _ = module.switching_rule(noise, looks)(variant, baseline)
     by_t, _ = module.t_rule(noise, looks)(variant, baseline)
     by_rank, _ = module.rank_rule(noise, looks)(variant, baseline)
-    assert found[0] == by_t[0] == "worse"  # all failed: the t test, as the analysis
+    assert by_t[0] == "worse" and found[0] == by_rank[0] == "undecided"  # all failed: the rank test
     assert found[1] == by_rank[1] == "undecided" and found[2] == by_rank[2]  # a side mixes: the rank test
-    for row in range(3):
+    assert found[3] == by_t[3] == "better"  # nothing failed: the t test
+    only_mixed, _ = module.switching_rule(noise, looks, only_mixed=True)(variant, baseline)
+    assert only_mixed[0] == "worse" and only_mixed[1] == found[1]  # the other trigger: all failed to the t test
+    for row in range(4):
         verdict, _ = module.decide_sequentially(variant[row], baseline[row], noise, Looks.fixed(3), True, "switch")
         assert (
             verdict
@@ -291,3 +303,37 @@ def test_the_empirical_null_matrix_trains_a_pool_the_resampled_plans_fit_in():
     for task in ("lm", "translation", "vit"):
         runs = [cell for cell in cells if cell.task == task]
         assert len(runs) >= need and len({cell.seed for cell in runs}) == len(runs)  # disjoint seeds
+
+
+def test_skewed_differences_keep_the_typical_seed_s_rates():
+    """Known truth for the typical seed: differences N(δ, σ²) with 5% bad seeds at −19/3.25 SDs (the mean
+    0, the typical seed better by 1/3.25 SD): the wrong direction (worse) stays far below 2.5%; the same
+    shape shifted to a median of 0, and identical sides whose seeds fail half the time, give better or
+    worse at most 5% (plus three Monte-Carlo standard errors). decide.decide agrees question by question."""
+    module = script()
+    reps = 3000
+    slack = 3 * math.sqrt(0.05 * 0.95 / reps)
+    run = module.simulate_skew(noise_like(3.25), reps, np.random.default_rng(21))
+    assert run.checked > 0 and run.agreed == run.checked
+    shape, typical, _ = run.typical[0]
+    assert (shape.delta, shape.bad, shape.tail) == pytest.approx((1 / 3.25, 0.05, -19 / 3.25))
+    assert typical.share(WORSE) <= 0.025 and typical.share(BETTER) > typical.share(WORSE)
+    for kind, shape, rates, _ in run.no_difference:
+        assert rates.share(BETTER, WORSE) <= 0.05 + slack, (kind, shape)
+    for key, (rates, _) in run.failed.items():
+        assert rates.share(BETTER, WORSE) <= 0.05 + slack, key
+
+
+def test_a_shape_shifted_by_its_median_has_a_median_of_zero():
+    """The median of a skewed mixture, checked on draws: 0.95·N(δ, 1) + 0.05·N(tail, 1) with the mixture's
+    CDF at the median equal to 0.5 by hand, and a tail split evenly about 0 leaves the median at 0."""
+    module = script()
+    shape = module.Shape(1 / 3.25, 0.05, -19 / 3.25)
+    m = shape.median()
+    cdf = scipy_stats.norm.cdf
+    assert 0.95 * cdf(m - shape.delta) + 0.05 * cdf(m - shape.tail) == pytest.approx(0.5)
+    assert module.Shape(0.0, 0.1, 4.0, symmetric=True).median() == pytest.approx(0.0, abs=1e-9)
+    noise = noise_like(2.0)
+    variant, baseline = module.draw_shape(np.random.default_rng(5), noise, 20000, 9, shape.shifted(-m))
+    assert np.median(variant - baseline) == pytest.approx(0.0, abs=0.02 * noise.sd)
+    assert np.mean(variant - baseline) == pytest.approx(-m * noise.sd, abs=0.05 * noise.sd)

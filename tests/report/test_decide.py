@@ -33,8 +33,9 @@ from blockbench.report.decide import (
     prob_improvement_interval,
     t_tests,
     t_verdicts,
+    typical_agrees,
 )
-from blockbench.report.ranks import rank_sum_tests, signed_rank_tests
+from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests
 
 FIXED3 = Looks.fixed(3)
 PLAN = Looks.plan(3, 9, 3)
@@ -196,6 +197,69 @@ def test_the_split_alpha_decides_less_than_a_single_look_on_the_same_seeds():
         looks=PLAN,
     )
     assert at_last.verdict == UNDECIDED and at_last.final
+
+
+# the typical seed -----------------------------------------------------------------------------------
+
+
+def test_better_or_worse_needs_the_typical_seed_to_agree_with_the_t_test():
+    """Nine pairs, one look at α 0.05: four variant seeds far ahead (+5) and five just behind (-0.1)
+    of baseline seeds at 0.00 .. 0.08. The paired t test rejects zero (p 0.042, scipy's), but the typical
+    seed is behind: P(better) = 4 · 9 / 81 = 4/9 < 0.5, so the verdict is undecided and the decision
+    says why. With five seeds ahead and four behind P(better) = 5/9 agrees, and the verdict is better.
+    The same by Welch on disjoint seeds (p 0.041), and with the metric's direction reversed."""
+    baseline = np.arange(9) * 0.01
+    for ahead, verdict, prob in ((4, UNDECIDED, 4 / 9), (5, BETTER, 5 / 9)):
+        variant = baseline + np.array([5.0] * ahead + [-0.1] * (9 - ahead))
+        reference = scipy_stats.ttest_rel(variant, baseline).pvalue
+        assert reference < 0.05
+        for sign, higher_is_better in ((1.0, True), (-1.0, False)):
+            a, b = seeds(sign * variant), seeds(sign * baseline)
+            decision = decide(a, b, margin=1.0, higher_is_better=higher_is_better, looks=Looks.fixed(9))
+            assert decision.test == PAIRED_T and decision.p_value == pytest.approx(reference)
+            assert decision.prob_improvement == pytest.approx(prob)
+            assert decision.verdict == verdict and decision.excludes_zero and decision.final
+            assert decision.typical_disagrees == (verdict == UNDECIDED)
+            described = "the t test found a difference that the typical seed does not show" in decision.describe()
+            assert described == (verdict == UNDECIDED)
+        other = {k + 100: v for k, v in seeds(baseline).items()}
+        welch = decide(seeds(variant), other, margin=1.0, higher_is_better=True, looks=Looks.fixed(9))
+        assert welch.test == WELCH_T
+        assert welch.p_value == pytest.approx(scipy_stats.ttest_ind(variant, baseline, equal_var=False).pvalue)
+        assert welch.p_value < 0.05 and welch.verdict == verdict and welch.typical_disagrees == (verdict == UNDECIDED)
+    # the array function asked for the t test alone (no P(better)) says better where decide says undecided
+    variant = baseline + np.array([5.0] * 4 + [-0.1] * 5)
+    moments = paired_moments(variant[None], baseline[None])
+    tests = t_tests(moments, 1.0, 0.05)
+    assert t_verdicts(moments, tests, 1.0, 0.05, True, None)[0].tolist() == [BETTER]
+    prob = prob_improvement(variant[None], baseline[None], True)
+    assert t_verdicts(moments, tests, 1.0, 0.05, True, prob)[0].tolist() == [UNDECIDED]
+
+
+def test_the_typical_seed_agrees_only_strictly_on_the_mean_s_side_of_one_half():
+    mean = np.array([1.0, 1.0, 1.0, -1.0, -1.0, -1.0, 0.0])
+    prob = np.array([0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.6])
+    assert typical_agrees(mean, prob, True).tolist() == [True, False, False, True, False, False, False]
+    # lower is better: a larger variant value is worse, so P(better) below 0.5 agrees with a positive mean
+    assert typical_agrees(mean, 1 - prob, False).tolist() == [True, False, False, True, False, False, False]
+
+
+def test_a_question_is_rank_based_wherever_a_seed_of_either_side_failed():
+    """Not only where a side mixes failed and learned seeds: a side whose seeds all failed against one
+    that learned goes to the rank test too, and a question is rank-based whichever side holds the seed."""
+    learned, mixed, failed = [False, False, False], [False, True, False], [True, True, True]
+    assert any_failed([learned, mixed, failed, learned], [learned, learned, learned, failed]).tolist() == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert bool(any_failed(failed, learned)) and bool(any_failed(learned, failed)) and not any_failed(learned, learned)
+    # decided so, three pairs cannot decide: the exact signed-rank p of three pairs is at least 0.25
+    post, pre = [0.5, 0.4, 0.6], [60.0, 62.0, 64.0]
+    decision = decide(seeds(post), seeds(pre), margin=1.0, higher_is_better=True, looks=PLAN, rank_based=True)
+    assert decision.test == SIGNED_RANK and decision.p_value == pytest.approx(0.25) and decision.verdict == UNDECIDED
+    assert decision.p_value == pytest.approx(scipy_stats.wilcoxon(np.subtract(post, pre), method="exact").pvalue)
 
 
 # rank tests -----------------------------------------------------------------------------------------
@@ -438,12 +502,14 @@ def test_the_array_functions_give_decide_s_verdicts_row_by_row():
     a[50:100] = b[50:100] + rng.normal(0.0, 0.05, (50, 6))  # some equivalent
     alpha = PLAN.per_look_alpha
     moments = paired_moments(a, b)
-    verdicts, rejects = t_verdicts(moments, t_tests(moments, 0.5, alpha), 0.5, alpha, higher_is_better=True)
+    prob = prob_improvement(a, b, higher_is_better=True)
+    verdicts, rejects = t_verdicts(moments, t_tests(moments, 0.5, alpha), 0.5, alpha, True, prob)
     rows = [
         decide(seeds(x), seeds(y), margin=0.5, higher_is_better=True, looks=PLAN) for x, y in zip(a, b, strict=True)
     ]
     assert verdicts.tolist() == [r.verdict for r in rows]
     assert rejects.tolist() == [r.excludes_zero for r in rows]
+    assert prob.tolist() == [r.prob_improvement for r in rows]
     assert {BETTER, EQUIVALENT, UNDECIDED} <= set(verdicts.tolist())
 
 
@@ -509,7 +575,8 @@ def test_futile_gives_decide_s_stops_row_by_row():
     a[:100] += rng.uniform(0.0, 3.0, (100, 1))
     moments = paired_moments(a, b)
     alpha = PLAN.per_look_alpha
-    verdicts = t_verdicts(moments, t_tests(moments, 0.3, alpha), 0.3, alpha, higher_is_better=True)[0]
+    prob = prob_improvement(a, b, higher_is_better=True)
+    verdicts = t_verdicts(moments, t_tests(moments, 0.3, alpha), 0.3, alpha, True, prob)[0]
     stops = futile(moments, verdicts, 3, PLAN, 0.3)
     rows = [
         decide(seeds(x), seeds(y), margin=0.3, higher_is_better=True, looks=PLAN) for x, y in zip(a, b, strict=True)

@@ -1051,7 +1051,7 @@ def test_a_cell_that_did_not_learn_is_labelled_counted_and_decided_by_ranks(tmp_
     assert f"- `translation/{POST}/seed1`: bleu 0.500 (trivial baseline 0.930)" in section
     assert f"Per variant: translation {POST}: 1 of 3." in section
     assert "Diverged cells" not in summary and "Failed cells" not in summary
-    assert "Wilcoxon signed-rank (a side mixes seeds that learned with seeds that did not) at α 0.05" in summary
+    assert "Wilcoxon signed-rank (a seed did not learn or diverged) at α 0.05" in summary
     row = _row(write_index(tmp_path, tmp_path / "none"), "dnl", POST)
     assert row[4].startswith("**undecided** bleu ↑ ") and row[4].endswith("; rank test; 1/3 did not learn")
     csv_row = next(r for r in (tmp_path / "dnl" / "summary.csv").read_text().splitlines() if f"{POST},bleu" in r)
@@ -1060,6 +1060,24 @@ def test_a_cell_that_did_not_learn_is_labelled_counted_and_decided_by_ranks(tmp_
     result_file = tmp_path / "dnl" / "cells" / "translation" / PRE / "seed0" / "result.json"
     write_json(result_file, {**json.loads(result_file.read_text()), "learned": False})
     assert "| 3 (1 did not learn) |" in write_report(tmp_path / "dnl").split(f"| {PRE} |")[1].split("\n")[0]
+
+
+def test_a_side_whose_seeds_all_failed_is_decided_by_ranks_not_by_the_t_test(tmp_path):
+    """Every seed of post-norm did not learn (BLEU 0.5, 0.4, 0.6, below word-by-word translation's 0.93)
+    against a pre-norm that learned: a step no normal model describes, so the exact signed-rank test
+    decides it, as it does wherever a seed of either side failed. With 3 pairs its smallest p-value is
+    0.25, so the question stays undecided; the paired t test would have called it worse (p 0.00034)."""
+    post, pre = [0.5, 0.4, 0.6], [60.0, 62.0, 64.0]
+    _write_matrix(tmp_path, "all_failed", _translation_cells(post))
+    summary = write_report(tmp_path / "all_failed")
+    assert "| 3 (3 did not learn) |" in summary.split(f"| {POST} |")[1].split("\n")[0]
+    line = next(x for x in summary.splitlines() if x.startswith(f"- translation (translator), {POST} vs {PRE}: "))
+    assert "**undecided** (Wilcoxon signed-rank, α 0.05), over 3 pairs: bleu ↑ " in line
+    assert "Wilcoxon signed-rank (a seed did not learn or diverged) at α 0.05" in summary
+    assert scipy_stats.wilcoxon(np.subtract(post, pre), method="exact").pvalue == pytest.approx(0.25)
+    assert scipy_stats.ttest_rel(post, pre).pvalue == pytest.approx(0.000336, abs=1e-6)  # the t test: worse
+    row = _row(write_index(tmp_path, tmp_path / "none"), "all_failed", POST)
+    assert row[4].startswith("**undecided** bleu ↑ ") and row[4].endswith("; rank test; 3/3 did not learn")
 
 
 def test_a_question_decided_by_ranks_reads_worse_where_the_variant_is_worse_in_its_metric_s_direction(tmp_path):
@@ -1220,27 +1238,34 @@ def test_a_diverged_seed_counts_with_a_value_from_the_compared_cells_alone(tmp_p
 def test_when_no_seed_of_either_side_learned_there_is_no_result_not_equivalent(tmp_path):
     """Every seed of both sides diverged: both count at the same imputed value, a constant difference of 0
     that read *equivalent*, a claim made from no measurement. Now: no result; before the last look the
-    runner adds seeds (the next data draws may learn), at the last it stops."""
+    runner adds seeds (the next data draws may learn), at the last it stops. Where one side learned, the
+    rank test compares them, as wherever a seed failed."""
     axes = {"task": ["vit"], "model.norm_placement": ["pre", "post", "sandwich"]}
     # sandwich's finished seeds carry the task's trivial baseline (0.2) that the diverged seeds count at
     cells = _vit_cells(pre=[None, None, None], post=[None, None, None], sandwich=[0.8, 0.81, 0.79])
     _write_matrix(tmp_path, "broken", cells, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
     question = _questions(tmp_path / "broken")[POST]
     assert question.verdict == "no result" and "no seed of either side learned" in question.missing
-    assert open_questions(tmp_path / "broken") == [OpenQuestion("vit", POST, PRE, (), 3)]
-    nine = _vit_cells(pre=[None] * 9, post=[None] * 9, sandwich=[0.8, 0.81, 0.79])
+    # sandwich learned against a baseline whose seeds all diverged: the rank test, which 3 pairs cannot decide
+    assert open_questions(tmp_path / "broken") == [
+        OpenQuestion("vit", POST, PRE, (), 3),
+        OpenQuestion("vit", "norm_placement=sandwich", PRE, (), 3),
+    ]
+    nine = _vit_cells(pre=[None] * 9, post=[None] * 9, sandwich=[0.8, 0.81, 0.79] * 3)
     _write_matrix(tmp_path, "nine", nine, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
     assert _questions(tmp_path / "nine")[POST].verdict == "no result" and open_questions(tmp_path / "nine") == []
-    # one side learned: compared (the diverged side counts at the trivial baseline's 0.2)
-    _write_matrix(
-        tmp_path,
-        "half",
-        _vit_cells(pre=[0.8, 0.82, 0.81], post=[None] * 3),
-        baseline_variant=PRE,
-        axes=axes,
-        seeds=ROUNDS,
-    )
-    assert _questions(tmp_path / "half")[POST].verdict == "worse"
+    # one side learned: compared by the rank test (the diverged side counts at the trivial baseline's 0.2),
+    # undecided at 3 pairs (its smallest p is 0.25), worse at 9 (p = 2/2^9 < 0.05/3)
+    half = _vit_cells(pre=[0.8, 0.82, 0.81], post=[None] * 3)
+    _write_matrix(tmp_path, "half", half, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    decision = _questions(tmp_path / "half")[POST].decision
+    assert (decision.verdict, decision.test, decision.final) == ("undecided", "Wilcoxon signed-rank", False)
+    assert decision.p_value == pytest.approx(0.25)
+    half = _vit_cells(pre=[0.8, 0.82, 0.81] * 3, post=[None] * 9)
+    _write_matrix(tmp_path, "half_nine", half, baseline_variant=PRE, axes=axes, seeds=ROUNDS)
+    decision = _questions(tmp_path / "half_nine")[POST].decision
+    assert (decision.verdict, decision.test, decision.n) == ("worse", "Wilcoxon signed-rank", (9,))
+    assert decision.p_value == pytest.approx(2 / 2**9)
 
 
 def test_an_incomplete_first_look_is_decided_on_its_own_seeds_paired_where_both_sides_have_them(tmp_path):
