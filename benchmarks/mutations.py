@@ -6,6 +6,7 @@ wrong in one plausible way?
     python benchmarks/mutations.py --only tost-at-half-alpha prob-interval-at-90
     python benchmarks/mutations.py --only tost-at-half-alpha --tests "tests/report/test_decide.py -k tost"
     python benchmarks/mutations.py --check          # only show which blockbench the copy imports
+    python benchmarks/mutations.py --out results/mutations.md   # the committed result (about 30 minutes)
 
 Each mutation is one exact edit of one file (its original text, found exactly once, and the
 replacement). The repository is copied once to a temporary folder (``runs/``, caches and the run
@@ -111,8 +112,8 @@ MUTATIONS = (
     Mutation(
         "t-direction-flipped",
         "blockbench/report/decide.py",
-        "np.where(rejects, _direction(moments.mean, higher_is_better), UNDECIDED)",
-        "np.where(rejects, _direction(-moments.mean, higher_is_better), UNDECIDED)",
+        "np.where(rejects & agrees, _direction(moments.mean, higher_is_better), UNDECIDED)",
+        "np.where(rejects & agrees, _direction(-moments.mean, higher_is_better), UNDECIDED)",
         "a t-decided difference reads in the wrong direction (the sign of variant - baseline flipped)",
     ),
     Mutation(
@@ -191,6 +192,21 @@ MUTATIONS = (
         "return statistics.fmean(t.score for t in trials)  # type: ignore[misc]",
         "return trials[-1].score",
         "a candidate's score over several tuning seeds is its last seed's",
+    ),
+    Mutation(
+        "typical-seed-ignored",
+        "blockbench/report/decide.py",
+        "agrees = True if prob_better is None else typical_agrees(moments.mean, prob_better, higher_is_better)",
+        "agrees = True",
+        "better or worse is given where the typical seed (P(better)) points the other way",
+    ),
+    Mutation(
+        "rank-test-only-for-mixed-sides",
+        "blockbench/report/ranks.py",
+        "return np.any([np.asarray(failed, dtype=bool).any(axis=-1) for failed in sides], axis=0)",
+        "return np.any([np.asarray(f, dtype=bool).any(axis=-1) & ~np.asarray(f, dtype=bool).all(axis=-1) "
+        "for f in sides], axis=0)",
+        "a side whose seeds all failed goes to the t test, not the rank test",
     ),
     Mutation(
         "extension-cap-off-by-one",
@@ -304,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the run of the unmutated copy")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--check", action="store_true", help="only show which blockbench the copy imports")
+    parser.add_argument("--out", help="also write the table as markdown here (results/mutations.md), with its command")
     args = parser.parse_args(argv)
 
     if args.list:
@@ -358,7 +375,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:{width}}  {seconds:7.0f}  {result}")
     survived = sum(result == "SURVIVED" for _, result, _ in rows)
     print(f"\n{len(rows) - survived} of {len(rows)} caught" + (f", {survived} SURVIVED" if survived else ""))
+    if args.out:
+        write_markdown(Path(args.out), rows, args.tests, [m for m in chosen], argv)
     return 1 if survived else 0
+
+
+def write_markdown(
+    path: Path, rows: list[tuple[str, str, float]], tests: str, chosen: list[Mutation], argv: list[str] | None
+) -> None:
+    """The table as ``path`` (markdown): the command, date, code commit and machine, then each mutation,
+    what it breaks and the first test that caught it."""
+    import platform
+
+    from blockbench.provenance import cpu_model, git_state
+
+    git = git_state()
+    code = (git["commit"] or "?")[:12] + (" + uncommitted changes" if git["dirty"] else "")
+    command = shlex.join(["python", "benchmarks/mutations.py", *(argv if argv is not None else sys.argv[1:])])
+    what = {m.name: f"`{m.file}`: {m.what}" for m in chosen}
+    survived = sum(result == "SURVIVED" for _, result, _ in rows)
+    lines = [
+        "# Mutation check of the verdict code",
+        "",
+        f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} (code: {code}) on {cpu_model()}, "
+        f"Python {platform.python_version()}. Each mutation is one plausible bug in the code that decides a "
+        f"verdict, applied alone to a copy of the repository; the tests `{tests}` must fail with it "
+        "(`benchmarks/mutations.py` says how).",
+        "",
+        f"**{len(rows) - survived} of {len(rows)} caught**" + (f", {survived} survived" if survived else "") + ".",
+        "",
+        "| mutation | what it breaks | result | seconds |",
+        "|---|---|---|---:|",
+        *(f"| `{name}` | {what[name]} | {result} | {seconds:.0f} |" for name, result, seconds in rows),
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
