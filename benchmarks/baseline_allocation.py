@@ -63,6 +63,7 @@ from blockbench.report.decide import (  # noqa: E402
     decide,
     futile,
     paired_moments,
+    prob_improvement,
     t_tests,
     t_verdicts,
     welch_moments,
@@ -156,7 +157,7 @@ def decide_families(draws: Draws, design: str, scale: Scale) -> Outcome:
         b = np.broadcast_to(draws.baseline[:, None, :m], (reps, k, m))
         moments = paired_moments(a, b) if design in (PAIRED, PAIRED_MORE) else welch_moments(a, b)
         tests = t_tests(moments, scale.margin, alpha)
-        found, _ = t_verdicts(moments, tests, scale.margin, alpha, higher_is_better=True)
+        found, _ = t_verdicts(moments, tests, scale.margin, alpha, True, prob_improvement(a, b, True))
         final = (found != UNDECIDED) | futile(moments, found, n, plan, scale.margin) | plan.is_last(n)
         now = open_ & final
         verdicts[now], estimates[now], seeds[now] = found[now], moments.mean[now], n

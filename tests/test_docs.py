@@ -176,3 +176,13 @@ def test_the_readme_answer_table_says_what_the_index_of_verdicts_says():
     for matrix, variant, *verdicts in rows:
         assert (matrix, variant) in index, f"README row {matrix}: {variant} is not a row of results/README.md"
         assert [_verdict_words(v) for v in verdicts] == index[matrix, variant], (matrix, variant)
+
+
+def test_the_rule_s_version_is_the_date_of_the_last_entry_of_its_history():
+    """A change to what decides a verdict bumps ``decide.RULE_VERSION`` (recorded in every analysis plan)
+    and is told in verdict-rule.md's History: the two must name the same latest date."""
+    from blockbench.report.decide import RULE_VERSION
+
+    history = (REPO / "docs" / "decisions" / "verdict-rule.md").read_text().split("## History", 1)[1]
+    dates = re.findall(r"^- (\d{4}-\d{2}-\d{2})", history, flags=re.MULTILINE)
+    assert dates and max(dates) == RULE_VERSION, (dates, RULE_VERSION)

@@ -5,7 +5,7 @@ to the numbers; the summary (``section``, ``summary``) and the index of verdicts
 what it computed, so the two cannot disagree; :func:`open_questions` tells the runner which questions
 more seeds may still answer.
 
-The rules (issue 31; ``docs/decisions/verdict-rule.md``):
+The rules (``docs/decisions/verdict-rule.md``):
 
 - **One question per task x variant x level**: the task's headline metric (the first of its
   metrics), the variant minus the baseline variant at the same level (the values of the matrix's

@@ -62,10 +62,9 @@ def t_confidence_interval(
 
     Cutting removes only values the metric cannot take (BLEU above 100, a loss below 0), and the
     mean lies inside the range, so the interval always contains its own mean and covers the true
-    mean as often as the uncut one. (Until issue 31 a metric bounded on both sides got an interval
-    on the logit scale of its share of the range, with shares clamped a little inside the edges:
-    GeGLU's BLEU seeds 100, 100 and 99.938 then got [99.900, 99.900], an interval that missed its
-    own mean 99.979.)
+    mean as often as the uncut one. (An interval on the logit scale of a bounded metric's share of
+    its range, with shares clamped inside the edges, can miss its own mean: BLEU seeds 100, 100 and
+    99.938 get [99.900, 99.900] that way, against a mean of 99.979.)
 
     None for fewer than two values: one seed says nothing about the spread.
     """

@@ -814,3 +814,16 @@ def test_a_gpu_profile_counts_kernels_once_leaving_out_the_annotation_ranges_ove
     assert profile_step.self_times(events, cuda=False) == [("aten::mm", 500.0, 2)]
     assert profile_step.is_matmul("nvjet_sm90_gemm", cuda=True) and not profile_step.is_matmul("aten::mm", cuda=True)
     assert profile_step.is_matmul("aten::mm", cuda=False)
+
+
+def test_the_baseline_allocation_simulation_decides_every_design_through_the_rule():
+    """Each design of ``benchmarks/baseline_allocation.py`` at a few families: its array decisions agree with
+    ``decide.decide`` question by question (the cross-check), and a true difference of four margins is
+    found more often than a null one is called better."""
+    allocation = benchmark_module("baseline_allocation")
+    rng = __import__("numpy").random.default_rng(0)
+    scale = allocation.SCALES[1]
+    for design in allocation.DESIGNS:
+        row = allocation.simulate(rng, 40, scale, 2, 0.2, design)
+        assert row.agree[0] == row.agree[1] > 0, (design, row.agree)
+        assert 0.0 <= row.false_rate <= 0.5 and row.power >= row.false_rate, (design, row)
