@@ -155,9 +155,15 @@ def _verdict_words(cell: str) -> str:
     return (bold.group(1) if bold else cell.split()[0]).strip()
 
 
+def _verdict_and_marks(cell: str) -> tuple[str, bool, bool]:
+    """An index cell's verdict word, whether it is the weak form, whether the baseline swap marks it fragile."""
+    return _verdict_words(cell), "possibly by less than the margin" in cell, "†" in cell
+
+
 def test_the_readme_answer_table_says_what_the_index_of_verdicts_says():
     """Each row of the README's answer table names its index row in a comment (``<!-- matrix: variant -->``);
-    its three verdicts must be the LM, translator and ViT verdicts of that row of results/README.md, so the
+    its three verdicts must be the LM, translator and ViT verdicts of that row of results/README.md, each with
+    its form (*weak*: possibly by less than the margin) and its fragile mark (†), so the
     table cannot go stale when the book is rerun and the index regenerated. A row the index shares between
     matrices (the same question asked of the same cells) is found under its first matrix."""
     index = {}
@@ -168,14 +174,15 @@ def test_the_readme_answer_table_says_what_the_index_of_verdicts_says():
             line,
         )
         if found:
-            index[found.group(1), found.group(2).strip()] = [_verdict_words(c) for c in found.groups()[2:]]
+            index[found.group(1), found.group(2).strip()] = [_verdict_and_marks(c) for c in found.groups()[2:]]
     rows = re.findall(
         r"^\| [^|]*<!-- (\w+): ([^>]+?) --> \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", README.read_text(), re.M
     )
     assert len(rows) >= 8, "the README's answer table lost its rows or their index comments"
     for matrix, variant, *verdicts in rows:
         assert (matrix, variant) in index, f"README row {matrix}: {variant} is not a row of results/README.md"
-        assert [_verdict_words(v) for v in verdicts] == index[matrix, variant], (matrix, variant)
+        readme = [(_verdict_words(v), "(weak)" in v, "†" in v) for v in verdicts]
+        assert readme == index[matrix, variant], (matrix, variant)
 
 
 def test_the_rule_s_version_is_the_date_of_the_last_entry_of_its_history():
