@@ -147,8 +147,11 @@ class Group:
 
     @property
     def status_without_ok(self) -> str:
-        """What a group without a finished seed shows instead of numbers."""
-        return "diverged" if self.diverged else "failed"
+        """What a group without a finished seed shows instead of numbers: its seeds diverged, failed, or were
+        all scored on another split than the validation split and left out."""
+        if self.diverged:
+            return "diverged"
+        return "left out (scored on the wrong split)" if self.wrong_split and not self.failed else "failed"
 
     def seeds_label(self, headline: Metric | None = None) -> str:
         """The seeds in the statistics (finished and diverged), then those that did not learn (with the

@@ -852,3 +852,10 @@ def test_a_reported_cell_scored_on_the_tuning_split_counts_in_no_statistic(tmp_p
     # the question is decided from the seeds each side has on the validation split: 3 against 2
     verdict = rf"vit \(ViT\), {POST} vs {PRE}: \*\*worse\*\*, by more than the margin \(Welch t, α 0.05\)"
     assert re.search(verdict + ", over 3 vs 2 seeds", summary), summary
+
+    # every seed of the baseline scored the tuning split: no result, and the summary says why
+    for seed in range(3):
+        config = {"task": {"name": "vit", "eval_split": "tuning"}}
+        (tmp_path / "cells" / "vit" / PRE / f"seed{seed}" / "config.yaml").write_text(yaml.safe_dump(config))
+    summary = write_report(tmp_path)
+    assert "no result: every seed of the baseline left out (scored on the wrong split)" in summary, summary
