@@ -169,30 +169,21 @@ class Expansion:
         ordered = {key: copy.deepcopy(value) for key, value in sorted(settings.items(), key=lambda i: i[0].count("."))}
         return build_run_config(self.base, ordered, source=base, origins=origins)
 
+    def tuning_cell(self, cell: Cell, tuned: dict[str, Any], seed: int, index: int) -> Cell:
+        """The tuning cell of ``cell``'s task x variant (a reported or tuning cell of it) at the values
+        ``tuned`` and tuning seed ``seed``, validating on the task's tuning split; raises ConfigError."""
+        axes = {key: value for key, value in cell.axes.items() if key != "seed"}
+        run = self.run_config(axes, {**tuned, **TUNING_SPLIT, "seed": seed})
+        seeded = {**axes, "seed": run.seed} if "seed" in cell.axes else axes
+        return Cell(index, run, cell.task, cell.variant, run.seed, seeded, phase=TUNE, tuned=dict(tuned))
+
     def added_candidate(self, template: Cell, tuned: dict[str, Any], start: int) -> list[Cell]:
         """The tuning cells of a candidate the tuner adds past an end of the grid (see
         :func:`blockbench.matrix.tuning.extension`): ``template``'s (a tuning cell of the variant) at the
         values ``tuned``, one per tuning seed, numbered from ``start``; raises ConfigError."""
-        axes = {key: value for key, value in template.axes.items() if key != "seed"}
         variant_run = "/".join(template.tb_run.split("/")[1:-2])  # tune/<variant run>/<candidate>/seed<k>
-        cells = []
-        for seed in self.matrix.tune_seeds:
-            run = self.run_config(axes, {**tuned, **TUNING_SPLIT, "seed": seed})
-            seeded = {**axes, "seed": run.seed} if "seed" in template.axes else axes
-            cells.append(
-                Cell(
-                    start + len(cells),
-                    run,
-                    template.task,
-                    template.variant,
-                    run.seed,
-                    seeded,
-                    tb_run=tuning_run_name(variant_run, tuned, run.seed),
-                    phase=TUNE,
-                    tuned=dict(tuned),
-                )
-            )
-        return cells
+        cells = [self.tuning_cell(template, tuned, seed, start + i) for i, seed in enumerate(self.matrix.tune_seeds)]
+        return [replace(cell, tb_run=tuning_run_name(variant_run, tuned, cell.seed)) for cell in cells]
 
     def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
         """The reported ``cell`` with the values tuning ``chosen`` set in its config (and so in its hash)."""
@@ -262,17 +253,14 @@ def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], l
         variants.setdefault((cell.task, cell.variant), cell)
     tuning = []
     for cell in variants.values():
-        axes = {key: value for key, value in cell.axes.items() if key != "seed"}
         for seed, values in itertools.product(matrix.tune_seeds, itertools.product(*matrix.tune.values())):
             tuned = dict(zip(matrix.tune, values, strict=True))
             try:
-                run = expansion.run_config(axes, {**tuned, **TUNING_SPLIT, "seed": seed})
+                tuning.append(expansion.tuning_cell(cell, tuned, seed, len(tuning)))
             except ConfigError as exc:
+                axes = {key: value for key, value in cell.axes.items() if key != "seed"}
                 where = f"{path} [tuning cell {axes_text({**axes, **tuned})}]"
                 problems += [f"{where}: {line}" for line in str(exc).splitlines()]
-                continue
-            seeded = {**axes, "seed": run.seed} if "seed" in cell.axes else axes
-            tuning.append(Cell(len(tuning), run, cell.task, cell.variant, run.seed, seeded, phase=TUNE, tuned=tuned))
     return tuning, problems
 
 

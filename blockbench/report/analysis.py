@@ -309,8 +309,9 @@ class TaskAnalysis:
             float(declared.value) if declared.relative else None,
         )
 
-    def _not_learned(self, group: Group) -> set[Any]:
-        """The seeds of ``group`` that did not learn or diverged (keys of :attr:`values`)."""
+    def failed_seeds(self, group: Group) -> set[Any]:
+        """The seeds of ``group`` that did not learn or diverged (keys of :attr:`values`): the rank test's
+        trigger, here and in the baseline swap (``fragility``)."""
         not_learned = group.did_not_learn(self.headline)
         return {
             seed_key(r, i)
@@ -346,7 +347,7 @@ class TaskAnalysis:
         and whether a rank test decided: a seed among them of either side did not learn or diverged, so
         a normal-theory test is not valid (``ranks.any_failed``)."""
         margin = self.margin(statistics.fmean(baseline_values.values()))
-        failed, baseline_failed = self._not_learned(group), self._not_learned(baseline)
+        failed, baseline_failed = self.failed_seeds(group), self.failed_seeds(baseline)
         rank_based = bool(any_failed([s in failed for s in values], [s in baseline_failed for s in baseline_values]))
         decision = decide(
             values,
@@ -470,7 +471,7 @@ class TaskAnalysis:
     ) -> bool:
         """Whether every seed of both sides among these diverged or did not learn: two imputed or trivial
         constants, whose comparison (equivalent, most often) would say nothing about the designs."""
-        return set(values) <= self._not_learned(group) and set(baseline_values) <= self._not_learned(baseline)
+        return set(values) <= self.failed_seeds(group) and set(baseline_values) <= self.failed_seeds(baseline)
 
     def _saturation(
         self, group: Group, baseline: Group, values: dict[Any, float], baseline_values: dict[Any, float]

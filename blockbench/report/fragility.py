@@ -43,7 +43,7 @@ from .analysis import Question, TaskAnalysis, analyze, restrict
 from .decide import VERDICTS, Decision, decide
 from .headroom import saturation_text
 from .ranks import any_failed
-from .results import Group, gives_verdicts, seed_key
+from .results import Group, gives_verdicts
 from .stats import diverged_value, with_diverged
 from .verdicts import NO_RESULT, SATURATED, Comparison
 
@@ -256,16 +256,6 @@ def _seeds_text(seeds: tuple[int, ...]) -> str:
     return ", ".join(str(seed) for seed in seeds)
 
 
-def _not_learned(group: Group, analysis: TaskAnalysis) -> set[Any]:
-    """The seeds of ``group`` that diverged or did not learn (the analysis's rank-test trigger)."""
-    not_learned = group.did_not_learn(analysis.headline)
-    return {
-        seed_key(r, i)
-        for i, r in enumerate(group.results)
-        if r.status == "diverged" or any(r is x for x in not_learned)
-    }
-
-
 def redecide(
     analysis: TaskAnalysis, variant: Group, baseline: Group, *, unpaired: bool = False
 ) -> tuple[str, Decision]:
@@ -286,7 +276,7 @@ def redecide(
     values, baseline_values = (
         with_diverged(f, side.diverged_seeds, value) for f, side in zip(finished, (variant, baseline), strict=True)
     )
-    failed = [_not_learned(variant, analysis), _not_learned(baseline, analysis)]
+    failed = [analysis.failed_seeds(variant), analysis.failed_seeds(baseline)]
     rank_based = bool(
         any_failed(
             *([seed in bad for seed in seeds] for bad, seeds in zip(failed, (values, baseline_values), strict=True))
