@@ -13,6 +13,8 @@ waits. The commands:
   so that an edit of the models, tasks or config code in between, which makes the next listing walk
   the classes again, lands in the untimed run; in a tree that others edit as it runs, a timed run
   can still meet such an edit: it shows as a maximum of seconds);
+* ``blockbench train configs/base.yaml model.n_head=4``: a misspelt key, told from the same cache
+  before any config class loads (``blockbench.precheck``; it exits with 2);
 * ``blockbench list`` with a cold cache: the first listing after the code changed, which walks the
   config classes and so loads the models, the tasks, torch and Lightning (a fresh cache each round);
 * ``python -c "import blockbench.config"``: loading the config classes and everything under them, what
@@ -44,11 +46,18 @@ def blockbench_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "blockbench"]
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
-    """Wall-clock seconds of one fresh process running ``argv`` (which must exit 0)."""
+#: the commands that answer with an error on purpose, and the exit code they must give
+MISTAKES = {"blockbench train configs/base.yaml model.n_head=4": 2}
+
+
+def timed(argv: list[str], env: dict[str, str], expect: int = 0) -> float:
+    """Wall-clock seconds of one fresh process running ``argv`` (which must exit with ``expect``)."""
     start = time.perf_counter()
-    subprocess.run(argv, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    process = subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    if process.returncode != expect:
+        raise SystemExit(f"{' '.join(argv)} exited with {process.returncode}, not {expect}")
+    return seconds
 
 
 def measure(rounds: int, cold_rounds: int) -> dict[str, list[float]]:
@@ -62,6 +71,12 @@ def measure(rounds: int, cold_rounds: int) -> dict[str, list[float]]:
         "blockbench train --help": [*blockbench, "train", "--help"],
         "blockbench list": [*blockbench, "list"],
         "blockbench list model": [*blockbench, "list", "model"],
+        "blockbench train configs/base.yaml model.n_head=4": [
+            *blockbench,
+            "train",
+            "configs/base.yaml",
+            "model.n_head=4",
+        ],
         "python -c 'import blockbench.config'": [sys.executable, "-c", "import blockbench.config"],
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
@@ -72,9 +87,9 @@ def measure(rounds: int, cold_rounds: int) -> dict[str, list[float]]:
         for round_ in range(max(rounds, cold_rounds)):
             if round_ < rounds:
                 for name, argv in commands.items():
-                    if argv[len(blockbench) :][:1] == ["list"]:
-                        timed(warm_up, env)  # the cache of this code, untimed
-                    times[name].append(timed(argv, env))
+                    if argv[len(blockbench) :][:1] in (["list"], ["train"]):
+                        timed(warm_up, env)  # the cache of this code, untimed (train's key check reads it too)
+                    times[name].append(timed(argv, env, MISTAKES.get(name, 0)))
             if round_ < cold_rounds:
                 with tempfile.TemporaryDirectory(prefix="blockbench-cli-cold-") as empty:
                     times[cold].append(timed([*blockbench, "list"], {**os.environ, "BLOCKBENCH_CACHE": empty}))

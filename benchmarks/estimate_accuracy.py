@@ -5,9 +5,9 @@ the run took.
     python benchmarks/estimate_accuracy.py configs/matrix/smoke.yaml --jobs 1 --out results/estimate_accuracy.md
 
 On a fresh results folder (a temporary one unless ``--results-dir``), as a fresh clone has: runs
-``blockbench matrix FILE --dry-run`` and reads the estimate it prints (``N to train...: about H:MM``),
+``blockbench matrix FILE --dry-run`` and reads the estimate it prints (``about H:MM:SS on this machine``),
 then runs the matrix for real into the same folder, stamping each line of its output with the seconds
-since its start, and reads the ETA of each progress line (``3/12 trained, 0:42 elapsed, ETA 1:02``).
+since its start, and reads the ETA of each progress line (``3/12 trained, 0:00:42 elapsed, ETA 0:01:02``).
 The measured time is the whole command's, process start to exit; at a progress line it is what was left
 of it. It prints the ratio estimate / measured of the dry run and of the ETA at the first progress line
 at or past 25%, 50% and 75% of the cells (1.00: exact; the goal is 0.75 to 1.25), with the machine, the
@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from blockbench.progress import parse_duration  # noqa: E402
 
-#: the dry run's total: ``12 to train ...: about 2:14 on this machine``
-ESTIMATE = re.compile(r"^\d+ to train.*?: about (\d+(?::\d\d){1,2}) on this machine", re.M)
-#: the most a later round may add: ``up to +1:10:00``
-MAYBE = re.compile(r"up to \+(\d+(?::\d\d){1,2})")
-#: a runner's progress line: ``... |  3/12 trained, 0:42 elapsed, ETA 1:02``
+#: the dry run's total: ``about 0:02:14 on this machine with --jobs 2 to train 12 cells``
+ESTIMATE = re.compile(r"about (\d+(?::\d\d){1,2}) on this machine(?: with --jobs \d+)? to train")
+#: the most a later round may add: ``if needed up to 1:10:00 more``
+MAYBE = re.compile(r"if needed up to (\d+(?::\d\d){1,2}) more")
+#: a runner's progress line: ``... |  3/12 trained, 0:00:42 elapsed, ETA 0:01:02``
 PROGRESS = re.compile(r"\|\s+(\d+)/(\d+) trained, (\d+(?::\d\d){1,2}) elapsed(?:, ETA (\d+(?::\d\d){1,2}))?")
 #: the share of the cells done at which the ETA is read
 FRACTIONS = (0.25, 0.5, 0.75)
@@ -59,7 +59,7 @@ def parse_estimate(output: str) -> tuple[float, float | None]:
     found = ESTIMATE.search(output)
     if found is None:
         raise ValueError(
-            f"no estimate ('N to train...: about H:MM on this machine') in the dry run's output:\n{output}"
+            f"no estimate ('about H:MM:SS on this machine ... to train') in the dry run's output:\n{output}"
         )
     maybe = MAYBE.search(output)
     return parse_duration(found[1]), parse_duration(maybe[1]) if maybe else None

@@ -51,10 +51,10 @@ REPORT_STEPS = (0, 1, 5, 10, 25, 50)
 
 # ------------------------------------------------------------------------------------ ablations
 def ours_vit_zero_head(torch, generator, dims: Dims) -> Run:
-    """blockbench's ViT, same init, but the head's weight zero, as it was before issue 12."""
+    """blockbench's ViT, same init, but the head's weight zero, as it was in earlier versions."""
     run = ours_vit(torch, generator, dims)
     torch.nn.init.zeros_(run.model.head.weight)
-    run.note = "blockbench vit with the zero head weight it had before issue 12 (the JAX fine-tuning recipe)"
+    run.note = "blockbench vit with the zero head weight it had in earlier versions (the JAX fine-tuning recipe)"
     return run
 
 
@@ -155,9 +155,9 @@ CASES = {
             "CLS token at HF's 0.02, fits this random-label batch like timm and HF. blockbench keeps CLS at the "
             "patches' RMS because on its vit task (pos_encoding=learned, 300 steps, seeds 0-3) it scores accuracy "
             "0.78 on average there against 0.68 at 0.02, higher on every seed: fitting noise fast is not what "
-            "the cells are scored on. Fixed: until issue 12 the head's weight was zero (the JAX fine-tuning recipe, "
-            "timm's weight_init='jax', not its default), the blockbench_vit_zero_head row, which fits far slower "
-            "than every other row, since AdamW must first grow the head before any gradient reaches the stack.",
+            "the cells are scored on. Fixed: in earlier versions the head's weight was zero (the JAX fine-tuning "
+            "recipe, timm's weight_init='jax', not its default), the blockbench_vit_zero_head row, which fits far "
+            "slower than every other row, since AdamW must first grow the head before any gradient reaches the stack.",
         ),
         Case(
             "seq2seq_pre",

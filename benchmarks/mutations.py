@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (20 MB): a cell records its commit, and a summary's line of the code that made it needs one
 EXCLUDED = {"runs", ".pytest_cache", ".ruff_cache", ".benchmarks", "__pycache__", "site"}
 #: the run artefacts git ignores inside results/ (none in a clone; large where a matrix ran in place)
-ARTEFACTS = {"tb", "checkpoints", "train.log", ".lock", "lightning_logs"}
+ARTEFACTS = {"tb", "tb_tune", "checkpoints", "train.log", ".lock", "lightning_logs"}
 #: the folders the install maps into the blockbench namespace (pyproject's package-dir)
 MAPPED = {"models": "blockbench/models", "tasks": "blockbench/tasks"}
 DEFAULT_TESTS = ("tests/report", "tests/matrix")

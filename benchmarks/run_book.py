@@ -38,7 +38,7 @@ FIRST, LAST = ["prenorm_vs_postnorm", "norm_placement"], ["null_comparison", "pr
 #: not part of the CPU book: a GPU-sized matrix and the demonstration
 LEFT_OUT = {"prenorm_vs_postnorm_real", "smoke"}
 #: what a committed results folder leaves out (as .gitignore): event files, checkpoints, logs, locks
-NOT_PUBLISHED = shutil.ignore_patterns("tb", "checkpoints", "lightning_logs", "train.log", ".lock", "*.ckpt")
+NOT_PUBLISHED = shutil.ignore_patterns("tb", "tb_tune", "checkpoints", "lightning_logs", "train.log", ".lock", "*.ckpt")
 
 
 def book_order() -> list[Path]:
@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         matrix = str(path.relative_to(ROOT))
         common = ["--results-dir", str(args.results_dir), "matrix", matrix, "--jobs", str(args.jobs)]
         dry = blockbench(*common, "--dry-run")
-        estimate = next((line for line in dry.stdout.splitlines()[::-1] if "to train" in line), dry.stderr[-500:])
+        estimate = next((line for line in dry.stdout.splitlines()[::-1] if "train" in line), dry.stderr[-500:])
         print(f"{path.stem}: {estimate}", flush=True)
         started = time.time()
         run = subprocess.run([sys.executable, "-m", "blockbench", *common], cwd=ROOT)
         took = time.time() - started
-        trained = re.search(r"(\d+) to train", estimate)
+        trained = re.search(r"to train (\d+) cell", estimate)
         with log.open("a") as file:
             file.write(
                 json.dumps(

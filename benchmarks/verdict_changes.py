@@ -10,7 +10,7 @@ Three readings of every question (task x variant, at a budget, of a matrix), eac
   p < 0.05 over the matrix's whole family read **better** or **worse** (the difference's direction),
   a larger p **n.s.**, and no test **untested**;
 - **same cells, new rule** (``--redecided``, default d712b97): those very cells decided by the rule
-  of issue 31 (one question per task x variant, four verdicts, docs/decisions/verdict-rule.md);
+  of the current rule (one question per task x variant, four verdicts, docs/decisions/verdict-rule.md);
 - **rerun** (the working tree's ``results/``): the book's cells retrained under the new rules (each
   variant tuned, seeds that draw the data, seeds added in rounds). A matrix whose numbers equal its
   redecided ones has not been rerun yet and says so.
@@ -212,7 +212,7 @@ def report(changes: list[Change], *, earlier: str, redecided: str, head: str) ->
         f"Written by `python benchmarks/verdict_changes.py --out results/verdict_changes.md` at {head}. Each",
         "question (task x variant against its baseline, at a step budget) read three ways: the **earlier** book",
         f"as it was reported ({earlier}: Holm-adjusted p < 0.05 over the whole matrix, else n.s.), the **same cells**",
-        f"decided by the new rule ({redecided}), and the **rerun** (the cells retrained under issue 31's rules, in",
+        f"decided by the new rule ({redecided}), and the **rerun** (the cells retrained under the current rules, in",
         "`results/`). A change between the first two is the rule's doing; between the last two, the new cells'",
         "(each variant at its own tuned rate, seeds that draw the data, seeds added in rounds). An earlier",
         "n.s. that reads undecided now (or untested, now saturated) is the same answer in the new words.",

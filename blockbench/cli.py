@@ -74,19 +74,25 @@ def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
 
 
 def _train(args: argparse.Namespace) -> int:
+    sources = list(args.config_or_overrides)
+    config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
+    in_matrix = bool(os.environ.get(RUNNER_ENV))  # a matrix's cell (or a DDP rank of one)
+    if not in_matrix:  # a matrix checked its cells before the first trained; here a typo is told at once
+        from .precheck import precheck
+
+        precheck(config_file, sources, COMMAND_LINE)
+
     from lightning.pytorch.utilities import rank_zero_only
 
     from .config import build_run_config, load_yaml, parse_overrides
     from .matrix.launch import accept_interrupts
 
     accept_interrupts()  # a matrix stops its cells with SIGINT, even one started with it ignored
-    if os.environ.get(RUNNER_ENV):  # a matrix's cell (or a DDP rank of one): it dies with the runner, however it dies
+    if in_matrix:  # it dies with the runner, however it dies
         if os.getppid() != 1:
             die_with_parent(os.getppid())
         watch_runner()
 
-    sources = list(args.config_or_overrides)
-    config_file = sources.pop(0) if sources and sources[0].endswith((".yaml", ".yml")) else None
     raw = load_yaml(config_file) if config_file else {}
     overrides = parse_overrides(sources)
     run = build_run_config(raw, overrides, source=config_file or "", origins=dict.fromkeys(overrides, COMMAND_LINE))
@@ -98,11 +104,39 @@ def _train(args: argparse.Namespace) -> int:
         args.tb_name or run.task.display_name,
         args.tb_version or (name if not args.out else f"seed{run.seed}"),
     )
+    if args.dry_run:
+        print(dry_run_text(run, out, tb_dir, earlier_run(out, run)))
+        return 0
     talk = rank_zero_only.rank == 0 and not args.quiet
     # one process per folder: rank 0 holds its lock (DDP ranks share the folder with it) before it
     # looks at what the folder holds
     with hold(out) if rank_zero_only.rank == 0 else contextlib.nullcontext():
         return _train_into(args, run, out, tb_dir, tb_name, tb_version, talk)
+
+
+#: what ``blockbench train --dry-run`` says a run folder's state means for the run
+DRY_RUN_STATES = {
+    "none": "it would train from step 0",
+    "same": "it holds an unfinished run of this config, which would resume from its last checkpoint",
+    "done": "it already holds this config's result: nothing would train (--force trains it again)",
+}
+
+
+def dry_run_text(run: RunConfig, out: Path, tb_dir: Path, earlier: tuple[str, str | None]) -> str:
+    """What ``blockbench train --dry-run`` prints: that the config is valid, where it would train and
+    what that folder holds, then the fully resolved config (every default filled in), which can be
+    saved as a file to copy and edit."""
+    from .config import to_yaml
+
+    state, why = earlier
+    then = DRY_RUN_STATES.get(state) or f"{why}: training would stop there (--force replaces it, --out picks another)"
+    return (
+        f"blockbench: the config is valid (config hash {run.config_hash()[:8]}); nothing was trained or written\n"
+        f"task {run.task.display_name}, {run.trainer.max_steps} steps, seed {run.seed}\n"
+        f"run folder: {out}: {then}\n"
+        f"TensorBoard: tensorboard --logdir {tb_dir}\n"
+        "resolved config (save it as a .yaml file to copy and edit):\n" + to_yaml(run).rstrip()
+    )
 
 
 def _train_into(
@@ -320,6 +354,7 @@ examples:
   blockbench train                                         the defaults: the lm task, 400 steps
   blockbench train task=vit model.norm_placement=post trainer.max_steps=50
   blockbench train configs/base.yaml model.pos_encoding=rope --out runs/rope
+  blockbench train task=vit --dry-run                      check a config, print it resolved, train nothing
   blockbench train task=wikitext103 task.seq_len=128       a preset, refined
 keys and their defaults: blockbench list (blockbench list model, blockbench list seq_len)""",
     "matrix": """\
@@ -333,7 +368,7 @@ see configs/matrix/ and the README""",
 examples:
   blockbench report runs/smoke                             rebuild runs/smoke/summary.md and .csv
   blockbench report --index results                        write results/README.md
-  blockbench report results --tensorboard                  rebuild every matrix's tb/ from its records""",
+  blockbench report results --tensorboard                  rebuild every matrix's TensorBoard runs from its records""",
     "list": """\
 examples:
   blockbench list                                          every key
@@ -351,7 +386,7 @@ def _examples(command: str) -> dict[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="blockbench",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),  # the docstring's markup is not for a terminal
         epilog=EXAMPLES["blockbench"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -393,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--tb-views",
         help="JSON file of the HParams columns and Custom Scalars charts to write into "
-        "the run (the matrix runner's tb/views.json)",
+        "the run (the matrix runner's tb/<task>/views.json)",
     )
     train.add_argument("--hparams", help="JSON of the cell's varied keys, listed in TensorBoard's HParams dashboard")
     train.add_argument(
@@ -402,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="when stdout is not a terminal, print a progress line every N optimizer steps "
         "(default: 10 lines over trainer.max_steps)",
+    )
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config, say where it would train and what that folder holds, print the "
+        "resolved config, then exit without training or writing anything",
     )
     train.add_argument(
         "--quiet",
@@ -473,8 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--tensorboard",
         action="store_true",
-        help="write the TensorBoard runs (MATRIX_DIR/tb) from the cells' records instead, for a matrix "
-        "folder or every matrix of a results root (e.g. results): tensorboard --logdir results/<matrix>/tb",
+        help="write the TensorBoard runs (MATRIX_DIR/tb/<task>, tuning runs MATRIX_DIR/tb_tune/<task>) from the "
+        "cells' records instead, for a matrix folder or every matrix of a results root (e.g. results): "
+        "tensorboard --logdir results/<matrix>/tb/<task>",
     )
     report.set_defaults(func=_report)
 
@@ -544,6 +586,9 @@ def _user_error(error: Exception) -> str | None:
         return f"config error:\n{error}"
     if data is not None and isinstance(error, data.DataError):
         return f"data error: {error}"
+    precheck = sys.modules.get("blockbench.precheck")
+    if precheck is not None and isinstance(error, precheck.KeyProblems):
+        return f"config error:\n{error}"
     if isinstance(error, FolderHeld):
         return str(error)
     return None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 import yaml
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from pydantic import BaseModel
     from pydantic.fields import FieldInfo
@@ -235,7 +235,13 @@ def value_text(value: Any) -> str:
 def known_keys(root: type[BaseModel]) -> dict[str, Key]:
     """Every key of ``root`` by name, its sections (``model``, ``task.augment``) among them as keys
     without definitions, so that a misspelt section (``trainr``) finds ``trainer``."""
-    keys = {key.key: key for key in config_keys(root)}
+    return with_sections(config_keys(root))
+
+
+def with_sections(found: Iterable[Key]) -> dict[str, Key]:
+    """``found`` by name, with every section above a key (``model``, ``task.augment``) added as a key
+    without definitions."""
+    keys = {key.key: key for key in found}
     for name in list(keys):
         parts = name.split(".")
         for end in range(1, len(parts)):
@@ -270,16 +276,13 @@ def unknown_key(key: str, root: type[BaseModel], run: type[BaseModel], value: An
     union that do take it (``task.seq_len`` on the vit task), and for a run config's key at the top of
     a file of another kind (``trainer:`` in a matrix file) where run settings go."""
     known = known_keys(root)
-    owners = [d.owner for d in known[key].definitions if d.owner] if key in known else []
-    if owners:  # a key of other members of a tagged union (another task's key)
-        return f"unknown key for this {key.split('.')[0]}; {key} is a key of {', '.join(owners)} only"
+    if root is run:
+        return unknown_run_key(key, known)
+    owners = _owners(key, known)
+    if owners:
+        return owners
     close = closest_keys(key, list(known))
     guess = f"unknown key; did you mean {' or '.join(close)}?" if close else ""
-    if root is run:
-        section = key.split(".")[0]
-        if section in known:
-            return guess or f"unknown key, not a config field: `blockbench list {section}` lists the {section} keys"
-        return guess or "unknown key, not a config field: `blockbench list` lists them all"
     if "." in key:
         return guess or f"unknown key, not a field of {noun}"
     takes = f"{noun} takes: {', '.join(root.model_fields)}"
@@ -293,6 +296,28 @@ def unknown_key(key: str, root: type[BaseModel], run: type[BaseModel], value: An
         f"{text}; {key} is a run config {what}: put run settings under overrides: "
         f"(e.g. overrides: {value_text(dict(list(example.items())[:2]) or {'trainer.max_steps': 600})})"
     )
+
+
+def unknown_run_key(key: str, known: Mapping[str, Key]) -> str:
+    """What is wrong with ``key`` in a run config whose keys are ``known`` (:func:`with_sections`): the
+    tagged-union members that take it, else the closest valid keys, else where to look them up. Apart
+    from :func:`unknown_key` so that ``blockbench.precheck`` can say it from the cached listing."""
+    owners = _owners(key, known)
+    if owners:
+        return owners
+    close = closest_keys(key, list(known))
+    if close:
+        return f"unknown key; did you mean {' or '.join(close)}?"
+    section = key.split(".")[0]
+    if section in known:
+        return f"unknown key, not a config field: `blockbench list {section}` lists the {section} keys"
+    return "unknown key, not a config field: `blockbench list` lists them all"
+
+
+def _owners(key: str, known: Mapping[str, Key]) -> str:
+    """For a key of other members of a tagged union (another task's key) which members take it; else ''."""
+    owners = [d.owner for d in known[key].definitions if d.owner] if key in known else []
+    return f"unknown key for this {key.split('.')[0]}; {key} is a key of {', '.join(owners)} only" if owners else ""
 
 
 @dataclass(frozen=True)

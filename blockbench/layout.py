@@ -10,21 +10,28 @@ reads back, the path of a cell's folder, and the atomic writes they all use.
         matrix_run.json               RUN_FILE: the command and wall time of the last run, where it went, each
                                       cell's seconds
         summary.md, summary.csv       SUMMARY_MD, SUMMARY_CSV: the report
-        plots/<task>.png              PLOTS_DIR: each task's validation curves
+        plots/curves.png              PLOTS_DIR: the validation curves, a row per task (report.plots)
         plots/verdicts.png            the matrix's verdict picture, shown in summary.md (report.forest)
-        tb/<task>/<short variant>/seed<k>/  TB_DIR: TensorBoard, one run per cell (tensorboard_run_names), written
-                                      by the cell or rebuilt from its result.json (blockbench report --tensorboard)
-        tb/views.json                 TB_VIEWS_FILE: the HParams columns and charts every cell's run carries
+        tb/<task>/                    TB_DIR: TensorBoard, one log folder per task, opened on its own
+                                      (tensorboard --logdir results/<matrix>/tb/<task>), at most
+                                      MAX_RUNS_PER_LOGDIR runs; a task with more is split: tb/<task>_1of2/, ...
+        tb/<task>/<short variant>/seed<k>/  a cell's run (tensorboard_runs), written by the cell or rebuilt
+                                      from its result.json (blockbench report --tensorboard)
+        tb/<task>/views.json          TB_VIEWS_FILE: the HParams columns and charts every run of the log folder carries
+        tb_tune/<task>/<short variant>/<candidate>/seed<k>/   TB_TUNE_DIR: the tuning cells' runs, in log
+                                      folders of their own (outside tb/, split as tb/ is), with their views.json
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
         tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each
                                       variant's choice
         tune/cells/<task>/<variant>/<candidate>/seed<k>/   tuning_cell_directory: a tuning cell (the files
                                       of a cell; its TensorBoard run:
-                                      tb/tune/<task>/<short variant>/<candidate>/seed<k>)
+                                      tb_tune/<task>/<short variant>/<candidate>/seed<k>)
         cells/<task>/<variant>/seed<k>/   cell_directory
             cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
             config.yaml               CONFIG_FILE: the fully resolved run config
             result.json               RESULT_FILE: the result record (blockbench.record.CellRecord)
+            load.json                 LOAD_FILE: how busy other processes kept the machine while the cell ran,
+                                      written by the runner (blockbench.record.CellLoad)
             checkpoints/              CHECKPOINT_DIR: an unfinished run's, to resume
             train.log                 TRAIN_LOG: the cell's output under --jobs
 
@@ -37,8 +44,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,7 +58,13 @@ SUMMARY_CSV = "summary.csv"
 INDEX_FILE = "README.md"
 PLOTS_DIR = "plots"
 TB_DIR = "tb"
+TB_TUNE_DIR = "tb_tune"
 TB_VIEWS_FILE = "views.json"
+#: the most runs a TensorBoard log folder holds: TensorBoard's Scalars and Custom Scalars dashboards tick
+#: every run by default only when there are at most 40 (``maxNamesToEnableByDefault = 40`` in its frontend,
+#: ``tensorboard/components/tf_dashboard_common/tf-multi-checkbox.ts``); with more, every box starts
+#: unticked and every chart is empty until the reader picks runs
+MAX_RUNS_PER_LOGDIR = 40
 JOBS_DIR = "jobs"
 CELLS_DIR = "cells"
 CELL_FILE = "cell.json"
@@ -58,6 +73,7 @@ PLAN_FILE = "plan.json"
 TUNE_DIR = "tune"
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
+LOAD_FILE = "load.json"
 CHECKPOINT_DIR = "checkpoints"
 TRAIN_LOG = "train.log"
 
@@ -121,7 +137,8 @@ def candidate_label(tuned: Mapping[str, Any]) -> str:
 
 
 def tensorboard_run_names(cells: Sequence[LabelledCell]) -> list[str]:
-    """Each cell's TensorBoard run, ``<task>/<short variant>/seed<k>``: the variant's axis values alone
+    """Each cell's run name with its task first, ``<task>/<short variant>/seed<k>`` (:func:`tensorboard_runs`
+    puts the part after the task in the task's log folder): the variant's axis values alone
     (``translation/post/seed0``), so that a run list which cuts long names still tells the variants
     apart; the full keys are in the HParams table. A value that does not name itself (a number, a
     bool, None, a mapping) keeps its key (``lm/n_kv_heads=4/seed0``), as does a value that another axis
@@ -150,10 +167,130 @@ def tensorboard_run_names(cells: Sequence[LabelledCell]) -> list[str]:
     return names
 
 
-def tuning_run_name(variant_run: str, tuned: Mapping[str, Any], seed: int) -> str:
-    """A tuning cell's TensorBoard run, ``tune/<its variant's run>/<candidate>/seed<k>`` (``variant_run``:
-    a reported cell's run without its ``seed<k>``), e.g. ``tune/lm/post/lr=0.001/seed1000``."""
-    return f"{TUNE_DIR}/{variant_run}/{folder_name(candidate_label(tuned))}/seed{seed}"
+class TunedCell(LabelledCell, Protocol):
+    """A tuning cell as far as its TensorBoard run goes: a labelled cell and its candidate's values."""
+
+    @property
+    def tuned(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TensorBoardRun:
+    """A cell's TensorBoard run: the log folder a reader opens, relative to the matrix folder
+    (``tb/lm``, ``tb_tune/lm``, ``tb/lm_1of2``), and the run's name in it, which TensorBoard shows
+    (``post/seed0``, a tuning cell's ``post/lr=0.001/seed1000``): the variant first, so that a
+    variant's seeds sit together in the run list and one regex (``^post/``) selects them."""
+
+    logdir: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        """The run's folder relative to the matrix folder: ``tb/lm/post/seed0``."""
+        return f"{self.logdir}/{self.name}"
+
+    @property
+    def writer_args(self) -> tuple[str, str]:
+        """``(name, version)`` as a cell's writer takes them (``--tb-name``, ``--tb-version``):
+        ``post/seed0`` -> ``("post", "seed0")``."""
+        name, version = self.name.rsplit("/", 1)
+        return name, version
+
+
+def tensorboard_runs(
+    reported: Sequence[LabelledCell], tuning: Sequence[TunedCell] = ()
+) -> tuple[list[TensorBoardRun], list[TensorBoardRun]]:
+    """The TensorBoard runs of a matrix's reported cells and of its tuning cells.
+
+    A reported cell's run is its :func:`tensorboard_run_names` name without the task, in its task's
+    log folder under ``tb/`` (``tb/lm`` + ``post/seed0``); a tuning cell's is
+    ``<its variant's short name>/<candidate>/seed<k>`` (:func:`tuning_run_name`) in its task's log
+    folder under ``tb_tune/``, outside ``tb/``: TensorBoard lists every folder under the one it opens
+    as a run, so tuning runs inside ``tb/<task>`` would mix with the reported ones in every chart.
+    One log folder per task because TensorBoard enables a log folder's runs by default only up to
+    :data:`MAX_RUNS_PER_LOGDIR`, and a matrix's tasks together usually hold more; a task with more
+    is split further (:func:`logdirs`). Tags name the task too (``blockbench.tbnames.run_tag``), so
+    several task folders opened together still draw each task's charts apart."""
+    names = tensorboard_run_names(reported)
+    inside = [name.removeprefix(f"{cell.task}/") for cell, name in zip(reported, names, strict=True)]
+    variant_of = {(cell.task, cell.variant): name.split("/", 1)[0] for cell, name in zip(reported, inside, strict=True)}
+    tuning_inside = [
+        tuning_run_name(variant_of.get((cell.task, cell.variant), folder_name(cell.variant)), cell.tuned, cell.seed)
+        for cell in tuning
+    ]
+    reported_dirs = logdirs(TB_DIR, [cell.task for cell in reported], [name.split("/", 1)[0] for name in inside])
+    tuning_dirs = logdirs(
+        TB_TUNE_DIR, [cell.task for cell in tuning], [name.split("/", 1)[0] for name in tuning_inside]
+    )
+    return (
+        [TensorBoardRun(logdir, name) for logdir, name in zip(reported_dirs, inside, strict=True)],
+        [TensorBoardRun(logdir, name) for logdir, name in zip(tuning_dirs, tuning_inside, strict=True)],
+    )
+
+
+def tuning_run_name(variant: str, tuned: Mapping[str, Any], seed: int) -> str:
+    """A tuning cell's run in its log folder, ``<variant>/<candidate>/seed<k>`` (``variant``: the short
+    name its variant's reported runs start with), e.g. ``post/lr=0.001/seed1000``."""
+    return f"{variant}/{folder_name(candidate_label(tuned))}/seed{seed}"
+
+
+def logdirs(root: str, tasks: Sequence[str], variants: Sequence[str], limit: int = MAX_RUNS_PER_LOGDIR) -> list[str]:
+    """Each run's log folder, for runs of ``tasks`` and ``variants`` (one entry per run): ``<root>/<task>``
+    where the task has at most ``limit`` runs, else ``<root>/<task>_<i>of<n>``, parts of at most
+    ``limit`` runs that take the task's variants in order, each whole unless it alone holds more
+    than ``limit`` runs (its seeds then go on into the next part), so that a part never opens with
+    a variant's seeds cut from the previous one when a whole variant would fit."""
+    by_task: dict[str, list[int]] = {}
+    for index, task in enumerate(tasks):
+        by_task.setdefault(task, []).append(index)
+    placed = [""] * len(tasks)
+    for task, indices in by_task.items():
+        if len(indices) <= limit:
+            for index in indices:
+                placed[index] = f"{root}/{task}"
+            continue
+        by_variant: dict[str, list[int]] = {}
+        for index in indices:
+            by_variant.setdefault(variants[index], []).append(index)
+        part_of, part, filled = {}, 0, 0
+        for members in by_variant.values():
+            if filled and filled + len(members) > limit:
+                part, filled = part + 1, 0
+            for index in members:
+                if filled == limit:
+                    part, filled = part + 1, 0
+                part_of[index], filled = part, filled + 1
+        for index, number in part_of.items():
+            placed[index] = f"{root}/{task}_{number + 1}of{part + 1}"
+    return placed
+
+
+def earlier_run_path(task: str, run: TensorBoardRun) -> str:
+    """Where earlier versions put ``run`` (of a cell of ``task``), relative to the matrix folder: every
+    run in one log folder, ``tb/``, a tuning run under ``tb/tune/`` (``tb/lm/post/seed0``,
+    ``tb/tune/lm/post/lr=0.001/seed1000``); :func:`move_runs` moves it to ``run.path``."""
+    if run.logdir.split("/", 1)[0] == TB_TUNE_DIR:
+        return f"{TB_DIR}/{TUNE_DIR}/{task}/{run.name}"
+    return f"{TB_DIR}/{task}/{run.name}"
+
+
+def move_runs(matrix_dir: Path, moves: Mapping[str, str]) -> None:
+    """Move each run folder of ``moves`` (its path relative to ``matrix_dir`` as an older layout named
+    it -> its path now) to its new path, or delete it where the new run exists already (trained
+    again since), and remove the folders it leaves empty: a matrix trained before the runs moved
+    keeps its curves in the folder a reader opens now."""
+    for old, new in moves.items():
+        old_dir, new_dir = matrix_dir / old, matrix_dir / new
+        if old_dir == new_dir or not old_dir.is_dir():
+            continue
+        if new_dir.exists():
+            shutil.rmtree(old_dir)
+        else:
+            new_dir.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old_dir, new_dir)
+        for parent in Path(old).parents[:-1]:  # folders left empty, the deepest first
+            with contextlib.suppress(OSError):
+                (matrix_dir / parent).rmdir()
 
 
 def cell_files(matrix_dir: Path) -> list[Path]:

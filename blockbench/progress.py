@@ -57,14 +57,15 @@ def quiet_lightning() -> None:
 
 
 def format_duration(seconds: float) -> str:
-    """``75`` -> ``1:15``, ``3725`` -> ``1:02:05``: elapsed times and ETAs as clocks show them."""
+    """``75`` -> ``0:01:15``, ``3725`` -> ``1:02:05``: elapsed times and ETAs as h:mm:ss, hours always
+    shown, so that 57 minutes (``0:57:02``) never reads as 57 hours."""
     seconds = max(0, round(seconds))
     hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 def parse_duration(text: str) -> float:
-    """``1:15`` -> ``75``, ``1:02:05`` -> ``3725``: the inverse of :func:`format_duration`."""
+    """``0:01:15`` (or ``1:15``) -> ``75``, ``1:02:05`` -> ``3725``: the inverse of :func:`format_duration`."""
     seconds = 0
     for part in text.split(":"):
         seconds = 60 * seconds + int(part)

@@ -1,5 +1,6 @@
-"""The records the runs leave on disk, as types: a cell's ``result.json`` (:class:`CellRecord`) and a
-matrix's ``tune.json`` and ``matrix_run.json`` (:class:`MatrixRun`), and the figures read from them.
+"""The records the runs leave on disk, as types: a cell's ``result.json`` (:class:`CellRecord`) and
+``load.json`` (:class:`CellLoad`), a matrix's ``tune.json`` and ``matrix_run.json`` (:class:`MatrixRun`),
+and the figures read from them.
 
 The trainer (``blockbench.cell``) builds a :class:`CellRecord` and writes it; the runner
 (``blockbench.matrix``: reuse, estimates, tuning) and the report (``blockbench.report``) read it back
@@ -20,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .layout import RUN_FILE, TUNE_FILE, write_json
+from .layout import LOAD_FILE, RUN_FILE, TUNE_FILE, write_json
 from .tbnames import FINAL_FIGURES as FINAL_FIGURES  # re-exported: the figures' tags live with the run's names
 from .tbnames import throughput_tag
 
@@ -326,3 +327,51 @@ def read_matrix_run(matrix_dir: Path) -> MatrixRun | None:
     """The matrix's ``matrix_run.json``, or None if it has none (never run by ``blockbench matrix``)."""
     path = Path(matrix_dir) / RUN_FILE
     return MatrixRun.model_validate_json(path.read_bytes()) if path.is_file() else None
+
+
+class CellLoad(BaseModel):
+    """A cell's ``load.json``: how much CPU the machine spent on other processes while the cell ran, as
+    the runner measured it from outside the cell (``blockbench.matrix.load``). Its step times are only
+    comparable with another cell's where the two ran under similar load: on a shared machine, a cell
+    beside other work can take twice as long per step with the same design. ``wall_s`` is the window
+    measured (from the cell's start to the runner's last reading before it ended), ``machine_cpu_s``
+    the busy CPU seconds of every core of the machine in it, ``cell_cpu_s`` those of the cell's
+    process tree; ``cores``: the CPUs the machine has (all of them, not only the cell's)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    wall_s: float
+    cores: int
+    machine_cpu_s: float
+    cell_cpu_s: float
+    interval_s: float | None = None  # how often the runner read the counters
+
+    @property
+    def other_cpu_s(self) -> float:
+        """CPU seconds that processes other than the cell's took in the window (never below 0: the
+        readings of the machine and of the cell are a few milliseconds apart)."""
+        return max(0.0, self.machine_cpu_s - self.cell_cpu_s)
+
+    @property
+    def other_cores(self) -> float:
+        """How many cores other processes kept busy on average while the cell ran."""
+        return self.other_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def other_share(self) -> float:
+        """:attr:`other_cores` as a share of the machine's cores (0: idle but for the cell; 1: full)."""
+        return self.other_cores / self.cores if self.cores > 0 else 0.0
+
+
+def read_load(cell_dir: Path) -> CellLoad | None:
+    """The ``load.json`` of the cell in ``cell_dir``, or None where it has none (cells trained before
+    the runner recorded load, on a machine without /proc, as cluster jobs, or too short to measure)
+    or it cannot be read."""
+    try:
+        return CellLoad.model_validate_json((Path(cell_dir) / LOAD_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def write_load(cell_dir: Path, load: CellLoad) -> None:
+    write_json(Path(cell_dir) / LOAD_FILE, load.model_dump(exclude_none=True))

@@ -4,9 +4,11 @@ protocol buffers: what the cell's live writer (``blockbench.cell.tensorboard``) 
 the same in TensorBoard.
 
 The views are the HParams experiment (which hparams and which metrics are the table's columns) and
-the Custom Scalars layout (a category per task, a chart per metric holding that task's runs), kept
-as JSON-able data (:func:`matrix_views`, the runner's ``tb/views.json``) and turned into summaries by
-:func:`view_summaries`. A cell's row of the table is a session: its start (the hparams, its status)
+the Custom Scalars layout (a category per task, a chart per metric holding that task's runs) of a
+log folder (a task's, ``tb/<task>``, see ``blockbench.layout.tensorboard_runs``), kept as JSON-able
+data (:func:`matrix_views`, the runner's ``tb/<task>/views.json``) and turned into summaries by
+:func:`view_summaries`. :func:`browse_hint` is the line that tells a reader which folder to open.
+A cell's row of the table is a session: its start (the hparams, its status)
 and its end (:func:`session_start`, :func:`session_end`).
 
 The HParams table's defaults (tensorboard 2.21's frontend and ``backend_context.py``):
@@ -15,8 +17,9 @@ The HParams table's defaults (tensorboard 2.21's frontend and ``backend_context.
   parallel-coordinates view draws only the rows that have a value in every ticked column. The experiment
   therefore lists first the columns every cell fills: the primary metric (when the tasks' primary
   metrics differ), the metrics every task has (``loss``; a one-task matrix: all of them), the speed
-  figures; then the metrics of some tasks only, and the throughputs (their units differ). One
-  experiment per task is not possible: the plugin shows one experiment per log dir.
+  figures; then the metrics of some tasks only, and the throughputs (their units differ). The plugin
+  shows one experiment per log dir, which is why each task's runs have a log folder of their own
+  (a task's folder: its metrics, its headline first, then the speed figures).
 * Every metric column's name says which way is better and, for a metric of some tasks only, which
   tasks have it (``perplexity ↓ (lm)``, ``bleu ↑ (translation)``, ``step_time_ms ↓``). The primary
   metric's column mixes the tasks' headline metrics, whose directions differ (a perplexity is better
@@ -49,6 +52,7 @@ from torch.utils.tensorboard.summary import custom_scalars
 
 from blockbench.tasks.lens import LENS_PREFIX
 
+from .layout import MAX_RUNS_PER_LOGDIR, TB_DIR, TB_TUNE_DIR
 from .tbnames import (
     CURVE_TAG,
     FINAL_FIGURES,
@@ -189,6 +193,26 @@ def _metric_columns(metrics_by_task: Mapping[str, list[Metric]], units: Iterable
             },
         )
     return columns
+
+
+def browse_hint(matrix_dir: Path, logdirs: Sequence[str]) -> str:
+    """The line that tells a reader which TensorBoard to start for a matrix whose runs lie in ``logdirs``
+    (relative to ``matrix_dir``: ``tb/lm``, ``tb_tune/lm``, see ``blockbench.layout.tensorboard_runs``):
+    the command for the first reported log folder, then the matrix's other folders, each opened on its
+    own (a log folder holds at most as many runs as TensorBoard shows by default)."""
+    reported = [logdir for logdir in logdirs if logdir.split("/", 1)[0] == TB_DIR]
+    tuning = [logdir for logdir in logdirs if logdir.split("/", 1)[0] == TB_TUNE_DIR]
+    if not reported and not tuning:
+        return f"TensorBoard: no runs in {matrix_dir / TB_DIR}"
+    first, *others = reported or tuning
+    notes = []
+    if len(reported) + len(tuning) > 1:
+        notes.append(f"a log folder per task, at most {MAX_RUNS_PER_LOGDIR} runs, opened one at a time")
+    if others:
+        notes.append(f"the others: {', '.join(others)}")
+    if tuning and reported:
+        notes.append(f"tuning runs: {', '.join(tuning)}")
+    return f"TensorBoard: tensorboard --logdir {matrix_dir / first}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def view_summaries(views: Views) -> list[Summary]:

@@ -18,12 +18,14 @@ SOURCE = Path("results") / "verdicts.png"
 #: where the site holds it
 SITE_PATH = "img/verdicts.png"
 CAPTION = (
-    "Every comparison of the book, a panel per model family: each variant's difference from its baseline "
-    "in margins of practical equivalence, (variant − baseline) / margin, flipped so that right is better; "
-    "linear within ±1 margin (the band), logarithmic beyond. Thin line: the (1 − α/K) interval; thick "
-    "line: the (1 − 2α/K) equivalence interval (K planned looks); colour: the verdict; hollow: decided by "
-    "a rank test. Drawn by `blockbench report --index results` as `results/verdicts.png`, at the top of "
-    "`results/README.md`; each matrix's own is `plots/verdicts.png` in its summary."
+    "Every comparison of the book, a panel per model family: each variant's mean difference from its "
+    "baseline in the metric's own unit (perplexity, BLEU, accuracy), the grey band ± the margin of "
+    "practical equivalence; linear within the margin, logarithmic beyond. Thin line: the (1 − α_k) "
+    "interval; thick line: the (1 − 2α_k) equivalence interval (α_k: 0.05 split over the question's "
+    "planned looks); colour: the verdict; hollow: better or worse possibly by less than the margin; "
+    "diamond: decided by a rank test. Drawn by `blockbench report --index results` as "
+    "`results/verdicts.png`, at the top of `results/README.md`; each matrix's own is "
+    "`plots/verdicts.png` in its summary."
 )
 MISSING = (
     '!!! note "The verdict picture is not drawn yet"\n'

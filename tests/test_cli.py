@@ -77,6 +77,13 @@ def test_help_and_list_load_no_torch(cache_dir, argv):
     assert loaded_by(*argv) == []
 
 
+def test_the_help_shows_no_docstring_markup(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = capsys.readouterr().out
+    assert "``" not in said and said.split("\n\n")[1].startswith("blockbench: train one config")
+
+
 def test_importtime_of_help_lists_no_torch(cache_dir):
     """``python -X importtime -m blockbench --help``, as the issue measured it."""
     process = subprocess.run(
@@ -93,8 +100,10 @@ def test_importtime_of_help_lists_no_torch(cache_dir):
 
 
 def test_train_still_loads_the_stack_it_needs(cache_dir):
-    """The other side of the lazy imports: a command that validates a config does load it."""
-    assert "blockbench.config" in loaded_by("train", "model.n_head=4")
+    """The other side of the lazy imports: a command that validates a config does load it, once its
+    keys passed the pre-check (a misspelt key stops before, see tests/test_precheck.py)."""
+    load_listing()
+    assert "blockbench.config" in loaded_by("train", "model.n_heads=4", "trainer.max_steps=0", "--dry-run")
 
 
 # --------------------------------------------------------------------------- the listing's cache
@@ -394,6 +403,7 @@ def test_the_startup_benchmark_times_every_command_in_fresh_processes():
         "blockbench train --help",
         "blockbench list",
         "blockbench list model",
+        "blockbench train configs/base.yaml model.n_head=4",
         "python -c 'import blockbench.config'",
     ]
     assert all(row.split()[-5] == "1" for row in rows)

@@ -8,9 +8,12 @@ broken link or anchor.)
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from conftest import REPO
 
 from blockbench.cli import main
 from blockbench.config import MatrixConfig
+from blockbench.matrix.expand import load_matrix
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -193,3 +197,85 @@ def test_the_rule_s_version_is_the_date_of_the_last_entry_of_its_history():
     history = (REPO / "docs" / "decisions" / "verdict-rule.md").read_text().split("## History", 1)[1]
     dates = re.findall(r"^- (\d{4}-\d{2}-\d{2})", history, flags=re.MULTILINE)
     assert dates and max(dates) == RULE_VERSION, (dates, RULE_VERSION)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_cpu_only_install_takes_the_pinned_torch(page):
+    """A CPU build of another version than the pins would be replaced by the pinned CUDA build when
+    blockbench itself is installed with ``-c constraints.txt``: the CPU line must pin through it too."""
+    lines = [line for line in (REPO / page).read_text().splitlines() if "download.pytorch.org/whl/cpu" in line]
+    assert lines, f"{page} lost its CPU-only install line"
+    for line in lines:
+        assert line.startswith("pip install -c constraints.txt torch torchvision "), line
+
+
+def test_no_user_facing_text_names_an_issue():
+    """Readers of the README, the docs, the results, the matrix files and the CLI's own code never saw
+    the project's issue tracker: "issue 31's rules" tells them nothing."""
+    issue = re.compile(r"\bissues? ?#?\d+", re.I)
+    pages = [REPO / "README.md", REPO / "CONTRIBUTING.md"]
+    for folder, pattern in (("docs", "*.md"), ("results", "*.md"), ("configs", "*.yaml"), ("blockbench", "*.py")):
+        pages += sorted((REPO / folder).rglob(pattern))
+    named = [f"{p.relative_to(REPO)}: {m.group()}" for p in pages for m in issue.finditer(p.read_text())]
+    assert not named, named
+
+
+#: a duration in prose: ``62 s``, ``2.5 minutes``, ``1:02`` or ``0:01:02``
+DURATION = re.compile(r"\b\d+(\.\d+)? ?(s|sec|seconds?|min|minutes?|h|hours?)\b|\b\d+:\d\d(:\d\d)?\b")
+#: a quoted measurement, an h:mm:ss with its marker: left out of the prose checked for durations
+QUOTED_DURATION = re.compile(r"\d+:\d\d:\d\d<!-- duration:\w+ -->")
+#: the pages that say how long a run takes, and the measurement command that every such figure comes from
+TIMED_PAGES = ("README.md", "docs/getting-started.md", "configs/matrix/*.yaml")
+
+
+def _prose(path: Path) -> list[str]:
+    """The lines of ``path`` a reader reads as text: a Markdown page without its code blocks and inline
+    code (example output quotes its own times), a matrix file's comments."""
+    text = QUOTED_DURATION.sub("", path.read_text())
+    if path.suffix == ".yaml":
+        return [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(re.sub(r"`[^`]*`", "", line))
+    return lines
+
+
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as its own folder's scripts import each other."""
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    return importlib.import_module(name)
+
+
+def test_every_duration_the_docs_quote_is_the_measured_one():
+    """One source for how long things take: each page that says it quotes ``docs/durations.json``
+    (written by ``python benchmarks/durations.py``) through a marker, and states no other duration."""
+    durations_module = benchmark_module("durations")
+    record = json.loads((REPO / "docs" / "durations.json").read_text())
+    assert record["command"] == "python benchmarks/durations.py" and record["machine"] and record["measured"]
+    assert durations_module.check(record["durations"]) == []
+    pages = sorted({p for pattern in TIMED_PAGES for p in REPO.glob(pattern)})
+    quoted = {name for p in pages for _, name in durations_module.quoted(p.read_text())}
+    assert {"smoke_run", "smoke_estimate", "default_estimate", "example_estimate"} <= quoted
+    bare = [
+        f"{p.relative_to(REPO)}: {m.group()} in {line.strip()!r}"
+        for p in pages
+        for line in _prose(p)
+        for m in DURATION.finditer(line)
+    ]
+    assert not bare, bare
+
+
+def test_the_durations_script_rewrites_only_marked_durations_and_measures_the_readmes_example(tmp_path):
+    durations = benchmark_module("durations")
+    text = "about 0:00:00<!-- duration:smoke_run --> and 0:00:00<!-- duration:unknown --> and 1:02 plain"
+    assert durations.requote(text, {"smoke_run": 128.4}) == (
+        "about 0:02:08<!-- duration:smoke_run --> and 0:00:00<!-- duration:unknown --> and 1:02 plain"
+    )
+    assert durations.quoted(text) == [("0:00:00", "smoke_run"), ("0:00:00", "unknown")]
+    example = durations.example_matrix(README.read_text(), tmp_path)
+    matrix, cells = load_matrix(example)  # the README's own file, its base found from anywhere: every cell validates
+    assert matrix.name == "my_norms" and "model.norm" in matrix.axes and len(cells) == 3 * 2 * 9  # seeds up to max

@@ -27,11 +27,12 @@ from ..config import (
 from ..layout import (
     NON_VARIANT_AXES,
     TUNE_DIR,
+    TensorBoardRun,
     axis_names,
     candidate_label,
     cell_directory,
     folder_name,
-    tensorboard_run_names,
+    tensorboard_runs,
     tuning_cell_directory,
     tuning_run_name,
 )
@@ -80,8 +81,9 @@ class Cell:
     variant: str
     seed: int
     axes: dict[str, Any]
-    #: the cell's TensorBoard run, ``<task>/<short variant>/seed<k>`` (see :func:`tensorboard_run_names`)
-    tb_run: str = ""
+    #: the cell's TensorBoard run: its log folder (``tb/lm``, a tuning cell's ``tb_tune/lm``) and its name
+    #: there (``post/seed0``, ``post/lr=0.001/seed1000``; see ``blockbench.layout.tensorboard_runs``)
+    tb_run: TensorBoardRun | None = None
     #: in a matrix with ``tune:``, ``tune`` for a tuning cell and ``report`` for a reported one; else None
     phase: str | None = None
     #: the tuned keys' values the cell trains with: a tuning cell's candidate, a reported cell's choice
@@ -95,6 +97,14 @@ class Cell:
         if self.phase == TUNE:
             return f"{TUNE_DIR}/{self.task}/{self.variant}/{self.candidate}/seed{self.seed}"
         return f"{self.task}/{self.variant}/seed{self.seed}"
+
+    @property
+    def tb(self) -> TensorBoardRun:
+        """The cell's TensorBoard run (:attr:`tb_run`), which :func:`expand_matrix` names; raises
+        ValueError for a cell made without it."""
+        if self.tb_run is None:
+            raise ValueError(f"{self.key}: no TensorBoard run; take cells from blockbench.matrix.expand.expand_matrix")
+        return self.tb_run
 
     @property
     def candidate(self) -> str:
@@ -181,9 +191,11 @@ class Expansion:
         """The tuning cells of a candidate the tuner adds past an end of the grid (see
         :func:`blockbench.matrix.tuning.extension`): ``template``'s (a tuning cell of the variant) at the
         values ``tuned``, one per tuning seed, numbered from ``start``; raises ConfigError."""
-        variant_run = "/".join(template.tb_run.split("/")[1:-2])  # tune/<variant run>/<candidate>/seed<k>
+        logdir, variant = template.tb.logdir, template.tb.name.split("/", 1)[0]  # <variant>/<candidate>/seed<k>
         cells = [self.tuning_cell(template, tuned, seed, start + i) for i, seed in enumerate(self.matrix.tune_seeds)]
-        return [replace(cell, tb_run=tuning_run_name(variant_run, tuned, cell.seed)) for cell in cells]
+        return [
+            replace(cell, tb_run=TensorBoardRun(logdir, tuning_run_name(variant, tuned, cell.seed))) for cell in cells
+        ]
 
     def at_choice(self, cell: Cell, chosen: dict[str, Any]) -> Cell:
         """The reported ``cell`` with the values tuning ``chosen`` set in its config (and so in its hash)."""
@@ -221,13 +233,10 @@ def expand_matrix(path: str | Path) -> Expansion:
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
-    cells = [replace(cell, tb_run=name) for cell, name in zip(cells, tensorboard_run_names(cells), strict=True)]
-    # a tuning cell's run: tune/<its variant's run>/<candidate>/seed<k>, e.g. tune/lm/post/lr=0.001/seed1000
-    variant_runs = {(cell.task, cell.variant): cell.tb_run.rsplit("/", 1)[0] for cell in cells}
-    tuning = [
-        replace(cell, tb_run=tuning_run_name(variant_runs[cell.task, cell.variant], cell.tuned, cell.seed))
-        for cell in tuning
-    ]
+    # runs in a log folder per task: tb/lm + post/seed0; a tuning cell's tb_tune/lm + post/lr=0.001/seed1000
+    reported_runs, tuning_runs = tensorboard_runs(cells, tuning)
+    cells = [replace(cell, tb_run=run) for cell, run in zip(cells, reported_runs, strict=True)]
+    tuning = [replace(cell, tb_run=run) for cell, run in zip(tuning, tuning_runs, strict=True)]
     return replace(expansion, cells=cells, tuning=tuning)
 
 

@@ -23,8 +23,8 @@ from ..layout import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
     JOBS_DIR,
+    LOAD_FILE,
     RESULT_FILE,
-    TB_DIR,
     TB_VIEWS_FILE,
     write_atomic,
     write_json,
@@ -32,10 +32,11 @@ from ..layout import (
 from ..lifeline import RUNNER_ENV
 from ..prereg import PlanBook
 from ..provenance import code_fingerprint
-from ..record import CellRecord, read_record, write_record
+from ..record import CellRecord, read_record, write_load, write_record
 from .devices import VISIBLE, auto_jobs, visible_devices
 from .expand import Cell
 from .launch import forkserver_available, run_forked, run_subprocess, stopping
+from .load import LoadMeter
 from .say import say
 
 #: variables of a torch.distributed process group (set by Lightning's DDP launcher or torchrun)
@@ -141,11 +142,13 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
     """
     cell_dir = cell.directory(matrix_dir)
     (cell_dir / RESULT_FILE).unlink(missing_ok=True)
+    (cell_dir / LOAD_FILE).unlink(missing_ok=True)  # an earlier attempt's: this one's is measured anew
     if fresh:
         shutil.rmtree(cell_dir / CHECKPOINT_DIR, ignore_errors=True)
     write_cell_file(cell, matrix_dir, matrix_file)
     write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
-    tb_name, tb_version = cell.tb_run.rsplit("/", 1)
+    tb_run = cell.tb
+    tb_name, tb_version = tb_run.writer_args  # the run tb/<task>/<variant>/seed<k>: <variant>/seed<k> in tb/<task>
     return [
         sys.executable,
         "-m",
@@ -155,7 +158,7 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         "--out",
         str(cell_dir),
         "--tb-dir",
-        str(matrix_dir / TB_DIR),
+        str(matrix_dir / tb_run.logdir),  # the log folder a reader opens, which shows the run as tb_name/tb_version
         "--tb-name",
         tb_name,
         "--tb-version",
@@ -163,7 +166,7 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         "--tb-scope",
         cell.task,  # tags name the task: val/<task>/loss (see blockbench.cell.tensorboard)
         "--tb-views",
-        str(matrix_dir / TB_DIR / TB_VIEWS_FILE),
+        str(matrix_dir / tb_run.logdir / TB_VIEWS_FILE),  # the views of this log folder (its task's)
         "--hparams",
         json.dumps(cell.hparams),
         "--quiet",  # the runner prints the outcome
@@ -200,16 +203,22 @@ def run_cell(
 
     A single-process cell is forked from a server that has the imports done (``blockbench.matrix.launch``:
     10-15 s less per cell); a multi-process (DDP) cell runs as a subprocess, which Lightning's launcher
-    can relaunch."""
+    can relaunch. While it runs, a :class:`blockbench.matrix.load.LoadMeter` measures how busy other
+    processes kept the machine, and its ``load.json`` goes next to the result: the report compares the
+    two sides' load before it states a step-time ratio."""
     command = cell_command(cell, matrix_dir, matrix_file, fresh=fresh)
     environment = {**slot.environment(), RUNNER_ENV: str(os.getpid())}  # the cell dies with this process
+    meter = LoadMeter()
     if forks(cell.run):
-        returncode = run_forked(command[1:], environment, log_file)  # "-m blockbench train ..."
+        returncode = run_forked(command[1:], environment, log_file, meter)  # "-m blockbench train ..."
     else:
-        returncode = run_subprocess(command, environment, log_file)
+        returncode = run_subprocess(command, environment, log_file, meter)
     # interrupted (Ctrl-C, SIGTERM to it or to the runner), not broken: no failure record, it resumes next time
     if returncode in (130, -signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGTERM) or stopping():
         raise KeyboardInterrupt
+    load = meter.load()
+    if load is not None:
+        write_load(cell.directory(matrix_dir), load)
     return cell_result(cell, matrix_dir, f"exited with code {returncode}")
 
 
@@ -288,12 +297,14 @@ def run_cells_as_jobs(
 
 def describe_outcome(result: CellRecord) -> str:
     """How a cell ended, for its progress line: ``ok, perplexity 10.93``, ``DIVERGED at step 12 (...)``,
-    ``FAILED: ...``."""
+    ``FAILED: ...``. A cell that finished no better than its task's trivial baseline says so as what it
+    is, a result (a short budget, a variant that trains slowly), in words that do not read as a crash."""
     if result.status == "ok":
         primary = result.primary_metric
         text = f"ok, {primary} {result.metrics[primary]:.4g}"
         if result.did_not_learn:
-            text += f": DID NOT LEARN (the trivial baseline has {result.baselines.get(primary, float('nan')):.4g})"
+            trivial = result.baselines.get(primary, float("nan"))
+            text += f", no better than the trivial baseline's {trivial:.4g}: it did not learn (a result, not an error)"
         return text
     if result.status == "diverged":
         return f"DIVERGED at step {result.diverged_at_step} (last finite loss {result.last_finite_loss})"

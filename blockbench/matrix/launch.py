@@ -12,7 +12,8 @@ launcher relaunches the entry script, which a forked child does not have.
 The runner's cells are its children: :func:`stop_cells_on_sigterm` ends them when the runner is
 terminated (``kill``, a scheduler), as Ctrl-C, which reaches the whole process group, ends them.
 
-Standard library only at import: the runner imports this module without torch.
+No torch at import (the standard library, and the load record's type): the runner imports this module
+without torch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .. import walltime
+from .load import LoadMeter, process_tree
 
 #: what the server imports once, before it forks any cell (everything ``blockbench train`` imports)
 PRELOAD = [
@@ -101,17 +103,20 @@ def _train_child(arguments: list[str], environment: dict[str, str], log_file: st
         sys.stderr.flush()
 
 
-def run_forked(arguments: list[str], environment: dict[str, str], log_file: Path | None = None) -> int:
+def run_forked(
+    arguments: list[str], environment: dict[str, str], log_file: Path | None = None, meter: LoadMeter | None = None
+) -> int:
     """Run ``python <arguments>`` (``-m <module> ...``, the form the runner's cell command has) in a
     process forked from the preloaded server, with ``environment`` as its whole environment and its
     output to ``log_file`` (else this process's); return its exit code as ``subprocess`` reports one
-    (negative: killed by that signal)."""
+    (negative: killed by that signal). ``meter`` watches the machine's load while it runs."""
     if len(arguments) < 2 or arguments[0] != "-m":
         raise ValueError(f"run_forked runs `-m <module> [args]`, not {arguments!r}")
-    return _fork(_train_child, arguments, environment, None if log_file is None else str(log_file))
+    log = None if log_file is None else str(log_file)
+    return _fork(_train_child, arguments, environment, log, meter=meter)
 
 
-def _fork(target, *args) -> int:
+def _fork(target, *args, meter: LoadMeter | None = None) -> int:
     """Run ``target(*args)`` in a process forked from the server, wait for it, return its exit code."""
     process = _server().Process(target=target, args=args)
 
@@ -120,15 +125,18 @@ def _fork(target, *args) -> int:
         # os.kill, not the Process's methods: polling it here would race the thread that joins it
         return process.pid, functools.partial(os.kill, process.pid)
 
-    with _running_cell(start):
+    with _running_cell(start, meter):
         process.join()
     return process.exitcode
 
 
-def run_subprocess(command: list[str], environment: dict[str, str], log_file: Path | None = None) -> int:
+def run_subprocess(
+    command: list[str], environment: dict[str, str], log_file: Path | None = None, meter: LoadMeter | None = None
+) -> int:
     """Run ``command`` as a subprocess with ``environment`` and its output to ``log_file`` (else this
     process's); return its exit code (negative: killed by that signal). The cell form for multi-process
-    (DDP) cells, which Lightning's launcher must be able to relaunch."""
+    (DDP) cells, which Lightning's launcher must be able to relaunch. ``meter`` watches the machine's
+    load while it runs."""
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(log_file.open("w")) if log_file is not None else None
         processes: list[subprocess.Popen] = []
@@ -139,7 +147,7 @@ def run_subprocess(command: list[str], environment: dict[str, str], log_file: Pa
             )
             return processes[0].pid, processes[0].send_signal  # send_signal skips a process already reaped
 
-        with _running_cell(start):
+        with _running_cell(start, meter):
             return processes[0].wait()
 
 
@@ -152,18 +160,24 @@ _stop_signal: int | None = None  # set once the runner stops its cells: no cell 
 
 
 @contextlib.contextmanager
-def _running_cell(start: Callable[[], tuple[int, Callable[[int], None]]]) -> Iterator[None]:
+def _running_cell(
+    start: Callable[[], tuple[int, Callable[[int], None]]], meter: LoadMeter | None = None
+) -> Iterator[None]:
     """Start a cell process (``start()`` returns its pid and how to signal it) and count it as running
-    until the block ends; once the cells are being stopped, start none (KeyboardInterrupt: it resumes
-    next time)."""
+    until the block ends, ``meter`` (if any) watching its load meanwhile; once the cells are being
+    stopped, start none (KeyboardInterrupt: it resumes next time)."""
     with _lock:  # a cell either starts before the stop, and is stopped, or not at all
         if _stop_signal is not None:
             raise KeyboardInterrupt
         pid, send = start()
         _running[pid] = send
+    if meter is not None:
+        meter.watch(pid)
     try:
         yield
     finally:
+        if meter is not None:
+            meter.stop()
         with _lock:
             _running.pop(pid, None)
 
@@ -200,19 +214,7 @@ def stop_cells(signum: int = signal.SIGINT) -> None:
 
 def _descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (children, theirs, ...), from /proc on Linux; none found elsewhere."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state ppid ...
-        except (OSError, IndexError, ValueError):  # it ended while we looked
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += children.get(child, [])
-    return found
+    return process_tree(pid)[1:]
 
 
 @contextlib.contextmanager

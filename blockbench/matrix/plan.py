@@ -397,43 +397,45 @@ def cells_seconds(plans: Sequence[tuple[CellPlan, int]], seconds: Sequence[float
 
 
 def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 1) -> str:
-    """``12 to train (2 resume), 6 done: about 21:30 on this machine`` plus where the figure goes and comes
-    from. In a matrix with ``tune:`` the estimate covers both phases (``24 to train (6 tuning, 18 after
-    tuning)``) and the later tuning rungs that train when every candidate finishes (:func:`later_rungs`);
-    apart, what the seeds of later rounds may add (``up to +1:10:00``). The cells run ``jobs`` at a time,
-    phase after phase (``blockbench.matrix.timing.makespan``); the run's own seconds before and after them
-    are the estimator's."""
+    """The time the run takes first, then what it trains, then what it may add:
+    ``about 0:21:30 on this machine to train 12 cells (2 resume), 6 reused (cells ...; from ...)``, and
+    where more may train, ``; if needed up to 1:10:00 more, for up to 18 more cells (later tuning
+    rungs, seeds for undecided verdicts)``. In a matrix with ``tune:`` the estimate covers both phases
+    (``24 cells (6 tuning, 18 after tuning)``) and the later tuning rungs that train when every
+    candidate finishes (:func:`later_rungs`). The cells run ``jobs`` at a time, phase after phase
+    (``blockbench.matrix.timing.makespan``); the run's own seconds before and after them are the
+    estimator's."""
     training = [plan for plan in plans if plan.trains]
-    counts = f"{len(training)} to train"
     kinds = {
         "tuning": sum(plan.cell.phase == TUNE for plan in training),
         AFTER_TUNING: sum(plan.status == AFTER_TUNING for plan in training),
         "resume": sum(plan.status == RESUMABLE for plan in training),
     }
     parts = [f"{count} {kind}" for kind, count in kinds.items() if count]
-    counts += f" ({', '.join(parts)})" if parts else ""
+    counts = f"{len(training)} cell{'s' if len(training) != 1 else ''}" + (f" ({', '.join(parts)})" if parts else "")
     reused = sum(not plan.trains and plan.status not in (NO_CHOICE, IF_NEEDED, ELSEWHERE) for plan in plans)
-    counts += f", {reused} reused" if reused else ""
     copied = sum(plan.status == ELSEWHERE for plan in plans)
-    counts += f", {copied} copied from other matrices (same config and code)" if copied else ""
     unchosen = sum(plan.status == NO_CHOICE for plan in plans)
-    counts += f", {unchosen} without a tuned value (they fail: no candidate finished)" if unchosen else ""
+    others = [f"{reused} reused"] if reused else []
+    others += [f"{copied} copied from other matrices (same config and code)"] if copied else []
+    others += [f"{unchosen} without a tuned value (they fail: no candidate finished)"] if unchosen else []
+    counts += "".join(f", {text}" for text in others)
+    maybe = ""
     listed = sum(plan.status == IF_NEEDED for plan in plans)
     if listed:
-        counts += f"; up to {listed} more if needed (later tuning rungs, seeds for undecided verdicts)"
-    seeds = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED and plan.cell.phase != TUNE]
-    more = [(plan, seconds) for plan in seeds if (seconds := estimator.seconds(plan)) is not None]
-    if more:
-        extra = cells_seconds([(plan, 0) for plan, _ in more], [seconds for _, seconds in more], jobs)
-        counts += f", up to +{format_duration(extra)}"
+        seeds = [replace(plan, trains=True) for plan in plans if plan.status == IF_NEEDED and plan.cell.phase != TUNE]
+        more = [(plan, seconds) for plan in seeds if (seconds := estimator.seconds(plan)) is not None]
+        extra = cells_seconds([(plan, 0) for plan, _ in more], [seconds for _, seconds in more], jobs) if more else 0
+        maybe = f"; if needed up to {format_duration(extra)} more" if more else "; if needed"
+        maybe += f", for up to {listed} more cells (later tuning rungs, seeds for undecided verdicts)"
     rungs = later_rungs(plans)
     if not training and not rungs:
-        return counts
+        return "nothing to train" + (f": {', '.join(others)}" if others else "") + maybe
     cells = [(plan, 0) for plan in training] + rungs
     estimates = [estimator.estimate(plan) for plan, _ in cells]
     known = [(cell, estimate) for cell, estimate in zip(cells, estimates, strict=True) if estimate is not None]
     if not known:
-        return f"{counts}; no time estimate (nothing measured or timed here yet)"
+        return f"{counts} to train; no time estimate (nothing measured or timed here yet){maybe}"
     seconds = cells_seconds([cell for cell, _ in known], [estimate[0] for _, estimate in known], jobs)
     how = {
         "measured": "cells that ran here, start-up to exit",
@@ -445,7 +447,8 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     }
     sources = sorted({estimate[1] for _, estimate in known})
     total = estimator.before + seconds + estimator.after
-    text = f"{counts}: about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
+    text = f"about {format_duration(total)} on this machine" + (f" with --jobs {jobs}" if jobs > 1 else "")
+    text += f" to train {counts}"
     spent = [f"cells {format_duration(seconds)}" + (f", {jobs} at a time" if jobs > 1 else "")]
     spent[0] += f", with {len(rungs)} of later tuning rungs" if rungs else ""
     spent += [f"before them {format_duration(estimator.before)}"] if estimator.before else []
@@ -453,7 +456,7 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
     text += f" ({' + '.join(spent)}; from {'; '.join(how[source] for source in sources)})"
     if len(known) < len(estimates):
         text += f"; {len(estimates) - len(known)} cell(s) without an estimate"
-    return text
+    return text + maybe
 
 
 class MatrixProgress:

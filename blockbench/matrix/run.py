@@ -23,17 +23,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..cell.tensorboard import matrix_views, publish_views
 from ..layout import (
     CONFIG_FILE,
     INDEX_FILE,
     MATRIX_FILE,
     RESULT_FILE,
     RUN_FILE,
+    SUMMARY_MD,
     TB_DIR,
     TRAIN_LOG,
     TUNE_FILE,
-    cell_folder,
     write_atomic,
     write_json,
 )
@@ -43,8 +42,10 @@ from ..prereg import PlanBook
 from ..progress import format_duration
 from ..provenance import code_fingerprint
 from ..record import CellRecord, write_record, write_tuning
+from ..report.answer import answer_lines, run_logdirs
 from ..report.index import write_index
-from ..report.summary import write_report
+from ..report.results import gives_verdicts
+from ..report.summary import write_summary
 from ..walltime import MATRIX_PARTS, WallClock
 from .devices import DevicePool, devices_per_cell
 from .expand import Cell, Expansion, expand_matrix
@@ -81,6 +82,7 @@ from .plan import (
 from .preregister import analysis_plan
 from .rounds import Counts, extended_tuning, first_round, merge_phases, next_round, pending_tuning
 from .say import say
+from .tensorboard import publish_logdirs
 from .timing import cell_timer
 from .tuning import REPORT, TUNE, Tuning, tuning_record
 
@@ -189,21 +191,10 @@ def run_matrix(
     write_atomic(matrix_dir / MATRIX_FILE, path.read_text())
     if not tuning:
         (matrix_dir / TUNE_FILE).unlink(missing_ok=True)  # the tune: section was removed: its record is not this run's
-    # TensorBoard: the HParams columns (every varied key, every task's metrics, the speed figures) and one
-    # chart per task and metric, which every cell's run carries; runs of earlier cells get them if they changed
-    tasks = {cell.task: (cell.run.task.metrics, cell.run.task.throughput_unit) for cell in cells}
-    lens_tasks = [cell.task for cell in cells if getattr(cell.run.task, "logit_lens", False)]  # a chart of their lens
+    # TensorBoard: a log folder per task (tuning runs apart), its HParams columns and charts carried by every
+    # run in it; runs of earlier cells get them if they changed (blockbench.matrix.tensorboard)
     with clock.part("tensorboard_views"):
-        curve_tasks = [cell.task for cell in cells if cell.run.trainer.curve_interval]
-        views = matrix_views(
-            [cell.hparams for cell in tuning + cells], tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks
-        )
-        publish_views(
-            matrix_dir / TB_DIR,
-            views,
-            [cell.tb_run for cell in tuning + cells],
-            renamed={cell_folder(cell.task, cell.variant, cell.seed).as_posix(): cell.tb_run for cell in cells},
-        )
+        browse = publish_logdirs(matrix_dir, cells, tuning)
     stale_flag = " --reuse-stale" if reuse_stale else ""  # recorded with the run: its summary may hold stale results
     how = f" --launcher {launcher}" if launcher != "local" else f" --jobs {jobs}" if jobs > 1 else ""
     command = f"blockbench matrix {path}{how}{stale_flag}"
@@ -227,6 +218,7 @@ def run_matrix(
         + (f", {jobs} at a time" if jobs > 1 else "")
         + f"; {describe_total(plans, estimator, jobs)}"
     )
+    say(browse)
     free_slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
     for slot in slots:
         free_slots.put(slot)
@@ -488,16 +480,22 @@ def finish_matrix(
 
     record_run()
     clock.enter("report")
-    print(write_report(matrix_dir, before_header=report_rendered))
+    written = write_summary(matrix_dir, before_header=report_rendered)
+    index: Path | None = matrix_dir.parent / INDEX_FILE
     try:  # the verdicts of every matrix of the results root, with this one's new ones
         write_index(matrix_dir.parent)
-        say(f"verdicts of every matrix: {matrix_dir.parent / INDEX_FILE}")
     except (OSError, ValueError, KeyError) as error:  # another matrix's folder it cannot read: the run itself is done
+        index = None
         say(
             f"could not refresh {matrix_dir.parent / INDEX_FILE} ({error}); "
             f"run blockbench report --index {matrix_dir.parent}",
             stream=sys.stderr,
         )
+    title = f"{name}: " + (
+        "the verdicts" if gives_verdicts(matrix_dir / MATRIX_FILE) else "a demonstration, not verdicts"
+    )
+    logdirs = run_logdirs(matrix_dir / TB_DIR)
+    print("\n".join(answer_lines(title, written.comparisons, matrix_dir / SUMMARY_MD, logdirs, index)), flush=True)
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -539,10 +537,9 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
         settings.setdefault((dtype, trainer.num_threads or slot_threads or torch.get_num_threads()), precision)
     for (_, threads), precision in settings.items():
         peak = peak_flops(None, torch.device("cpu"), precision, threads=threads)
-        spread = (peak.probe or {}).get("spread_tflops") or {}
         print(
-            f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s "
-            f"(spread {spread.get('min')} to "
-            f"{spread.get('max')} over {spread.get('n')} rounds), {peak.source}",
+            f"MFU peak for {precision} on {threads} thread(s): {peak.tflops:.4g} TFLOP/s, what the cells' model "
+            "FLOPs utilization (MFU) divides by: this CPU's measured fastest matmul, cached "
+            "(blockbench peak shows how it was measured)",
             flush=True,
         )

@@ -292,7 +292,7 @@ def index_markdown(index: Index) -> str:
         lines += [
             f"**{counts.decided} of {counts.total} distinct questions are decided** (better, worse or equivalent): "
             f"{counts.text()}. A question is a variant against its baseline on one task (at one level); one that "
-            "several matrices ask of the same cells counts once. The book took "
+            "several matrices ask of the same cells counts once. All these results took "
             f"**{_hours(reported + tuning)} cell-process hours** (the summed wall time of every cell's process, a "
             f"cell copied into several matrices counted once: {_hours(reported)} h reported cells, "
             f"{_hours(tuning)} h tuning cells).",
@@ -314,6 +314,8 @@ def index_markdown(index: Index) -> str:
             "| " + " | ".join(_cell(text) for text in index_row(row, families)) + " |" for row in book_rows(index)
         ]
         lines.append("")
+    elif not index.matrices and index.apart:  # a demonstration ran (the smoke test): it is listed below
+        lines += ["No matrix that asks a design question has a finished cell yet; the runs below are not verdicts.", ""]
     elif not index.matrices:
         lines += ["No matrix has a finished cell yet.", ""]
     single = [m.name for m in index.matrices if not m.comparisons]

@@ -2,17 +2,18 @@
 each level), one panel per model family, for one matrix (``plots/verdicts.png``, shown in its summary)
 and for the whole book (``verdicts.png`` beside ``results/README.md``, rows grouped by matrix).
 
-**The axis.** The families' headline metrics differ in unit, scale and direction (perplexity ↓, BLEU
-↑, accuracy ↑), and their differences in the book span four decades (an accuracy difference of
-0.0005, a perplexity difference of +23), so every panel plots the same quantity: the difference in
-*margins of practical equivalence*, (variant − baseline) / margin, **signed so that right is better**
-(a metric where lower is better, such as perplexity, is flipped; its panel title says so). The
-equivalence band is then ±1 in every panel, zero the line of no difference, and one scale serves
-every family and every matrix; the axis is symmetric-logarithmic (linear within ±1 margin, where
-the equivalent verdicts live, logarithmic beyond, so −60 BLEU and +0.1 perplexity share a panel),
-and a point beyond ±:data:`CLIP` margins is drawn as an arrowhead at the edge with its difference
-written beside it in the metric's own unit. The tables beside the picture keep the numbers in the
-metric's units; the picture shows where each answer lies against what matters.
+**The axes.** A panel per model family (and headline metric), each in the metric's own unit: the
+mean difference variant − baseline in perplexity, BLEU or accuracy (+3.66 perplexity for post-norm
+LMs), not flipped, so that a number read off the picture is the number in the tables; each panel's
+axis label says which side is better. The equivalence band is ± the question's margin around 0 in
+that unit, drawn behind each row (the margins of one panel may differ a little: a perplexity margin is
+a share of the baseline's perplexity), the panel's title giving its value. The families' differences
+in the book span four decades (an accuracy difference of 0.0005, a BLEU difference of −68), so each
+axis is symmetric-logarithmic, linear within ± the panel's smallest margin, where the equivalent
+verdicts live, and logarithmic beyond; its ticks are decades of the unit. A point beyond ±:data:`CLIP`
+margins is drawn as an arrowhead at the edge with its difference written beside it. The picture is
+sized to be read where a page shows it 800 pixels wide (the README): no text smaller than 8 points on
+a figure about 9 inches wide.
 
 **What is drawn for a question** (``Comparison``, as the analysis decided it): a point at the mean
 difference; a thin line, its (1 − α_k) interval (better or worse where it leaves out 0 and the typical
@@ -21,7 +22,9 @@ line, the (1 − 2α_k) interval of the two one-sided tests (equivalent where it
 both as ``decide.Decision`` has them; colours by verdict (better, worse, equivalent, undecided); a
 filled point for a better or worse verdict by more than the margin and a hollow one for a better or
 worse verdict possibly by less than the margin (``decide.Decision.beyond_margin``), a diamond instead of
-a circle where a rank test decided (the lines are then the t intervals, drawn for scale only);
+a circle where a rank test decided (the lines are then the t intervals, drawn for scale only). The
+legend defines every mark, and its title what α_k is (α = 0.05 split over the question's planned
+looks, the rounds of seeds) with the intervals' levels;
 *saturated*, *not learned* and *no result*, which are not verdicts, in grey with the reason written
 beside them. In the book's picture a question that several matrices ask of the same cells is one row
 (``book.book_rows``), under the first matrix, its label naming the others.
@@ -33,6 +36,7 @@ version or time, so an unchanged book redraws the same bytes.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +51,7 @@ from ..layout import PLOTS_DIR
 from .book import BookRow
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE
 from .headroom import NOT_LEARNED_SHARE
-from .plots import save_atomic
+from .plots import metric_words, save_atomic
 from .verdicts import FAMILIES, NO_RESULT, NOT_LEARNED, SATURATED, Comparison, _rows, family_title
 
 #: the picture's file name: ``<matrix>/plots/verdicts.png`` and ``<results root>/verdicts.png``
@@ -66,22 +70,30 @@ COLORS = {
 }
 #: the order of the legend's verdicts
 LEGEND_ORDER = (BETTER, WORSE, EQUIVALENT, UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT)
-TICKS = (-100.0, -10.0, -1.0, 0.0, 1.0, 10.0, 100.0)
-#: what the x axis is, said once under the panels (each panel's label only says which way is better)
+#: what the x axes are and what α_k is, said once under the panels (each axis says which way is better)
 AXIS_TEXT = (
-    "x: the difference from the baseline in margins of practical equivalence, (variant − baseline) / margin, "
-    "signed so that right is better; linear within ±1 margin, logarithmic beyond"
+    "x: the mean difference variant − baseline over seeds, in the metric's own unit; linear within ± the "
+    "margin (the grey band), logarithmic beyond. Colour: the verdict (how many questions have it). α_k, the "
+    "error rate of one look: α = 0.05 split equally over the question's planned looks (rounds of seeds); {levels}."
 )
-ROW_INCHES = 0.24  # the height of one row: the figure grows with the rows
+ROW_INCHES = 0.32  # the height of one row (two lines of a label): the figure grows with the rows
+PANEL_INCHES = 2.15  # the width of one panel
+MIN_WIDTH = 9.0  # inches: room for the legend's two columns
+CHAR_INCHES = 0.066  # the width of a label's character
+LABEL_CHARS = 36  # labels longer than this are wrapped
+MIN_ROWS = 3  # the height of at least this many rows: room for a lone row's written values
 TALL = 40  # rows above which the x axis is labelled at the top too
 NOTE_CHARS = 40  # the longest reason written beside a grey point
+LEGEND_CHARS = 115  # the legend title's line length
+#: font sizes (points): at most about 9.3 inches wide, the smallest stays 9 pixels high when shown 800 wide
+FONT = {"title": 11.0, "panel": 9.5, "label": 8.5, "axis": 8.5, "tick": 8.0, "legend": 8.0, "note": 8.0}
 
 
 @dataclass(frozen=True)
 class ForestPoint:
-    """One question in one family's panel, as drawn. ``x`` and the intervals are in margins, signed so
-    that positive is better (None: no decision, so nothing to place); ``difference`` is the decision's
-    variant − baseline in the metric's unit, written beside a point beyond ±:data:`CLIP`."""
+    """One question in one family's panel, as drawn. ``x`` is the decision's mean difference, variant −
+    baseline, in the metric's unit, and the intervals are the decision's too, low to high (None: no
+    decision, so nothing to place); ``alpha`` the per-look α_k that set their levels."""
 
     family: str
     task: str
@@ -91,18 +103,20 @@ class ForestPoint:
     x: float | None
     interval: tuple[float, float] | None  # the (1 - α_k) interval of x, low to high
     equivalence_interval: tuple[float, float] | None  # the (1 - 2α_k) one (None: a rank test, or no spread)
-    difference: float | None
     margin: float | None
     rank_test: bool  # decided by a rank test: the intervals are the t test's, drawn for scale
     note: str = ""  # why there is no verdict: ``saturated: ...``, ``no result: ...``
     #: a better or worse verdict by more than the margin (True: filled) or possibly by less (False: hollow);
     #: None for any other verdict
     beyond_margin: bool | None = None
+    alpha: float | None = None
 
     @property
     def clipped(self) -> int:
         """+1 or -1 where the point lies beyond ±:data:`CLIP` margins (drawn at that edge), else 0."""
-        return 0 if self.x is None or abs(self.x) <= CLIP else int(math.copysign(1, self.x))
+        if self.x is None or self.margin is None or abs(self.x) <= CLIP * self.margin:
+            return 0
+        return int(math.copysign(1, self.x))
 
 
 @dataclass(frozen=True)
@@ -112,18 +126,6 @@ class ForestRow:
     group: str  # the matrix in the book's picture; "" in a matrix's own
     label: str  # ``norm_placement: post vs pre at 300 steps``
     points: tuple[ForestPoint, ...]
-
-
-def in_margins(value: float, margin: float, higher_is_better: bool) -> float:
-    """``value`` (a difference, variant − baseline) in margins, signed so that positive is better."""
-    return (value if higher_is_better else -value) / margin
-
-
-def _interval(bounds: tuple[float, float] | None, margin: float, higher_is_better: bool) -> tuple[float, float] | None:
-    if bounds is None:
-        return None
-    low, high = sorted(in_margins(b, margin, higher_is_better) for b in bounds)
-    return low, high
 
 
 def _note(comparison: Comparison) -> str:
@@ -152,19 +154,16 @@ def forest_point(comparison: Comparison) -> ForestPoint:
         note=_note(comparison),
     )
     if decision is None:
-        return ForestPoint(
-            **common, x=None, interval=None, equivalence_interval=None, difference=None, margin=None, rank_test=False
-        )
-    up = metric.higher_is_better
+        return ForestPoint(**common, x=None, interval=None, equivalence_interval=None, margin=None, rank_test=False)
     return ForestPoint(
         **common,
-        x=in_margins(decision.difference, decision.margin, up),
-        interval=_interval(decision.interval, decision.margin, up),
-        equivalence_interval=_interval(decision.equivalence_interval, decision.margin, up),
-        difference=decision.difference,
+        x=decision.difference,
+        interval=decision.interval,
+        equivalence_interval=decision.equivalence_interval,
         margin=decision.margin,
         rank_test=decision.test in (SIGNED_RANK, RANK_SUM),
         beyond_margin=decision.beyond_margin if comparison.verdict in (BETTER, WORSE) else None,
+        alpha=decision.alpha,
     )
 
 
@@ -201,8 +200,19 @@ def forest_rows(matrices: Sequence[tuple[str, Sequence[Comparison]]]) -> list[Fo
 # drawing ------------------------------------------------------------------------------------------
 
 
-def _clip(x: float) -> float:
-    return max(-CLIP, min(CLIP, x))
+def _clip(x: float, margin: float) -> float:
+    return max(-CLIP * margin, min(CLIP * margin, x))
+
+
+def _wrap(label: str) -> str:
+    """A label over :data:`LABEL_CHARS` on two lines or more: before ``(also ...)`` where it names the
+    other matrices, else at spaces."""
+    if len(label) <= LABEL_CHARS:
+        return label
+    head, also, tail = label.partition(" (also ")
+    if also and len(head) <= LABEL_CHARS:
+        return f"{head}\n{textwrap.fill('(also ' + tail, LABEL_CHARS)}"
+    return textwrap.fill(label, LABEL_CHARS, break_on_hyphens=False)
 
 
 def _slots(rows: Sequence[ForestRow]) -> tuple[list[tuple[str, bool]], list[int]]:
@@ -216,51 +226,105 @@ def _slots(rows: Sequence[ForestRow]) -> tuple[list[tuple[str, bool]], list[int]
             slots.append((row.group, True))
         group = row.group
         where.append(len(slots))
-        slots.append((row.label, False))
+        slots.append((_wrap(row.label), False))
     return slots, where
 
 
-def _panel_title(family: str, points: Sequence[ForestPoint]) -> str:
-    """``LM: perplexity ↓ (flipped: right is lower)``, ``translator: bleu ↑``."""
-    metrics = dict.fromkeys((p.metric, p.higher_is_better) for p in points)
-    names = ", ".join(f"{name} {'↑' if up else '↓'}" for name, up in metrics)
-    flipped = " (flipped: right is lower)" if not all(up for _, up in metrics) else ""
-    return f"{family_title(family)}: {names}{flipped}"
+def forest_panels(rows: Sequence[ForestRow]) -> list[tuple[str, str]]:
+    """The panels, (family, metric): the families in their order, a family's metrics as they come (one
+    headline metric per family in every task so far: a panel per family)."""
+    found = dict.fromkeys((p.family, p.metric) for r in rows for p in r.points)
+    return sorted(found, key=lambda key: _family_order(key[0]))
+
+
+def _linear(points: Sequence[ForestPoint]) -> float:
+    """The half-width of a panel's linear part: its smallest margin (1 where no point has one)."""
+    return min((p.margin for p in points if p.margin), default=1.0)
+
+
+def panel_limits(points: Sequence[ForestPoint]) -> tuple[float, float]:
+    """The x limits of a panel: each side reaches past its farthest drawn value (a point or an interval's
+    end, clipped at ±:data:`CLIP` margins) and past two margins, with room for an arrowhead."""
+    linear = _linear(points)
+    reach = {-1: 2 * linear, 1: 2 * linear}
+    for p in points:
+        if p.x is None or p.margin is None:
+            continue
+        for value in (p.x, *(p.interval or ()), *(p.equivalence_interval or ())):
+            value = _clip(value, p.margin)
+            if value:
+                side = int(math.copysign(1, value))
+                reach[side] = max(reach[side], abs(value))
+    return -1.6 * reach[-1], 1.6 * reach[1]
+
+
+def _number(value: float) -> str:
+    """``+0.1``, ``−10``, ``0``: a tick or a written value with its sign and a true minus."""
+    return "0" if value == 0 else f"{value:+.3g}".replace("-", "−")
+
+
+def panel_ticks(low: float, high: float, linear: float) -> list[float]:
+    """0 and, on each side, the decades of the unit from the linear part to the limit (±0.1, ±1, ±10 in
+    a panel whose margin is 0.07); the margin itself on a side that reaches no decade."""
+    ticks = [0.0]
+    for side, limit in ((-1, -low), (1, high)):
+        first, last = math.floor(math.log10(linear)), math.ceil(math.log10(limit))
+        decades = [10.0**k for k in range(first, last + 1) if linear * (1 - 1e-9) <= 10.0**k <= limit]
+        ticks += [side * d for d in decades] or [side * linear]
+    return sorted(ticks)
+
+
+def _panel_title(family: str, metric: str, points: Sequence[ForestPoint]) -> str:
+    """``LM: perplexity`` and its margin, ``margin ±0.074`` (a range where the panel's margins differ)."""
+    margins = sorted({float(f"{p.margin:.2g}") for p in points if p.margin})
+    text = "" if not margins else f"±{margins[0]:g}" if len(margins) == 1 else f"±{margins[0]:g} to ±{margins[-1]:g}"
+    return f"{family_title(family)}: {metric_words(metric)}" + (f"\nequivalence margin {text}" if text else "")
+
+
+def _axis_label(metric: str, higher_is_better: bool) -> str:
+    """``Δ perplexity (variant − baseline)`` and which side is better."""
+    sides = "← worse      better →" if higher_is_better else "← better      worse →"
+    return f"Δ {metric_words(metric)} (variant − baseline)\n{sides}"
 
 
 def _clipped_text(point: ForestPoint) -> str:
     """``−64.2 bleu``: a clipped point's difference in its unit, to three significant digits."""
-    return f"{point.difference:+.3g} {point.metric}".replace("-", "−")
+    return f"{_number(point.x)} {metric_words(point.metric)}"
 
 
-def _draw_point(ax: Axes, y: float, point: ForestPoint) -> None:
-    """One point of one panel at height ``y``: its intervals, its marker, a clipped value, a grey reason."""
+def _draw_point(ax: Axes, y: float, half: float, point: ForestPoint) -> None:
+    """One point of one panel at height ``y`` (its share of the row ``half`` above and below): the margin
+    band behind it, its intervals, its marker, a clipped value, a grey reason."""
     color = COLORS.get(point.verdict, COLORS[NO_RESULT])
-    if point.x is None:
-        ax.text(0, y, point.note, color=color, fontsize=6.5, ha="center", va="center", style="italic")
+    if point.margin:
+        ax.fill_betweenx([y - half, y + half], -point.margin, point.margin, color="0.86", linewidth=0, zorder=0)
+    if point.x is None or point.margin is None:
+        ax.text(0, y, point.note, color=color, fontsize=FONT["note"], ha="center", va="center", style="italic")
         return
+    margin = point.margin
     if point.interval is not None:
-        ax.plot([_clip(v) for v in point.interval], [y, y], color=color, linewidth=1.0, solid_capstyle="butt")
+        low, high = (_clip(v, margin) for v in point.interval)
+        ax.plot([low, high], [y, y], color=color, linewidth=1.1, solid_capstyle="butt")
     if point.equivalence_interval is not None:
-        low, high = point.equivalence_interval
-        ax.plot([_clip(low), _clip(high)], [y, y], color=color, linewidth=3.2, alpha=0.55, solid_capstyle="butt")
-    x = _clip(point.x)
+        low, high = (_clip(v, margin) for v in point.equivalence_interval)
+        ax.plot([low, high], [y, y], color=color, linewidth=3.6, alpha=0.55, solid_capstyle="butt")
+    x = _clip(point.x, margin)
     if point.clipped:
         marker = ">" if point.clipped > 0 else "<"
-        ax.plot(x, y, marker=marker, color=color, markersize=6, linestyle="none")
+        ax.plot(x, y, marker=marker, color=color, markersize=6.5, linestyle="none")
         ax.annotate(
             _clipped_text(point),
             (x, y),
-            xytext=(-7 * point.clipped, 3.5),
+            xytext=(-8 * point.clipped, 3.5),
             textcoords="offset points",
             ha="right" if point.clipped > 0 else "left",
             va="bottom",
-            fontsize=6,
+            fontsize=FONT["note"],
             color=color,
         )
     else:
         face = "white" if point.beyond_margin is False else color
-        marker, size = ("D", 4.0) if point.rank_test else ("o", 4.5)
+        marker, size = ("D", 4.5) if point.rank_test else ("o", 5.0)
         ax.plot(x, y, marker=marker, markersize=size, markerfacecolor=face, markeredgecolor=color, linestyle="none")
     if point.note:
         side = -1 if point.x > 0 else 1  # write it on the emptier side of zero
@@ -271,10 +335,22 @@ def _draw_point(ax: Axes, y: float, point: ForestPoint) -> None:
             textcoords="offset points",
             ha="left" if side > 0 else "right",
             va="center",
-            fontsize=6,
+            fontsize=FONT["note"],
             color=color,
             style="italic",
         )
+
+
+def _levels(rows: Sequence[ForestRow]) -> str:
+    """``here α_k = 0.0167: thin lines are 98.3% intervals, thick lines 96.7%`` (a range where the
+    questions' looks differ)."""
+    alphas = sorted({round(p.alpha, 6) for r in rows for p in r.points if p.alpha is not None})
+    if not alphas:
+        return "no question has a decision here"
+    if len(alphas) == 1:
+        a = alphas[0]
+        return f"here α_k = {a:.3g}: thin lines are {1 - a:.1%} intervals, thick lines {1 - 2 * a:.1%}"
+    return f"here α_k = {alphas[0]:.3g} to {alphas[-1]:.3g}"
 
 
 def _legend_handles(rows: Sequence[ForestRow]) -> list:
@@ -285,42 +361,61 @@ def _legend_handles(rows: Sequence[ForestRow]) -> list:
         for v in LEGEND_ORDER
         if counts[v] or v in (BETTER, WORSE, EQUIVALENT, UNDECIDED)
     ]
+    dark = "0.3"
     handles += [
-        Patch(color="0.88", label="± the margin: equivalence"),
-        Line2D([], [], color="0.3", linewidth=1.0, label="(1−α/K) interval: leaves out 0 for better or worse"),
+        Patch(color="0.86", label="grey band: ± the equivalence margin"),
+        Line2D([], [], color=dark, linewidth=1.1, label="thin: (1 − α_k) interval; excludes 0 → better or worse"),
         Line2D(
-            [], [], color="0.3", linewidth=3.2, alpha=0.55, label="(1−2α/K) interval: equivalent if inside the band"
+            [],
+            [],
+            color=dark,
+            linewidth=3.6,
+            alpha=0.55,
+            label="thick: (1 − 2α_k) interval; inside the band → equivalent",
         ),
-        Line2D([], [], marker="o", color="0.3", linestyle="none", label=f"filled: better or worse {BEYOND_MARGIN}"),
+        Line2D([], [], marker="o", color=dark, linestyle="none", label=f"filled: better or worse {BEYOND_MARGIN}"),
         Line2D(
             [],
             [],
             marker="o",
             markerfacecolor="white",
-            color="0.3",
+            color=dark,
             linestyle="none",
             label=f"hollow: better or worse, {WITHIN_MARGIN}",
         ),
-        Line2D([], [], marker="D", color="0.3", linestyle="none", label="diamond: decided by a rank test"),
-        Line2D([], [], marker=">", linestyle="none", color="0.3", label=f"beyond ±{CLIP:g} margins (value written)"),
+        Line2D(
+            [],
+            [],
+            marker="D",
+            color=dark,
+            linestyle="none",
+            label="diamond: decided by a rank test (lines: t intervals)",
+        ),
+        Line2D(
+            [],
+            [],
+            marker=">",
+            linestyle="none",
+            color=dark,
+            label=f"arrowhead: beyond ±{CLIP:g} margins, value written",
+        ),
     ]
     return handles
 
 
-def draw_forest(path: Path, rows: Sequence[ForestRow], title: str) -> bool:
-    """Draw the forest plot of ``rows`` to ``path`` (PNG, the same bytes for the same rows); False,
-    with nothing written, where there is no row. See the module's docstring for what is drawn."""
+def forest_figure(rows: Sequence[ForestRow], title: str) -> Figure | None:
+    """The forest plot of ``rows`` (see the module's docstring for what is drawn); None without a row."""
     if not rows:
-        return False
-    families = sorted({p.family for r in rows for p in r.points}, key=_family_order)
+        return None
+    panels = forest_panels(rows)
     slots, where = _slots(rows)
-    label_chars = max(len(label) for label, _ in slots)
-    width = 0.8 + 0.06 * label_chars + 3.3 * len(families)
-    figure = Figure(figsize=(width, 2.4 + ROW_INCHES * len(slots)), layout="constrained")
+    label_chars = max(len(line) for label, _ in slots for line in label.splitlines())
+    width = max(MIN_WIDTH, 0.5 + CHAR_INCHES * label_chars + PANEL_INCHES * len(panels))
+    figure = Figure(figsize=(width, 2.9 + ROW_INCHES * max(len(slots), MIN_ROWS)), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, len(families), sharey=True, squeeze=False)[0]
-    for ax, family in zip(axes, families, strict=True):
-        ax.axvspan(-1, 1, color="0.88", linewidth=0, zorder=0)
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (family, metric) in zip(axes, panels, strict=True):
+        ours = [p for r in rows for p in r.points if (p.family, p.metric) == (family, metric)]
         ax.axvline(0, color="0.35", linewidth=0.8, zorder=1)
         for i, (_, header) in enumerate(slots):
             if header and i:
@@ -328,11 +423,12 @@ def draw_forest(path: Path, rows: Sequence[ForestRow], title: str) -> bool:
         for y, row in zip(where, rows, strict=True):
             if y % 2:
                 ax.axhspan(y - 0.5, y + 0.5, color="0.965", linewidth=0, zorder=-1)
-            ours = [p for p in row.points if p.family == family]
-            for k, point in enumerate(ours):
-                offset = 0.0 if len(ours) == 1 else -0.25 + 0.5 * k / (len(ours) - 1)
-                _draw_point(ax, y + offset, point)
-                if len(ours) > 1:
+            found = [p for p in row.points if (p.family, p.metric) == (family, metric)]
+            for k, point in enumerate(found):
+                half = 0.5 / len(found)
+                offset = -0.5 + half * (2 * k + 1)
+                _draw_point(ax, y + offset, half, point)
+                if len(found) > 1:
                     ax.annotate(
                         point.task,
                         (1.0, y + offset),
@@ -341,33 +437,45 @@ def draw_forest(path: Path, rows: Sequence[ForestRow], title: str) -> bool:
                         textcoords="offset points",
                         ha="right",
                         va="center",
-                        fontsize=5.5,
+                        fontsize=FONT["note"],
                         color="0.4",
                     )
-        ax.set_xscale("symlog", linthresh=1.0, linscale=0.8)
-        ax.set_xlim(-CLIP * 1.6, CLIP * 1.6)
-        ax.set_xticks(TICKS, [f"{t:+g}".replace("-", "−") if t else "0" for t in TICKS])
-        ax.tick_params(axis="x", labelsize=7, top=len(slots) > TALL, labeltop=len(slots) > TALL)
-        ax.set_xlabel("← worse    margins    better →", fontsize=7.5)
+        linear = _linear(ours)
+        low, high = panel_limits(ours)
+        ax.set_xscale("symlog", linthresh=linear, linscale=1.0)
+        ax.set_xlim(low, high)
+        ticks = panel_ticks(low, high, linear)
+        ax.set_xticks(ticks, [_number(t) for t in ticks])
+        ax.tick_params(axis="x", labelsize=FONT["tick"], top=len(slots) > TALL, labeltop=len(slots) > TALL)
+        ax.set_xlabel(_axis_label(metric, ours[0].higher_is_better), fontsize=FONT["axis"])
         ax.grid(axis="x", alpha=0.25)
-        ax.set_title(_panel_title(family, [p for r in rows for p in r.points if p.family == family]), fontsize=9)
+        ax.set_title(_panel_title(family, metric, ours), fontsize=FONT["panel"])
     axes[0].set_ylim(len(slots) - 0.5, -0.5)
     axes[0].set_yticks(range(len(slots)), [label for label, _ in slots])
-    axes[0].tick_params(axis="y", labelsize=7, length=0)
+    axes[0].tick_params(axis="y", labelsize=FONT["label"], length=0)
     for tick, (_, header) in zip(axes[0].get_yticklabels(), slots, strict=True):
         if header:
             tick.set_fontweight("bold")
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(title, fontsize=FONT["title"])
     legend = figure.legend(
         handles=_legend_handles(rows),
         loc="outside lower center",
-        ncol=4,
-        fontsize=7,
+        ncol=2,
+        fontsize=FONT["legend"],
         frameon=False,
-        title=AXIS_TEXT,
-        title_fontsize=7.5,
+        title=textwrap.fill(AXIS_TEXT.format(levels=_levels(rows)), LEGEND_CHARS),
+        title_fontsize=FONT["legend"],
     )
-    legend.get_title().set_multialignment("center")
+    legend.get_title().set_multialignment("left")
+    return figure
+
+
+def draw_forest(path: Path, rows: Sequence[ForestRow], title: str) -> bool:
+    """Draw the forest plot of ``rows`` to ``path`` (PNG, the same bytes for the same rows); False,
+    with nothing written, where there is no row."""
+    figure = forest_figure(rows, title)
+    if figure is None:
+        return False
     save_atomic(figure, path)
     return True
 
@@ -406,7 +514,7 @@ def draw_book_picture(results_root: Path, book: Sequence[BookRow]) -> str | None
     no stale picture left) without a comparison."""
     path = Path(results_root) / VERDICT_PICTURE
     rows = book_forest_rows(book)
-    title = f"The verdicts of the book: {len(rows)} comparisons, each variant against its matrix's baseline, per family"
+    title = f"Every verdict: {len(rows)} comparisons, each variant against its matrix's baseline, per family"
     if not draw_forest(path, rows, title):
         path.unlink(missing_ok=True)
         return None

@@ -16,6 +16,7 @@ import yaml
 
 from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomic
 from ..lineage import Lineage
+from ..progress import format_duration
 from ..record import CellRecord, read_matrix_run
 from .analysis import analyze
 from .book import Apart, Index, MatrixVerdicts, NotRun, book_rows, index_markdown
@@ -142,15 +143,13 @@ def _run_command(folder: Path, files: dict[str, Path]) -> str:
 
 
 def _cost(folder: Path, results: list[CellRecord], tuning: list[CellRecord]) -> str | None:
-    """``blockbench matrix ... --jobs 2, 50.4 min, 36 cells trained; 1.4 h of cell processes (36 cells)``:
-    the matrix's last run (``matrix_run.json``), then the processes' time of every cell with a result
-    (``results``, the reported cells' as loaded for the statistics, and ``tuning``, the tuning cells'): what the
-    whole matrix cost, whether it ran at once or resumed over several runs. None without either."""
+    """``1:24:00 of cell processes (36 cells); last run `blockbench matrix ... --jobs 2`, 0:50:24, 36 cells
+    trained``: the processes' time of every cell with a result first (``results``, the reported cells' as
+    loaded for the statistics, and ``tuning``, the tuning cells'), what the whole matrix cost whether it
+    ran at once or resumed over several runs, then its last run (``matrix_run.json``). None without either."""
     run = read_matrix_run(folder)
     seconds = [r.wall_time_s for r in results + tuning if r.wall_time_s is not None]
-    parts = [f"`{run.command}`, {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells trained"] if run else []
-    if seconds:
-        total = sum(seconds)
-        took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"  # as the run's wall time
-        parts.append(f"{took} of cell processes ({len(seconds)} cells)")
+    parts = [f"{format_duration(sum(seconds))} of cell processes ({len(seconds)} cells)"] if seconds else []
+    if run:
+        parts.append(f"last run `{run.command}`, {format_duration(run.wall_time_s)}, {run.cells_trained} cells trained")
     return "; ".join(parts) or None

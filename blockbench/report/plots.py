@@ -1,26 +1,35 @@
-"""Validation curves of a matrix: one PNG per task, one panel per metric, one line per variant;
-first the loss-curve points' panel (the validation loss on a fixed sample, every few steps).
+"""Validation curves of a matrix as one figure, ``plots/curves.png``: a row per task, and in each
+row the task's headline metric at every full validation beside the loss curve (the validation loss on a
+fixed sample, every few steps: ``result.json`` ``curve``; the full validations' loss where a cell has
+no curve), with human titles, one colour and marker per variant in every row, and a legend per row
+naming each variant with its seed counts.
 
-Each line is the mean over the variant's finished seeds at every validation step, with a shaded
-band from the lowest to the highest seed. Seeds that diverged are drawn as thin dotted lines that
-end with a × where training stopped. The task's trivial baseline is a dashed grey line.
-Figures are drawn with matplotlib's Agg canvas (no display) and written atomically, without a
-software version in the PNG, so that unchanged results redraw the same bytes. The verdict picture
-(a forest plot of every question) is ``forest``'s.
+Each variant is the mean over its finished seeds at every validation with the 95% t interval of that
+mean (``seed_series``): error bars on the few full validations, a shaded band along the dense loss
+curve. Seeds that diverged are thin dotted lines ending with a × where training stopped. The task's
+trivial baseline is a labelled dashed grey line, or, where it lies far outside the curves, written at
+the panel's edge. Every axis is linear (BLEU and accuracy are bounded; a log axis hid their scale). The
+figure is drawn with matplotlib's Agg canvas (no display) and written atomically, without a software
+version in the PNG, so that unchanged results redraw the same bytes. The verdict picture (a forest
+plot of every question) is ``forest``'s.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..layout import atomic_path
 from ..record import CellRecord, HistoryPoint
+from .stats import t_confidence_interval
 
 History = list[HistoryPoint]  # a cell's validations: step, seconds since training began, every metric
 
@@ -44,6 +53,21 @@ def plotted_history(result: CellRecord) -> History:
     return [*result.history, *(HistoryPoint(step=int(step), metrics={CURVE_METRIC: loss}) for step, loss in points)]
 
 
+#: metric names in words, for titles and axis labels (any other: its name with spaces)
+METRIC_WORDS = {
+    "bleu": "BLEU",
+    "accuracy": "top-1 accuracy",
+    "agreement_acc": "agreement accuracy",
+    "bits_per_byte": "bits per byte",
+    "exact_match": "exact match",
+}
+
+
+def metric_words(name: str) -> str:
+    """``bleu`` -> ``BLEU``, ``perplexity`` -> ``perplexity``."""
+    return METRIC_WORDS.get(name, name.replace("_", " "))
+
+
 def metric_points(history: History, metric: str) -> list[tuple[int, float]]:
     """(step, value) of every validation that recorded a finite ``metric``."""
     points = []
@@ -54,86 +78,238 @@ def metric_points(history: History, metric: str) -> list[tuple[int, float]]:
     return points
 
 
-def seed_band(histories: Sequence[History], metric: str) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Steps and, at each, the mean, min and max over the seeds that validated at that step."""
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One validation step of a variant's curve: the mean over the ``n`` seeds that validated there
+    and the :data:`CURVE_LEVEL` t interval of that mean (None with one seed)."""
+
+    step: int
+    mean: float
+    n: int
+    interval: tuple[float, float] | None
+
+
+def seed_series(
+    histories: Sequence[History], metric: str, low: float = -math.inf, high: float = math.inf
+) -> list[SeriesPoint]:
+    """At each step where a seed validated ``metric``, the mean over those seeds and the interval of the
+    mean, mean ± t(0.975, n − 1) · s / √n, cut at the metric's range [``low``, ``high``] as the summary's
+    intervals are (``stats.t_confidence_interval``): how well the seeds pin the variant's mean down, where
+    a band from the lowest to the highest seed grows with the number of seeds and says nothing of it."""
     by_step: dict[int, list[float]] = {}
     for history in histories:
         for step, value in metric_points(history, metric):
             by_step.setdefault(step, []).append(value)
-    steps = sorted(by_step)
-    means = [sum(by_step[s]) / len(by_step[s]) for s in steps]
-    return steps, means, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps]
+    return [
+        SeriesPoint(step, statistics.fmean(v), len(v), t_confidence_interval(v, CURVE_LEVEL, low, high))
+        for step, v in sorted(by_step.items())
+    ]
 
 
-def legend_label(variant: VariantCurves) -> str:
-    """``pre (3 seeds)``, ``post (2 seeds, 1 diverged)``."""
+def legend_label(variant: VariantCurves, name: str | None = None) -> str:
+    """``pre (3 seeds)``, ``post (2 seeds, 1 diverged)``; ``name`` in place of the variant's own."""
     n = len(variant.finished)
     counts = [f"{n} seed{'s' * (n != 1)}"] + ([f"{len(variant.diverged)} diverged"] if variant.diverged else [])
-    return f"{variant.variant} ({', '.join(counts)})"
+    return f"{name or variant.variant} ({', '.join(counts)})"
 
 
 def has_history(curves: Sequence[VariantCurves]) -> bool:
     return any(history for c in curves for history in c.finished + c.diverged)
 
 
-def plot_task(
-    path: Path,
-    title: str,
-    metrics: Sequence[tuple[str, bool]],
-    curves: Sequence[VariantCurves],
-    baselines: dict[str, float] | None = None,
-) -> bool:
-    """Draw one task's validation curves to ``path`` (PNG); False (nothing written) without any history.
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a task's row: the series it draws (``metric``, a key of the histories), its title
+    and y label in words, the metric's range (intervals are cut at it) and the task's trivial baseline."""
 
-    ``metrics`` are (name, higher_is_better) pairs, one panel each.
-    """
-    if not has_history(curves):
-        return False
-    baselines = baselines or {}
-    figure = Figure(figsize=(5.0 * len(metrics), 3.8), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(1, len(metrics), squeeze=False)[0]
-    colors = [f"C{i % 10}" for i in range(len(curves))]
-    for ax, (metric, higher_is_better) in zip(axes, metrics, strict=True):
-        plotted: list[float] = []
-        for color, variant in zip(colors, curves, strict=True):
-            label: str | None = legend_label(variant)
-            steps, means, lows, highs = seed_band(variant.finished, metric)
-            if steps:
-                ax.plot(steps, means, color=color, marker="o", markersize=3, label=label)
-                label = None
-                if len(variant.finished) > 1:
-                    ax.fill_between(steps, lows, highs, color=color, alpha=0.2, linewidth=0)
-                plotted += lows + highs
-            for history in variant.diverged:
-                points = metric_points(history, metric)
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, color=color, linestyle=":", linewidth=1, label=label)
-                    ax.plot(xs[-1], ys[-1], color=color, marker="x", markersize=7)
-                    label = None  # a variant whose seeds all diverged is named by its first dotted line
-                    plotted += ys
-        if metric in baselines and baselines[metric] is not None:
-            ax.axhline(baselines[metric], color="grey", linestyle="--", linewidth=1, label="trivial baseline")
-            plotted.append(baselines[metric])
-        if plotted and min(plotted) > 0 and max(plotted) / min(plotted) > 30:
-            ax.set_yscale("log")  # e.g. perplexity falling from thousands to single digits
-        ax.set_title(f"{metric} {'↑' if higher_is_better else '↓'}")
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    diverged = any(c.diverged for c in curves)
-    figure.suptitle(
-        f"{title}: validation, mean over seeds, band = min–max over seeds"
-        + ("; dotted × = diverged seed" if diverged else ""),
-        fontsize="medium",
+    metric: str
+    title: str  # ``validation perplexity (lower is better)``
+    ylabel: str  # ``perplexity``
+    low: float = -math.inf
+    high: float = math.inf
+    baseline: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskCurves:
+    """One row of the curves figure: a task, its panels (the headline metric, then the loss) and its variants."""
+
+    task: str
+    description: str
+    panels: tuple[Panel, ...]
+    curves: tuple[VariantCurves, ...]
+
+
+#: the figure's file name in ``<matrix>/plots/``
+CURVES_PICTURE = "curves.png"
+#: the confidence level of the curves' intervals
+CURVE_LEVEL = 0.95
+#: a series with at most this many validations is drawn as points with error bars (three full validations
+#: joined by a band would suggest values between them that were never measured); a denser one, the loss
+#: curve, as a line with a band
+SPARSE = 6
+#: sparse series of different variants at the same step are set this share of the steps' span apart
+DODGE = 0.018
+#: colour-blind-safe colours (Okabe-Ito) and markers, one pair per variant, the same in every row
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+CURVES_WIDTH = 9.5  # inches: two panels and a legend, readable when shown 800 pixels wide
+ROW_HEIGHT = 2.7  # inches per task
+FONT = {"base": 9.5, "title": 10.0, "suptitle": 11.5, "caption": 9.0}
+CAPTION_CHARS = 125  # the caption's line length
+BASELINE_REACH = 0.5  # a trivial baseline further than this share of the data's span from it is written, not drawn
+CAPTION = (
+    "Mean over seeds at each validation. Error bars (full validations) and shaded bands (the loss curve): "
+    "the 95% confidence interval of the mean, mean ± t(0.975, n − 1)·s/√n over the n seeds named in the "
+    "legend (none with one seed), cut at the metric's range. Dashed grey: the task's trivial baseline.{diverged}"
+)
+
+
+def _styles(rows: Sequence[TaskCurves]) -> dict[str, tuple[str, str]]:
+    """Each variant's colour and marker, by first appearance, the same in every row."""
+    variants = dict.fromkeys(c.variant for row in rows for c in row.curves)
+    return {v: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, v in enumerate(variants)}
+
+
+def _names(curves: Sequence[VariantCurves]) -> tuple[str | None, dict[str, str]]:
+    """The legend's title and each variant's name in it: where every variant sets the same one axis
+    (``ffn=mlp``, ``ffn=swiglu``), the axis as the title and the values as the names."""
+    sides = [c.variant.split("=", 1) for c in curves]
+    one_axis = all(len(s) == 2 and "," not in c.variant for s, c in zip(sides, curves, strict=True))
+    if one_axis and len({s[0] for s in sides}) == 1:
+        return sides[0][0], {c.variant: s[1] for s, c in zip(sides, curves, strict=True)}
+    return None, {c.variant: c.variant for c in curves}
+
+
+def _draw_panel(ax, panel: Panel, curves: Sequence[VariantCurves], styles: dict[str, tuple[str, str]]) -> None:
+    """One panel: each variant's mean with its interval, its diverged seeds dotted, the trivial baseline."""
+    series = {c.variant: seed_series(c.finished, panel.metric, panel.low, panel.high) for c in curves}
+    steps = sorted({p.step for s in series.values() for p in s})
+    span = (steps[-1] - steps[0]) if len(steps) > 1 else 1.0
+    plotted: list[float] = []
+    for k, variant in enumerate(curves):
+        color, marker = styles[variant.variant]
+        points = series[variant.variant]
+        if points:
+            means = [p.mean for p in points]
+            lows = [p.interval[0] if p.interval else p.mean for p in points]
+            highs = [p.interval[1] if p.interval else p.mean for p in points]
+            plotted += lows + highs
+            if len(points) <= SPARSE:
+                shift = (k - (len(curves) - 1) / 2) * DODGE * span
+                xs = [p.step + shift for p in points]
+                errors = [
+                    [m - lo for m, lo in zip(means, lows, strict=True)],
+                    [h - m for m, h in zip(means, highs, strict=True)],
+                ]
+                ax.plot(xs, means, color=color, linewidth=1.0, alpha=0.55)  # a guide for the eye, not a measurement
+                ax.errorbar(
+                    xs, means, yerr=errors, color=color, marker=marker, markersize=5, linestyle="none", capsize=3
+                )
+            else:
+                xs = [p.step for p in points]
+                ax.plot(xs, means, color=color, linewidth=1.6)
+                ax.fill_between(xs, lows, highs, color=color, alpha=0.2, linewidth=0)
+        for history in variant.diverged:
+            found = metric_points(history, panel.metric)
+            if found:
+                xs, ys = zip(*found, strict=True)
+                ax.plot(xs, ys, color=color, linestyle=":", linewidth=1.2)
+                ax.plot(xs[-1], ys[-1], color=color, marker="x", markersize=7, linestyle="none")
+                plotted += ys
+    _draw_baseline(ax, panel.baseline, plotted)
+    ax.set_title(panel.title, fontsize=FONT["title"])
+    ax.set_xlabel("training step", fontsize=FONT["base"])
+    ax.set_ylabel(panel.ylabel, fontsize=FONT["base"])
+    ax.tick_params(labelsize=FONT["base"] - 0.5)
+    ax.grid(alpha=0.3)
+
+
+def _draw_baseline(ax, baseline: float | None, plotted: Sequence[float]) -> None:
+    """The trivial baseline as a dashed grey line with its name, or, where drawing it would squash the
+    curves (a unigram perplexity of 30 above curves near 8), written at the panel's edge with its value."""
+    if baseline is None or not math.isfinite(baseline):
+        return
+    low, high = (min(plotted), max(plotted)) if plotted else (baseline, baseline)
+    reach = BASELINE_REACH * max(high - low, abs(high) * 1e-3, 1e-12)
+    size = FONT["base"] - 0.5
+    if low - reach <= baseline <= high + reach:
+        ax.axhline(baseline, color="0.45", linestyle="--", linewidth=1.1, zorder=1)
+        ax.annotate(
+            "trivial baseline",
+            (1.0, baseline),
+            xycoords=("axes fraction", "data"),
+            xytext=(-3, 2),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=size,
+            color="0.35",
+        )
+        return
+    above = baseline > high
+    ax.text(
+        0.98,
+        0.97 if above else 0.03,
+        f"trivial baseline {baseline:.3g} {'↑' if above else '↓'} (off the axis)",
+        transform=ax.transAxes,
+        ha="right",
+        va="top" if above else "bottom",
+        fontsize=size,
+        color="0.35",
     )
+
+
+def curves_figure(title: str, rows: Sequence[TaskCurves]) -> Figure | None:
+    """The validation curves of a matrix as one figure: a row per task with a history, its panels side
+    by side, a legend per row (each variant with its seed counts), the caption under them. None where no
+    task has a history."""
+    rows = [row for row in rows if has_history(row.curves)]
+    if not rows:
+        return None
+    diverged = any(c.diverged for row in rows for c in row.curves)
+    figure = Figure(figsize=(CURVES_WIDTH, 1.3 + ROW_HEIGHT * len(rows)), layout="constrained")
+    FigureCanvasAgg(figure)
+    styles = _styles(rows)
+    for sub, row in zip(figure.subfigures(len(rows), 1, squeeze=False)[:, 0], rows, strict=True):
+        for ax, panel in zip(sub.subplots(1, len(row.panels), squeeze=False)[0], row.panels, strict=True):
+            _draw_panel(ax, panel, row.curves, styles)
+        heading, names = _names(row.curves)
+        handles = [
+            Line2D(
+                [], [], color=styles[c.variant][0], marker=styles[c.variant][1], label=legend_label(c, names[c.variant])
+            )
+            for c in row.curves
+        ]
+        sub.legend(
+            handles=handles,
+            title=heading,
+            loc="outside right center",
+            fontsize=FONT["base"] - 0.5,
+            title_fontsize=FONT["base"],
+            frameon=False,
+        )
+        sub.suptitle(f"{row.task}: {row.description}", fontsize=FONT["title"], fontweight="bold", x=0.01, ha="left")
+    figure.suptitle(title, fontsize=FONT["suptitle"])
+    note = " Dotted, ending in ×: a seed that diverged." if diverged else ""
+    caption = textwrap.fill(CAPTION.format(diverged=note), CAPTION_CHARS)
+    figure.supxlabel(caption, fontsize=FONT["caption"], color="0.25")
+    return figure
+
+
+def draw_curves(path: Path, title: str, rows: Sequence[TaskCurves]) -> bool:
+    """Draw :func:`curves_figure` to ``path`` (PNG); False, with nothing written, without any history."""
+    figure = curves_figure(title, rows)
+    if figure is None:
+        return False
     save_atomic(figure, path)
     return True
 
 
 #: the PNG's metadata: none (matplotlib would name its version), so a redrawn figure differs only where it does
 PNG_METADATA = {"Software": None}
+#: pixels per inch of the saved pictures: sharp when a page shows them scaled down to its width
+DPI = 150
 
 
 def save_atomic(figure: Figure, path: Path) -> None:
@@ -141,4 +317,4 @@ def save_atomic(figure: Figure, path: Path) -> None:
     software version (nor a time: matplotlib writes none to a PNG), so redrawing unchanged results leaves
     the committed file unchanged."""
     with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=110, metadata=PNG_METADATA)
+        figure.savefig(tmp, format="png", dpi=DPI, metadata=PNG_METADATA)

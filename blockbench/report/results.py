@@ -24,7 +24,7 @@ from ..config import ALWAYS_WITHIN, MatrixConfig, SeedPlan
 from ..layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
 from ..lineage import NO_LINEAGE, Lineage
 from ..provenance import code_fingerprint
-from ..record import CellRecord, load_record
+from ..record import CellLoad, CellRecord, load_record, read_load
 
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
 #: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
@@ -76,6 +76,8 @@ class Group:
     wrong_split: list[CellRecord] = field(default_factory=list)
     #: the analysis plan's hash each reported cell started under (``cell.json``; None: none recorded)
     plans: list[str | None] = field(default_factory=list)
+    #: seed -> the load the machine was under while that seed's cell ran (``load.json``), where recorded
+    loads: dict[Any, CellLoad] = field(default_factory=dict)
 
     @property
     def level(self) -> tuple[tuple[str, Any], ...]:
@@ -138,6 +140,15 @@ class Group:
         """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
         values = (r.speed_figures()[figure] for r in self.ok)
         return [v for v in values if v is not None]
+
+    def speed_loads(self, figure: str) -> list[CellLoad | None]:
+        """The load each seed of :meth:`speed_values` was timed under, in the same order (None: not
+        recorded), so that a comparison of two sides' speed can tell whether they ran under the same."""
+        return [
+            self.loads.get(r.seed) if r.seed is not None else None
+            for r in self.ok
+            if r.speed_figures()[figure] is not None
+        ]
 
     def speed_median(self, figure: str) -> float | None:
         """The median of :meth:`speed_values`: cells copied from a matrix that ran beside other work can be
@@ -287,6 +298,9 @@ def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list
         if _scored_validation(config):
             group.results.append(result)
             group.plans.append(cell.get("plan"))
+            load = read_load(cell_file.parent)
+            if load is not None and result.seed is not None:
+                group.loads[result.seed] = load
         else:
             group.wrong_split.append(result)
     for group in groups.values():

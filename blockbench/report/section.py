@@ -1,39 +1,37 @@
 """One task's part of a matrix's summary, rendered from its statistics (``analysis.TaskAnalysis``):
 the markdown (the table of means and figures, the intervals, the differences from the baseline
-variant, the time to target, the logit lens and the plot), the task's rows of ``summary.csv``, and the
-comparisons that the verdicts word (``verdicts.Comparison``), with the same texts as the tables. It
-computes no statistic: what it shows is what the analysis computed, so the summary, the CSV and the
-index of verdicts cannot disagree.
+variant, the time to target and the logit lens), the task's row of the matrix's curves figure
+(``curve_row``), the task's rows of ``summary.csv``, and the comparisons that the verdicts word
+(``verdicts.Comparison``), with the same texts as the tables. It computes no statistic: what it shows
+is what the analysis computed, so the summary, the CSV and the index of verdicts cannot disagree.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import urllib.parse
 from typing import Any
 
 from blockbench.tasks import Metric
 
-from ..layout import PLOTS_DIR
 from ..record import SPEED_FIGURES
 from .analysis import LEVEL, GroupStats, MetricStats, TaskAnalysis
 from .differences import comparisons, difference_table, question_note
 from .headroom import headroom_lines
 from .lens import logit_lens_section
-from .plots import CURVE_METRIC, VariantCurves, plot_task, plotted_history
+from .plots import CURVE_METRIC, Panel, TaskCurves, VariantCurves, metric_words, plotted_history
 from .results import Group
 from .table import arrow, decimals, fmt
 from .table import row as _row
 from .table import table_head as _table_head
 
-__all__ = ["comparisons", "section_csv_rows", "section_markdown"]
+__all__ = ["comparisons", "curve_row", "section_csv_rows", "section_markdown"]
 
 NOT_RECORDED = "not recorded"  # a metric the cells' records lack (written before their task added it)
 
 
 def section_markdown(a: TaskAnalysis) -> list[str]:
-    """The task's markdown lines; draws its plot (``plots/<task>.png``) on the way."""
+    """The task's markdown lines (its curves are a row of the matrix's figure: :func:`curve_row`)."""
     lines = [f"## {a.task}: {a.task_cfg.description}", ""]
     lines += question_note(a)
     lines += main_table(a)
@@ -45,7 +43,6 @@ def section_markdown(a: TaskAnalysis) -> list[str]:
     lines += difference_table(a)
     lines += target_table(a)
     lines += logit_lens_section(a.groups)
-    lines += plot(a)
     return lines
 
 
@@ -248,7 +245,7 @@ def interval_method(metrics: tuple[Metric, ...]) -> str:
     )
 
 
-# targets and the plot ---------------------------------------------------------------------------
+# targets and the curves ---------------------------------------------------------------------------
 
 
 def target_table(a: TaskAnalysis) -> list[str]:
@@ -291,26 +288,50 @@ def target_cell(a: TaskAnalysis, group: Group, metric: Metric) -> str:
     return f"{outcome.fraction} seeds: {outcome.mean_steps:.0f} steps{seconds}"
 
 
-def plot(a: TaskAnalysis) -> list[str]:
-    """Draw the task's validation curves (``plots/<task>.png``); the markdown that shows it, none without a history."""
-    curves = [
+CURVE_TITLE = "validation loss on a fixed sample (lower is better)"
+LOSS_LABEL = "cross-entropy (nats)"
+
+
+def _words(metric: Metric) -> str:
+    return metric_words(metric.name)
+
+
+def _direction(metric: Metric) -> str:
+    return "higher is better" if metric.higher_is_better else "lower is better"
+
+
+def curve_row(a: TaskAnalysis) -> TaskCurves:
+    """The task's row of the matrix's curves figure: its headline metric at each full validation, then
+    the loss curve (the validation loss on a fixed sample every few steps, the densest series; the full
+    validations' loss for cells recorded without one), each with the task's trivial baseline."""
+    curves = tuple(
         VariantCurves(
             g.variant,
             finished=[history for r in g.ok if (history := plotted_history(r))],
             diverged=[plotted_history(r) for r in g.diverged],
         )
         for g in a.groups
+    )
+    headline, baselines = a.headline, a.trivial_baselines
+    panels = [
+        Panel(
+            headline.name,
+            f"validation {_words(headline)} ({_direction(headline)})",
+            _words(headline),
+            headline.low,
+            headline.high,
+            baselines.get(headline.name),
+        )
     ]
-    path = a.matrix_dir / PLOTS_DIR / f"{a.task}.png"
-    metrics = [(m.name, m.higher_is_better) for m in a.metrics]
-    baselines = dict(a.trivial_baselines)
+    loss = next((m for m in a.metrics if m.name == "loss"), None)
+    low = loss.low if loss is not None else 0.0
     if any(r.curve is not None for g in a.groups for r in g.ok + g.diverged):
-        metrics.insert(0, (CURVE_METRIC, False))
-        if "loss" in baselines:
-            baselines[CURVE_METRIC] = baselines["loss"]
-    if not plot_task(path, a.task, metrics, curves, baselines):
-        return []
-    return [f"![{a.task}]({PLOTS_DIR}/{urllib.parse.quote(path.name)})", ""]
+        panels.append(Panel(CURVE_METRIC, CURVE_TITLE, LOSS_LABEL, low, baseline=baselines.get("loss")))
+    elif loss is not None and loss is not headline:
+        panels.append(
+            Panel("loss", f"validation loss ({_direction(loss)})", LOSS_LABEL, low, baseline=baselines.get("loss"))
+        )
+    return TaskCurves(a.task, a.task_cfg.description, tuple(panels), curves)
 
 
 # csv --------------------------------------------------------------------------------------------

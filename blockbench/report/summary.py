@@ -1,5 +1,5 @@
-"""Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv``, ``plots/<task>.png`` and the
-verdict picture ``plots/verdicts.png`` (``forest``).
+"""Summarise a matrix directory: ``summary.md``, a tidy ``summary.csv``, the validation curves
+``plots/curves.png`` (``plots``) and the verdict picture ``plots/verdicts.png`` (``forest``).
 
 At the top, the verdicts: one question per task x variant (x level of the matrix's ``within:`` axes
 and budget), the task's headline metric against the baseline variant, answered better, worse,
@@ -10,7 +10,8 @@ each metric's mean ± std over seeds with the task's trivial baseline, steps, wa
 the speed figures (means over the finished seeds), the LM's headroom to its entropy floor, each
 metric's 95% interval over seeds (Student t, cut at the metric's bounds), the differences from the
 baseline variant (the headline metric as decided, the others described with unadjusted intervals),
-the steps and seconds to the matrix's ``targets``, and the validation curves. The statistics are
+and the steps and seconds to the matrix's ``targets``; then the validation curves of every task in
+one figure, a row per task. The statistics are
 ``analysis``'s and each task's part is rendered by ``section``; this module puts them together under
 the matrix's header (its command, cells, machines and code) and adds the lists of the cells that did
 not learn, diverged or failed, and where the wall time went. The index of every matrix,
@@ -23,21 +24,25 @@ import csv
 import io
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..layout import MATRIX_FILE, SUMMARY_CSV, SUMMARY_MD, write_atomic
+from ..layout import MATRIX_FILE, PLOTS_DIR, SUMMARY_CSV, SUMMARY_MD, write_atomic
 from ..lineage import Lineage
 from ..prereg import PlanBook
+from ..progress import format_duration
 from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
-from .forest import draw_matrix_picture
+from .forest import VERDICT_PICTURE, draw_matrix_picture
 from .fragility import summary_swaps
 from .plans import plan_section
+from .plots import CURVES_PICTURE, draw_curves
 from .results import (
     Group,
     MatrixSettings,
+    book_seconds,
     code_versions,
     gives_verdicts,
     lineage_lines,
@@ -45,19 +50,33 @@ from .results import (
     matrix_description,
     tuning_records,
 )
-from .section import comparisons, section_csv_rows, section_markdown
+from .section import comparisons, curve_row, section_csv_rows, section_markdown
 from .table import fmt
 from .table import row as _row
 from .table import table_head as _table_head
 from .tuning import tuning_cost_lines, tuning_section
-from .verdicts import verdict_lines
+from .verdicts import Comparison, verdict_lines
 
-__all__ = ["write_report"]
+__all__ = ["Written", "write_report", "write_summary"]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_summary` wrote: the summary's Markdown and its questions as the verdicts show
+    them (fragile ones marked), from which a run's short answer (``answer``) is printed."""
+
+    markdown: str
+    comparisons: list[Comparison]
 
 
 def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None = None) -> str:
+    """Write the summary of ``matrix_dir`` (:func:`write_summary`); return its Markdown."""
+    return write_summary(matrix_dir, before_header=before_header).markdown
+
+
+def write_summary(matrix_dir: Path, *, before_header: Callable[[], None] | None = None) -> Written:
     """Write ``summary.md``, ``summary.csv`` and the plots (the verdict picture at the end of the verdicts)
-    for ``matrix_dir``; return the markdown.
+    for ``matrix_dir``.
 
     ``before_header`` is called once the task sections and plots are done, before ``matrix_run.json``
     is read for the header and the wall-time section: the matrix runner records the report's own time
@@ -71,6 +90,7 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     for analysis in analyses:
         lines += section_markdown(analysis)
         csv_rows += section_csv_rows(analysis)
+    lines += _curves(matrix_dir, analyses)  # plots/curves.png
     lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
     lines += _wrong_split(groups)
@@ -95,7 +115,27 @@ def write_report(matrix_dir: Path, *, before_header: Callable[[], None] | None =
     )
     write_atomic(matrix_dir / SUMMARY_MD, markdown)
     write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
-    return markdown
+    return Written(markdown, found)
+
+
+def _curves(matrix_dir: Path, analyses: list[TaskAnalysis]) -> list[str]:
+    """Draw ``plots/curves.png``, the validation curves of every task (a row each, ``plots.curves_figure``),
+    and return the summary's section that shows it; none, and no stale figure left, without a history.
+    A figure per task, ``plots/<task>.png``, as older reports drew, is removed: no stale picture stays beside it."""
+    plots = matrix_dir / PLOTS_DIR
+    for analysis in analyses:
+        if f"{analysis.task}.png" not in (CURVES_PICTURE, VERDICT_PICTURE):
+            (plots / f"{analysis.task}.png").unlink(missing_ok=True)
+    path = plots / CURVES_PICTURE
+    if not draw_curves(path, f"{matrix_dir.name}: validation curves", [curve_row(a) for a in analyses]):
+        path.unlink(missing_ok=True)
+        return []
+    return [
+        "## Validation curves",
+        "",
+        f"![The validation curves of {matrix_dir.name}]({PLOTS_DIR}/{CURVES_PICTURE})",
+        "",
+    ]
 
 
 def _seed_text(result: CellRecord) -> Any:
@@ -197,9 +237,17 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             + (f" of {share[2]} parallel slots" if share[2] > 1 else "")
         )
         lines.append(
-            f"Command: `{run.command}` (last run: {run.wall_time_s / 60:.1f} min, {run.cells_trained} cells "
+            f"Command: `{run.command}` (last run: {format_duration(run.wall_time_s)}, {run.cells_trained} cells "
             f"trained{share_text})  "
         )
+    reported_s, tuning_s = book_seconds([matrix_dir])
+    n_tuning = len(tuning)
+    lines.append(
+        f"Cost: {format_duration(reported_s + tuning_s)} of cell processes in all, whenever they trained "
+        f"({format_duration(reported_s)} for the {len(results)} reported cells"
+        + (f", {format_duration(tuning_s)} for the {n_tuning} tuning cells" if n_tuning else "")
+        + "; cells run side by side take less wall time)  "
+    )
     wrong_split = sum(len(g.wrong_split) for g in groups)
     plan = PlanBook.load(matrix_dir).current
     if plan:

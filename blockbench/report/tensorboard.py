@@ -5,11 +5,13 @@ out of git). Every record holds what its cell's run showed of validation: the hi
 validations (step, seconds since training began, every metric, the logit lens included), the loss
 curve, the final metrics and speed figures, and how the cell ended. :func:`rebuild_matrix` writes
 from them, for every cell of a matrix folder, the run a live matrix run would have written
-(``blockbench.cell.tensorboard``), with the same run names (``blockbench.layout.tensorboard_run_names``,
-a tuning cell's ``tune/...``), the same tags (``blockbench.tbnames.run_tag``: ``1_val/<task>/<metric>``,
-``1_val/<task>/curve_loss``, ``z_final/...``) and the same views and HParams rows
-(``blockbench.tbviews``), so that a fresh clone runs ``tensorboard --logdir results/<matrix>/tb`` on
-the committed book. What a record does not hold is not rebuilt: the training loss, learning rates
+(``blockbench.cell.tensorboard``), in the same log folders under the same names
+(``blockbench.layout.tensorboard_runs``: ``tb/<task>`` + ``post/seed0``, a tuning cell's ``tb_tune/<task>``
++ ``post/lr=0.001/seed1000``), with the same tags (``blockbench.tbnames.run_tag``:
+``0_main/<task>/<headline metric>``, ``0_main/<task>/curve_loss``, ``1_val/<task>/<metric>``,
+``z_final/...``) and the same views of each log folder and HParams rows (``blockbench.tbviews``), so
+that a fresh clone runs ``tensorboard --logdir results/<matrix>/tb/<task>`` on the committed book.
+What a record does not hold is not rebuilt: the training loss, learning rates
 and per-step speed figures (``2_train``, ``3_lr``, ``4_perf``; their final values are HParams columns).
 
 **Times.** A record's times are seconds since its training began (each validation's ``time_s``, the
@@ -31,6 +33,7 @@ run's folder before a fresh run.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import time
@@ -52,16 +55,16 @@ from ..layout import (
     CELL_FILE,
     CELLS_DIR,
     RESULT_FILE,
-    TB_DIR,
     TUNE_DIR,
+    TensorBoardRun,
     cell_files,
-    folder_name,
-    tensorboard_run_names,
-    tuning_run_name,
+    earlier_run_path,
+    move_runs,
+    tensorboard_runs,
 )
 from ..record import CellRecord, read_record
 from ..tbnames import CURVE_TAG, PRIMARY_METRIC_TAG, cell_hparams, final_metric_tag, run_tag
-from ..tbviews import matrix_views, session_end, session_start, view_summaries, write_event_file
+from ..tbviews import browse_hint, matrix_views, session_end, session_start, view_summaries, write_event_file
 
 #: in the name of every event file the rebuild writes: the files it may replace
 REBUILT_MARK = "blockbench-rebuilt"
@@ -109,6 +112,10 @@ class RecordedCell:
         return self.cell.axes
 
     @property
+    def tuned(self) -> dict[str, Any]:
+        return self.cell.tuned
+
+    @property
     def hparams(self) -> dict[str, Any]:
         """The cell's HParams row, as the runner passes it to the cell (``blockbench.tbnames.cell_hparams``)."""
         return cell_hparams(self.cell.task, self.cell.axes, self.cell.tuned, self.cell.phase)
@@ -125,19 +132,21 @@ class RebuiltMatrix:
     """What :func:`rebuild_matrix` did in one matrix folder."""
 
     matrix_dir: Path
-    written: list[str] = field(default_factory=list)  # runs written from records
+    written: list[str] = field(default_factory=list)  # runs written from records (their paths in matrix_dir)
     live: list[str] = field(default_factory=list)  # runs left as they are: a live run's event files
+    logdirs: list[str] = field(default_factory=list)  # the log folders of the runs, reported ones first
     without_record: int = 0  # cell folders without a readable result.json (not run yet, or running)
     bytes: int = 0  # the size of the event files written
 
     def describe(self) -> str:
-        """One line: ``results/norm_type/tb: 36 runs rebuilt (1.2 MB), 2 live runs kept, 3 cells without a result``."""
+        """One line: ``results/norm_type: 36 runs rebuilt (1.2 MB), 2 live runs kept, 3 cells without a
+        result; log folders tb/lm, tb/vit, tb_tune/lm, tb_tune/vit``."""
         parts = [f"{len(self.written)} runs rebuilt ({self.bytes / 1e6:.1f} MB)"]
         if self.live:
             parts.append(f"{len(self.live)} live runs kept")
         if self.without_record:
             parts.append(f"{self.without_record} cells without a result")
-        return f"{self.matrix_dir / TB_DIR}: " + ", ".join(parts)
+        return f"{self.matrix_dir}: " + ", ".join(parts) + f"; log folders {', '.join(self.logdirs) or 'none'}"
 
 
 def matrix_folders(path: Path) -> list[Path]:
@@ -162,31 +171,47 @@ def write_tensorboard(path: Path) -> str:
     done = [rebuild_matrix(matrix_dir) for matrix_dir in matrix_folders(path)]
     total = sum(matrix.bytes for matrix in done)
     runs = sum(len(matrix.written) for matrix in done)
-    # one matrix per log dir: TensorBoard shows one HParams experiment per log dir
-    logdir = done[0].matrix_dir / TB_DIR if len(done) == 1 else Path(path) / "<matrix>" / TB_DIR
+    # a log folder per task (TensorBoard shows one HParams experiment per log folder, all runs up to 40)
+    browse = (
+        browse_hint(done[0].matrix_dir, done[0].logdirs)
+        if len(done) == 1
+        else f"TensorBoard: tensorboard --logdir {Path(path) / '<matrix>' / 'tb' / '<task>'} (a log folder per "
+        "task, opened one at a time; tuning runs: <matrix>/tb_tune/<task>)"
+    )
     return "\n".join(
         [
             *(matrix.describe() for matrix in done),
-            f"{runs} runs, {total / 1e6:.1f} MB in {time.perf_counter() - began:.1f} s; "
-            f"to browse a matrix: tensorboard --logdir {logdir}",
+            f"{runs} runs, {total / 1e6:.1f} MB in {time.perf_counter() - began:.1f} s",
+            browse,
         ]
     )
 
 
 def rebuild_matrix(matrix_dir: Path) -> RebuiltMatrix:
-    """Write ``matrix_dir/tb/<run>`` from the record of every cell of ``matrix_dir`` (its tuning cells'
-    too), each run carrying the matrix's views and the cell's HParams row; a live run is kept."""
+    """Write the run of every cell of ``matrix_dir`` that has a record (its tuning cells' too) into its
+    log folder (``tb/<task>/<variant>/seed<k>``, ``tb_tune/<task>/...``), each run carrying its log
+    folder's views and the cell's HParams row; a live run is kept. Runs an earlier version put
+    elsewhere (every run under ``tb/``, tuning runs under ``tb/tune/``) are moved first."""
     matrix_dir = Path(matrix_dir)
     done = RebuiltMatrix(matrix_dir)
     reported, tuning, done.without_record = matrix_cells(matrix_dir)
-    summaries = view_summaries(views_of(reported, tuning))
-    for cell, run in run_names(reported, tuning):
-        written = write_run(matrix_dir / TB_DIR / run, cell, run, summaries)
-        if written is None:
-            done.live.append(run)
-        else:
-            done.written.append(run)
-            done.bytes += written.stat().st_size
+    placed = run_names(reported, tuning)
+    move_runs(matrix_dir, {earlier_run_path(cell.task, run): run.path for cell, run in placed})
+    folders: dict[str, list[tuple[RecordedCell, TensorBoardRun]]] = {}
+    for cell, run in placed:
+        folders.setdefault(run.logdir, []).append((cell, run))
+    done.logdirs = list(folders)  # the reported cells' folders first, in the matrix's order
+    for logdir in done.logdirs:
+        members = folders[logdir]
+        summaries = view_summaries(views_of([cell for cell, _ in members]))
+        for cell, run in members:
+            live = live_run(matrix_dir, cell.task, run)
+            written = None if live else write_run(matrix_dir / run.path, cell, run.name, summaries)
+            if written is None:
+                done.live.append(live or run.path)
+            else:
+                done.written.append(run.path)
+                done.bytes += written.stat().st_size
     return done
 
 
@@ -197,23 +222,13 @@ def matrix_cells(matrix_dir: Path) -> tuple[list[RecordedCell], list[RecordedCel
     return reported, tuning, without + without_tuning
 
 
-def run_names(reported: list[RecordedCell], tuning: list[RecordedCell]) -> list[tuple[RecordedCell, str]]:
-    """Each cell with its run, tuning cells first, as the runner names them: the reported cells' by
-    ``blockbench.layout.tensorboard_run_names``, a tuning cell's ``tune/<its variant's run>/<candidate>/seed<k>``
-    (its variant's folder where no reported cell of the variant has a record)."""
-    names = tensorboard_run_names(reported)
-    variant_runs = {
-        (cell.task, cell.variant): name.rsplit("/", 1)[0] for cell, name in zip(reported, names, strict=True)
-    }
-    tuning_names = [
-        tuning_run_name(
-            variant_runs.get((cell.task, cell.variant), f"{cell.task}/{folder_name(cell.variant)}"),
-            cell.cell.tuned,
-            cell.seed,
-        )
-        for cell in tuning
-    ]
-    return list(zip([*tuning, *reported], [*tuning_names, *names], strict=True))
+def run_names(reported: list[RecordedCell], tuning: list[RecordedCell]) -> list[tuple[RecordedCell, TensorBoardRun]]:
+    """Each cell with its run, reported cells first, as the runner places and names them
+    (``blockbench.layout.tensorboard_runs``): ``tb/<task>`` + ``<short variant>/seed<k>``, a tuning
+    cell's ``tb_tune/<task>`` + ``<short variant>/<candidate>/seed<k>`` (its variant's folder name
+    where no reported cell of the variant has a record)."""
+    reported_runs, tuning_runs = tensorboard_runs(reported, tuning)
+    return list(zip([*reported, *tuning], [*reported_runs, *tuning_runs], strict=True))
 
 
 def read_cells(files: Iterable[Path]) -> tuple[list[RecordedCell], int]:
@@ -233,22 +248,38 @@ def read_cells(files: Iterable[Path]) -> tuple[list[RecordedCell], int]:
     return sorted(cells, key=lambda cell: cell.cell.index), without
 
 
-def views_of(reported: list[RecordedCell], tuning: list[RecordedCell]) -> dict[str, Any]:
-    """The matrix's views as the runner builds them (``blockbench.tbviews.matrix_views``): every
-    cell's HParams row, each task's metrics and throughput unit in the matrix's order, the tasks whose
-    records hold the logit lens and the loss curve."""
+def views_of(cells: list[RecordedCell]) -> dict[str, Any]:
+    """The views of the log folder of ``cells`` as the runner builds them
+    (``blockbench.tbviews.matrix_views``, see ``blockbench.matrix.tensorboard``): every cell's HParams
+    row, each task's metrics and throughput unit in the matrix's order, the tasks whose records hold
+    the logit lens and the loss curve."""
     tasks = {
         cell.task: (TASK_CONFIGS[cell.cell.task_name].metrics, TASK_CONFIGS[cell.cell.task_name].throughput_unit)
-        for cell in reported
+        for cell in cells
     }
     lens_tasks = [
         cell.task
-        for cell in reported
+        for cell in cells
         if any(name.startswith("lens/") for point in cell.record.history for name in point.metrics)
     ]
-    curve_tasks = [cell.task for cell in reported if cell.record.curve and cell.record.curve.points]
-    hparams = [cell.hparams for cell in [*tuning, *reported]]
-    return matrix_views(hparams, tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks)
+    curve_tasks = [cell.task for cell in cells if cell.record.curve and cell.record.curve.points]
+    return matrix_views([cell.hparams for cell in cells], tasks, lens_tasks=lens_tasks, curve_tasks=curve_tasks)
+
+
+def live_run(matrix_dir: Path, task: str, run: TensorBoardRun) -> str | None:
+    """The path of a live run of ``run``'s cell in another log folder of its task (``tb/lm`` for
+    ``tb/lm_1of2``, or the reverse), None if there is none. The runner splits a task's folder by
+    every cell its matrix file may train (every seed of ``seeds:``), the rebuild by the cells with a
+    record: where they differ, the live run stays where it is and no rebuilt copy is written."""
+    root = run.logdir.split("/", 1)[0]
+    folders = [matrix_dir / root / task, *(matrix_dir / root).glob(f"{glob.escape(task)}_*of*")]
+    for folder in folders:
+        path = f"{root}/{folder.name}/{run.name}"
+        if path == run.path or not (matrix_dir / path).is_dir():
+            continue
+        if any(REBUILT_MARK not in event.name for event in (matrix_dir / path).glob("*tfevents*")):
+            return path
+    return None
 
 
 def write_run(run_dir: Path, cell: RecordedCell, run: str, views: list[Summary]) -> Path | None:

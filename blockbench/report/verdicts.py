@@ -23,12 +23,14 @@ at 1,500 steps``): short runs can reverse what long ones find, and a deeper mode
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from blockbench.tasks import Metric
 
+from ..record import CellLoad
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE, Decision
 from .headroom import NOT_LEARNED_SHARE
 from .results import BUDGET_AXIS, level_text
@@ -48,6 +50,10 @@ MIXED = "mixed"  # a family whose tasks disagree
 ORDER = (*DECIDED, MIXED, UNDECIDED, SATURATED, NOT_LEARNED, NO_RESULT)
 #: the tests of a question where a seed of either side did not learn or diverged
 RANK_TESTS = (SIGNED_RANK, RANK_SUM)
+#: how much more of the machine's cores other processes may have kept busy on one side's timed seeds than on
+#: the other's (each side's median) before its step-time ratio is no finding: a tenth of the cores taken from
+#: a cell that uses them all slows its steps by a ninth (x1.11), as much as a design difference the ratio shows
+LOAD_DIFFERENCE = 0.1
 
 #: what the two forms of a better or worse verdict mean, said once for the summaries' and the index's legends
 FORMS_TEXT = (
@@ -81,7 +87,11 @@ LEGEND = (
     "*descriptive* (95%, no verdict rests on it). Then the shares of seeds that *did not learn* (finished no better "
     "than the trivial baseline; counted as they are) or diverged (counted as a model that learned nothing), the "
     "variant's median step time as a multiple of the baseline's with its 95% bootstrap interval over every "
-    "finished seed (*a tie* where it holds 1; n/a: not recorded), and in a matrix with `tune:` the values the two "
+    "finished seed (*a tie* where it holds 1; n/a: not recorded; *load not recorded* where a side has cells "
+    "without a record of how busy other processes kept the machine as they ran; *timed under different load: "
+    f"not a finding* where other processes took more than {LOAD_DIFFERENCE:.0%} of the machine's cores more on "
+    "one side's seeds than on the other's, the median seed of each: enough to move a step time as much as a "
+    "design does), and in a matrix with `tune:` the values the two "
     "sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value is an end of its grid, "
     "so the side's best may lie beyond it). Whether a verdict transfers across the families uses the same four "
     "words: *equivalent in all 3* is an answer, *undecided* is not a no."
@@ -109,6 +119,15 @@ class Side:
     #: each finished seed's median step time (those that recorded one)
     step_times_ms: tuple[float, ...] = ()
     did_not_learn: int = 0  # finished seeds no better than the trivial baseline
+    #: the load each of ``step_times_ms`` was timed under, in order (None: not recorded)
+    loads: tuple[CellLoad | None, ...] = ()
+
+    @property
+    def timed_loads(self) -> list[CellLoad] | None:
+        """The load of every timed seed; None where a seed has none (recorded before the runner measured
+        load, or on a machine without /proc), since then the side's load is unknown."""
+        loads = [load for load in self.loads if load is not None]
+        return loads if len(loads) == len(self.step_times_ms) else None
 
     def issues_text(self) -> str:
         """``1/3 did not learn, 1/3 diverged``, or empty when every seed learned."""
@@ -195,15 +214,21 @@ class Comparison:
     def step_time_text(self) -> str:
         """``step time ×2.10 [1.95, 2.31] over 3 vs 3 finished seeds``, ``..., a tie`` (the interval holds
         1), ``step time ×1.02 over 1 vs 1 finished seeds`` (no interval), or ``step time n/a``: a property
-        of the design, so over every finished seed that recorded one, not only the decision's look."""
+        of the design, so over every finished seed that recorded one, not only the decision's look. Then
+        what the two sides' load says of it (:func:`load_mark`): ``, load not recorded``, or ``, timed
+        under different load (other processes: 0.9 vs 0.1 of 2 cores): not a finding``, which also
+        drops ``a tie``: a ratio timed so says nothing of the designs either way."""
         ratio = self.step_time_ratio
         if ratio is None:
             return "step time n/a"
         over = f" over {len(self.variant_side.step_times_ms)} vs {len(self.baseline_side.step_times_ms)} finished seeds"
-        if ratio.interval is None:
-            return f"step time ×{ratio.value:.2f}{over}"
-        low, high = ratio.interval
-        return f"step time ×{ratio.value:.2f} [{low:.2f}, {high:.2f}]{over}" + (", a tie" if ratio.tie else "")
+        text = f"step time ×{ratio.value:.2f}"
+        if ratio.interval is not None:
+            text += f" [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}]"
+        mark = load_mark(self.variant_side, self.baseline_side)
+        if mark.startswith(DIFFERENT_LOAD):
+            return f"{text}{over}, {mark}"
+        return f"{text}{over}" + (", a tie" if ratio.tie else "") + (f", {mark}" if mark else "")
 
     @property
     def level_text(self) -> str:
@@ -271,6 +296,31 @@ class Comparison:
         if self.verdict in NO_VERDICT:
             return f"*{self.verdict}*"
         return f"**{self.verdict}**" + (f" ({self.form})" if self.form else "")
+
+
+#: how :func:`load_mark` begins where the two sides were timed under different load
+DIFFERENT_LOAD = "timed under different load"
+LOAD_NOT_RECORDED = "load not recorded"
+
+
+def load_mark(variant: Side, baseline: Side) -> str:
+    """What the load the two sides' seeds were timed under says of their step-time ratio: ``load not
+    recorded`` where a side has a timed seed without a load record; ``timed under different load (other
+    processes: 0.9 vs 0.1 of 2 cores): not a finding`` where the median share of the machine's cores
+    that other processes kept busy differs between the sides by more than :data:`LOAD_DIFFERENCE`
+    (then the ratio measures the machine, not the designs); empty where the load was alike."""
+    loads = [variant.timed_loads, baseline.timed_loads]
+    if loads[0] is None or loads[1] is None:
+        return LOAD_NOT_RECORDED
+    if not loads[0] or not loads[1]:
+        return ""  # no timed seed on a side: there is no ratio to mark
+    shares = [statistics.median(load.other_share for load in side) for side in loads]
+    if abs(shares[0] - shares[1]) <= LOAD_DIFFERENCE:
+        return ""
+    cores = {load.cores for side in loads for load in side}
+    busy = [statistics.median(load.other_cores for load in side) for side in loads]
+    of = f" of {next(iter(cores))} cores" if len(cores) == 1 else " cores"
+    return f"{DIFFERENT_LOAD} (other processes: {busy[0]:.1f} vs {busy[1]:.1f}{of}): not a finding"
 
 
 def level_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str], str]:

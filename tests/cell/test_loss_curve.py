@@ -149,7 +149,7 @@ def test_the_curve_chart_comes_first_for_the_tasks_that_log_it():
         [{"task": "lm"}, {"task": "vit"}], {"lm": (metrics, "tokens"), "vit": (metrics, "images")}, curve_tasks=["lm"]
     )
     assert [title for title, _ in views["layout"]["lm"]] == [CURVE_TAG, "val/loss", "train/loss"]
-    assert views["layout"]["lm"][0][1] == "^1_val/lm/curve_loss$"
+    assert views["layout"]["lm"][0][1] == "^0_main/lm/curve_loss$"  # in the group that opens Time Series
     assert [title for title, _ in views["layout"]["vit"]] == ["val/loss", "train/loss"]
 
 

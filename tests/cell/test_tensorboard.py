@@ -8,7 +8,6 @@ import contextlib
 import functools
 import json
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from blockbench.matrix.run import run_matrix
 from blockbench.record import FINAL_FIGURES
 from blockbench.report.tensorboard import rebuild_matrix
 from blockbench.tasks.base import Metric
-from blockbench.tbnames import run_tag
+from blockbench.tbnames import compare_tag_names, run_tag, time_series_order
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 #: how many metric columns the HParams dashboard ticks by default (tensorboard 2.21's frontend,
@@ -171,30 +170,31 @@ def test_each_run_is_one_event_file_and_nothing_else(tiny_matrix: Path) -> None:
 
 
 def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
-    dashboards = Dashboards(tiny_matrix / "tb")
+    dashboards = Dashboards(tiny_matrix / "tb")  # every task's log folder at once
     task_of = {run: run.split("/")[0] for run in TINY_RUNS}
     # Time Series: a chart per tag with every run that has it; the z_final/* scalars are HParams columns
     runs_by_tag: dict[str, set[str]] = {}
     for run, tags in dashboards.multiplexer.Runs().items():
         for tag in tags["tensors"]:  # the scalars, as the data provider reads them
             runs_by_tag.setdefault(tag, set()).add(run)
-    curve_groups = ("1_val/", "2_train/", "3_lr/", "4_perf/")
+    curve_groups = ("0_main/", "1_val/", "2_train/", "3_lr/", "4_perf/")
     curves = {tag: runs for tag, runs in runs_by_tag.items() if tag.startswith(curve_groups)}
     assert {
         "2_train/lm/loss",
         "1_val/lm/loss",
-        "1_val/lm/perplexity",
+        "0_main/lm/perplexity",
         "1_val/vit/loss",
-        "1_val/vit/accuracy",
+        "0_main/vit/accuracy",
         "3_lr/vit/decay",
     } <= set(curves)
     for tag, runs in curves.items():
         assert len({task_of[run] for run in runs}) == 1, (tag, runs)
 
-    # Custom Scalars: a category per task, each chart drawing that task's runs, every variant of it
-    categories = dashboards.layout()["category"]
-    assert [category["title"] for category in categories] == ["lm", "vit"]
-    for category in categories:
+    # Custom Scalars of a task's log folder: the task's category, each chart drawing every run of it
+    for task in ("lm", "vit"):
+        dashboards = Dashboards(tiny_matrix / "tb" / task)
+        [category] = dashboards.layout()["category"]
+        assert category["title"] == task
         titles = [chart["title"] for chart in category["chart"]]
         assert (
             titles
@@ -208,79 +208,46 @@ def test_every_chart_holds_the_runs_of_one_task(tiny_matrix: Path) -> None:
         )
         for chart in category["chart"]:
             [regex] = chart["multiline"]["tag"]
-            assert dashboards.chart_runs(regex) == {run for run in TINY_RUNS if task_of[run] == category["title"]}, (
-                regex
-            )
+            assert dashboards.chart_runs(regex) == {"pre/seed0", "post/seed0"}, regex
 
 
 def test_hparams_default_view_is_filled_for_every_cell(tiny_matrix: Path) -> None:
-    dashboards = Dashboards(tiny_matrix / "tb")
-    experiment = dashboards.experiment()
-    hparams = {info["name"]: info for info in experiment["hparamInfos"]}
-    assert hparams["seed"]["type"] == "DATA_TYPE_STRING" and hparams["seed"]["domainDiscrete"] == ["0"]
-    # the varied keys first (the dashboard shows the first 5), the one seed and the status after them
-    assert [info["name"] for info in experiment["hparamInfos"]] == ["model.norm_placement", "task", "seed", "status"]
-    columns = [info["name"]["tag"] for info in experiment["metricInfos"]]
-    assert columns[:2] == [PRIMARY_METRIC_TAG, "z_final/val/loss"]
-    assert {"z_final/val/perplexity", "z_final/val/agreement_acc", "z_final/val/accuracy"} <= set(columns)
+    """Each task's log folder has its own HParams table: its cells, its metrics (the primary first)."""
+    for task in ("lm", "vit"):
+        dashboards = Dashboards(tiny_matrix / "tb" / task)
+        experiment = dashboards.experiment()
+        hparams = {info["name"]: info for info in experiment["hparamInfos"]}
+        assert hparams["seed"]["type"] == "DATA_TYPE_STRING" and hparams["seed"]["domainDiscrete"] == ["0"]
+        assert hparams["task"]["domainDiscrete"] == [task]
+        # the varied key first (the dashboard shows the first 5), the one task, seed and the status after it
+        assert experiment["hparamInfos"][0]["name"] == "model.norm_placement"
+        columns = [info["name"]["tag"] for info in experiment["metricInfos"]]
+        primary = {"lm": "z_final/val/perplexity", "vit": "z_final/val/accuracy"}[task]
+        assert columns[0] == primary and PRIMARY_METRIC_TAG not in columns  # one task: its own metric names the column
+        assert "z_final/val/loss" in columns[:DEFAULT_METRIC_COLUMNS]
 
-    groups = {group["name"]: group for group in dashboards.session_groups()}
-    assert set(groups) == TINY_RUNS
-    for run, group in groups.items():
-        assert group["hparams"]["seed"] == "0"  # shown as 0, not 0.0000
-        assert group["hparams"]["model.norm_placement"] == run.split("/")[1]
-        values = metric_values(group)
-        assert set(columns[:DEFAULT_METRIC_COLUMNS]) <= set(values), (run, values)  # no blank in the default view
-        result = json.loads(
-            (
-                tiny_matrix
-                / "cells"
-                / run.split("/")[0]
-                / f"norm_placement={run.split('/')[1]}"
-                / "seed0"
-                / "result.json"
-            ).read_text()
-        )
-        assert values[PRIMARY_METRIC_TAG] == pytest.approx(result["metrics"][result["primary_metric"]], rel=1e-6)
-        assert values["z_final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
-    # sorting by the headline metric works across tasks
-    by_primary = dashboards.session_groups(colParams=[{"metric": {"tag": PRIMARY_METRIC_TAG}, "order": "ORDER_ASC"}])
-    assert len(by_primary) == len(TINY_RUNS)
+        groups = {group["name"]: group for group in dashboards.session_groups()}
+        assert set(groups) == {"pre/seed0", "post/seed0"}  # the runs' names in the log folder
+        for run, group in groups.items():
+            assert group["hparams"]["seed"] == "0"  # shown as 0, not 0.0000
+            assert group["hparams"]["model.norm_placement"] == run.split("/")[0]
+            values = metric_values(group)
+            assert set(columns[:DEFAULT_METRIC_COLUMNS]) <= set(values), (run, values)  # no blank in the default view
+            cell = tiny_matrix / "cells" / task / f"norm_placement={run.split('/')[0]}" / "seed0"
+            result = json.loads((cell / "result.json").read_text())
+            assert values[primary] == pytest.approx(result["metrics"][result["primary_metric"]], rel=1e-6)
+            assert values["z_final/val/loss"] == pytest.approx(result["metrics"]["loss"], rel=1e-6)
+        by_primary = dashboards.session_groups(colParams=[{"metric": {"tag": primary}, "order": "ORDER_ASC"}])
+        assert len(by_primary) == 2
 
 
 # --- Time Series: the groups in reading order ------------------------------------------------------
-
-#: a number as TensorBoard's tag order reads it: digits, a fraction, an exponent
-_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
-
-
-def compare_tag_names(a: str, b: str) -> int:
-    """TensorBoard's order of tags (its frontend's ``compareTagNames``; TensorBoard has it in TypeScript
-    only, so it is written out here): numbers compare by value, a ``/`` or a digit comes before any
-    other character, other characters by their code (upper case before lower case)."""
-    i = j = 0
-    while True:
-        if i == len(a) or j == len(b):
-            return (i < len(a)) - (j < len(b))
-        if a[i].isdigit() and b[j].isdigit():
-            x, y = _NUMBER.match(a, i), _NUMBER.match(b, j)
-            if float(x[0]) != float(y[0]):
-                return -1 if float(x[0]) < float(y[0]) else 1
-            i, j = x.end(), y.end()
-            continue
-        a_breaks, b_breaks = a[i] == "/" or a[i].isdigit(), b[j] == "/" or b[j].isdigit()
-        if a_breaks != b_breaks:
-            return -1 if a_breaks else 1
-        if not a_breaks and a[i] != b[j]:
-            return -1 if a[i] < b[j] else 1
-        i, j = i + 1, j + 1
 
 
 def time_series_groups(tags: set[str]) -> list[str]:
     """The groups of the Time Series dashboard, in its order: each tag's part before the first ``/``,
     in the order of the group's first tag (the frontend's ``groupCardIdWithMetdata``)."""
-    ordered = sorted(tags, key=functools.cmp_to_key(compare_tag_names))
-    return list(dict.fromkeys(tag.split("/", 1)[0] for tag in ordered))
+    return list(dict.fromkeys(tag.split("/", 1)[0] for tag in time_series_order(tags)))
 
 
 def test_tags_are_ordered_as_tensorboard_orders_them() -> None:
@@ -301,11 +268,17 @@ def test_tags_are_ordered_as_tensorboard_orders_them() -> None:
     ]
 
 
-def test_time_series_opens_on_the_validation_curves_and_ends_on_the_final_figures(tiny_matrix: Path) -> None:
-    tags: set[str] = set()
-    for run in TINY_RUNS:
-        tags |= set(tensorboard_events(tiny_matrix / "tb" / run).Tags()["scalars"])
-    assert time_series_groups(tags) == ["1_val", "2_train", "3_lr", "4_perf", "z_final"]  # no epoch group
+def test_time_series_opens_on_the_headline_metric_and_the_loss_curve(tiny_matrix: Path) -> None:
+    """A task's log folder opens Time Series on two charts, its headline metric and its loss curve,
+    then the other validation curves, and ends on the final figures."""
+    for task, headline in (("lm", "perplexity"), ("vit", "accuracy")):
+        tags: set[str] = set()
+        for run in ("pre/seed0", "post/seed0"):
+            tags |= set(tensorboard_events(tiny_matrix / "tb" / task / run).Tags()["scalars"])
+        assert time_series_groups(tags) == ["0_main", "1_val", "2_train", "3_lr", "4_perf", "z_final"]  # no epoch
+        first, second, third = time_series_order(tags)[:3]
+        assert {first, second} == {f"0_main/{task}/{headline}", f"0_main/{task}/curve_loss"}
+        assert third.startswith(f"1_val/{task}/")
 
 
 # --- the rebuild from the records reads as the live run ----------------------------------------------
@@ -318,11 +291,8 @@ def test_a_run_rebuilt_from_the_records_reads_as_the_live_one(tiny_matrix: Path,
     copy = tmp_path / "m"
     shutil.copytree(tiny_matrix, copy, ignore=shutil.ignore_patterns("tb"))
     rebuilt = rebuild_matrix(copy)
-    assert sorted(rebuilt.written) == sorted(TINY_RUNS) and not rebuilt.live
-    live_dashboards, rebuilt_dashboards = Dashboards(tiny_matrix / "tb"), Dashboards(copy / "tb")
-    assert rebuilt_dashboards.runs() == TINY_RUNS
-    assert rebuilt_dashboards.experiment() == live_dashboards.experiment()
-    assert rebuilt_dashboards.layout() == live_dashboards.layout()
+    assert sorted(rebuilt.written) == sorted(f"tb/{run}" for run in TINY_RUNS) and not rebuilt.live
+    assert rebuilt.logdirs == ["tb/lm", "tb/vit"]
 
     def rows(dashboards: Dashboards) -> dict[str, tuple[dict[str, Any], dict[str, float], str]]:
         return {
@@ -330,18 +300,23 @@ def test_a_run_rebuilt_from_the_records_reads_as_the_live_one(tiny_matrix: Path,
             for group in dashboards.session_groups()
         }
 
-    live_rows, rebuilt_rows = rows(live_dashboards), rows(rebuilt_dashboards)
-    assert live_rows.keys() == rebuilt_rows.keys() == TINY_RUNS
-    for run, (hparams, values, status) in live_rows.items():
-        assert rebuilt_rows[run][0] == hparams and rebuilt_rows[run][2] == status == "STATUS_SUCCESS"
-        assert rebuilt_rows[run][1] == pytest.approx(values, rel=1e-6)
+    for task in ("lm", "vit"):  # each log folder a reader opens
+        live_dashboards, rebuilt_dashboards = Dashboards(tiny_matrix / "tb" / task), Dashboards(copy / "tb" / task)
+        assert rebuilt_dashboards.runs() == live_dashboards.runs() == {"pre/seed0", "post/seed0"}
+        assert rebuilt_dashboards.experiment() == live_dashboards.experiment()
+        assert rebuilt_dashboards.layout() == live_dashboards.layout()
+        live_rows, rebuilt_rows = rows(live_dashboards), rows(rebuilt_dashboards)
+        assert live_rows.keys() == rebuilt_rows.keys() == {"pre/seed0", "post/seed0"}
+        for run, (hparams, values, status) in live_rows.items():
+            assert rebuilt_rows[run][0] == hparams and rebuilt_rows[run][2] == status == "STATUS_SUCCESS"
+            assert rebuilt_rows[run][1] == pytest.approx(values, rel=1e-6)
     for run in TINY_RUNS:
         live, again = tensorboard_events(tiny_matrix / "tb" / run), tensorboard_events(copy / "tb" / run)
         assert run_views(copy / "tb" / run) == run_views(tiny_matrix / "tb" / run)
         live_tags, rebuilt_tags = set(live.Tags()["scalars"]), set(again.Tags()["scalars"])
         not_recorded = {tag for tag in live_tags if tag.startswith(("2_train/", "3_lr/", "4_perf/"))}
         assert not_recorded and rebuilt_tags == live_tags - not_recorded, (run, live_tags ^ rebuilt_tags)
-        assert {f"1_val/{run.split('/')[0]}/curve_loss", f"1_val/{run.split('/')[0]}/loss"} <= rebuilt_tags
+        assert {f"0_main/{run.split('/')[0]}/curve_loss", f"1_val/{run.split('/')[0]}/loss"} <= rebuilt_tags
         for tag in rebuilt_tags:
             points = [(e.step, e.value) for e in again.Scalars(tag)]
             # the record keeps the loss curve's points to 6 decimals
@@ -352,7 +327,11 @@ def test_a_run_rebuilt_from_the_records_reads_as_the_live_one(tiny_matrix: Path,
 
 
 def run_names(tmp_path: Path, axes: dict[str, list[Any]], base: dict[str, Any] | None = None) -> list[str]:
-    return [cell.tb_run for cell in load_matrix(write_matrix(tmp_path, axes, base or {"model": TINY_MODEL}))[1]]
+    """Each reported cell's run as its path under ``tb/``: its task's log folder, then its name there."""
+    return [
+        cell.tb.path.removeprefix("tb/")
+        for cell in load_matrix(write_matrix(tmp_path, axes, base or {"model": TINY_MODEL}))[1]
+    ]
 
 
 def test_run_names_are_the_values_alone_when_those_name_themselves(tmp_path: Path) -> None:
@@ -497,7 +476,7 @@ def test_tags_are_scoped_by_task_second(tmp_path: Path) -> None:
     logger = run_cell(tmp_path, "lm", "pre", 0, LM_CURVES)
     acc = tensorboard_events(Path(logger.log_dir))
     tags = set(acc.Tags()["scalars"])
-    assert {"1_val/lm/perplexity", "1_val/lm/loss", "z_final/val/loss", PRIMARY_METRIC_TAG} <= tags
+    assert {"0_main/lm/perplexity", "1_val/lm/loss", "z_final/val/loss", PRIMARY_METRIC_TAG} <= tags
     assert not {"val/loss", "val/perplexity", "val/lm/loss"} & tags
 
 
@@ -732,12 +711,12 @@ def test_layout_has_a_category_per_task_with_task_scoped_charts() -> None:
     charts = {c.title: {chart.title: list(chart.multiline.tag) for chart in c.chart} for c in layout.category}
     assert charts == {
         "lm": {
-            "val/perplexity": ["^1_val/lm/perplexity$"],
+            "val/perplexity": ["^0_main/lm/perplexity$"],
             "val/loss": ["^1_val/lm/loss$"],
             "train/loss": ["^2_train/lm/loss$"],
         },
         "mt": {
-            "val/bleu": ["^1_val/mt/bleu$"],
+            "val/bleu": ["^0_main/mt/bleu$"],
             "val/loss": ["^1_val/mt/loss$"],
             "train/loss": ["^2_train/mt/loss$"],
         },

@@ -19,7 +19,8 @@ from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.layout import write_json
 from blockbench.matrix.run import run_matrix
-from blockbench.record import CellRecord
+from blockbench.progress import format_duration
+from blockbench.record import CellRecord, read_load
 from blockbench.report.summary import write_report
 from blockbench.tasks.lm import AgreementDataModule
 from blockbench.walltime import FORKED_NOTE
@@ -229,6 +230,12 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     [cell] = run["cells"]
     assert cell["key"] == "lm/default/seed0"
     assert breakdown["total"] <= cell["seconds"] < breakdown["total"] + 10  # the runner saw the whole process
+    # the runner measured the load the cell ran under, from its start to its last reading before it ended
+    # (from /proc: without it, as on macOS, there is no load.json)
+    load = read_load(cell_dir)
+    if Path("/proc/stat").is_file():
+        assert load is not None and 0 < load.wall_s <= cell["seconds"] and load.cell_cpu_s > 0
+        assert load.machine_cpu_s >= load.cell_cpu_s - 0.05  # the cell's CPU time is part of the machine's
 
     matrix = run["wall_time_breakdown"]
     assert_adds_up(matrix, MATRIX_PARTS)
@@ -239,8 +246,8 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
     summary = (matrix_dir / "summary.md").read_text()
     share = breakdown["train_steps"] / matrix["total"]
     assert (
-        f"(last run: {run['wall_time_s'] / 60:.1f} min, 1 cells trained; training steps {share:.0%} of the wall time)"
-        in summary
+        f"(last run: {format_duration(run['wall_time_s'])}, 1 cells trained; "
+        f"training steps {share:.0%} of the wall time)" in summary
     )
     row = " | ".join(f"{breakdown[part]:,.1f}" for part in (*CELL_PARTS, "total"))
     assert f"| lm | 1 | {row} |" in summary
@@ -331,7 +338,7 @@ def test_the_summary_shows_where_the_time_went_by_hand(tmp_path):
     summary = write_report(tmp_path / "one")
     # the last run's cells trained 30 + 50 + 20 = 100 s of its 160 s; the reused vit seed 1 is not the last run's
     assert (
-        "Command: `blockbench matrix m.yaml` (last run: 2.7 min, 3 cells trained; "
+        "Command: `blockbench matrix m.yaml` (last run: 0:02:40, 3 cells trained; "
         "training steps 62% of the wall time)  \n" in summary
     )
     section = summary[summary.index("## Where the time went") :]
@@ -359,7 +366,7 @@ def test_the_summary_shows_where_the_time_went_by_hand(tmp_path):
         old / "matrix_run.json", {"command": "blockbench matrix m.yaml", "wall_time_s": 120.0, "cells_trained": 1}
     )
     summary = write_report(old)
-    assert "Command: `blockbench matrix m.yaml` (last run: 2.0 min, 1 cells trained)  \n" in summary
+    assert "Command: `blockbench matrix m.yaml` (last run: 0:02:00, 1 cells trained)  \n" in summary
     assert "Where the time went" not in summary
 
 
@@ -386,7 +393,7 @@ def test_the_report_records_its_own_time_before_it_reads_the_run(tmp_path):
         write_json(run_file, run)
 
     summary = write_report(tmp_path / "m", before_header=record)
-    assert "(last run: 10.0 min, 3 cells trained;" in summary and "this report 7.2 s" in summary
+    assert "(last run: 0:10:00, 3 cells trained;" in summary and "this report 7.2 s" in summary
 
 
 def test_rounding_never_makes_other_negative():

@@ -652,7 +652,9 @@ def test_the_book_runs_each_matrix_by_its_path_in_the_checkout_and_logs_its_esti
 
     def fake(args, **kwargs):
         calls.append(list(args))
-        return subprocess.CompletedProcess(args, 0, stdout="3 to train, about 1:00\n", stderr="")
+        return subprocess.CompletedProcess(
+            args, 0, stdout="about 0:01:00 on this machine to train 3 cells\n", stderr=""
+        )
 
     monkeypatch.setattr(module, "book_order", lambda: [REPO / "configs" / "matrix" / "smoke.yaml"])
     monkeypatch.setattr(module.subprocess, "run", fake)

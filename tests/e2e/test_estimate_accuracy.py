@@ -18,13 +18,17 @@ def script():
     return importlib.import_module("estimate_accuracy")
 
 
-DRY_RUN = """matrix smoke: 12 cells -> /tmp/x/smoke (dry run: every cell validated, nothing trained)
+DRY_RUN = (
+    """matrix smoke: 12 cells -> /tmp/x/smoke (dry run: every cell validated, nothing trained)
 [1/12] lm/norm_placement=pre/seed0            to run            ~0:07
-12 to train: about 1:16 on this machine with --jobs 2 (cells 0:50, 2 at a time + before them 0:19 + report 0:07)
+matrix smoke: 12 cells -> /tmp/x/smoke; about 0:01:16 on this machine with --jobs 2 to train 12 cells
 """
+    + """(cells 0:00:50, 2 at a time + before them 0:00:19 + report 0:00:07)
+"""
+)
 TUNED = (
-    "36 to train (18 tuning, 18 after tuning); up to 54 more if needed (later tuning rungs, seeds for undecided "
-    "verdicts), up to +1:10:05: about 1:02:03 on this machine with --jobs 2 (cells 1:00:00)"
+    "about 1:02:03 on this machine with --jobs 2 to train 36 cells (18 tuning, 18 after tuning) (cells 1:00:00); "
+    "if needed up to 1:10:05 more, for up to 54 more cells (later tuning rungs, seeds for undecided verdicts)"
 )
 
 
@@ -33,17 +37,18 @@ def test_the_dry_runs_estimate_and_what_later_rounds_may_add_are_read():
     assert estimate.parse_estimate(DRY_RUN) == (76.0, None)
     assert estimate.parse_estimate(TUNED) == (3723.0, 4205.0)
     with pytest.raises(ValueError, match="no estimate"):
-        estimate.parse_estimate("12 to train; no time estimate (nothing measured or timed here yet)")
+        estimate.parse_estimate("12 cells to train; no time estimate (nothing measured or timed here yet)")
 
 
 def test_the_eta_at_a_share_of_the_cells_is_read_against_the_time_that_was_left():
     estimate = script()
     lines = [
-        (20.0, "matrix smoke: 4 cells -> /tmp/x, 2 at a time; 4 to train: about 1:00 on this machine"),
+        (20.0, "matrix smoke: 4 cells -> /tmp/x, 2 at a time; about 0:01:00 on this machine to train 4 cells"),
         (30.0, "[1/4] lm/a/seed0: ok, perplexity 12.14 in 0:10  |  1/4 trained, 0:10 elapsed, ETA 0:40"),
         (
             41.0,
-            "[2/4] lm/a/seed1: ok, perplexity 11.85: DID NOT LEARN (x) in 0:11  |  2/4 trained, 0:21 elapsed, ETA 0:25",
+            "[2/4] lm/a/seed1: ok, perplexity 11.85, no better than the trivial baseline's 12: it did not learn "
+            "(a result, not an error) in 0:11  |  2/4 trained, 0:21 elapsed, ETA 0:25",
         ),
         (50.0, "[3/4] lm/b/seed0: ok, perplexity 9 in 0:10  |  3/4 trained, 0:30 elapsed, ETA 0:12"),
         (60.0, "[4/4] lm/b/seed1: ok, perplexity 9 in 0:10  |  4/4 trained, 0:40 elapsed"),

@@ -79,4 +79,7 @@ def test_a_fresh_non_editable_install_trains_the_smoke_matrix(wheel, tmp_path):
         timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "12 to train" in done.stdout and len(list((tmp_path / "runs/smoke/cells").glob("*/*/*/result.json"))) == 12
+    assert (
+        "to train 12 cells" in done.stdout
+        and len(list((tmp_path / "runs/smoke/cells").glob("*/*/*/result.json"))) == 12
+    )

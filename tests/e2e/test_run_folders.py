@@ -88,5 +88,5 @@ def test_user_runs_go_to_an_ignored_folder_not_the_book(tmp_path, monkeypatch, c
     # reused from the committed book
     monkeypatch.chdir(tmp_path)
     assert main(["matrix", str(REPO / "configs" / "matrix" / "smoke.yaml"), "--dry-run", "--jobs", "1"]) == 0
-    assert "12 to train" in capsys.readouterr().out
+    assert "to train 12 cells" in capsys.readouterr().out
     assert not (tmp_path / RUNS_DIR).exists()  # a dry run writes nothing

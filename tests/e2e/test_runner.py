@@ -102,7 +102,7 @@ def test_tiny_matrix_end_to_end(tmp_path):
         run_dir = matrix_dir / "tb" / "lm" / variant.split("=")[1] / "seed0"
         events = tensorboard_events(run_dir)
         tags = set(events.Tags()["scalars"])
-        assert {"2_train/lm/loss", "1_val/lm/perplexity", "1_val/lm/agreement_acc", "3_lr/lm/decay"} <= tags, tags
+        assert {"2_train/lm/loss", "0_main/lm/perplexity", "1_val/lm/agreement_acc", "3_lr/lm/decay"} <= tags, tags
         assert [e.step for e in events.Scalars("1_val/lm/loss")] == [2, 4]
         assert len(events.Scalars("2_train/lm/loss")) == 4
         result = json.loads((matrix_dir / "cells" / "lm" / variant / "seed0" / "result.json").read_text())
@@ -118,8 +118,9 @@ def test_tiny_matrix_end_to_end(tmp_path):
         assert session.hparams["status"].string_value == "ok"
     # one MFU denominator: the runner resolved the peak before the cells, which read it from the cache
     assert peaks[0] == peaks[1] and peaks[0][2] is False and "MFU peak for 32-true" in process.stdout
-    assert (matrix_dir / "tb" / "views.json").is_file()  # the HParams columns and charts, carried by every run
-    assert (matrix_dir / "plots" / "lm.png").is_file() and "](plots/lm.png)" in (matrix_dir / "summary.md").read_text()
+    assert (matrix_dir / "tb" / "lm" / "views.json").is_file()  # the log folder's HParams columns and charts
+    assert (matrix_dir / "plots" / "curves.png").is_file()
+    assert "](plots/curves.png)" in (matrix_dir / "summary.md").read_text()
 
     with open(matrix_dir / "summary.csv") as f:
         rows = list(csv.DictReader(f))

@@ -109,25 +109,31 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     # variant (2.5 and 3.5 -> 3.0 s); post, none of whose cells finished, its timing: 22 s a cell
     assert rows == {
         "lm/norm_placement=pre/seed0": ("done", None),
-        "lm/norm_placement=pre/seed1": ("stale", "~0:12"),
-        "lm/norm_placement=pre/seed2": ("resumable", "~0:06"),
-        "lm/norm_placement=post/seed0": ("failed before", "~0:22"),
-        "lm/norm_placement=post/seed1": ("to run", "~0:22"),
-        "lm/norm_placement=post/seed2": ("to run", "~0:22"),
+        "lm/norm_placement=pre/seed1": ("stale", "~0:00:12"),
+        "lm/norm_placement=pre/seed2": ("resumable", "~0:00:06"),
+        "lm/norm_placement=post/seed0": ("failed before", "~0:00:22"),
+        "lm/norm_placement=post/seed1": ("to run", "~0:00:22"),
+        "lm/norm_placement=post/seed2": ("to run", "~0:00:22"),
     }, out
     assert "resumes from step 2" in out and "code changed since its result" in out and "RuntimeError: boom" in out
     assert "timing a cell of each of 1 variant(s)" in out and timed == [("lm", "norm_placement=post")]
     # 12 + 6 + 3 x 22 = 84 s of cells one at a time, the 3 s start-up (and planning) before them, the
     # report's 7 s after them
     total = format_duration(3 + 84 + REPORT_SECONDS)
-    assert f"5 to train (1 resume), 1 reused: about {total} on this machine (cells 1:24 + before them 0:03 + " in out
-    assert f"report and exit 0:{REPORT_SECONDS:02.0f}" in out and "cells timed here in parts" in out
+    assert (
+        f"about {total} on this machine to train 5 cells (1 resume), 1 reused (cells 0:01:24 + before them 0:00:03 + "
+        in out
+    )
+    assert f"report and exit 0:00:{REPORT_SECONDS:02.0f}" in out and "cells timed here in parts" in out
 
     # with two jobs the same cells share two slots, in order as each frees: 12 | 6, then 22 after the 6
     # (28), 22 after the 12 (34), 22 after the 28 (50); 3 s before, 7 after
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
     total = format_duration(3 + 50 + REPORT_SECONDS)
-    assert f"about {total} on this machine with --jobs 2 (cells 0:50, 2 at a time" in capsys.readouterr().out
+    assert (
+        f"about {total} on this machine with --jobs 2 to train 5 cells (1 resume), 1 reused (cells 0:00:50, 2 at a time"
+        in (capsys.readouterr().out)
+    )
 
 
 def test_dry_run_of_a_new_matrix_times_a_cell_of_each_variant(tmp_path, capsys):
@@ -138,9 +144,10 @@ def test_dry_run_of_a_new_matrix_times_a_cell_of_each_variant(tmp_path, capsys):
     assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run", "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "timing a cell of each of 2 variant(s)" in out and "not timed" not in out, out
-    assert len(re.findall(r"^\[\d/2\] lm/norm_placement=\w+/seed0\s+to run\s+~0:0\d", out, re.M)) == 2, out
+    assert len(re.findall(r"^\[\d/2\] lm/norm_placement=\w+/seed0\s+to run\s+~0:00:0\d", out, re.M)) == 2, out
     assert re.search(
-        r"^2 to train: about \d+:\d\d on this machine with --jobs 2 \(cells 0:\d\d, 2 at a time \+ before them",
+        r"about \d+:\d\d:\d\d on this machine with --jobs 2 to train 2 cells "
+        r"\(cells 0:00:\d\d, 2 at a time \+ before them",
         out,
         re.M,
     ), out
@@ -201,7 +208,7 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     seconds, source = progress.estimator.estimate(plans[2])  # task b, not run yet
     assert source == "other tasks" and seconds == pytest.approx(8.0, rel=1e-3)
     assert progress.eta() == pytest.approx(3 * 8.0 + 5.0, rel=0.01)  # three cells of 4 steps left, then the report
-    assert "1/4 trained" in progress.describe() and ", ETA 0:29" in progress.describe()
+    assert "1/4 trained" in progress.describe() and ", ETA 0:00:29" in progress.describe()
 
 
 def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_printed_pace(tmp_path):
@@ -376,9 +383,12 @@ def test_the_estimate_counts_the_run_before_and_after_its_cells_and_what_later_r
     # tuning 15 | 15, then 15 (30 s); its second rung, 2 of the 3 listed, side by side (15 s); the reported
     # cell (15 s): 60 s of cells, 12 before, 8 after: 80 s; later seeds, two side by side: up to +15 s
     assert text.startswith(
-        "4 to train (3 tuning, 1 after tuning); up to 5 more if needed (later tuning rungs, seeds for undecided "
-        "verdicts), up to +0:15: about 1:20 on this machine with --jobs 2 (cells 1:00, 2 at a time, with 2 of "
-        "later tuning rungs + before them 0:12 + report and exit 0:08; from cells timed here in parts"
+        "about 0:01:20 on this machine with --jobs 2 to train 4 cells (3 tuning, 1 after tuning) (cells 0:01:00, "
+        "2 at a time, with 2 of later tuning rungs + before them 0:00:12 + report and exit 0:00:08; from cells "
+        "timed here in parts"
+    ), text
+    assert text.endswith(
+        "; if needed up to 0:00:15 more, for up to 5 more cells (later tuning rungs, seeds for undecided verdicts)"
     ), text
 
 

@@ -125,7 +125,13 @@ def test_a_terminal_gets_a_bar_counted_in_optimizer_steps_with_loss_and_headline
 
 
 def test_durations_read_like_a_clock():
-    assert [format_duration(s) for s in (0, 59.6, 75, 3600, 3725)] == ["0:00", "1:00", "1:15", "1:00:00", "1:02:05"]
+    assert [format_duration(s) for s in (0, 59.6, 75, 3600, 3725)] == [
+        "0:00:00",
+        "0:01:00",
+        "0:01:15",
+        "1:00:00",
+        "1:02:05",
+    ]
 
 
 def test_plain_lines_read_back_as_seconds_per_step():

@@ -22,7 +22,7 @@ def test_a_config_another_matrix_trained_is_copied_not_trained_again(tmp_path, c
     assert blockbench("--results-dir", str(results), "matrix", str(first), cwd=tmp_path).returncode == 0
     second = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0]}, name="b")
     assert main(["--results-dir", str(results), "matrix", str(second), "--dry-run"]) == 0
-    assert "1 to train, 1 copied from other matrices (same config and code)" in capsys.readouterr().out
+    assert "to train 1 cell, 1 copied from other matrices (same config and code)" in capsys.readouterr().out
     assert main(["--results-dir", str(results), "matrix", str(second)]) == 0
     out = capsys.readouterr().out
     assert out.count(": training") == 1 and "lm/norm_placement=post/seed0: training" in out
@@ -33,7 +33,7 @@ def test_a_config_another_matrix_trained_is_copied_not_trained_again(tmp_path, c
     assert json.loads((copy / "cell.json").read_text())["matrix_file"]["path"] == str(second)  # b's own cell.json
     # the copy is now b's own result: a rerun reuses it in place
     assert main(["--results-dir", str(results), "matrix", str(second), "--dry-run"]) == 0
-    assert "0 to train, 2 reused" in capsys.readouterr().out
+    assert "nothing to train: 2 reused" in capsys.readouterr().out
 
 
 def test_a_replica_axis_gives_copies_of_one_model_disjoint_seeds(tmp_path):
@@ -74,11 +74,12 @@ def test_seeds_in_rounds_add_seeds_where_the_verdict_is_undecided_up_to_the_last
     path.write_text(yaml.safe_dump(matrix, sort_keys=False))
     results = tmp_path / "results"
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
-    assert "4 to train; up to 4 more if needed" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "to train 4 cells" in said and "for up to 4 more cells" in said
     run = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "undecided: 4 more seed cell(s) for lm/replica=a, lm/replica=b" in run.stdout
     seeds = sorted(int(p.parent.name[4:]) for p in (results / "m" / "cells").glob(f"lm/*/seed*/{RESULT_FILE}"))
     assert seeds == sorted([0, 1, 2, 3] + [REPLICA_SEED_STRIDE + k for k in range(4)])
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
-    assert "0 to train, 8 reused" in capsys.readouterr().out
+    assert "nothing to train: 8 reused" in capsys.readouterr().out

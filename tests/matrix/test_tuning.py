@@ -273,7 +273,9 @@ def test_dry_run_lists_the_tuning_cells_and_the_reported_ones_after_tuning(tmp_p
         "tune/lm/norm_placement=pre/lr=0.0003/seed1001",
         "tune/lm/norm_placement=pre/lr=0.003/seed1001",
     ], out
-    assert "4 to train (2 tuning, 2 after tuning); up to 2 more if needed" in out  # the estimate counts both phases
+    assert (
+        "to train 4 cells (2 tuning, 2 after tuning)" in out and "for up to 2 more cells" in out
+    )  # the estimate counts both phases
     assert not (tmp_path / "results").exists()
 
 
@@ -358,7 +360,7 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
     before = _mtimes(matrix_dir)
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "0 to train, 5 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
+    assert "nothing to train: 5 reused" in dry and "tuned lm/norm_placement=pre: lr=0.003" in dry
     assert main(["--results-dir", str(results), "matrix", str(path)]) == 0
     again = capsys.readouterr().out
     assert ": training" not in again and again.count("done earlier, reusing its result") == 5

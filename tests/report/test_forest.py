@@ -1,12 +1,15 @@
 """The verdict picture (``blockbench.report.forest``): what it plots of each question against paired t
 tests and two one-sided tests computed here by hand (scipy's t distribution), from hand-written matrix
 folders; that ``blockbench report`` draws it per matrix and ``--index`` for the book, shows it in the
-markdown, leaves out demonstrations, removes a stale one, and redraws the same bytes. No pixel is
-tested: the plotted data are :func:`forest_rows`'s, a pure function of the comparisons."""
+markdown, leaves out demonstrations, removes a stale one, and redraws the same bytes. The plotted data
+are :func:`forest_rows`'s, a pure function of the comparisons; the figure is read back from its
+artists: each point and band in the metric's own unit, a panel per family, every mark in the legend,
+and text that stays readable when the picture is shown 800 pixels wide."""
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import diverged_result, ok_result
+from matplotlib.collections import PolyCollection
+from matplotlib.text import Text
 from scipy import stats as scipy_stats
 
 from blockbench.cli import main
@@ -23,9 +28,11 @@ from blockbench.report.forest import (
     CLIP,
     VERDICT_PICTURE,
     ForestPoint,
+    ForestRow,
     draw_forest,
+    forest_figure,
     forest_rows,
-    in_margins,
+    panel_ticks,
     short_label,
 )
 from blockbench.report.index import write_index
@@ -112,17 +119,13 @@ def _matrix_rows(matrix_dir: Path):
 
 
 def _hand(task: str, variant: list[float], baseline: list[float]) -> tuple[float, tuple, tuple, str]:
-    """x, the (1 - α) and (1 - 2α) intervals in margins signed so that + is better, and the verdict of the
-    seed-matched question, by hand: the paired t test and TOST at α = 0.05 (one look)."""
+    """x, the (1 - α) and (1 - 2α) intervals in the metric's unit (variant − baseline), and the verdict
+    of the seed-matched question, by hand: the paired t test and TOST at α = 0.05 (one look)."""
     differences = [v - b for v, b in zip(variant, baseline, strict=True)]
     n = len(differences)
     mean, se = statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(n)
     t = scipy_stats.t(n - 1)
     margin, sign = MARGINS[task], (1 if task != "lm" else -1)  # perplexity: lower is better
-
-    def scaled(low: float, high: float) -> tuple[float, float]:
-        return tuple(sorted((sign * low / margin, sign * high / margin)))
-
     p = 2 * t.sf(abs(mean) / se)
     p_equivalence = max(t.sf((mean + margin) / se), t.cdf((mean - margin) / se))
     verdict = (
@@ -133,12 +136,7 @@ def _hand(task: str, variant: list[float], baseline: list[float]) -> tuple[float
         else "undecided"
     )
     half, equivalence_half = t.ppf(0.975) * se, t.ppf(0.95) * se
-    return (
-        sign * mean / margin,
-        scaled(mean - half, mean + half),
-        scaled(mean - equivalence_half, mean + equivalence_half),
-        verdict,
-    )
+    return mean, (mean - half, mean + half), (mean - equivalence_half, mean + equivalence_half), verdict
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +166,7 @@ def _point(rows, variant: str, family: str) -> ForestPoint:
         (POST, "vit", "undecided"),
     ],
 )
-def test_each_point_is_the_hand_computed_difference_and_intervals_in_margins_right_is_better(
-    rows, variant, task, verdict
-):
+def test_each_point_is_the_hand_computed_difference_and_intervals_in_the_metric_unit(rows, variant, task, verdict):
     point = _point(rows, variant, FAMILY[task])
     x, interval, equivalence_interval, hand_verdict = _hand(task, NORMS[task][variant], NORMS[task][PRE])
     assert hand_verdict == verdict == point.verdict
@@ -184,9 +180,8 @@ def test_each_point_is_the_hand_computed_difference_and_intervals_in_margins_rig
         < point.equivalence_interval[1]
         <= point.interval[1]
     )
-    assert point.difference == pytest.approx(
-        statistics.fmean(NORMS[task][variant]) - statistics.fmean(NORMS[task][PRE])
-    )
+    assert point.x == pytest.approx(statistics.fmean(NORMS[task][variant]) - statistics.fmean(NORMS[task][PRE]))
+    assert point.alpha == 0.05  # one look
     assert (point.task, point.metric, point.note, point.clipped, point.rank_test) == (
         task,
         HEADLINE[task],
@@ -196,19 +191,20 @@ def test_each_point_is_the_hand_computed_difference_and_intervals_in_margins_rig
     )
     # what decides the verdict reads off the picture: equivalent where the thick interval lies inside the band,
     # better or worse where the thin one leaves out 0 (an equivalent one may too: a real difference below the margin)
-    inside_band = max(abs(v) for v in point.equivalence_interval) < 1
+    inside_band = max(abs(v) for v in point.equivalence_interval) < MARGINS[task]
     excludes_zero = point.interval[0] > 0 or point.interval[1] < 0
     assert inside_band == (verdict == "equivalent")
     assert excludes_zero or verdict not in ("better", "worse")
     assert not excludes_zero or verdict != "undecided"
-    # right is better: a worse LM (perplexity up) lies left of zero, a better one right
-    assert (point.x > 0) == (verdict == "better") or verdict in ("equivalent", "undecided")
+    # not flipped: a worse LM (perplexity up) lies right of zero, a better one left; a better BLEU right
+    if verdict in ("better", "worse"):
+        assert (point.x > 0) == ((verdict == "better") == point.higher_is_better)
 
 
 def test_a_difference_beyond_the_clip_is_drawn_at_the_edge_with_its_value_in_its_unit(rows):
     point = _point(rows, DEEP, "decoder_lm")
-    assert point.difference == pytest.approx(20.0) and point.x == pytest.approx(-200.0)  # +20 perplexity, margin 0.1
-    assert point.verdict == "worse" and point.clipped == -1 and abs(point.x) > CLIP
+    assert point.x == pytest.approx(20.0)  # +20 perplexity: 200 margins of 0.1, drawn at the right edge
+    assert point.verdict == "worse" and point.clipped == 1 and abs(point.x) > CLIP * point.margin
     assert _point(rows, DEEP, "encoder_decoder").clipped == 0  # -32.67 BLEU is 32.67 margins: inside
 
 
@@ -233,11 +229,6 @@ def test_rows_follow_the_verdict_table_and_points_the_family_order(rows):
     assert list(rows) == [f"norm_placement: {v} vs pre" for v in ("post", "sandwich", "deep", "broken")]
     assert [p.family for p in rows["norm_placement: post vs pre"].points] == ["decoder_lm", "encoder_decoder", "vit"]
     assert {row.group for row in rows.values()} == {""}
-
-
-def test_in_margins_flips_a_metric_where_lower_is_better():
-    assert in_margins(0.3, 0.1, higher_is_better=True) == pytest.approx(3.0)
-    assert in_margins(0.3, 0.1, higher_is_better=False) == pytest.approx(-3.0)
 
 
 def test_labels_name_the_axis_once_where_both_sides_set_one_axis(root):
@@ -308,3 +299,114 @@ def test_the_book_rows_are_grouped_by_matrix_in_the_index_order(root):
     table = index.split("## Where the numbers come from")[0]
     table_rows = [line for line in table.splitlines() if line.startswith(("| norms", "| solved"))]  # no summary.md
     assert len(table_rows) == len(rows)  # a picture row per table row
+
+
+# the figure, read back from its artists -------------------------------------------------------------
+
+#: the book's post-norm question as decided (perplexity, BLEU, accuracy): difference, intervals, margin
+POST_NORM = {
+    "decoder_lm": ("lm", "perplexity", False, "worse", 3.6638, (2.4013, 4.9263), (2.6, 4.7), 0.0737, False),
+    "encoder_decoder": ("translation", "bleu", True, "worse", -60.26, (-89.97, -30.55), None, 1.0, True),
+    "vit": ("vit", "accuracy", True, "undecided", -0.0078, (-0.2866, 0.2709), (-0.24, 0.22), 0.01, False),
+}
+UNITS = {"perplexity": "perplexity", "bleu": "BLEU", "accuracy": "top-1 accuracy"}  # the x axes' words
+PAGE_PIXELS, SMALLEST_PIXELS = 800, 9.0  # the README's width, and the smallest text height allowed there
+
+
+def _post_norm_row(label: str, group: str = "") -> ForestRow:
+    points = tuple(
+        ForestPoint(
+            family=family,
+            task=task,
+            metric=metric,
+            higher_is_better=up,
+            verdict=verdict,
+            x=x,
+            interval=interval,
+            equivalence_interval=equivalence,
+            margin=margin,
+            rank_test=rank,
+            beyond_margin=True if verdict == "worse" else None,
+            alpha=0.05 / 3,
+        )
+        for family, (task, metric, up, verdict, x, interval, equivalence, margin, rank) in POST_NORM.items()
+    )
+    return ForestRow(group, label, points)
+
+
+@pytest.fixture(scope="module")
+def book_figure():
+    """A book-sized picture: 8 matrices of 3 questions each, with the book's longest label."""
+    rows = [
+        _post_norm_row(label, f"matrix_{m}")
+        for m in range(8)
+        for label in (
+            "norm_placement: post vs pre (also prenorm_vs_postnorm)",
+            "ffn: swiglu vs mlp",
+            "n_experts: 4 vs 0",
+        )
+    ]
+    return forest_figure(rows, "The verdicts of the book")
+
+
+def _marks(ax) -> list:
+    return [line for line in ax.get_lines() if line.get_marker() not in ("None", "", None)]
+
+
+def test_each_panel_draws_the_difference_and_its_band_in_the_metric_unit(book_figure):
+    axes = book_figure.axes
+    assert len(axes) == 3  # a panel per family
+    for ax, (_, metric, up, _, x, interval, _, margin, rank) in zip(axes, POST_NORM.values(), strict=True):
+        marks = _marks(ax)
+        assert [float(line.get_xdata()[0]) for line in marks] == pytest.approx([x] * 24)  # +3.66 perplexity, not −49.7
+        assert {line.get_marker() for line in marks} == {"D" if rank else "o"}
+        thin = [line for line in ax.get_lines() if line.get_linewidth() == pytest.approx(1.1)]
+        assert [list(line.get_xdata()) for line in thin] == [pytest.approx(interval)] * 24
+        bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        assert bands and all(
+            {round(v, 9) for v in c.get_paths()[0].vertices[:, 0]} == {-margin, margin} for c in bands
+        )  # ± the margin in the unit: ±0.0737 perplexity, ±1 BLEU, ±0.01 accuracy
+        assert ax.get_xscale() == "symlog" and ax.xaxis.get_transform().linthresh == pytest.approx(margin)
+        assert ax.get_xlabel().startswith(f"Δ {UNITS[metric]} (variant − baseline)\n")
+        assert ("← better" in ax.get_xlabel()) == (not up)  # lower perplexity is better: left
+        assert f"±{float(f'{margin:.2g}'):g}" in ax.get_title()
+        low, high = ax.get_xlim()
+        assert low < min(interval) and max(interval) < high  # nothing clipped here: every value in range
+
+
+def test_ticks_are_decades_of_the_unit_and_the_margin_where_no_decade_fits():
+    assert panel_ticks(-1.6, 8.0, 0.0737) == pytest.approx([-1.0, -0.1, 0.0, 0.1, 1.0])
+    assert panel_ticks(-150.0, 4.0, 1.0) == pytest.approx([-100.0, -10.0, -1.0, 0.0, 1.0])
+    assert panel_ticks(-0.06, 0.06, 0.02) == pytest.approx([-0.02, 0.0, 0.02])
+
+
+def test_every_mark_is_defined_in_the_legend_and_alpha_k_with_its_levels(book_figure):
+    (legend,) = book_figure.legends
+    defined = {h.get_marker() for h in legend.legend_handles if hasattr(h, "get_marker")}
+    drawn = {line.get_marker() for ax in book_figure.axes for line in _marks(ax)}
+    assert drawn <= defined and {"o", "D", ">"} <= defined
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert any(t.startswith("grey band: ± the equivalence margin") for t in texts)
+    assert any(t.startswith("thin: (1 − α_k) interval") for t in texts)
+    assert any(t.startswith("thick: (1 − 2α_k) interval") for t in texts)
+    title = legend.get_title().get_text().replace("\n", " ")
+    assert "α = 0.05 split equally over the question's planned looks" in title
+    assert "α_k = 0.0167: thin lines are 98.3% intervals, thick lines 96.7%" in title
+    everything = " ".join(t.get_text() for t in book_figure.findobj(Text))
+    assert not re.search(r"\bK\b", everything)  # no undefined symbol
+    assert "margins of practical equivalence" not in everything
+
+
+def _smallest_pixels(figure) -> float:
+    """The smallest text's height in pixels when the figure is shown :data:`PAGE_PIXELS` wide."""
+    sizes = [t.get_fontsize() for t in figure.findobj(Text) if t.get_text().strip() and t.get_visible()]
+    return min(sizes) / 72 * PAGE_PIXELS / figure.get_figwidth()
+
+
+def test_the_text_stays_readable_at_the_readme_width(book_figure, rows):
+    assert _smallest_pixels(book_figure) >= SMALLEST_PIXELS
+    assert book_figure.get_figwidth() <= 9.5
+    matrix = forest_figure(list(rows.values()), "norms")
+    assert _smallest_pixels(matrix) >= SMALLEST_PIXELS
+    labels = [t.get_text() for t in book_figure.axes[0].get_yticklabels()]
+    assert "norm_placement: post vs pre\n(also prenorm_vs_postnorm)" in labels  # wrapped, not shrunk

@@ -21,7 +21,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from blockbench import cli
 from blockbench.config import ConfigError
-from blockbench.layout import CELL_FILE, RESULT_FILE, cell_directory, write_json
+from blockbench.layout import CELL_FILE, RESULT_FILE, cell_directory, earlier_run_path, write_json
 from blockbench.record import CellRecord, load_record, write_record
 from blockbench.report.tensorboard import (
     REBUILT_MARK,
@@ -90,17 +90,17 @@ def test_validations_curve_and_final_figures_are_the_records(tmp_path: Path) -> 
     write_cell(matrix_dir, "pre", index=0)
     write_cell(matrix_dir, "post", index=1)
     done = rebuild_matrix(matrix_dir)
-    assert done.written == ["lm/pre/seed0", "lm/post/seed0"] and not done.live and done.bytes > 0
+    assert done.written == ["tb/lm/pre/seed0", "tb/lm/post/seed0"] and not done.live and done.bytes > 0
     run_dir = matrix_dir / "tb" / "lm" / "pre" / "seed0"
     [event_file] = run_dir.iterdir()
     assert event_file.name == f"events.out.tfevents.{int(START)}.{REBUILT_MARK}"
     events = tensorboard_events(run_dir)
     # each validation at its step, value and time_s after the start
-    assert points(events, "1_val/lm/perplexity") == [(10, 9.0, 5.0), (20, 8.0, 9.0)]
+    assert points(events, "0_main/lm/perplexity") == [(10, 9.0, 5.0), (20, 8.0, 9.0)]  # the headline metric
     assert points(events, "1_val/lm/loss") == [(10, 2.25, 5.0), (20, 2.125, 9.0)]
     assert points(events, "1_val/lm/lens/layer0") == [(10, 3.0, 5.0), (20, 2.75, 9.0)]
     # the curve's times interpolated by step between (0, 0 s), (10, 5 s) and (20, 9 s)
-    assert points(events, "1_val/lm/curve_loss") == [
+    assert points(events, "0_main/lm/curve_loss") == [
         (0, 4.0, 0.0),
         (5, 3.0, 2.5),
         (10, 2.5, 5.0),
@@ -129,7 +129,7 @@ def test_validations_curve_and_final_figures_are_the_records(tmp_path: Path) -> 
         "seed": "0",
         "status": "ok",
     }
-    assert session.group_name == "lm/pre/seed0" and session.start_time_secs == START
+    assert session.group_name == "pre/seed0" and session.start_time_secs == START  # the run's name in tb/lm
     content = events.PluginTagToContent(metadata.PLUGIN_NAME)
     end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
     assert end.status == api_pb2.STATUS_SUCCESS and end.end_time_secs == START + 11.0
@@ -156,7 +156,7 @@ def test_a_diverged_cell_shows_its_non_finite_points_and_no_final_metrics(tmp_pa
     rebuild_matrix(matrix)
     run_dir = matrix / "tb" / "lm" / "post" / "seed0"
     events = tensorboard_events(run_dir)
-    [(first, nine, _), (last, value, _)] = points(events, "1_val/lm/perplexity")
+    [(first, nine, _), (last, value, _)] = points(events, "0_main/lm/perplexity")
     assert (first, nine, last) == (10, 9.0, 20) and math.isnan(value)  # as the live run logged it
     finals = [
         tag for tag in events.Tags()["scalars"] if tag.startswith("z_final/val/") or tag.endswith("primary_metric")
@@ -186,7 +186,7 @@ def test_a_rerun_replaces_the_rebuilt_run_and_never_duplicates_it(tmp_path: Path
     rebuild_matrix(matrix_dir)
     [again] = run_dir.iterdir()
     assert again != first and event_count(run_dir) == count
-    assert [e.step for e in tensorboard_events(run_dir).Scalars("1_val/lm/perplexity")] == [10, 20]
+    assert [e.step for e in tensorboard_events(run_dir).Scalars("0_main/lm/perplexity")] == [10, 20]
 
 
 def test_a_live_run_is_left_as_it_is(tmp_path: Path) -> None:
@@ -196,12 +196,12 @@ def test_a_live_run_is_left_as_it_is(tmp_path: Path) -> None:
     write_cell(matrix_dir, "post", index=1)
     live_dir = matrix_dir / "tb" / "lm" / "pre" / "seed0"
     writer = SummaryWriter(str(live_dir))
-    writer.add_scalar("1_val/lm/perplexity", 7.0, 30)
+    writer.add_scalar("0_main/lm/perplexity", 7.0, 30)
     writer.close()
     [live_file] = live_dir.iterdir()
     before = live_file.read_bytes()
     done = rebuild_matrix(matrix_dir)
-    assert done.live == ["lm/pre/seed0"] and done.written == ["lm/post/seed0"]
+    assert done.live == ["tb/lm/pre/seed0"] and done.written == ["tb/lm/post/seed0"]
     assert list(live_dir.iterdir()) == [live_file] and live_file.read_bytes() == before
     assert "1 live runs kept" in done.describe()
 
@@ -213,17 +213,17 @@ def test_a_results_root_rebuilds_every_matrix_and_the_command_says_where(tmp_pat
     (root / "notes").mkdir()  # a folder without cells/ is no matrix
     assert cli.main(["report", str(root), "--tensorboard"]) == 0
     out = capsys.readouterr().out
-    assert f"{root / 'a' / 'tb'}: 1 runs rebuilt" in out and f"{root / 'b' / 'tb'}: 1 runs rebuilt" in out
-    assert f"tensorboard --logdir {root / '<matrix>' / 'tb'}" in out
+    assert f"{root / 'a'}: 1 runs rebuilt" in out and f"{root / 'b'}: 1 runs rebuilt" in out
+    assert f"tensorboard --logdir {root / '<matrix>' / 'tb' / '<task>'}" in out
     assert (root / "a" / "tb" / "lm" / "pre" / "seed0").is_dir() and (
         root / "b" / "tb" / "lm" / "post" / "seed0"
     ).is_dir()
-    assert f"tensorboard --logdir {root / 'a' / 'tb'}" in write_tensorboard(root / "a")
+    assert f"tensorboard --logdir {root / 'a' / 'tb' / 'lm'}" in write_tensorboard(root / "a")
     with pytest.raises(ConfigError, match="neither a matrix results folder"):
         write_tensorboard(root / "notes")
 
 
-def test_tuning_cells_get_their_runs_under_tune(tmp_path: Path) -> None:
+def test_tuning_cells_get_their_runs_in_a_log_folder_of_their_own(tmp_path: Path) -> None:
     matrix_dir = tmp_path / "m"
     tuned = {"phase": "report", "tuned": {"optimizer.lr": 0.001}}
     write_cell(matrix_dir, "pre", **tuned)
@@ -242,15 +242,20 @@ def test_tuning_cells_get_their_runs_under_tune(tmp_path: Path) -> None:
         },
     )
     write_record(tuning_dir / RESULT_FILE, CellRecord.model_validate({**RECORD, "seed": 1000}))
-    assert rebuild_matrix(matrix_dir).written == ["tune/lm/pre/lr=0.003/seed1000", "lm/pre/seed0"]
-    session = hparams_session(matrix_dir / "tb" / "tune" / "lm" / "pre" / "lr=0.003" / "seed1000")
+    done = rebuild_matrix(matrix_dir)
+    assert done.written == ["tb/lm/pre/seed0", "tb_tune/lm/pre/lr=0.003/seed1000"]
+    assert done.logdirs == ["tb/lm", "tb_tune/lm"]  # outside tb/, so tb/lm holds no tuning run
+    session = hparams_session(matrix_dir / "tb_tune" / "lm" / "pre" / "lr=0.003" / "seed1000")
     assert session.hparams["phase"].string_value == "tune" and session.hparams["optimizer.lr"].string_value == "0.003"
+    assert session.group_name == "pre/lr=0.003/seed1000"
 
 
 def test_the_committed_books_runs_are_named_as_its_live_runs_were() -> None:
     """Each committed record's provenance holds the command that trained it, with the run its live
     writer used (``--tb-name``, ``--tb-version``) and the HParams row (``--hparams``): the rebuild
-    names every cell's run and row the same (tuning cells included). A cell copied from another matrix
+    names every cell's run and row the same (tuning cells included), in the log folder each run has
+    moved to since (a folder per task; tuning runs from ``tb/tune/<task>`` to ``tb_tune/<task>``, and
+    no task of the book has more runs than one folder holds). A cell copied from another matrix
     that trained the same config (``blockbench.matrix.plan.copy_cell``: attention_score's dot-product
     cells are the flagship's pre-norm ones) was trained under that matrix's names, which its command
     keeps (``--out``); the rebuild names it by this matrix's, and its source is in the book."""
@@ -265,8 +270,12 @@ def test_the_committed_books_runs_are_named_as_its_live_runs_were() -> None:
                 assert source.config_hash == cell.record.config_hash, cell.result
                 copied += 1
                 continue
-            name, version = re.search(r"--tb-name (\S+) --tb-version (\S+)", command).groups()
-            assert run == f"{name}/{version}", cell.result
+            tb_dir, name, version = re.search(r"--tb-dir (\S+) --tb-name (\S+) --tb-version (\S+)", command).groups()
+            logdir = tb_dir.split(f"/{source_matrix}/", 1)[1]  # tb (every run in one folder), or tb/lm
+            trained_at = f"{logdir}/{name}/{version}"  # relative to the matrix folder
+            tuning = trained_at.startswith("tb/tune/")
+            assert run.path == (f"tb_tune/{trained_at.removeprefix('tb/tune/')}" if tuning else trained_at), cell.result
+            assert earlier_run_path(cell.task, run) in (trained_at, run.path), cell.result  # the rebuild moves it
             hparams = json.loads(re.search(r"--hparams (\{.*?\}) --", command)[1])
             assert cell.hparams == hparams, cell.result
             checked += 1

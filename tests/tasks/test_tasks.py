@@ -16,6 +16,7 @@ from blockbench.config import build_run_config
 from blockbench.models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
 from blockbench.models.moe import MoEFeedForward
 from blockbench.models.registry import POSITIONAL
+from blockbench.tbnames import run_tag
 
 TINY_VIT = {
     "task": "vit",
@@ -222,7 +223,7 @@ def test_lm_validates_at_a_longer_context_when_the_encoding_extrapolates(tmp_pat
     assert sum(shape[0] for shape in spy.row_shapes) == n_rows  # every row of the stream, once
 
     expected = mean_next_token_loss(spy.module.model, stream, eval_len).item()
-    logged = {name: scalars(tmp_path / "tb" / pos / "0", f"1_val/{name}")[-1] for name in ("loss", "perplexity")}
+    logged = {name: scalars(tmp_path / "tb" / pos / "0", run_tag(f"val/{name}"))[-1] for name in ("loss", "perplexity")}
     for metrics in (result["metrics"], result["history"][-1]["metrics"], logged):
         assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
         assert metrics["perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
