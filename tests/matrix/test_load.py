@@ -111,3 +111,14 @@ def test_the_meter_counts_the_cell_process_tree_as_the_cells_own(tmp_path):
     assert load is not None and load.wall_s > 1.0 and load.cores >= 1
     assert 1.3 <= load.cell_cpu_s <= 2.2  # less what the tree spent before the first reading
     assert load.machine_cpu_s >= load.cell_cpu_s - 0.05  # read a few ms apart, at 10 ms ticks
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="the runner measures load from /proc (Linux)")
+def test_a_cell_shorter_than_the_interval_still_has_a_load(tmp_path):
+    """The meter's first readings come sooner than its interval, so a cell of half a second, which ends
+    before the first one-second reading, still gets a window of two readings."""
+    meter = LoadMeter(interval_s=1.0)
+    code = "import time\nwhile time.process_time() < 0.5: pass"
+    assert launch.run_subprocess([sys.executable, "-c", code], dict(os.environ), meter=meter) == 0
+    load = meter.load()
+    assert load is not None and 0.1 <= load.wall_s < 1.0 and load.cell_cpu_s > 0
