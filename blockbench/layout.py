@@ -293,6 +293,18 @@ def move_runs(matrix_dir: Path, moves: Mapping[str, str]) -> None:
                 (matrix_dir / parent).rmdir()
 
 
+def tensorboard_logdirs(matrix_dir: Path) -> list[str]:
+    """The log folders that hold a matrix's runs on disk, relative to ``matrix_dir``: each folder
+    under ``tb/`` and ``tb_tune/`` (``tb/lm``, ``tb_tune/lm``), reported ones first, each root sorted."""
+    return [
+        f"{root}/{folder.name}"
+        for root in (TB_DIR, TB_TUNE_DIR)
+        if (matrix_dir / root).is_dir()
+        for folder in sorted((matrix_dir / root).iterdir())
+        if folder.is_dir()
+    ]
+
+
 def cell_files(matrix_dir: Path) -> list[Path]:
     """The cell.json of every cell folder of ``matrix_dir`` (those :func:`cell_directory` makes), in path order."""
     return sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{CELL_FILE}"))

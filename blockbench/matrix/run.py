@@ -30,9 +30,9 @@ from ..layout import (
     RESULT_FILE,
     RUN_FILE,
     SUMMARY_MD,
-    TB_DIR,
     TRAIN_LOG,
     TUNE_FILE,
+    tensorboard_logdirs,
     write_atomic,
     write_json,
 )
@@ -42,10 +42,11 @@ from ..prereg import PlanBook
 from ..progress import format_duration
 from ..provenance import code_fingerprint
 from ..record import CellRecord, write_record, write_tuning
-from ..report.answer import answer_lines, run_logdirs
+from ..report.answer import answer_lines
 from ..report.index import write_index
 from ..report.results import gives_verdicts
 from ..report.summary import write_summary
+from ..tbviews import browse_hint
 from ..walltime import MATRIX_PARTS, WallClock
 from .devices import DevicePool, devices_per_cell
 from .expand import Cell, Expansion, expand_matrix
@@ -494,8 +495,8 @@ def finish_matrix(
     title = f"{name}: " + (
         "the verdicts" if gives_verdicts(matrix_dir / MATRIX_FILE) else "a demonstration, not verdicts"
     )
-    logdirs = run_logdirs(matrix_dir / TB_DIR)
-    print("\n".join(answer_lines(title, written.comparisons, matrix_dir / SUMMARY_MD, logdirs, index)), flush=True)
+    browse = browse_hint(matrix_dir, tensorboard_logdirs(matrix_dir))
+    print("\n".join(answer_lines(title, written.comparisons, matrix_dir / SUMMARY_MD, browse, index)), flush=True)
     if failed:
         print(f"{len(failed)} cell(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

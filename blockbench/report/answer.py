@@ -29,11 +29,12 @@ def question_line(c: Comparison) -> tuple[str, str, str, str]:
 
 
 def answer_lines(
-    title: str, comparisons: list[Comparison], summary: Path, logdirs: list[Path], index: Path | None = None
+    title: str, comparisons: list[Comparison], summary: Path, browse: str, index: Path | None = None
 ) -> list[str]:
     """The answer: a title line, one aligned line per question (as many as fit in :data:`MAX_LINES`,
-    then how many more the summary has), the summary's path, the ``tensorboard`` command for
-    ``logdirs`` and the index's path where there is one."""
+    then how many more the summary has), the summary's path, ``browse`` (the line that says which
+    ``tensorboard --logdir`` to run, ``blockbench.tbviews.browse_hint``, as the run's start said it)
+    and the index's path where there is one."""
     rows = [question_line(c) for c in comparisons]
     room = MAX_LINES - 1 - FOOTER_LINES - (index is not None)
     shown = rows if len(rows) <= room else rows[: room - 1]
@@ -46,23 +47,7 @@ def answer_lines(
     if not rows:
         lines.append("  no question to answer: the matrix has one variant per task (its numbers are in the summary)")
     lines.append(f"summary (every number, how each verdict was reached): {summary}")
-    lines.append(curves_line(logdirs))
+    lines.append(browse)
     if index is not None:
         lines.append(f"verdicts of every matrix: {index}")
     return lines
-
-
-def curves_line(logdirs: list[Path]) -> str:
-    """``curves: tensorboard --logdir runs/m/tb/lm`` and, for several log folders (one per task, each
-    opened on its own), the names of them all: ``(a log folder per task: lm, translation, vit)``."""
-    if not logdirs:
-        return "curves: none written (no cell has a TensorBoard run)"
-    more = f" (a log folder per task: {', '.join(d.name for d in logdirs)})" if len(logdirs) > 1 else ""
-    return f"curves: tensorboard --logdir {logdirs[0]}{more}"
-
-
-def run_logdirs(tb_dir: Path) -> list[Path]:
-    """The log folders a reader opens under a matrix's ``tb_dir``: each folder there that holds runs
-    (one per task), or ``tb_dir`` itself where it holds event files directly or nothing else."""
-    folders = sorted(p for p in tb_dir.iterdir() if p.is_dir()) if tb_dir.is_dir() else []
-    return folders or ([tb_dir] if tb_dir.is_dir() else [])

@@ -42,7 +42,6 @@ from .plots import CURVES_PICTURE, draw_curves
 from .results import (
     Group,
     MatrixSettings,
-    book_seconds,
     code_versions,
     gives_verdicts,
     lineage_lines,
@@ -240,7 +239,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             f"Command: `{run.command}` (last run: {format_duration(run.wall_time_s)}, {run.cells_trained} cells "
             f"trained{share_text})  "
         )
-    reported_s, tuning_s = book_seconds([matrix_dir])
+    reported_s, tuning_s = (sum(r.wall_time_s or 0.0 for r in records) for records in (results, tuning))
     n_tuning = len(tuning)
     lines.append(
         f"Cost: {format_duration(reported_s + tuning_s)} of cell processes in all, whenever they trained "

@@ -9,9 +9,11 @@ import json
 import yaml
 from test_verdicts import POST, PRE, ROUND_PRE, _lm_cells, _write_matrix
 
-from blockbench.report.answer import MAX_LINES, answer_lines, curves_line, run_logdirs
+from blockbench.layout import tensorboard_logdirs
+from blockbench.report.answer import MAX_LINES, answer_lines
 from blockbench.report.index import write_index
 from blockbench.report.summary import write_summary
+from blockbench.tbviews import browse_hint
 
 #: a post-norm LM a clear step worse than the pre-norm seeds
 POST_LM = [7.60, 7.72, 7.65]
@@ -22,23 +24,31 @@ def test_many_questions_fit_a_screen_and_say_how_many_more(tmp_path):
     found = write_summary(tmp_path / "m").comparisons
     assert len(found) == 1
     many = found * 30
-    lines = answer_lines("m: the verdicts", many, tmp_path / "m" / "summary.md", [], None)
+    lines = answer_lines("m: the verdicts", many, tmp_path / "m" / "summary.md", "TensorBoard: ...", None)
     assert len(lines) <= MAX_LINES
     shown = sum(1 for line in lines if line.startswith("  lm "))
     assert lines[shown + 1] == f"  ... {30 - shown} more in the summary"
-    exact = answer_lines("m: the verdicts", found * (MAX_LINES - 3), tmp_path / "m" / "summary.md", [], None)
+    exact = answer_lines(
+        "m: the verdicts", found * (MAX_LINES - 3), tmp_path / "m" / "summary.md", "TensorBoard: ...", None
+    )
     assert len(exact) == MAX_LINES and not any("more in the summary" in line for line in exact)
 
 
-def test_the_tensorboard_command_names_every_log_folder(tmp_path):
-    tb = tmp_path / "tb"
-    assert run_logdirs(tb) == [] and curves_line([]).startswith("curves: none written")
-    for task in ("vit", "lm", "translation"):
-        (tb / task / f"{POST}" / "seed0").mkdir(parents=True)
-    assert run_logdirs(tb) == [tb / "lm", tb / "translation", tb / "vit"]
-    assert curves_line(run_logdirs(tb)) == (
-        f"curves: tensorboard --logdir {tb / 'lm'} (a log folder per task: lm, translation, vit)"
+def test_the_tensorboard_line_names_every_log_folder_on_disk(tmp_path):
+    """The answer's TensorBoard line is the one the run started with (``browse_hint``), from the log
+    folders on disk: reported ones first, the tuning ones named apart."""
+    assert tensorboard_logdirs(tmp_path) == []
+    assert browse_hint(tmp_path, tensorboard_logdirs(tmp_path)) == f"TensorBoard: no runs in {tmp_path / 'tb'}"
+    for folder in ("tb/vit", "tb/lm", "tb/translation", "tb_tune/lm"):
+        (tmp_path / folder / POST / "seed0").mkdir(parents=True)
+    (tmp_path / "tb" / "views.json").write_text("{}")  # a file, not a log folder
+    assert tensorboard_logdirs(tmp_path) == ["tb/lm", "tb/translation", "tb/vit", "tb_tune/lm"]
+    browse = browse_hint(tmp_path, tensorboard_logdirs(tmp_path))
+    assert browse == (
+        f"TensorBoard: tensorboard --logdir {tmp_path / 'tb/lm'} (a log folder per task, at most 40 runs, "
+        "opened one at a time; the others: tb/translation, tb/vit; tuning runs: tb_tune/lm)"
     )
+    assert answer_lines("m: the verdicts", [], tmp_path / "summary.md", browse)[-1] == browse
 
 
 def test_an_index_of_a_demonstration_alone_does_not_say_nothing_finished(tmp_path):

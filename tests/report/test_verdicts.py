@@ -536,7 +536,7 @@ def test_a_finished_matrix_refreshes_the_index_of_its_results_root(root, capsys)
         assert f" {c.verdict} " in line and c.difference_text in line
     assert said[-3:] == [
         f"summary (every number, how each verdict was reached): {root / 'norms' / 'summary.md'}",
-        "curves: none written (no cell has a TensorBoard run)",
+        f"TensorBoard: no runs in {root / 'norms' / 'tb'}",
         f"verdicts of every matrix: {root / 'README.md'}",
     ]
 
