@@ -351,7 +351,7 @@ examples:
   blockbench train --help                                  one command's options and examples""",
     "train": """\
 examples:
-  blockbench train                                         the defaults: the lm task, 400 steps
+  blockbench train                                         the defaults: the lm task, 300 steps
   blockbench train task=vit model.norm_placement=post trainer.max_steps=50
   blockbench train configs/base.yaml model.pos_encoding=rope --out runs/rope
   blockbench train task=vit --dry-run                      check a config, print it resolved, train nothing

@@ -75,7 +75,7 @@ class TrainerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int = Field(400, gt=0, description="optimizer steps; the same budget for every task")
+    max_steps: int = Field(300, gt=0, description="optimizer steps; the same budget for every task")
     batch_size: int = Field(
         32, gt=0, description="global batch: sequences (or images) per optimizer step, summed over all processes"
     )
@@ -577,7 +577,7 @@ def build_run_config(
     ``origins`` says its override was given (``on the command line``; default: ``by an override``)."""
     config = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
-        set_dotted(config, key, value)
+        set_dotted(config, key, copy.deepcopy(value))  # a section given as a value stays the caller's own
     try:
         return RunConfig.model_validate(config)
     except ValidationError as exc:
