@@ -18,7 +18,7 @@ from conftest import REPO, TINY_LM, blockbench, write_matrix
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices
+from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices, load_yaml
 from blockbench.layout import write_atomic, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import cell_command
@@ -409,3 +409,17 @@ def test_other_floors_cover_the_apis_the_code_uses(package):
     version, probe = OTHER_APIS[package]
     assert pyproject_floors()[package] >= Version(version)
     probe()
+
+
+def test_an_override_section_is_never_changed_by_building_a_config():
+    """A task given as a section (a matrix axis's value) and refined by a dotted override of the same
+    cell: building the config must not write the refinement into the caller's section, which other
+    cells share."""
+    section = {"name": "lm"}
+    run = build_run_config({}, {"task": section, "task.eval_split": "tuning"})
+    assert run.task.eval_split == "tuning" and section == {"name": "lm"}
+
+
+def test_blockbench_train_and_the_base_config_share_one_step_budget():
+    base = load_yaml(REPO / "configs" / "base.yaml")
+    assert TrainerConfig().max_steps == base["trainer"]["max_steps"]
