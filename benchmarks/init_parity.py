@@ -217,7 +217,7 @@ CASES = {
 def optimizer_for(torch, model, lr: float):
     """AdamW as blockbench's tasks build it (weight decay on matrices only, their betas and decay),
     at a constant ``lr``; the same for every implementation."""
-    from blockbench.tasks.base import OptimizerConfig
+    from blockbench.tasks import OptimizerConfig
 
     defaults = OptimizerConfig()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -82,8 +82,6 @@ def _train(args: argparse.Namespace) -> int:
 
         precheck(config_file, sources, COMMAND_LINE)
 
-    from lightning.pytorch.utilities import rank_zero_only
-
     from .config import build_run_config, load_yaml, parse_overrides
     from .matrix.launch import accept_interrupts
 
@@ -107,6 +105,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(run, out, tb_dir, earlier_run(out, run)))
         return 0
+    from lightning.pytorch.utilities import rank_zero_only  # after validation: a config error is told sooner
+
     talk = rank_zero_only.rank == 0 and not args.quiet
     # one process per folder: rank 0 holds its lock (DDP ranks share the folder with it) before it
     # looks at what the folder holds

@@ -11,22 +11,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
 import yaml
-from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
-from lightning.pytorch.accelerators import AcceleratorRegistry
-from lightning.pytorch.strategies import StrategyRegistry
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from blockbench.models import ModelConfig
-from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
-from blockbench.tasks.data.images import IMAGE_SOURCES
-from blockbench.tasks.lm import LMTaskConfig
+from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, LMTaskConfig, OptimizerConfig
+from blockbench.tasks.data.image_sources import IMAGE_SOURCES
 
 from .keys import Origins, Problem, unknown_key
+from .overrides import ConfigError as ConfigError  # re-exported: the error of every config problem
+from .overrides import load_yaml as load_yaml  # re-exported with parse_overrides: how configs are read
+from .overrides import parse_overrides as parse_overrides
 
 # Union of the registered task configs, built at import: the | operator cannot spell a union of a runtime tuple
 TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator="name")]  # noqa: UP007
@@ -36,17 +33,26 @@ TaskSection = Annotated[Union[tuple(TASK_CONFIGS.values())], Field(discriminator
 UNION_TAGS = {("task", name) for name in TASK_CONFIGS} | {("data", source) for source in IMAGE_SOURCES}
 
 
-class ConfigError(ValueError):
-    """A config that cannot run; the message lists every problem with its key."""
-
-
 #: trainer fields whose string values Lightning's Trainer checks against its own lists (see lightning_choices)
 LIGHTNING_FIELDS = ("precision", "accelerator", "strategy")
+#: the values of each of :data:`LIGHTNING_FIELDS` that configs use most, all of them in Lightning's lists
+#: (tests/test_config_validation.py checks that against :func:`lightning_choices`): a config with these is
+#: checked without importing Lightning, which takes seconds; any other value is looked up in its lists
+COMMON_LIGHTNING_VALUES = {
+    "precision": ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "bf16", "16"),
+    "accelerator": ("auto", "cpu", "gpu", "cuda", "mps"),
+    "strategy": ("auto", "ddp", "ddp_spawn", "fsdp", "deepspeed", "single_device"),
+}
 
 
 def lightning_choices(key: str) -> list[str]:
     """The values Lightning's Trainer accepts as strings for ``trainer.<key>``, from Lightning's own
-    lists (precision types, accelerator and strategy registries), plus ``auto``."""
+    lists (precision types, accelerator and strategy registries), plus ``auto``. Imports Lightning:
+    validation asks only for a value outside :data:`COMMON_LIGHTNING_VALUES`."""
+    from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
     if key == "precision":  # lightning.pytorch's accelerator connector checks against these
         names = [*get_args(_PRECISION_INPUT_STR), *get_args(_PRECISION_INPUT_STR_ALIAS)]
     elif key == "accelerator":  # "gpu" is accepted besides the registry (it picks cuda or mps)
@@ -142,11 +148,13 @@ class TrainerConfig(BaseModel):
     @field_validator(*LIGHTNING_FIELDS)
     @classmethod
     def _lightning_accepts(cls, value: str, info: ValidationInfo) -> str:
-        """A value Lightning would reject when the Trainer is built stops the config now, with the choices."""
+        """A value Lightning would reject when the Trainer is built stops the config now, with the choices
+        (a common value passes without Lightning's lists, see :data:`COMMON_LIGHTNING_VALUES`)."""
+        given = value.lower() if info.field_name == "strategy" else value  # Lightning lowercases strategies
+        if given in COMMON_LIGHTNING_VALUES[info.field_name]:
+            return value
         choices = lightning_choices(info.field_name)
-        if (
-            value.lower() if info.field_name == "strategy" else value
-        ) not in choices:  # Lightning lowercases strategies
+        if given not in choices:
             raise ValueError(f"'{value}' is not a Lightning {info.field_name}; choose one of: {', '.join(choices)}")
         return value
 
@@ -286,40 +294,13 @@ class RunConfig(BaseModel):
         """The whole config with the resolved model section: what a cell's config.yaml holds."""
         return {**self.model_dump(mode="json"), "model": self.resolved_model().model_dump(mode="json")}
 
-    def hashed_dict(self) -> dict[str, Any]:
-        """``resolved_dict`` as the hash sees it: each setting of :data:`HASH_AS_BEFORE` at the value
-        that does what configs written before it did is hashed as they were (left out, or ``auto`` as
-        the number it replaced), so their results stay current."""
-        hashed = self.resolved_dict()
-        for (section, key), (value, before) in HASH_AS_BEFORE.items():
-            if key in hashed[section] and hashed[section][key] == value:
-                if before is ABSENT:
-                    del hashed[section][key]
-                else:
-                    hashed[section][key] = before
-        return hashed
-
     def config_hash(self) -> str:
-        """Stable hash of the fully resolved config: a changed config invalidates old results."""
-        canonical = json.dumps(self.hashed_dict(), sort_keys=True)
+        """The config's identity: the first 16 hex digits of the sha256 of :meth:`resolved_dict` as JSON
+        with sorted keys. Every setting counts, including one at its default, so a cell whose record holds
+        another hash was made by another config and is trained again; a setting added to the config
+        classes therefore changes every hash, and the records are rehashed when it keeps what they did."""
+        canonical = json.dumps(self.resolved_dict(), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-#: a key that configs written before it was added did not have
-ABSENT = object()
-#: (section, key) -> (value, as hashed): settings added after results were committed, at the value that
-#: does on a CPU what the configs before them did, and how those configs hashed it: not at all (a new key,
-#: ``ABSENT``) or as the number an ``auto`` replaced. The same config then has the same hash, and its
-#: committed results stay current; any other value hashes as itself. (On a GPU these values resolve to
-#: faster settings, as ``precision: auto`` does: a config's hash never named the machine it runs on.)
-HASH_AS_BEFORE: dict[tuple[str, str], tuple[Any, Any]] = {
-    ("trainer", "checkpoint_every_n_steps"): ("auto", CHECKPOINT_STEPS["cpu"]),
-    ("trainer", "num_workers"): ("auto", ABSENT),
-    ("trainer", "tf32"): (True, ABSENT),
-    ("trainer", "deterministic"): (False, ABSENT),
-    ("task", "num_workers"): (None, 0),  # an image task's workers: null follows trainer.num_workers (0 on a CPU)
-    ("task", "eval_split"): ("validation", ABSENT),  # a reported cell validates where every cell did before
-}
 
 
 #: the tuning seeds when the matrix file names none: far from the usual reported seeds 0, 1, 2, ...;
@@ -543,30 +524,6 @@ def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
             raise ConfigError(f"{key}: '{part}' is a value, not a section")
         node = child
     node[leaf] = value
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """``["model.n_heads=8", "task=vit"]`` -> ``{"model.n_heads": 8, "task": "vit"}`` (values parsed as YAML)."""
-    overrides = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. model.n_heads=8)")
-        overrides[key.strip()] = yaml.safe_load(raw)
-    return overrides
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
-    return data
 
 
 def build_run_config(

@@ -15,12 +15,10 @@ else, a value's type or range, a key another task owns, to the pydantic models, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .keys import Key, Origins, Problem, unknown_run_key, with_sections
+from .overrides import ConfigError, load_yaml, parse_overrides
 
 #: the section whose keys with a list of names are variant registries (checked by name here)
 REGISTRY_SECTION = "model"
@@ -68,23 +66,11 @@ def precheck(config_file: str | None, items: list[str], origin: str) -> None:
     validation, which says what is wrong with it."""
     from .listing import load_listing
 
-    raw: Any = {}
-    if config_file is not None:
-        try:
-            raw = yaml.safe_load(Path(config_file).read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            return
-    if not isinstance(raw, dict):
+    try:  # read as the full validation reads them (blockbench.overrides)
+        raw = load_yaml(config_file) if config_file is not None else {}
+        overrides = parse_overrides(items)
+    except ConfigError:
         return
-    overrides = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            return
-        try:
-            overrides[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return
     origins = Origins.given(raw, config_file or "", overrides, dict.fromkeys(overrides, origin))
     problems = key_problems(with_sections(load_listing().keys), raw, overrides, origins)
     if problems:

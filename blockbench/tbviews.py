@@ -50,7 +50,7 @@ from tensorboard.plugins.hparams import summary_v2 as hp
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard.summary import custom_scalars
 
-from blockbench.tasks.lens import LENS_PREFIX
+from blockbench.tasks.configs.lens import LENS_PREFIX
 
 from .layout import MAX_RUNS_PER_LOGDIR, TB_DIR, TB_TUNE_DIR
 from .tbnames import (
@@ -68,7 +68,7 @@ from .tbnames import (
 )
 
 if TYPE_CHECKING:
-    from blockbench.tasks.base import Metric
+    from blockbench.tasks import Metric
 
 #: the tags of the views in a run: the HParams experiment, the Custom Scalars layout
 VIEW_TAGS = (metadata.EXPERIMENT_TAG, layout_metadata.CONFIG_SUMMARY_TAG)

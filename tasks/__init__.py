@@ -6,40 +6,39 @@ code, its metrics (``Metric``: the first is the headline one; ``Metric.beats`` t
 beat the trivial baseline), the headline metric's margin of practical equivalence (``margin``, a
 ``Margin``) and where it saturates (``saturation``, a ``Saturation`` or None), and what a training
 seed varies (``seed_varies()``).
+
+Importing this package loads the configs (``tasks.configs``), the metrics and the presets: what
+validating a run config needs, without Lightning, torchmetrics or torchvision. The Lightning code is
+imported from the task modules themselves (``tasks.base.TaskModule``, ``tasks.lm.LMTask``, ...), or
+all of it at once from ``tasks.implementations``, which ``TaskConfig.build`` loads on its first call.
 """
 
-from .base import OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
-from .image import ImageTaskConfig
-from .lm import LMTaskConfig
-from .lm_text import TextLMTaskConfig
+from .configs import (
+    TASK_CONFIGS,
+    ImageTaskConfig,
+    LMTaskConfig,
+    OptimizerConfig,
+    TaskConfig,
+    TextLMTaskConfig,
+    TextTranslationTaskConfig,
+    TranslationTaskConfig,
+    VisionTaskConfig,
+)
 from .metrics import Margin, Metric, Saturation
 from .presets import TASK_PRESETS
-from .translation import TranslationTaskConfig
-from .translation_text import TextTranslationTaskConfig
-from .vision import VisionTaskConfig
-
-TASK_CONFIGS: dict[str, type[TaskConfig]] = {
-    cfg.model_fields["name"].default: cfg
-    for cfg in (
-        # embedded: generated from a seed, no download
-        LMTaskConfig,
-        TranslationTaskConfig,
-        VisionTaskConfig,
-        # real data: HF hub datasets or local files
-        TextLMTaskConfig,
-        TextTranslationTaskConfig,
-        ImageTaskConfig,
-    )
-}
 
 __all__ = [
     "TASK_CONFIGS",
     "TASK_PRESETS",
+    "ImageTaskConfig",
+    "LMTaskConfig",
     "Margin",
     "Metric",
     "OptimizerConfig",
     "Saturation",
     "TaskConfig",
-    "TaskDataModule",
-    "TaskModule",
+    "TextLMTaskConfig",
+    "TextTranslationTaskConfig",
+    "TranslationTaskConfig",
+    "VisionTaskConfig",
 ]

@@ -1,27 +1,25 @@
-"""What every task shares: its config base class, the optimizer schedule and the LightningModule base.
+"""What every task's Lightning code shares: the LightningModule and LightningDataModule bases, the
+optimizer schedule, the loaders and the tuning split of real data.
 
-A task is a ``TaskConfig`` subclass (the YAML ``task:`` section, selected by ``task.name``) that
-builds a ``TaskModule`` (LightningModule) and a LightningDataModule. The module owns one model
-from the block library, built from the run's ``model:`` section completed with the fields the
-task derives from its data (vocabulary size, number of classes, ...).
+A task is a ``TaskConfig`` subclass (the YAML ``task:`` section, selected by ``task.name``, in
+``tasks.configs``) whose ``build`` makes a ``TaskModule`` (LightningModule) and a ``TaskDataModule``
+(LightningDataModule). The module owns one model from the block library, built from the run's
+``model:`` section completed with the fields the task derives from its data (vocabulary size, number
+of classes, ...).
 """
 
 from __future__ import annotations
 
 import math
-import random
-import re
 import warnings
-import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, SingleDeviceStrategy
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.optim.optimizer import _default_to_fused_or_foreach
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -37,24 +35,11 @@ from blockbench.models import (
     moe_layers,
 )
 
-from .metrics import Margin, Metric, Saturation
+from .configs.base import OptimizerConfig
+from .rng import capture_rng, restore_rng
 
 # torchdata calls a deprecated torch function on every new loader; nothing for users to act on
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
-
-
-class OptimizerConfig(BaseModel):
-    """AdamW with linear warmup and cosine decay to ``min_lr_ratio * lr`` (nanoGPT/litgpt recipe)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(1e-3, gt=0, description="peak learning rate, reached at the end of the warmup")
-    weight_decay: float = Field(
-        0.01, ge=0, description="AdamW weight decay of the matrices (not of norms, biases, position tables)"
-    )
-    betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW (beta1, beta2)")
-    warmup_steps: int = Field(40, ge=0, description="optimizer steps of linear warmup from 0 to lr")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="learning rate at the end of the cosine decay, over lr")
 
 
 def parameter_devices(params: list[torch.nn.Parameter]) -> set[str]:
@@ -79,84 +64,6 @@ def warmup_cosine(step: int, *, warmup_steps: int, max_steps: int, min_lr_ratio:
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-class TaskConfig(BaseModel, ABC):
-    """Base of every task's config section. Subclasses set ``name`` to a ``Literal``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    family: ClassVar[str]
-    #: unit of the throughput figure: what one training item is ("tokens", "images")
-    throughput_unit: ClassVar[str]
-    #: the metrics the task reports; the first is the headline metric of the summary
-    metrics: ClassVar[tuple[Metric, ...]]
-    #: the margin of practical equivalence of the headline metric (a matrix file's ``margins:`` may override it)
-    margin: ClassVar[Margin]
-    #: how near its best value (or the entropy floor) the headline metric is saturated; None: never
-    saturation: ClassVar[Saturation | None] = None
-    description: ClassVar[str]
-    #: what the trivial baseline next to the metrics is
-    baseline_description: ClassVar[str]
-
-    #: ``model:`` fields known only once the data is prepared (e.g. the vocabulary after compaction);
-    #: ``build`` fills them in (see ``with_data_fields``) and a config must not set them
-    data_decided_fields: ClassVar[tuple[str, ...]] = ()
-
-    #: what a training seed varies besides the data (``seed_varies`` adds what it says of the data)
-    seed_also_varies: ClassVar[str] = "the order of the training data, the initialisation and dropout"
-
-    label: str | None = Field(
-        None, description="row name in summaries and results folders; default: the preset or task name"
-    )
-    eval_split: Literal["validation", "tuning"] = Field(
-        "validation",
-        description="the split validation scores: 'validation' (the reported one) or 'tuning' (never trained on, "
-        "never reported: for choosing settings; a generated task draws it apart, a real-data task holds out "
-        "task.tuning_fraction of its training data for it)",
-    )
-
-    @field_validator("label")
-    @classmethod
-    def _names_a_folder(cls, label: str | None) -> str | None:
-        """The label is a folder name (``cells/<label>/...``, the TensorBoard run): one safe path part."""
-        if label is not None and (not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label) or set(label) == {"."}):
-            raise ValueError(
-                f"{label!r} cannot name a results folder; use letters, digits and _ . - = + only "
-                "(no '/' or spaces, not empty, not '.' or '..')"
-            )
-        return label
-
-    @property
-    def display_name(self) -> str:
-        return self.label or self.name
-
-    def seed_varies(self) -> str:
-        """What the training seed varies in this task's cells, for the summary: a real-data task's data
-        are the dataset itself, the same for every seed."""
-        return f"{self.seed_also_varies}; the data are the dataset's own, the same for every seed"
-
-    @abstractmethod
-    def model_overrides(self) -> dict[str, Any]:
-        """The ``model:`` fields this task decides (family and data-dependent sizes)."""
-
-    def check_model(self, model: ModelConfig) -> None:
-        """Raise ValueError (naming the keys) if this task cannot run with ``model``."""
-
-    @abstractmethod
-    def build(
-        self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0
-    ) -> tuple[TaskModule, TaskDataModule]:
-        """The LightningModule and LightningDataModule of one run; ``seed`` is the run's training seed
-        (a generated task draws its data from it unless ``task.data_seed`` fixes the draw)."""
-
-
-def derived_data_seed(seed: int, task_name: str) -> int:
-    """The data seed of a generated task whose ``data_seed`` is null: a 64-bit number drawn by
-    ``numpy.random.SeedSequence([seed mod 2**64, crc32(task_name)])`` from the run's training seed,
-    so that each training seed sees its own draw of the data and two tasks never share a draw."""
-    entropy = [seed % 2**64, zlib.crc32(task_name.encode())]
-    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
-
-
 #: seed of the permutation that picks a real-data task's tuning items: fixed, so that the held-out
 #: part is the same in every run, like the dataset's own splits (it is part of the data, not of a seed)
 TUNING_HOLDOUT_SEED = 31
@@ -174,69 +81,9 @@ def held_out_for_tuning(n_items: int, fraction: float) -> tuple[np.ndarray, np.n
     return np.sort(order[n_tuning:]), np.sort(order[:n_tuning])
 
 
-class RealDataTaskConfig(TaskConfig):
-    """A task on real data (a hub dataset or local files): the data are the dataset, the same for every
-    seed. A share of its training data, ``tuning_fraction``, is always held out as the tuning split
-    (``eval_split: tuning`` validates on it), so that a tuning cell trains on exactly what a reported
-    cell trains on and no choice of settings looks at the reported validation split."""
-
-    tuning_fraction: float = Field(
-        0.05,
-        gt=0,
-        lt=0.5,
-        description="share of the training data held out as the tuning split, whatever eval_split says (never "
-        "trained on)",
-    )
-
-
-class EmbeddedTaskConfig(TaskConfig):
-    """A task on data that blockbench generates, no download: deterministic from the data seed,
-    which by default the run's training seed decides (``derived_data_seed``), so that the spread over
-    seeds includes the draw of the data; ``data_seed: 1234`` fixes the draw for every seed. Its
-    tuning split (``eval_split: tuning``) is drawn from a stream of its own, as large as the
-    validation set; the training data do not depend on which split is scored."""
-
-    data_seed: int | None = Field(
-        None,
-        description="seed of the generated data (training, validation and tuning draws); null: derived from the "
-        "run's seed, so each training seed draws its own data; an int fixes the draw across seeds",
-    )
-
-    def data_seed_for(self, seed: int) -> int:
-        """The seed the data of a run with training seed ``seed`` are generated from."""
-        return self.data_seed if self.data_seed is not None else derived_data_seed(seed, self.name)
-
-    def seed_varies(self) -> str:
-        """What the training seed varies: the data draw too, unless ``data_seed`` fixes it."""
-        if self.data_seed is None:
-            return f"the data draw, {self.seed_also_varies}"
-        return f"{self.seed_also_varies}; the data draw is fixed (data_seed={self.data_seed})"
-
-
 def with_data_fields(model: ModelConfig, **fields: Any) -> ModelConfig:
     """``model`` completed with fields decided by the prepared data (validated again)."""
     return ModelConfig.model_validate({**model.model_dump(exclude_unset=True), **fields})
-
-
-def capture_rng() -> dict[str, Any]:
-    """This process's random generators (python, numpy, torch, CUDA), as tensors and plain values so
-    that a checkpoint holding them loads with ``torch.load(weights_only=True)``."""
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    numpy_state = [name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian]
-    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Set this process's random generators to a state from :func:`capture_rng`."""
-    random.setstate(state["python"])
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class WorkerRngState:

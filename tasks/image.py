@@ -13,85 +13,31 @@ always predicting the class most frequent in the training labels.
 (``base.held_out_for_tuning``), is always held out as the tuning split: never trained on, not in
 the normalization statistics, and scored instead of the validation images with
 ``task.eval_split: tuning``.
+
+The task's config, ``ImageTaskConfig``, is in ``tasks.configs.vision`` (validation imports it
+without this module's Lightning code); ``build_image_classification`` below is the builder its
+``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
 from blockbench.models import ModelConfig
 
-from .base import (
-    OptimizerConfig,
-    RealDataTaskConfig,
-    TaskDataModule,
-    WorkerRngState,
-    held_out_for_tuning,
-    with_data_fields,
-)
+from .base import TaskDataModule, WorkerRngState, held_out_for_tuning, with_data_fields
 from .baselines import majority_class_accuracy
-from .data.images import ImageSource, PreparedImages, channel_stats, prepare_images
-from .metrics import Metric
-from .vision import ACCURACY_MARGIN, ACCURACY_SATURATION, VisionTask
-
-# --------------------------------------------------------------------------- config
-
-
-class AugmentConfig(BaseModel):
-    """Training-time augmentation (``torchvision.transforms.v2``); validation images are never augmented."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    random_crop_padding: int = Field(4, ge=0, description="pad by this many pixels, then crop back at random; 0 = off")
-    horizontal_flip: bool = Field(True, description="flip left-right with probability 0.5")
-    randaugment: bool = Field(False, description="RandAugment (Cubuk et al. 2020) after crop and flip")
-    randaugment_num_ops: int = Field(2, ge=1, description="RandAugment: operations applied to each image")
-    randaugment_magnitude: int = Field(9, ge=0, le=30, description="RandAugment: strength of every operation (0 to 30)")
-    mixup_alpha: float = Field(0.0, ge=0, description="MixUp Beta(alpha, alpha) per batch; 0 = off")
-    cutmix_alpha: float = Field(
-        0.0, ge=0, description="CutMix Beta(alpha, alpha) per batch; 0 = off (both on: one at random)"
-    )
-
-
-class ImageTaskConfig(RealDataTaskConfig):
-    family = "vit"
-    throughput_unit = "images"
-    description = "ViT classification of real images (npz, image folder, HF hub or torchvision CIFAR)"
-    baseline_description = "always predicting the class most frequent in training (scored on the validation set)"
-    metrics = (
-        Metric(name="accuracy", higher_is_better=True, description="top-1 validation accuracy", low=0, high=1),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy", low=0),
-    )
-    data_decided_fields = ("n_classes",)
-    seed_also_varies = "the order of the training data, augmentation, the initialisation and dropout"
-    margin = ACCURACY_MARGIN
-    saturation = ACCURACY_SATURATION
-
-    name: Literal["image_classification"] = "image_classification"
-    data: ImageSource = Field(description="where the images come from: task.data.source picks the kind of source")
-    image_size: int = Field(32, gt=0, description="images of another size are resized to image_size x image_size")
-    channels: Literal[1, 3] = Field(3, description="3 = RGB, 1 = grayscale; images are converted when decoded")
-    augment: AugmentConfig = AugmentConfig()
-    num_workers: int | None = Field(
-        None, ge=0, description="DataLoader worker processes for the training set (null: trainer.num_workers)"
-    )
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "image_size": self.image_size, "in_channels": self.channels}
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        datamodule = ImageDataModule(self, batch_size)
-        images = datamodule.load()  # decodes (or reads from the cache) to learn the number of classes
-        model = with_data_fields(model, n_classes=len(images.class_names))
-        return VisionTask(model, optimizer, max_steps), datamodule
-
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.vision import AugmentConfig, ImageTaskConfig
+from .data.images import PreparedImages, channel_stats, prepare_images
+from .vision import VisionTask
 
 # --------------------------------------------------------------------------- datamodule
 
@@ -223,3 +169,21 @@ class ImageDataModule(TaskDataModule):
     def baselines(self) -> dict[str, float]:
         self.setup()
         return {"accuracy": majority_class_accuracy(self.train_labels, self.val_labels)}
+
+
+@builds(ImageTaskConfig)
+def build_image_classification(
+    cfg: ImageTaskConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+    *,
+    max_steps: int,
+    batch_size: int,
+    seed: int = 0,
+) -> tuple[VisionTask, ImageDataModule]:
+    """The ``image_classification`` task's LightningModule and DataModule (``TaskConfig.build``): the
+    images are decoded (or read from the cache) first, since the number of classes is the data's."""
+    datamodule = ImageDataModule(cfg, batch_size)
+    images = datamodule.load()  # decodes (or reads from the cache) to learn the number of classes
+    model = with_data_fields(model, n_classes=len(images.class_names))
+    return VisionTask(model, optimizer, max_steps), datamodule

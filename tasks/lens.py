@@ -5,39 +5,17 @@ the vocabulary head (the LM's blocks, the translator's decoder) through the fina
 head (``models.logit_lens_losses``), and log the validation loss each block's output would give as
 ``val/lens/layer{i}`` (block ``i``, counted from 0; the last is the model's own validation loss). The
 forward pass is the one the validation loss needs anyway: the lens adds a head and a cross-entropy
-per block before the last.
+per block before the last. The metric names and the ``task.logit_lens`` switch are in
+``tasks.configs.lens``, which the report and the TensorBoard views read without torchmetrics.
 """
 
 from __future__ import annotations
 
-import re
-
 import torch
-from pydantic import Field
 from torch import nn
 from torchmetrics import MeanMetric
 
-from .base import TaskConfig
-
-#: block ``i``'s lens loss is the validation metric ``lens/layer{i}`` (logged as ``val/lens/layer0``, ...)
-LENS_PREFIX = "lens/layer"
-#: matches those names and captures the block
-LENS_METRIC_PATTERN = re.compile(rf"{re.escape(LENS_PREFIX)}(\d+)")
-
-
-class LogitLensConfig(TaskConfig):
-    """The ``task.logit_lens`` switch of the tasks whose model decodes a vocabulary."""
-
-    logit_lens: bool = Field(
-        True,
-        description="at each validation, the loss of every decoder block's output decoded through the final norm "
-        "and the output head (val/lens/layer{i}); false: off",
-    )
-
-
-def lens_metric(layer: int) -> str:
-    """``lens/layer3``: the validation metric of block ``layer``'s lens loss."""
-    return f"{LENS_PREFIX}{layer}"
+from .configs.lens import lens_metric
 
 
 class LensLosses(nn.Module):

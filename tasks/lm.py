@@ -10,96 +10,30 @@ conditional distribution on the validation rows, each token predicted from the e
 its row as the model predicts it. It is recorded with the baselines (``loss_floor``,
 ``perplexity_floor``), and every validation logs the model's ``excess_loss`` over it and
 ``gap_closed``, the share of the way from the unigram baseline's loss down to the floor.
+
+The task's config, ``LMTaskConfig``, is in ``tasks.configs.lm`` (validation imports it without this
+module's Lightning code); ``build_lm`` below is the builder its ``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
-from blockbench.models import ModelConfig, extrapolating_pos_encodings, logit_lens_depth, logit_lens_losses
+from blockbench.models import ModelConfig, logit_lens_depth, logit_lens_losses
 
-from .base import EmbeddedTaskConfig, OptimizerConfig, TaskDataModule, TaskModule
-from .data.agreement import AgreementCorpus, agreement_vocab, generate_agreement_corpus, unigram_entropy
+from .base import TaskDataModule, TaskModule
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.lm import LMTaskConfig
+from .data.agreement import AgreementCorpus, generate_agreement_corpus, unigram_entropy
 from .data.agreement_floor import grammar_automaton
-from .lens import LensLosses, LogitLensConfig
-from .metrics import Margin, Metric, Saturation
-
-#: the margin of the LM tasks' headline perplexity (``lm`` and ``lm_text``)
-PERPLEXITY_MARGIN = Margin(
-    value=0.01,
-    relative=True,
-    reason="a 1% perplexity ratio, 0.01 nats per token: language-modelling work does not count smaller gains as "
-    "improvements, and none would be a reason to choose one block over another",
-)
-
-
-class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
-    family = "decoder_lm"
-    throughput_unit = "tokens"
-    description = "decoder-only LM on a generated language with long-range subject-verb agreement"
-    baseline_description = (
-        "a unigram model (perplexity = exp of the unigram entropy of the training tokens) and, "
-        "for agreement, always choosing the verb form that is more frequent in training; beside them the "
-        "entropy floor, the loss and perplexity of the true conditional distribution (the best possible model)"
-    )
-    metrics = (
-        Metric(name="perplexity", higher_is_better=False, description="validation perplexity", low=1, exp_of_loss=True),
-        Metric(name="agreement_acc", higher_is_better=True, description="agreeing verb form preferred", low=0, high=1),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
-        Metric(
-            name="excess_loss",
-            higher_is_better=False,
-            description="validation loss above the language's entropy floor (nats/token; 0: the best possible model)",
-        ),
-        Metric(
-            name="gap_closed",
-            higher_is_better=True,
-            description="share of the gap from the unigram baseline's loss to the entropy floor the model closed",
-        ),
-    )
-
-    margin = PERPLEXITY_MARGIN
-    saturation = Saturation(
-        distance=0.03,
-        of="floor",
-        reason="within 0.03 nats per token (3% perplexity) of the grammar's entropy floor both models are close to "
-        "the true distribution: the little loss left cannot rank them",
-    )
-
-    name: Literal["lm"] = "lm"
-    seq_len: int = Field(64, gt=1, description="training context length")
-    eval_seq_len: int | None = Field(
-        None, gt=1, description="validation context length; longer than seq_len tests length extrapolation"
-    )
-    n_train_tokens: int = Field(400_000, gt=0, description="tokens of generated training text")
-    n_val_tokens: int = Field(
-        16_384, gt=0, description="tokens of generated validation text (another stream; the tuning text is as long)"
-    )
-    n_probes: int = Field(512, gt=0, description="held-out sentences for the agreement accuracy")
-    max_depth: int = Field(2, ge=1, description="nesting depth of relative clauses / prepositional phrases")
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "vocab_size": len(agreement_vocab()), "max_seq_len": self.seq_len}
-
-    def check_model(self, model: ModelConfig) -> None:
-        usable = extrapolating_pos_encodings()
-        if self.eval_seq_len and self.eval_seq_len > self.seq_len and model.pos_encoding not in usable:
-            raise ValueError(
-                f"task.eval_seq_len={self.eval_seq_len} exceeds task.seq_len={self.seq_len}, but "
-                f"model.pos_encoding={model.pos_encoding} cannot extrapolate beyond its training length; "
-                f"use one of: {', '.join(usable)}"
-            )
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        datamodule = AgreementDataModule(self, batch_size, seed=seed)
-        return LMTask(model, optimizer, max_steps, logit_lens=self.logit_lens), datamodule
+from .lens import LensLosses
 
 
 @dataclass(frozen=True)
@@ -260,3 +194,12 @@ class LMTask(TaskModule):
         )
         self.val_loss.reset()
         self.agreement.reset()
+
+
+@builds(LMTaskConfig)
+def build_lm(
+    cfg: LMTaskConfig, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0
+) -> tuple[LMTask, AgreementDataModule]:
+    """The ``lm`` task's LightningModule and DataModule (``TaskConfig.build``)."""
+    datamodule = AgreementDataModule(cfg, batch_size, seed=seed)
+    return LMTask(model, optimizer, max_steps, logit_lens=cfg.logit_lens), datamodule

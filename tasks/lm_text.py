@@ -8,74 +8,30 @@ not depend on the tokenizer). Baseline: an add-one unigram model of the training
 The last ``task.tuning_fraction`` of the training tokens is always held out as the tuning split
 (one contiguous stretch: blocks cut from the middle of the text would leave each held-out block's
 context in training); ``task.eval_split: tuning`` validates on it instead of the validation split.
+
+The task's config, ``TextLMTaskConfig``, is in ``tasks.configs.lm`` (validation imports it without this
+module's Lightning code); ``build_lm_text`` below is the builder its ``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import SumMetric
 
 from blockbench.models import ModelConfig, logit_lens_depth
 
-from .base import OptimizerConfig, RealDataTaskConfig, TaskDataModule, TaskModule, with_data_fields
-from .data.text import TextData
-from .data.tokenizer import Tokenizer, TokenizerConfig, bits_per_byte, tokenized_documents, unigram_cross_entropy
-from .lens import LensLosses, LogitLensConfig
-from .lm import PERPLEXITY_MARGIN, next_token_lens, next_token_loss
-from .metrics import Metric
-
-
-class TextLMTaskConfig(LogitLensConfig, RealDataTaskConfig):
-    family = "decoder_lm"
-    throughput_unit = "tokens"
-    description = "decoder-only LM on real text (HF hub dataset or local files), tiktoken BPE"
-    baseline_description = "an add-one unigram model of the training tokens, scored on the validation tokens"
-    metrics = (
-        Metric(
-            name="perplexity",
-            higher_is_better=False,
-            description="validation perplexity (per token)",
-            low=1,
-            exp_of_loss=True,
-        ),
-        Metric(
-            name="bits_per_byte", higher_is_better=False, low=0, description="validation loss in bits per UTF-8 byte"
-        ),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (nats/token)", low=0),
-    )
-    data_decided_fields = ("vocab_size",)
-    margin = PERPLEXITY_MARGIN  # real text has no known entropy floor: its perplexity is never saturated
-
-    name: Literal["lm_text"] = "lm_text"
-    data: TextData
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    seq_len: int = Field(256, gt=1, description="training and validation context length")
-    max_val_tokens: int | None = Field(
-        1_000_000, gt=0, description="validate on at most this many held-out tokens (null: all of them), tuning too"
-    )
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "max_seq_len": self.seq_len}
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        datamodule = TextLMDataModule(self, batch_size)
-        datamodule.prepare_data()
-        datamodule.setup()
-        model = with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size)
-        task = TextLMTask(
-            model,
-            optimizer,
-            max_steps,
-            bytes_per_token=datamodule.tokenizer.bytes_per_token(),
-            logit_lens=self.logit_lens,
-        )
-        return task, datamodule
+from .base import TaskDataModule, TaskModule, with_data_fields
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.lm import TextLMTaskConfig
+from .data.tokenizer import Tokenizer, bits_per_byte, tokenized_documents, unigram_cross_entropy
+from .lens import LensLosses
+from .lm import next_token_lens, next_token_loss
 
 
 class TokenBlocks(Dataset):
@@ -228,3 +184,29 @@ class TextLMTask(TaskModule):
         )
         for metric in (self.val_nats, self.val_targets, self.val_bytes):
             metric.reset()
+
+
+@builds(TextLMTaskConfig)
+def build_lm_text(
+    cfg: TextLMTaskConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+    *,
+    max_steps: int,
+    batch_size: int,
+    seed: int = 0,
+) -> tuple[TextLMTask, TextLMDataModule]:
+    """The ``lm_text`` task's LightningModule and DataModule (``TaskConfig.build``): the data are
+    tokenized (or read from the cache) first, since the vocabulary size is the data's."""
+    datamodule = TextLMDataModule(cfg, batch_size)
+    datamodule.prepare_data()
+    datamodule.setup()
+    model = with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size)
+    task = TextLMTask(
+        model,
+        optimizer,
+        max_steps,
+        bytes_per_token=datamodule.tokenizer.bytes_per_token(),
+        logit_lens=cfg.logit_lens,
+    )
+    return task, datamodule

@@ -10,47 +10,36 @@ default), validation also logs each decoder block's logit-lens loss (``tasks.len
 ``TranslationTask`` (the LightningModule) also serves the real-data task
 (``tasks.translation_text``): a datamodule provides ``special_ids``, ``hypothesis_text`` and
 ``reference_text``.
+
+The task's config, ``TranslationTaskConfig``, is in ``tasks.configs.translation`` (validation imports it without this
+module's Lightning code); ``build_translation`` below is the builder its ``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from pydantic import Field
 from sacrebleu.metrics import BLEU
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 
 from blockbench.models import ModelConfig, beam_search, greedy_decode, logit_lens_depth, logit_lens_losses
 
-from .base import EmbeddedTaskConfig, OptimizerConfig, TaskConfig, TaskDataModule, TaskModule
+from .base import TaskDataModule, TaskModule
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.translation import TranslationTaskConfig
 from .data.synthetic_translation import (
     BOS_ID,
     EOS_ID,
-    MAX_SENTENCE_WORDS,
     PAD_ID,
     ParallelCorpus,
     generate_parallel_corpus,
-    translation_vocab,
     word_by_word_translations,
 )
-from .lens import LensLosses, LogitLensConfig
-from .metrics import Margin, Metric, Saturation
-
-#: the margin and the saturation of the translation tasks' headline BLEU (``translation`` and ``translation_text``)
-BLEU_MARGIN = Margin(
-    value=1.0,
-    relative=False,
-    reason="one BLEU point: smaller BLEU differences often disagree with human judgements of the translations "
-    "(Mathur et al. 2020), so they are not counted as improvements",
-)
-BLEU_SATURATION = Saturation(
-    distance=0.5,
-    of="best",
-    reason="within half a BLEU point of 100 both models translate nearly every sentence exactly: BLEU cannot rank them",
-)
+from .lens import LensLosses
 
 
 def teacher_forcing_loss(
@@ -113,64 +102,6 @@ class SpecialIds(NamedTuple):
     pad: int
     bos: int
     eos: int
-
-
-class DecodingConfig(LogitLensConfig, TaskConfig):
-    """Evaluation shared by the translation tasks: greedy (beam 1) or beam search decoding, the logit lens."""
-
-    beam_size: int = Field(1, ge=1, description="1: greedy decoding; more: beam search")
-    length_penalty: float = Field(
-        0.6, ge=0, description="beam search: GNMT length penalty exponent (0: raw log-probability)"
-    )
-
-
-class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
-    family = "encoder_decoder"
-    throughput_unit = "target tokens"
-    description = "encoder-decoder translation between two generated languages with reordering and agreement"
-    baseline_description = (
-        "word-by-word translation: each source word into its target form most frequent in training, "
-        "in the source's word order (no reordering, no agreement)"
-    )
-    metrics = (
-        Metric(
-            name="bleu", higher_is_better=True, low=0, high=100, description="corpus BLEU (sacrebleu), greedy decoding"
-        ),
-        Metric(
-            name="exact_match", higher_is_better=True, low=0, high=1, description="share of translations exactly right"
-        ),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
-    )
-
-    margin = BLEU_MARGIN
-    saturation = BLEU_SATURATION
-
-    name: Literal["translation"] = "translation"
-    n_train: int = Field(40_000, gt=0, description="training sentence pairs")
-    n_val: int = Field(
-        512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU); the tuning split has as many"
-    )
-    max_len: int = Field(24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included")
-    label_smoothing: float = Field(
-        0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
-    )
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        task = TranslationTask(
-            model,
-            optimizer,
-            max_steps,
-            label_smoothing=self.label_smoothing,
-            max_len=self.max_len,
-            special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID),
-            beam_size=self.beam_size,
-            length_penalty=self.length_penalty,
-            logit_lens=self.logit_lens,
-        )
-        return task, ParallelDataModule(self, batch_size, seed=seed)
 
 
 class TranslationDataModule(TaskDataModule):
@@ -342,3 +273,28 @@ class TranslationTask(TaskModule):
         )
         self.val_loss.reset()
         self.translations = []
+
+
+@builds(TranslationTaskConfig)
+def build_translation(
+    cfg: TranslationTaskConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+    *,
+    max_steps: int,
+    batch_size: int,
+    seed: int = 0,
+) -> tuple[TranslationTask, ParallelDataModule]:
+    """The ``translation`` task's LightningModule and DataModule (``TaskConfig.build``)."""
+    task = TranslationTask(
+        model,
+        optimizer,
+        max_steps,
+        label_smoothing=cfg.label_smoothing,
+        max_len=cfg.max_len,
+        special_ids=SpecialIds(PAD_ID, BOS_ID, EOS_ID),
+        beam_size=cfg.beam_size,
+        length_penalty=cfg.length_penalty,
+        logit_lens=cfg.logit_lens,
+    )
+    return task, ParallelDataModule(cfg, batch_size, seed=seed)

@@ -10,90 +10,35 @@ The LightningModule is the same ``TranslationTask`` as the embedded task's.
 ``task.tuning_fraction`` of the training pairs, picked by a fixed permutation
 (``base.held_out_for_tuning``), is always held out as the tuning split: never trained on, and
 scored like the validation split (all kept, sorted by length) with ``task.eval_split: tuning``.
+
+The task's config, ``TextTranslationTaskConfig``, is in ``tasks.configs.translation`` (validation
+imports it without this module's Lightning code); ``build_translation_text`` below is the builder
+its ``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from blockbench.models import ModelConfig
 
-from .base import OptimizerConfig, RealDataTaskConfig, held_out_for_tuning, with_data_fields
-from .data.text import ParallelData
-from .data.tokenizer import Tokenizer, TokenizerConfig, tokenized_pairs
-from .metrics import Metric
+from .base import held_out_for_tuning, with_data_fields
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.translation import TextTranslationTaskConfig
+from .data.tokenizer import Tokenizer, tokenized_pairs
 from .translation import (
-    BLEU_MARGIN,
-    BLEU_SATURATION,
-    DecodingConfig,
     SpecialIds,
     TranslationDataModule,
     TranslationTask,
     corpus_bleu,
 )
-
-
-class TextTranslationTaskConfig(DecodingConfig, RealDataTaskConfig):
-    family = "encoder_decoder"
-    throughput_unit = "target tokens"
-    description = (
-        "encoder-decoder translation of real parallel text (HF hub dataset or local files), shared tiktoken BPE"
-    )
-    baseline_description = "copying the source sentence as its translation"
-    metrics = (
-        Metric(
-            name="bleu",
-            higher_is_better=True,
-            low=0,
-            high=100,
-            description="corpus BLEU (sacrebleu) of the detokenized output",
-        ),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy (teacher forcing)", low=0),
-    )
-    data_decided_fields = ("vocab_size",)
-    margin = BLEU_MARGIN
-    saturation = BLEU_SATURATION
-
-    name: Literal["translation_text"] = "translation_text"
-    data: ParallelData
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    max_len: int = Field(
-        128, ge=3, description="tokens per sentence, BOS/EOS included; longer training pairs are dropped"
-    )
-    label_smoothing: float = Field(
-        0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
-    )
-    max_val_pairs: int | None = Field(
-        None, gt=0, description="decode at most this many validation (or tuning) pairs (null: all)"
-    )
-    beam_size: int = Field(4, ge=1, description="1: greedy decoding; more: beam search")
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "max_seq_len": self.max_len}
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        datamodule = TextTranslationDataModule(self, batch_size)
-        datamodule.prepare_data()
-        datamodule.setup()
-        task = TranslationTask(
-            with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size),
-            optimizer,
-            max_steps,
-            label_smoothing=self.label_smoothing,
-            max_len=self.max_len,
-            special_ids=datamodule.special_ids,
-            beam_size=self.beam_size,
-            length_penalty=self.length_penalty,
-            logit_lens=self.logit_lens,
-        )
-        return task, datamodule
 
 
 def select_pairs(arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -328,3 +273,32 @@ class TextTranslationDataModule(TranslationDataModule):
 
     def baselines(self) -> dict[str, float]:
         return {"bleu": corpus_bleu(self.val_texts["source"], self.val_texts["target"])[0]}
+
+
+@builds(TextTranslationTaskConfig)
+def build_translation_text(
+    cfg: TextTranslationTaskConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+    *,
+    max_steps: int,
+    batch_size: int,
+    seed: int = 0,
+) -> tuple[TranslationTask, TextTranslationDataModule]:
+    """The ``translation_text`` task's LightningModule and DataModule (``TaskConfig.build``): the pairs
+    are tokenized (or read from the cache) first, since the vocabulary size is the data's."""
+    datamodule = TextTranslationDataModule(cfg, batch_size)
+    datamodule.prepare_data()
+    datamodule.setup()
+    task = TranslationTask(
+        with_data_fields(model, vocab_size=datamodule.tokenizer.vocab_size),
+        optimizer,
+        max_steps,
+        label_smoothing=cfg.label_smoothing,
+        max_len=cfg.max_len,
+        special_ids=datamodule.special_ids,
+        beam_size=cfg.beam_size,
+        length_penalty=cfg.length_penalty,
+        logit_lens=cfg.logit_lens,
+    )
+    return task, datamodule

@@ -2,73 +2,30 @@
 
 Metric: top-1 accuracy on a held-out set rendered from another seed. Baseline: always
 predicting the class most frequent in the training labels.
+
+The task's config, ``VisionTaskConfig``, is in ``tasks.configs.vision`` (validation imports it without this
+module's Lightning code); ``build_vit`` below is the builder its ``build`` looks up (``tasks.builders``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from blockbench.models import ModelConfig
 
-from .base import EmbeddedTaskConfig, OptimizerConfig, TaskDataModule, TaskModule
+from .base import TaskDataModule, TaskModule
 from .baselines import majority_class_accuracy
-from .data.shapes import ShapesDataset, generate_shapes, shapes_class_names
-from .metrics import Margin, Metric, Saturation
-
-#: the margin and the saturation of the image tasks' headline accuracy (``vit`` and ``image_classification``)
-ACCURACY_MARGIN = Margin(
-    value=0.01,
-    relative=False,
-    reason="one point of top-1 accuracy (20 of vit's 2,000 validation images; on an image task, one hundredth of "
-    "the images it scores), as one BLEU point for the translator: a smaller difference is no reason to choose one "
-    "block over another",
-)
-ACCURACY_SATURATION = Saturation(
-    distance=0.0025,
-    of="best",
-    reason="within a quarter point of 100% accuracy the images left wrong are a handful (5 of vit's 2,000): "
-    "accuracy cannot rank the two models",
-)
-
-
-class VisionTaskConfig(EmbeddedTaskConfig):
-    family = "vit"
-    throughput_unit = "images"
-    description = "ViT classification of rendered shapes whose label needs global context"
-    baseline_description = "always predicting the class most frequent in training (scored on the validation set)"
-    metrics = (
-        Metric(name="accuracy", higher_is_better=True, description="top-1 validation accuracy", low=0, high=1),
-        Metric(name="loss", higher_is_better=False, description="validation cross-entropy", low=0),
-    )
-
-    margin = ACCURACY_MARGIN
-    saturation = ACCURACY_SATURATION
-
-    name: Literal["vit"] = "vit"
-    n_train: int = Field(20_000, gt=0, description="training images")
-    n_val: int = Field(
-        2_000, gt=0, description="validation images (rendered from another seed); the tuning split has as many"
-    )
-    image_size: int = Field(32, gt=0, description="side of the rendered images in pixels")
-
-    def model_overrides(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "image_size": self.image_size,
-            "in_channels": 3,
-            "n_classes": len(shapes_class_names()),
-        }
-
-    def build(self, model: ModelConfig, optimizer: OptimizerConfig, *, max_steps: int, batch_size: int, seed: int = 0):
-        return VisionTask(model, optimizer, max_steps), ShapesDataModule(self, batch_size, seed=seed)
+from .builders import builds
+from .configs.base import OptimizerConfig
+from .configs.vision import VisionTaskConfig
+from .data.shapes import ShapesDataset, generate_shapes
 
 
 def to_tensor_dataset(data: ShapesDataset, mean: torch.Tensor, std: torch.Tensor) -> TensorDataset:
@@ -147,3 +104,17 @@ class VisionTask(TaskModule):
         self.log_validation({"loss": self.val_loss.compute(), "accuracy": self.val_accuracy.compute()})
         self.val_loss.reset()
         self.val_accuracy.reset()
+
+
+@builds(VisionTaskConfig)
+def build_vit(
+    cfg: VisionTaskConfig,
+    model: ModelConfig,
+    optimizer: OptimizerConfig,
+    *,
+    max_steps: int,
+    batch_size: int,
+    seed: int = 0,
+) -> tuple[VisionTask, ShapesDataModule]:
+    """The ``vit`` task's LightningModule and DataModule (``TaskConfig.build``)."""
+    return VisionTask(model, optimizer, max_steps), ShapesDataModule(cfg, batch_size, seed=seed)

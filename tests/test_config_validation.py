@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +19,15 @@ from conftest import REPO, TINY_LM, blockbench, write_matrix
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices, load_yaml
+from blockbench.config import (
+    COMMON_LIGHTNING_VALUES,
+    LIGHTNING_FIELDS,
+    ConfigError,
+    TrainerConfig,
+    build_run_config,
+    lightning_choices,
+    load_yaml,
+)
 from blockbench.layout import write_atomic, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import cell_command
@@ -238,6 +247,53 @@ def test_lightning_choices_come_from_lightning():
             TrainerConfig(
                 **{key: value, "curve_every_n_steps": 0}
             )  # every listed choice validates (sharding: without the curve)
+
+
+def test_the_values_checked_without_lightning_are_in_lightnings_own_lists():
+    """Validation takes the common trainer values (``COMMON_LIGHTNING_VALUES``) without importing
+    Lightning for its lists: each of them is in those lists, so that the shortcut never passes a value
+    that the installed Lightning would reject."""
+    assert set(COMMON_LIGHTNING_VALUES) == set(LIGHTNING_FIELDS)
+    for key in LIGHTNING_FIELDS:
+        assert set(COMMON_LIGHTNING_VALUES[key]) <= set(lightning_choices(key)), key
+
+
+#: validates configs of every task, a bad run config and a bad matrix file, then prints the heavy
+#: libraries that are loaded
+VALIDATE_WITHOUT_LIGHTNING = """
+import sys
+from blockbench.config import ConfigError, MatrixConfig, build_run_config, load_yaml, parse_overrides
+from blockbench.tasks import TASK_CONFIGS
+import pydantic
+
+base = load_yaml("configs/base.yaml")
+for task in [*TASK_CONFIGS.keys() - {"lm_text", "translation_text", "image_classification"}, "wikitext2",
+             "multi30k_de_en", "cifar10"]:
+    build_run_config(base, parse_overrides([f"task={task}", "trainer.precision=bf16-mixed", "trainer.strategy=ddp"]))
+try:
+    build_run_config(base, parse_overrides(["model.n_heads=5", "trainer.accelerator=cpu"]))
+    raise AssertionError("model.n_heads=5 passed")
+except ConfigError as error:
+    assert "n_heads=5 does not divide d_model=128" in str(error), error
+try:
+    MatrixConfig.model_validate({"name": "m", "axes": {"model.norm": []}})
+    raise AssertionError("an empty axis passed")
+except pydantic.ValidationError as error:
+    assert "has no values" in str(error), error
+print(sorted({name.split(".")[0] for name in sys.modules} & {"lightning", "torchmetrics", "torchvision"}))
+"""
+
+
+def test_a_config_is_validated_without_importing_lightning():
+    """Validating run configs and matrix files, and telling what is wrong with them, imports neither
+    Lightning nor torchmetrics nor torchvision, seconds of imports before the first word: the task
+    configs live apart from the tasks' Lightning code, and Lightning's lists are read only for an
+    uncommon trainer value."""
+    process = subprocess.run(
+        [sys.executable, "-c", VALIDATE_WITHOUT_LIGHTNING], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.split("\n")[-2] == "[]", process.stdout
 
 
 # results folders -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from blockbench.config import LIGHTNING_FIELDS, RunConfig, TrainerConfig, lightn
 from blockbench.models import ALL_REGISTRIES, ModelConfig
 from blockbench.models.config import VARIANT_REGISTRIES
 from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS, OptimizerConfig
-from blockbench.tasks.data.images import IMAGE_SOURCES
+from blockbench.tasks.data.image_sources import IMAGE_SOURCES
 
 
 def run_list(capsys, *args: str) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from blockbench.tasks.base import capture_rng, restore_rng
+from blockbench.tasks.rng import capture_rng, restore_rng
 
 from ..walltime import WallClock
 from .perf import (

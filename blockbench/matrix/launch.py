@@ -40,7 +40,7 @@ PRELOAD = [
     "torchmetrics",
     "blockbench.cli",
     "blockbench.cell.train",
-    "blockbench.tasks",
+    "blockbench.tasks.implementations",
     "blockbench.models",
 ]
 

@@ -53,11 +53,11 @@ FRAGILE_MARK = "†"
 
 def config_key(config: Mapping[str, Any]) -> str | None:
     """A hash of a cell's resolved config without its seed: equal for two cells that differ in their seed
-    alone. The config is read as the current code reads it (``RunConfig.hashed_dict``, so a setting added
-    since the cell trained hashes as before, as the cell's config hash does). None for a config this code
+    alone. The config is read as the current code reads it (``RunConfig.resolved_dict``, so a setting added
+    since the cell trained is at its default, as in the cell's config hash). None for a config this code
     does not validate: what it would have meant cannot be compared, so such a cell is matched with none."""
     try:
-        hashed: dict[str, Any] = RunConfig.model_validate(dict(config)).hashed_dict()
+        hashed: dict[str, Any] = RunConfig.model_validate(dict(config)).resolved_dict()
     except (ValidationError, ValueError, TypeError):
         return None
     hashed.pop("seed", None)

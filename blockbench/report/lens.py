@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from blockbench.tasks.lens import LENS_METRIC_PATTERN, lens_metric
+from blockbench.tasks.configs.lens import LENS_METRIC_PATTERN, lens_metric
 
 from ..record import CellRecord
 from .results import Group

@@ -24,7 +24,7 @@ from blockbench.models.embedding import embed
 from blockbench.record import CellRecord, load_record
 from blockbench.report.lens import last_lens, logit_lens_section
 from blockbench.report.summary import write_report
-from blockbench.tasks.base import Metric
+from blockbench.tasks import Metric
 from blockbench.tasks.lens import LensLosses
 from blockbench.tasks.lm import next_token_lens, next_token_loss
 from blockbench.tasks.translation import teacher_forcing_lens, teacher_forcing_loss

@@ -15,7 +15,7 @@ from blockbench.cell.train import train
 from blockbench.config import ConfigError, build_run_config
 from blockbench.record import CellRecord
 from blockbench.report.plots import CURVE_METRIC, plotted_history
-from blockbench.tasks.base import Metric
+from blockbench.tasks import Metric
 from blockbench.tbnames import run_tag
 
 TASKS = {

@@ -45,7 +45,7 @@ from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.run import run_matrix
 from blockbench.record import FINAL_FIGURES
 from blockbench.report.tensorboard import rebuild_matrix
-from blockbench.tasks.base import Metric
+from blockbench.tasks import Metric
 from blockbench.tbnames import compare_tag_names, run_tag, time_series_order
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]

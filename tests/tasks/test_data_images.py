@@ -18,7 +18,8 @@ from PIL import Image
 import blockbench.tasks.data.images
 from blockbench.models import ModelConfig
 from blockbench.tasks import TASK_PRESETS as IMAGE_PRESETS
-from blockbench.tasks.base import OptimizerConfig, held_out_for_tuning
+from blockbench.tasks import OptimizerConfig
+from blockbench.tasks.base import held_out_for_tuning
 from blockbench.tasks.data import DataError
 from blockbench.tasks.image import ImageTaskConfig
 

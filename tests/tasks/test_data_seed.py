@@ -14,7 +14,7 @@ from conftest import TINY_LM
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.tasks import TASK_CONFIGS
-from blockbench.tasks.base import derived_data_seed
+from blockbench.tasks.configs import derived_data_seed
 from blockbench.tasks.lm import AgreementDataModule, LMTaskConfig
 from blockbench.tasks.translation import ParallelDataModule, TranslationTaskConfig
 from blockbench.tasks.vision import ShapesDataModule, VisionTaskConfig
