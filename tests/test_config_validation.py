@@ -14,18 +14,18 @@ import lightning as L
 import pydantic
 import pytest
 import torch
-from conftest import REPO, TINY_LM, blockbench, write_matrix
+from helpers import REPO, TINY_LM, blockbench, write_matrix
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 from blockbench.config import ConfigError, TrainerConfig, build_run_config, lightning_choices
-from blockbench.layout import write_atomic, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import cell_command
 from blockbench.models import ModelConfig, build_model
 from blockbench.models.config import VARIANT_REGISTRIES
 from blockbench.models.registry import Registry
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_atomic, write_json
 
 # the tiny LM, two steps on one thread
 TINY = {**TINY_LM, "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1}}

@@ -44,8 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..layout import TUNE_FILE
-from ..record import CellRecord
+from ..store.layout import TUNE_FILE
+from ..store.record import CellRecord
 
 #: the phases of a matrix with a ``tune:`` section: a cell's ``phase``, as cell.json, the progress
 #: lines and TensorBoard's HParams table (column ``phase``) name it

@@ -15,7 +15,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_LM, TINY_MODEL
+from helpers import REPO, TINY_LM, TINY_MODEL
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
 import blockbench.provenance as provenance
@@ -24,8 +24,8 @@ from blockbench.cell import runtime
 from blockbench.cell.train import train
 from blockbench.config import build_run_config, deep_merge, load_yaml, to_yaml
 from blockbench.progress import LIGHTNING_INFO_LOGGERS, quiet_lightning
-from blockbench.record import CellRecord
 from blockbench.report.summary import _bit_for_bit
+from blockbench.store.record import CellRecord
 
 GPU_CLIPPED_BF16 = dict(gradient_clip_val=1.0, gradient_clip_algorithm=None, precision="bf16-mixed")
 
@@ -324,7 +324,7 @@ def test_the_summary_says_whether_bit_for_bit_claims_apply():
 # --------------------------------------------------------------------------- config hashes
 
 #: the hashes of configs/base.yaml and configs/real.yaml with each task, before the settings above existed
-#: (since issue 31: the training seed draws a generated task's data, task.data_seed null, and a real-data task
+#: (since the training seed draws a generated task's data, task.data_seed null, and a real-data task
 #: holds out task.tuning_fraction of its training data; task.eval_split at validation hashes as before)
 HASHES_BEFORE = {
     ("base", "lm"): "ac16a4138e919f5c",
