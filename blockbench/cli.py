@@ -4,7 +4,7 @@ The module imports only what parsing the command line needs: each command import
 (the config classes with the models and tasks, torch, Lightning, the report's plotting) when it
 runs, so that ``blockbench --help``, a command's ``--help`` and ``blockbench list`` (which reads the
 config keys from its cache, ``blockbench.listing``) answer at once rather than after the seconds that
-loading torch and Lightning take (``benchmarks/cli_startup.py`` times them).
+loading torch and Lightning take (``benchmarks/speed/cli_startup.py`` times them).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE
 from .lifeline import RUNNER_ENV, FolderHeld, die_with_parent, hold, watch_runner
+from .store.layout import CELLS_DIR, CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -55,7 +55,7 @@ def earlier_run(out: Path, run: RunConfig) -> tuple[str, str | None]:
     config (it resumes; a matrix writes its cell's config there first); ``("done", None)``, this
     config's finished run; or ``("other", why)``, a run of another config, which training would replace."""
     from .config import ConfigError, build_run_config, load_yaml
-    from .record import read_record
+    from .store.record import read_record
 
     record = read_record(out / RESULT_FILE) if (out / RESULT_FILE).is_file() else None
     if record is not None:
@@ -147,7 +147,7 @@ def _train_into(
 
     from .cell.train import error_record, train
     from .config import ConfigError
-    from .record import write_record
+    from .store.record import write_record
 
     state, why = earlier_run(out, run)
     if args.force and state != "none":
@@ -211,26 +211,9 @@ def _jobs(value: str) -> int | str:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from .matrix.jobs import ClusterOptions
-    from .matrix.run import run_matrix
+    from .matrix_command import matrix_command
 
-    options = ClusterOptions(
-        partition=args.slurm_partition,
-        time_min=args.slurm_time,
-        account=args.slurm_account,
-        cpus_per_task=args.slurm_cpus_per_task,
-    )
-    return run_matrix(
-        args.matrix,
-        Path(args.results_dir),
-        force=args.force,
-        jobs=args.jobs,
-        launcher=args.launcher,
-        cluster_options=options,
-        reuse_stale=args.reuse_stale,
-        dry_run=args.dry_run,
-        from_process_start=True,
-    )
+    return matrix_command(args)
 
 
 #: where ``blockbench report --index`` looks for the matrix files to list those not run yet (from the repo root)
@@ -244,7 +227,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.index is not None:
         return _index(args)
     if args.tensorboard:
-        from .report.tensorboard import write_tensorboard
+        from .tensorboard.rebuild import write_tensorboard
 
         if args.matrix_dir is None:
             raise ConfigError("blockbench report --tensorboard: pass a matrix results folder or a results root")
@@ -383,6 +366,89 @@ def _examples(command: str) -> dict[str, object]:
     return {"epilog": EXAMPLES[command], "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
+def _add_matrix_parser(commands: argparse._SubParsersAction) -> None:
+    """``blockbench matrix`` and its options."""
+    matrix = commands.add_parser(
+        "matrix", help="run every cell of a matrix file, then write the summary", **_examples("matrix")
+    )
+    matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
+    rerun = matrix.add_mutually_exclusive_group()
+    rerun.add_argument(
+        "--force", action="store_true", help="rerun cells from scratch, even those that already have a result"
+    )
+    rerun.add_argument(
+        "--reuse-stale",
+        action="store_true",
+        help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
+        "models/ or tasks/) instead of retraining those cells",
+    )
+    matrix.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
+        "estimate of the wall time, then exit without training or writing anything; a variant with no "
+        "earlier results here is timed first with a short fit (seconds each), where one cannot be: ~?",
+    )
+    matrix.add_argument(
+        "--time-cells",
+        action="store_true",
+        help="before the first cell, time a cell of each variant with no earlier results here (a short fit "
+        "each), for an ETA from the start; without it the ETA comes from earlier results, and from the "
+        "cells as they finish",
+    )
+    matrix.add_argument(
+        "--jobs",
+        type=_jobs,
+        default="auto",
+        metavar="N",
+        help="run up to N cells at once (CPU threads split between them; one GPU each if there are "
+        "GPUs); auto (default): one per GPU, else one per CPU core, each on one thread",
+    )
+    matrix.add_argument(
+        "--launcher",
+        choices=["local", "slurm", "submitit-local"],
+        default="local",
+        help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
+        "submitit-local: the job path as local processes, to try it out",
+    )
+    matrix.add_argument("--slurm-partition", help="SLURM partition for --launcher slurm")
+    matrix.add_argument("--slurm-account", help="SLURM account for --launcher slurm")
+    matrix.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit of each cell's job")
+    matrix.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPUs per task (data loading)")
+    matrix.set_defaults(func=_matrix)
+
+
+def _add_report_parser(commands: argparse._SubParsersAction) -> None:
+    """``blockbench report`` and its options."""
+    report = commands.add_parser(
+        "report",
+        help="rebuild summary.md/summary.csv of a matrix results folder, or with "
+        "--index the verdicts of every matrix (results/README.md)",
+        **_examples("report"),
+    )
+    report.add_argument("matrix_dir", nargs="?", help="e.g. results/prenorm_vs_postnorm")
+    report.add_argument(
+        "--index",
+        metavar="RESULTS",
+        help="write RESULTS/README.md instead: one row per variant vs baseline of every matrix in "
+        "RESULTS, a verdict per model family and whether it transfers, and the matrices not run yet",
+    )
+    report.add_argument(
+        "--matrices",
+        metavar="DIR",
+        help="with --index: the folder of the matrix files to list as not run yet (default: "
+        f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)",
+    )
+    report.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="write the TensorBoard runs (MATRIX_DIR/tb/<task>, tuning runs MATRIX_DIR/tb_tune/<task>) from the "
+        "cells' records instead, for a matrix folder or every matrix of a results root (e.g. results): "
+        "tensorboard --logdir results/<matrix>/tb/<task>",
+    )
+    report.set_defaults(func=_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="blockbench",
@@ -451,75 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_train)
 
-    matrix = commands.add_parser(
-        "matrix", help="run every cell of a matrix file, then write the summary", **_examples("matrix")
-    )
-    matrix.add_argument("matrix", help="matrix YAML, e.g. configs/matrix/prenorm_vs_postnorm.yaml")
-    rerun = matrix.add_mutually_exclusive_group()
-    rerun.add_argument(
-        "--force", action="store_true", help="rerun cells from scratch, even those that already have a result"
-    )
-    rerun.add_argument(
-        "--reuse-stale",
-        action="store_true",
-        help="reuse results made by other code (their code fingerprint differs, e.g. after editing "
-        "models/ or tasks/) instead of retraining those cells",
-    )
-    matrix.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate every cell, list each one's status (done, stale, resumable, to run) and an "
-        "estimate of the wall time, then exit without training or writing anything",
-    )
-    matrix.add_argument(
-        "--jobs",
-        type=_jobs,
-        default="auto",
-        metavar="N",
-        help="run up to N cells at once (CPU threads split between them; one GPU each if there are "
-        "GPUs); auto (default): one per GPU, else one per CPU core, each on one thread",
-    )
-    matrix.add_argument(
-        "--launcher",
-        choices=["local", "slurm", "submitit-local"],
-        default="local",
-        help="local: run cells here; slurm: one SLURM job per cell through submitit (waits for all); "
-        "submitit-local: the job path as local processes, to try it out",
-    )
-    matrix.add_argument("--slurm-partition", help="SLURM partition for --launcher slurm")
-    matrix.add_argument("--slurm-account", help="SLURM account for --launcher slurm")
-    matrix.add_argument("--slurm-time", type=int, default=240, metavar="MINUTES", help="time limit of each cell's job")
-    matrix.add_argument("--slurm-cpus-per-task", type=int, default=8, help="CPUs per task (data loading)")
-    matrix.set_defaults(func=_matrix)
+    _add_matrix_parser(commands)
 
-    report = commands.add_parser(
-        "report",
-        help="rebuild summary.md/summary.csv of a matrix results folder, or with "
-        "--index the verdicts of every matrix (results/README.md)",
-        **_examples("report"),
-    )
-    report.add_argument("matrix_dir", nargs="?", help="e.g. results/prenorm_vs_postnorm")
-    report.add_argument(
-        "--index",
-        metavar="RESULTS",
-        help="write RESULTS/README.md instead: one row per variant vs baseline of every matrix in "
-        "RESULTS, a verdict per model family and whether it transfers, and the matrices not run yet",
-    )
-    report.add_argument(
-        "--matrices",
-        metavar="DIR",
-        help="with --index: the folder of the matrix files to list as not run yet (default: "
-        f"{MATRICES_DIR} if it exists, else the folders of the matrix files the results were made from)",
-    )
-    report.add_argument(
-        "--tensorboard",
-        action="store_true",
-        help="write the TensorBoard runs (MATRIX_DIR/tb/<task>, tuning runs MATRIX_DIR/tb_tune/<task>) from the "
-        "cells' records instead, for a matrix folder or every matrix of a results root (e.g. results): "
-        "tensorboard --logdir results/<matrix>/tb/<task>",
-    )
-    report.set_defaults(func=_report)
-
+    _add_report_parser(commands)
     peak = commands.add_parser("peak", help="show the cached peak FLOP/s that MFU divides by (measured on first use)")
     peak.add_argument(
         "--precision", default="auto", help="a Lightning precision (auto: bf16-mixed on a GPU, 32-true on a CPU)"

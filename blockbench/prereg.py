@@ -23,7 +23,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .layout import PLAN_FILE, write_json
+from .store.files import write_plan_book
+from .store.layout import PLAN_FILE
+
+#: the decision rule's version, recorded in every matrix's analysis plan: the date of the last change to
+#: what decides a verdict (``blockbench.report.decide``); docs/decisions/verdict-rule.md's History has each one
+RULE_VERSION = "2026-11-28"
+#: the error rate of a false better/worse (two-sided) and, separately, of a false equivalent, per question
+ALPHA = 0.05
+#: stop adding seeds to an undecided question whose conditional power (``blockbench.report.decide``) is below this
+FUTILITY = 0.05
 
 
 class TaskPlan(BaseModel):
@@ -45,7 +54,7 @@ class AnalysisPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    rule: str  # the decision rule's version (blockbench.report.decide.RULE_VERSION)
+    rule: str  # the decision rule's version (:data:`RULE_VERSION`)
     alpha: float
     futility: float | None
     looks: list[int]  # the seed counts at which a question is decided
@@ -93,5 +102,5 @@ class PlanBook(BaseModel):
         digest = plan.digest()
         self.plans[digest] = plan
         self.current = digest
-        write_json(Path(matrix_dir) / PLAN_FILE, self.model_dump(mode="json"))
+        write_plan_book(Path(matrix_dir), self.model_dump(mode="json"))
         return digest

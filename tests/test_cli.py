@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TINY_LM, write_matrix
+from helpers import REPO, TINY_LM, write_matrix
 
 from blockbench import listing
 from blockbench.cli import EXAMPLES, _user_error, build_parser, main
 from blockbench.config import (
     ConfigError,
-    MatrixConfig,
     RunConfig,
     build_run_config,
     lightning_choices,
@@ -34,6 +33,7 @@ from blockbench.keys import Key, Origins, closest_keys, config_classes, known_ke
 from blockbench.lifeline import FolderHeld
 from blockbench.listing import CACHE_DIR, Listing, format_listing, load_listing, source_digest, walk_listing
 from blockbench.matrix.expand import load_matrix
+from blockbench.matrixfile import MatrixConfig
 from blockbench.models.config import VARIANT_REGISTRIES
 from blockbench.tasks import TASK_CONFIGS, presets
 from blockbench.tasks.data import DataError
@@ -85,7 +85,7 @@ def test_the_help_shows_no_docstring_markup(capsys):
 
 
 def test_importtime_of_help_lists_no_torch(cache_dir):
-    """``python -X importtime -m blockbench --help``, as the issue measured it."""
+    """``python -X importtime -m blockbench --help``: the help imports none of torch, lightning, matplotlib."""
     process = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "blockbench", "--help"],
         capture_output=True,
@@ -375,29 +375,36 @@ def test_user_errors_are_reported_and_bugs_are_not():
 
 
 def cli_startup_script():
-    """``benchmarks/cli_startup.py`` imported as a module."""
-    spec = importlib.util.spec_from_file_location("cli_startup", REPO / "benchmarks" / "cli_startup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``benchmarks/speed/cli_startup.py`` imported as the module it runs as."""
+    return importlib.import_module("benchmarks.speed.cli_startup")
+
+
+def startup_rows(table: str) -> list[str]:
+    """The rows of the start-up table: the lines after its column heads, under the report's header."""
+    lines = table.splitlines()
+    heads = next(i for i, line in enumerate(lines) if line.startswith("command "))
+    return lines[heads + 1 :]
 
 
 def test_the_startup_table_gives_each_commands_median_and_range():
-    table = cli_startup_script().report({"blockbench --help": [0.3, 0.1, 0.2], "blockbench list": [0.5, 0.4]})
-    rows = {line.split("  ")[0]: line.split()[-5:] for line in table.splitlines()[3:]}
+    table = cli_startup_script().report(
+        {"blockbench --help": [0.3, 0.1, 0.2], "blockbench list": [0.5, 0.4]}, "python -m benchmarks.speed.cli_startup"
+    )
+    rows = {line.split("  ")[0]: line.split()[-5:] for line in startup_rows(table)}
     assert rows["blockbench --help"] == ["3", "0.200", "0.100", "-", "0.300"]
     assert rows["blockbench list"] == ["2", "0.450", "0.400", "-", "0.500"]
 
 
 def test_the_startup_benchmark_times_every_command_in_fresh_processes():
     process = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "cli_startup.py"), "--rounds", "1", "--cold-rounds", "0"],
+        [sys.executable, "-m", "benchmarks.speed.cli_startup", "--rounds", "1", "--cold-rounds", "0"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert process.returncode == 0, process.stderr
-    rows = process.stdout.splitlines()[3:]
+    rows = startup_rows(process.stdout)
     assert [row.split("  ")[0] for row in rows] == [
         "blockbench --help",
         "blockbench train --help",

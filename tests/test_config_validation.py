@@ -15,7 +15,7 @@ import lightning as L
 import pydantic
 import pytest
 import torch
-from conftest import REPO, TINY_LM, blockbench, write_matrix
+from helpers import REPO, TINY_LM, blockbench, write_matrix
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -28,13 +28,13 @@ from blockbench.config import (
     lightning_choices,
     load_yaml,
 )
-from blockbench.layout import write_atomic, write_json
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import cell_command
 from blockbench.models import ModelConfig, build_model
 from blockbench.models.config import VARIANT_REGISTRIES
 from blockbench.models.registry import Registry
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_atomic, write_json
 
 # the tiny LM, two steps on one thread
 TINY = {**TINY_LM, "trainer": {"max_steps": 2, "batch_size": 8, "val_every_n_steps": 2, "num_threads": 1}}
@@ -262,7 +262,8 @@ def test_the_values_checked_without_lightning_are_in_lightnings_own_lists():
 #: libraries that are loaded
 VALIDATE_WITHOUT_LIGHTNING = """
 import sys
-from blockbench.config import ConfigError, MatrixConfig, build_run_config, load_yaml, parse_overrides
+from blockbench.config import ConfigError, build_run_config, load_yaml, parse_overrides
+from blockbench.matrixfile import MatrixConfig
 from blockbench.tasks import TASK_CONFIGS
 import pydantic
 

@@ -13,19 +13,18 @@ import importlib.util
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from blockbench.cli import main
-from blockbench.config import MatrixConfig
 from blockbench.matrix.expand import load_matrix
+from blockbench.matrixfile import MatrixConfig
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
-#: the README's size limits (issue 32): a page a reader reads through, not a manual
+#: the README's size limits: a page a reader reads through, not a manual
 MAX_LINES, MAX_LINE_CHARS = 200, 300
 #: the verdict picture, drawn by ``blockbench report`` once the book is rerun: the README embeds it
 #: before it exists (the docs site shows a note instead, see docs/verdict_picture.py)
@@ -209,14 +208,30 @@ def test_the_cpu_only_install_takes_the_pinned_torch(page):
         assert line.startswith("pip install -c constraints.txt torch torchvision "), line
 
 
+#: an issue's number in prose: "issue", "Issue" or "issues", then the number, with or without a "#"
+ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.I)
+
+
 def test_no_user_facing_text_names_an_issue():
     """Readers of the README, the docs, the results, the matrix files and the CLI's own code never saw
-    the project's issue tracker: "issue 31's rules" tells them nothing."""
-    issue = re.compile(r"\bissues? ?#?\d+", re.I)
+    the project's issue tracker: a rule named by its issue's number tells them nothing."""
     pages = [REPO / "README.md", REPO / "CONTRIBUTING.md"]
     for folder, pattern in (("docs", "*.md"), ("results", "*.md"), ("configs", "*.yaml"), ("blockbench", "*.py")):
         pages += sorted((REPO / folder).rglob(pattern))
-    named = [f"{p.relative_to(REPO)}: {m.group()}" for p in pages for m in issue.finditer(p.read_text())]
+    named = [f"{p.relative_to(REPO)}: {m.group()}" for p in pages for m in ISSUE_NUMBER.finditer(p.read_text())]
+    assert not named, named
+
+
+def test_no_test_names_an_issue():
+    """A test says the behaviour it checks, in its name, docstring and comments: the reader of a failure
+    needs what broke, not the number of the issue that once asked for it."""
+    files = sorted((REPO / "tests").rglob("*.py"))
+    named = [
+        f"{p.relative_to(REPO)}:{n}: {m.group()}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        for m in ISSUE_NUMBER.finditer(line)
+    ]
     assert not named, named
 
 
@@ -244,18 +259,16 @@ def _prose(path: Path) -> list[str]:
 
 
 def benchmark_module(name: str):
-    """A script of benchmarks/ imported as its own folder's scripts import each other."""
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module(name)
+    """A script of benchmarks/docs/ imported as the module it runs as."""
+    return importlib.import_module(f"benchmarks.docs.{name}")
 
 
 def test_every_duration_the_docs_quote_is_the_measured_one():
     """One source for how long things take: each page that says it quotes ``docs/durations.json``
-    (written by ``python benchmarks/durations.py``) through a marker, and states no other duration."""
+    (written by ``python -m benchmarks.docs.durations``) through a marker, and states no other duration."""
     durations_module = benchmark_module("durations")
     record = json.loads((REPO / "docs" / "durations.json").read_text())
-    assert record["command"] == "python benchmarks/durations.py" and record["machine"] and record["measured"]
+    assert record["command"] == "python -m benchmarks.docs.durations" and record["machine"] and record["measured"]
     assert durations_module.check(record["durations"]) == []
     pages = sorted({p for pattern in TIMED_PAGES for p in REPO.glob(pattern)})
     quoted = {name for p in pages for _, name in durations_module.quoted(p.read_text())}

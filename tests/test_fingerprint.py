@@ -39,9 +39,9 @@ def test_the_fingerprint_is_of_the_installed_sources(tree):
     [
         "blockbench/cli.py",
         "blockbench/listing.py",
-        "blockbench/record.py",
+        "blockbench/store/record.py",
         "blockbench/progress.py",
-        "blockbench/layout.py",
+        "blockbench/store/layout.py",
         "blockbench/matrix/plan.py",
         "blockbench/matrix/run.py",
         "blockbench/report/summary.py",

@@ -2,8 +2,9 @@
 ``benchmarks -> blockbench -> tasks -> models`` only import downwards, no modules of one package
 import each other in a cycle, ``tasks`` uses only ``models``' public API, and inside ``blockbench``
 three wings stand on a ground floor: ``cell/`` (one cell's process) and ``report/`` (results read
-back) import only the ground floor, ``matrix/`` (many cells) imports them and the ground floor, and
-only the CLI sits above all three.
+back) import only the ground floor, ``matrix/`` (many cells) imports ``cell/`` and the ground floor but
+never the report, and only the CLI sits above all three. Only the results store (``blockbench/store/``)
+writes a results folder, and no function of ``blockbench`` is too long to hold in one's head.
 
 Every import counts, a function's local imports and those under ``if TYPE_CHECKING:`` too: deferring
 an import hides a cycle from the interpreter, and a type-only import hides it from the interpreter
@@ -30,7 +31,7 @@ class Import:
     """One imported module (a submodule where ``from package import name`` names one)."""
 
     source: str  # the importing module, e.g. ``blockbench.report``
-    target: str  # the imported module, e.g. ``blockbench.layout``
+    target: str  # the imported module, e.g. ``blockbench.store.layout``
     names: tuple[str, ...]  # what ``from target import ...`` takes from it; () for ``import target``
     where: str  # ``blockbench/report.py:40``
     statement: str  # as written
@@ -98,8 +99,6 @@ def imports_in(name: str, source: str, file: str, *, is_package: bool = False) -
             found += [Import(name, alias.name, (), where, statement, type_only) for alias in node.names]
         else:
             base = node.module or ""
-            if not node.level and name.startswith("benchmarks.") and f"benchmarks.{base}" in modules():
-                base = f"benchmarks.{base}"  # a script importing a sibling from its own folder (sys.path)
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([node.module] if node.module else []))
@@ -128,7 +127,7 @@ def layer(module: str) -> str:
 def test_the_graph_is_read():
     assert {
         "blockbench.report.summary",
-        "blockbench.layout",
+        "blockbench.store.layout",
         "blockbench.tasks.base",
         "blockbench.tasks.data.cache",
         "blockbench.models",
@@ -139,7 +138,7 @@ def test_the_graph_is_read():
     source = """
 from blockbench import models
 from ..base import Metric
-from blockbench import layout
+from blockbench import progress
 from blockbench.report import summary
 from . import text
 
@@ -156,14 +155,15 @@ if TYPE_CHECKING:
     assert found == [
         ("blockbench.models", (), False),
         ("blockbench.tasks.base", ("Metric",), False),  # relative imports resolved
-        ("blockbench.layout", (), False),
+        ("blockbench.progress", (), False),
         ("blockbench.report.summary", (), False),  # submodules, not names
         ("blockbench.tasks.data.text", (), False),
         ("blockbench.models.attention", ("MultiHeadAttention",), False),  # a function's local import
         ("blockbench.tasks", ("TaskConfig",), True),
     ]
     assert [
-        layer(m) for m in ("blockbench.models.attention", "blockbench.tasks", "blockbench.report", "benchmarks.jobs")
+        layer(m)
+        for m in ("blockbench.models.attention", "blockbench.tasks", "blockbench.report", "benchmarks.speed.jobs")
     ] == ["models", "tasks", "blockbench", "benchmarks"]
 
 
@@ -247,8 +247,9 @@ def test_no_import_cycle_between_modules():
     )
 
 
-def test_benchmark_scripts_importing_each_other_are_in_the_graph():
-    assert any(i.source == "benchmarks.jobs" and i.target == "benchmarks.throughput" for i in all_imports())
+def test_benchmark_scripts_importing_the_harness_and_each_other_are_in_the_graph():
+    assert any(i.source == "benchmarks.speed.jobs" and i.target == "benchmarks.harness" for i in all_imports())
+    assert any(i.source == "benchmarks.gpu.check" and i.target == "benchmarks.speed.throughput" for i in all_imports())
 
 
 def test_cycles_are_found():
@@ -298,11 +299,14 @@ def reachable(module: str) -> set[str]:
 
 
 #: the wings of ``blockbench``, and the wings each may import besides the ground floor and itself
-WINGS = {"blockbench.cell": (), "blockbench.report": (), "blockbench.matrix": ("blockbench.cell", "blockbench.report")}
+#: (the runner does not import the report: the command line hands it the report's functions)
+WINGS = {"blockbench.cell": (), "blockbench.report": (), "blockbench.matrix": ("blockbench.cell",)}
 #: the modules above every wing: the command line
-TOP = ("blockbench.cli", "blockbench.__main__")
-#: the most floors ``blockbench`` may stand on, a wing counting as one floor (see :func:`floors`)
-MAX_FLOORS = 5
+TOP = ("blockbench.cli", "blockbench.__main__", "blockbench.matrix_command")
+#: the most floors ``blockbench`` may stand on, a wing counting as one floor (see :func:`floors`): the
+#: command line, the runner, the cell, and three ground floors under the cell (a TensorBoard run's
+#: names, its views built from them, and what the cell's live writer takes both through)
+MAX_FLOORS = 6
 #: the most lines a module of ``blockbench`` may have
 MAX_LINES = 600
 
@@ -367,7 +371,7 @@ def floors() -> dict[str, int]:
 
 def test_blockbench_stands_on_few_floors():
     found = floors()
-    assert found["blockbench.layout"] == 1 and found["blockbench.matrix"] > found["blockbench.cell"]
+    assert found["blockbench.store.layout"] == 1 and found["blockbench.matrix"] > found["blockbench.cell"]
     assert max(found.values()) <= MAX_FLOORS, f"blockbench stands on more floors than {MAX_FLOORS}: " + ", ".join(
         f"{p} {f}" for p, f in sorted(found.items(), key=lambda x: -x[1])
     )
@@ -383,7 +387,7 @@ def test_no_module_of_blockbench_is_long():
 
 
 #: fields of a cell's ``result.json`` that only its record names: read them as attributes of
-#: ``blockbench.record.CellRecord``, never by string from a dict
+#: ``blockbench.store.record.CellRecord``, never by string from a dict
 RECORD_ONLY_KEYS = {
     "metrics",
     "primary_metric",
@@ -446,11 +450,11 @@ def test_only_the_record_reads_result_json_by_key():
     reads = [
         f"{path.relative_to(REPO)}:{line}: [{key!r}]"
         for name, path in modules().items()
-        if layer(name) == "blockbench" and name != "blockbench.record" and unit(name) != "blockbench.cell"
+        if layer(name) == "blockbench" and not name.startswith("blockbench.store") and unit(name) != "blockbench.cell"
         for line, key in string_keyed_reads(path.read_text())
     ]
     assert not reads, (
-        "result.json read by string keys; read the field of blockbench.record.CellRecord "
+        "result.json read by string keys; read the field of blockbench.store.record.CellRecord "
         "(load_record / read_record) instead:\n" + "\n".join(reads)
     )
 
@@ -458,5 +462,111 @@ def test_only_the_record_reads_result_json_by_key():
 def test_the_report_reads_results_without_the_runner_or_the_trainer():
     """``blockbench report`` needs the results layout and records, not the code that wrote them."""
     reached = reachable("blockbench.report.summary")
-    assert {"blockbench.layout", "blockbench.record"} <= reached
+    assert {"blockbench.store.layout", "blockbench.store.record"} <= reached
     assert not {m for m in reached if unit(m) in ("blockbench.matrix", "blockbench.cell")}
+
+
+#: the calls that write, move or remove a file: the store's atomic writes and the file APIs under them
+WRITING_CALLS = {
+    "write_atomic",
+    "write_json",
+    "atomic_path",
+    "write_text",
+    "write_bytes",
+    "unlink",
+    "rmtree",
+    "copy2",
+    "copyfile",
+    "copytree",
+    "savefig",
+}
+#: calls that write only as functions of these modules (``os.replace``, not ``dataclasses.replace``)
+WRITING_MODULE_CALLS = {("os", "replace"), ("os", "rename"), ("os", "remove"), ("shutil", "copy"), ("shutil", "move")}
+#: modules outside ``blockbench/store/`` that write files themselves, and why
+WRITERS = {
+    "blockbench.cell": "the fingerprinted trainer writes its own cell folder through the store's re-exports",
+    "blockbench.cli": "blockbench train's own run folder, outside any matrix",
+    "blockbench.listing": "its cache of the config keys, not results",
+    "blockbench.lifeline": "a cell folder's lock, which a process holds while it trains there",
+    "blockbench.matrix.launch": "a cell process's own output, train.log, as the process writes it",
+    "blockbench.matrix.estimate.timing": "the timing fits' temporary folder, outside the results",
+    "blockbench.tensorboard": "TensorBoard's event files and views, written by the TensorBoard package",
+    "blockbench.tensorboard.views": "TensorBoard's views (re-exported for the cell's writer)",
+}
+
+
+def writing_calls(source: str) -> list[tuple[int, str]]:
+    """Each call of :data:`WRITING_CALLS` (``x.write_text(...)``, ``write_json(...)``) and each ``open``
+    in a mode that writes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        owner = getattr(node.func.value, "id", None) if isinstance(node.func, ast.Attribute) else None
+        if name in WRITING_CALLS or (owner, name) in WRITING_MODULE_CALLS:
+            found.append((node.lineno, name))
+        elif name == "open":
+            modes = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+            if any(isinstance(m, str) and set(m) & set("wax+") for m in modes):
+                found.append((node.lineno, "open"))
+    return found
+
+
+def test_writing_calls_are_found():
+    source = 'p.write_text("x"); write_json(p, {}); open(p, "w"); open(p); shutil.rmtree(d); os.replace(a, b)'
+    assert [name for _, name in writing_calls(source + "; replace(cell, n=1); p.read_text()")] == [
+        "write_text",
+        "write_json",
+        "open",
+        "rmtree",
+        "replace",
+    ]
+
+
+def test_only_the_store_writes_results():
+    """A results folder is written only by ``blockbench/store/`` (named writes: a record, the summary, a
+    cell's folder made ready), so that one place says what a results folder holds and how each file is
+    written; the modules of :data:`WRITERS` write files of their own."""
+    allowed = tuple(WRITERS)
+    writes = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for name_, path in modules().items()
+        if layer(name_) == "blockbench"
+        and not name_.startswith("blockbench.store")
+        and not any(name_ == a or name_.startswith(a + ".") for a in allowed)
+        for line, name in writing_calls(path.read_text())
+    ]
+    assert not writes, (
+        "files written outside blockbench/store; add a named write to the store and call it:\n" + "\n".join(writes)
+    )
+
+
+#: the most lines a function of ``blockbench`` may have
+MAX_FUNCTION_LINES = 120
+
+
+def long_functions(source: str, file: str) -> dict[str, int]:
+    """``file:name`` -> lines of each function (at any depth) over :data:`MAX_FUNCTION_LINES`."""
+    return {
+        f"{file}:{node.name}": n
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES
+    }
+
+
+def test_long_functions_are_found():
+    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}\ndef g():\n    pass\n", "m.py") == {"m.py:f": MAX_FUNCTION_LINES + 1}
+
+
+def test_no_function_of_blockbench_is_long():
+    long = {
+        where: n
+        for name, path in modules().items()
+        if layer(name) == "blockbench"
+        for where, n in long_functions(path.read_text(), path.relative_to(REPO).as_posix()).items()
+    }
+    assert not long, f"functions of blockbench over {MAX_FUNCTION_LINES} lines; split them along their steps: {long}"

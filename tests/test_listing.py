@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -178,7 +178,7 @@ def test_every_field_of_a_task_is_listed_with_that_tasks_default_and_meaning(lis
         assert description == words([info.description]), f"{key} of {owner}"
 
 
-# --------------------------------------------------------------------------- the axes the issue names
+# --------------------------------------------------------------------------- attention, MoE and sparsity axes
 
 
 def test_attention_moe_and_sparsity_knobs_and_an_embedded_tasks_own_knobs(listing):

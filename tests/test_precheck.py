@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 from test_cli import loaded_by
 
 from blockbench.cli import main, run_folder_name
 from blockbench.config import ConfigError, build_run_config, load_yaml, to_yaml
 from blockbench.keys import Origins, with_sections
-from blockbench.layout import CONFIG_FILE
 from blockbench.listing import load_listing
 from blockbench.precheck import KeyProblems, key_problems, precheck
+from blockbench.store.layout import CONFIG_FILE
 from blockbench.tasks import TASK_CONFIGS, TASK_PRESETS
 
 #: mistakes of a user's, each a config file's sections and overrides: every key here is unknown

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 import blockbench
 

@@ -1,4 +1,4 @@
-"""The one-off rewrite of committed records' config hashes (``benchmarks/rehash_records.py``): a record
+"""The one-off rewrite of committed records' config hashes (``benchmarks/book/rehash_records.py``): a record
 holding the hash the earlier code gave its config gets the whole-config hash, byte for byte otherwise;
 a rerun changes nothing; a hash that is neither stops it before anything is written."""
 
@@ -8,11 +8,11 @@ import json
 import runpy
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from blockbench.config import build_run_config, load_yaml, to_yaml
 
-SCRIPT = REPO / "benchmarks" / "rehash_records.py"
+SCRIPT = REPO / "benchmarks" / "book" / "rehash_records.py"
 #: hashes the earlier code gave configs/base.yaml with each task (computed by that code, not by the script)
 EARLIER = {"lm": "ac16a4138e919f5c", "translation": "4d486b8379e148cb", "vit": "9582b417e8e925dd"}
 

@@ -62,7 +62,7 @@ def test_every_committed_cell_config_still_has_the_hash_its_result_records():
     before at their defaults: each committed cell's ``config.yaml`` gives the hash of its
     ``result.json``, so the committed results stay current and are not trained again."""
     from blockbench.config import build_run_config, load_yaml
-    from blockbench.record import load_record
+    from blockbench.store.record import load_record
 
     configs = sorted((REPO / "results").glob("*/cells/**/config.yaml"))
     assert configs

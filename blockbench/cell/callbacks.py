@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from blockbench.tasks.rng import capture_rng, restore_rng
 
+from ..tensorboard.names import CURVE_TAG
 from ..walltime import WallClock
 from .perf import (
     TRAIN_FETCH_ACTION,
@@ -27,7 +28,6 @@ from .perf import (
     runs_ahead,
     step_statistics,
 )
-from .tensorboard import CURVE_TAG
 
 
 class PerformanceMonitor(L.Callback):

@@ -27,8 +27,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from blockbench.tasks.data.cache import cache_key, cache_root
 
-from ..layout import write_json
 from ..provenance import cpu_model, hardware
+from ..store.layout import write_json
 
 #: the compute dtype of each Lightning precision (the dtype its matmuls run in)
 PRECISION_DTYPES: dict[str, torch.dtype] = {

@@ -7,7 +7,6 @@ import shutil
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,56 +15,27 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 
-from ..config import RunConfig, to_yaml
-from ..layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_atomic
+from ..config import RunConfig, TrainerConfig, to_yaml
 from ..progress import StepProgress, quiet_lightning
 from ..provenance import code_fingerprint, machine_description, peak_memory_mb, provenance
-from ..record import RECORD_VERSION, CellRecord, write_record
+from ..store.checkpoints import Resume
+from ..store.checkpoints import resumable_checkpoint as inspect_checkpoint
+from ..store.layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_atomic
+from ..store.record import RECORD_VERSION, CellRecord, write_record
+from ..tensorboard.views import Views
+from ..tensorboard.writer import CellLogger, log_cell_hparams, log_views
 from ..walltime import CELL_PARTS, WallClock
 from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
 from .runtime import data_loading, lightning_determinism, machine_settings
-from .tensorboard import CellLogger, Views, log_cell_hparams, log_views
-
-
-@dataclass(frozen=True)
-class Resume:
-    """What an earlier, interrupted run of a cell left behind: the checkpoint to resume and its
-    step, or why there is none to resume."""
-
-    checkpoint: Path | None = None
-    step: int = 0
-    #: a checkpoint exists but cannot be loaded (recorded as ``resume_error`` in ``result.json``)
-    error: str | None = None
-    #: an intact checkpoint of another config or of other code, replaced by design
-    note: str | None = None
 
 
 def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, *, delete_stale: bool = True) -> Resume:
-    """``last.ckpt`` of an interrupted run of this same config and code, with its step. Any other
-    checkpoint is deleted (if ``delete_stale``) and not resumed: one that cannot be loaded (the
-    ``Resume`` says why), or one of another config or other code (the cell changed since)."""
-    last = checkpoints / StepCheckpoint.FILE
-    if not last.is_file():
-        return Resume()
-    try:
-        state = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-        saved, step = state["callbacks"][ResumeState.__qualname__], int(state["global_step"])
-        saved_hash, saved_fingerprint = saved["config_hash"], saved.get("code_fingerprint")
-    except Exception as error:  # e.g. truncated by a full disk, or not a checkpoint at all
-        reason = (str(error).strip().splitlines() or [""])[0][:300]
-        resume = Resume(
-            error=f"checkpoint {last} could not be loaded ({type(error).__name__}: {reason}); starting from step 0"
-        )
-    else:
-        if saved_hash == config_hash and saved_fingerprint == fingerprint:
-            return Resume(last, step)
-        what = (
-            f"of another config ({saved_hash})"
-            if saved_hash != config_hash
-            else f"written by other code (fingerprint {str(saved_fingerprint)[:12]} -> {fingerprint[:12]})"
-        )
-        resume = Resume(note=f"checkpoint {last} (step {step}) is {what}; starting from step 0")
-    if delete_stale:
+    """``last.ckpt`` of an interrupted run of this same config and code, with its step, as the store
+    reads it (:func:`blockbench.store.checkpoints.resumable_checkpoint`). Any other checkpoint is
+    deleted (if ``delete_stale``) and not resumed: one that cannot be loaded (the ``Resume`` says why),
+    or one of another config or other code (the cell changed since)."""
+    resume = inspect_checkpoint(checkpoints, config_hash, fingerprint)
+    if delete_stale and (resume.error or resume.note):
         shutil.rmtree(checkpoints, ignore_errors=True)
     return resume
 
@@ -102,7 +72,7 @@ def train_cell(
     ``out_dir/result.json``) its result record;
     ``hparams`` (the cell's varied keys) go to TensorBoard's HParams dashboard with the final metrics;
     ``tb_scope`` (a matrix cell's task) names the TensorBoard tags (``1_val/<scope>/loss``), and
-    ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.cell.tensorboard`);
+    ``tb_views`` (the matrix's HParams columns and charts) start the run (see :mod:`blockbench.tensorboard.writer`);
     ``extra_callbacks`` join the runner's own (e.g. a timer in ``benchmarks/lightning_overhead.py``);
     ``progress_every``: the steps between progress lines when stdout is not a terminal (see
     :class:`blockbench.progress.StepProgress`); ``from_process_start``: this process is the run's own
@@ -154,28 +124,7 @@ def train_cell(
     logger = CellLogger(tb_dir, tb_name, tb_version, scope=tb_scope, purge_step=resumed_step or None)
     if tb_views is not None:  # again after a resumption: the same views, and a run deleted meanwhile still gets them
         log_views(logger, tb_views)
-    trainer = L.Trainer(
-        max_steps=cfg.max_steps,
-        val_check_interval=cfg.val_every_n_steps,
-        check_val_every_n_epoch=None,  # validate every val_every_n_steps steps, across epochs
-        num_sanity_val_steps=0,
-        log_every_n_steps=cfg.log_every_n_steps,
-        gradient_clip_val=cfg.grad_clip,
-        accumulate_grad_batches=cfg.accumulate_grad_batches,
-        accelerator=accelerator,
-        devices=cfg.devices,
-        num_nodes=cfg.num_nodes,
-        strategy=cfg.strategy,
-        precision=cfg.resolved_precision(accelerator),
-        use_distributed_sampler=False,  # the datamodules shard training and validation data themselves
-        logger=logger,
-        callbacks=callbacks,
-        profiler=perf.data_wait,  # times the loop's waits for training batches, and the parts of the wall time
-        enable_checkpointing=False,  # no ModelCheckpoint: StepCheckpoint writes the checkpoints
-        enable_model_summary=False,
-        default_root_dir=str(out_dir),
-        **lightning_determinism(cfg),
-    )
+    trainer = lightning_trainer(cfg, accelerator, out_dir, logger, callbacks, perf)
     per_device_batch = cfg.per_device_batch_size(trainer.world_size)
     if trainer.is_global_zero and (trainer.world_size > 1 or cfg.accumulate_grad_batches > 1):
         print(
@@ -200,77 +149,10 @@ def train_cell(
     if trainer.interrupted:
         raise KeyboardInterrupt
 
-    record: dict[str, Any] = {
-        "task": task_cfg.name,
-        "seed": run.seed,
-        "config_hash": run.config_hash(),
-        "code_fingerprint": fingerprint,
-    }
-    if guard.diverged:
-        loss = guard.diverging_loss
-        record = {
-            "status": "diverged",
-            **record,
-            "diverged_at_step": guard.diverged_at_step,
-            "diverging_loss": loss if math.isfinite(loss) else str(loss),
-            "last_finite_loss": guard.last_finite_loss,
-        }
-    else:
-        if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
-            trainer.validate(module, datamodule=datamodule, verbose=False)
-        metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in task_cfg.metrics}
-        baselines = datamodule.baselines()
-        headline = task_cfg.metrics[0]
-        trivial = baselines.get(headline.name)
-        record = {
-            "status": "ok",
-            **record,
-            "metrics": metrics,
-            "primary_metric": headline.name,
-            "baselines": baselines,
-            # no better than the trivial baseline on the headline metric: the run did not learn
-            "learned": None if trivial is None else headline.beats(metrics[headline.name], trivial),
-        }
-    result = {
-        "record_version": RECORD_VERSION,
-        **record,
-        "data": datamodule.data_summary(),
-        "steps": trainer.global_step,
-        "resumed_from_step": resumed_step or None,
-        "resume_error": resume.error,  # a checkpoint that could not be loaded: this run started over
-        "wall_time_s": round(history.elapsed(), 2),
-        "wall_time_breakdown": None,  # set last, just before the result is written
-        "parameters": module.n_parameters,
-        "throughput": round(perf.per_second, 1),  # all processes together
-        "throughput_per_process": round(perf.per_second_per_process, 1),
-        "throughput_unit": f"{task_cfg.throughput_unit}/s",
-        "performance": perf.summary(),  # this run's steps (a resumed run: those since the resume)
-        "batch": {
-            "global": cfg.batch_size,
-            "per_process": per_device_batch,
-            "processes": trainer.world_size,
-            "accumulate_grad_batches": cfg.accumulate_grad_batches,
-        },
-        "precision": trainer.precision,
-        "runtime": {
-            "accelerator": trainer.strategy.root_device.type,
-            "deterministic": cfg.deterministic,
-            "matmul_precision": torch.get_float32_matmul_precision(),
-            "adamw": module.adamw_implementation,
-            "num_workers": datamodule.num_workers,  # an image task's own task.num_workers where set
-            "pin_memory": datamodule.pin_memory,
-            "checkpoint_every_n_steps": checkpoint_interval,
-        },
-        "peak_memory": peak_memory_mb(),
-        "machine": machine_description(),
-        **module.result_extras(),
-        "history": history.history,
-        "curve": curve.record() if curve else None,
-        "provenance": provenance(),
-    }
-    result = CellRecord.model_validate(
-        result
-    )  # the typed record: a field of the wrong type fails here, not in a reader
+    record = outcome(run, fingerprint, guard, module, datamodule, trainer)
+    result = cell_record(
+        run, record, module, datamodule, trainer, perf, history, curve, resume, checkpoint_interval, per_device_batch
+    )
     if trainer.is_global_zero:
         final = {f"val/{name}": value for name, value in result.metrics.items()}
         final |= result.final_figures(task_cfg.throughput_unit)
@@ -289,6 +171,140 @@ def train_cell(
         write_record(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result
+
+
+def lightning_trainer(
+    cfg: TrainerConfig,
+    accelerator: str,
+    out_dir: Path,
+    logger: CellLogger,
+    callbacks: list[L.Callback],
+    perf: PerformanceMonitor,
+) -> L.Trainer:
+    """The Lightning ``Trainer`` of a cell: ``cfg``'s steps, validation interval, clipping, devices and
+    precision on ``accelerator``, the cell's ``logger`` and ``callbacks``, ``perf``'s profiler timing the
+    waits for batches; no checkpointing or sampler of Lightning's own (the callbacks and the datamodules
+    do both)."""
+    return L.Trainer(
+        max_steps=cfg.max_steps,
+        val_check_interval=cfg.val_every_n_steps,
+        check_val_every_n_epoch=None,  # validate every val_every_n_steps steps, across epochs
+        num_sanity_val_steps=0,
+        log_every_n_steps=cfg.log_every_n_steps,
+        gradient_clip_val=cfg.grad_clip,
+        accumulate_grad_batches=cfg.accumulate_grad_batches,
+        accelerator=accelerator,
+        devices=cfg.devices,
+        num_nodes=cfg.num_nodes,
+        strategy=cfg.strategy,
+        precision=cfg.resolved_precision(accelerator),
+        use_distributed_sampler=False,  # the datamodules shard training and validation data themselves
+        logger=logger,
+        callbacks=callbacks,
+        profiler=perf.data_wait,  # times the loop's waits for training batches, and the parts of the wall time
+        enable_checkpointing=False,  # no ModelCheckpoint: StepCheckpoint writes the checkpoints
+        enable_model_summary=False,
+        default_root_dir=str(out_dir),
+        **lightning_determinism(cfg),
+    )
+
+
+def outcome(
+    run: RunConfig, fingerprint: str, guard: DivergenceGuard, module: Any, datamodule: Any, trainer: L.Trainer
+) -> dict[str, Any]:
+    """How a finished cell ended, the first fields of its record: diverged (where and at which loss), or
+    ok with its final metrics (validated once more where the last step was not a validation step), the
+    trivial baselines and whether the headline metric beat its baseline (the cell learned)."""
+    record: dict[str, Any] = {
+        "task": run.task.name,
+        "seed": run.seed,
+        "config_hash": run.config_hash(),
+        "code_fingerprint": fingerprint,
+    }
+    if guard.diverged:
+        loss = guard.diverging_loss
+        record = {
+            "status": "diverged",
+            **record,
+            "diverged_at_step": guard.diverged_at_step,
+            "diverging_loss": loss if math.isfinite(loss) else str(loss),
+            "last_finite_loss": guard.last_finite_loss,
+        }
+    else:
+        if module.last_validated_step != trainer.global_step:  # the final step was not a validation step
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+        metrics = {m.name: float(trainer.callback_metrics[f"val/{m.name}"]) for m in run.task.metrics}
+        baselines = datamodule.baselines()
+        headline = run.task.metrics[0]
+        trivial = baselines.get(headline.name)
+        record = {
+            "status": "ok",
+            **record,
+            "metrics": metrics,
+            "primary_metric": headline.name,
+            "baselines": baselines,
+            # no better than the trivial baseline on the headline metric: the run did not learn
+            "learned": None if trivial is None else headline.beats(metrics[headline.name], trivial),
+        }
+    return record
+
+
+def cell_record(
+    run: RunConfig,
+    record: dict[str, Any],
+    module: Any,
+    datamodule: Any,
+    trainer: L.Trainer,
+    perf: PerformanceMonitor,
+    history: ValidationHistory,
+    curve: LossCurve | None,
+    resume: Resume,
+    checkpoint_interval: int | None,
+    per_device_batch: int,
+) -> CellRecord:
+    """A finished cell's typed record: its ``outcome`` (``record``) with the data, steps, resumption,
+    wall time, parameters, throughput and performance, batch, precision and runtime settings, memory,
+    machine, the task's extras, the validation history, the loss curve and the provenance. The wall
+    time's breakdown is left unset, to be set just before the record is written; a field of the wrong
+    type fails here, not in a reader."""
+    fields = {
+        "record_version": RECORD_VERSION,
+        **record,
+        "data": datamodule.data_summary(),
+        "steps": trainer.global_step,
+        "resumed_from_step": resume.step or None,
+        "resume_error": resume.error,  # a checkpoint that could not be loaded: this run started over
+        "wall_time_s": round(history.elapsed(), 2),
+        "wall_time_breakdown": None,  # set last, just before the result is written
+        "parameters": module.n_parameters,
+        "throughput": round(perf.per_second, 1),  # all processes together
+        "throughput_per_process": round(perf.per_second_per_process, 1),
+        "throughput_unit": f"{run.task.throughput_unit}/s",
+        "performance": perf.summary(),  # this run's steps (a resumed run: those since the resume)
+        "batch": {
+            "global": run.trainer.batch_size,
+            "per_process": per_device_batch,
+            "processes": trainer.world_size,
+            "accumulate_grad_batches": run.trainer.accumulate_grad_batches,
+        },
+        "precision": trainer.precision,
+        "runtime": {
+            "accelerator": trainer.strategy.root_device.type,
+            "deterministic": run.trainer.deterministic,
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "adamw": module.adamw_implementation,
+            "num_workers": datamodule.num_workers,  # an image task's own task.num_workers where set
+            "pin_memory": datamodule.pin_memory,
+            "checkpoint_every_n_steps": checkpoint_interval,
+        },
+        "peak_memory": peak_memory_mb(),
+        "machine": machine_description(),
+        **module.result_extras(),
+        "history": history.history,
+        "curve": curve.record() if curve else None,
+        "provenance": provenance(),
+    }
+    return CellRecord.model_validate(fields)
 
 
 def error_record(run: RunConfig, error: BaseException) -> CellRecord:

@@ -14,29 +14,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..config import (
-    REPLICA_AXIS,
-    REPLICA_SEED_STRIDE,
-    ConfigError,
-    MatrixConfig,
-    RunConfig,
-    build_run_config,
-    describe_validation_error,
-    load_yaml,
-)
-from ..layout import (
+from ..config import ConfigError, RunConfig, build_run_config, describe_validation_error, load_yaml
+from ..matrixfile import REPLICA_AXIS, REPLICA_SEED_STRIDE, MatrixConfig
+from ..store.layout import (
     NON_VARIANT_AXES,
     TUNE_DIR,
-    TensorBoardRun,
     axis_names,
     candidate_label,
     cell_directory,
     folder_name,
-    tensorboard_runs,
     tuning_cell_directory,
-    tuning_run_name,
 )
-from ..tbnames import cell_hparams
+from ..store.tbruns import TensorBoardRun, tensorboard_runs, tuning_run_name
+from ..tensorboard.logdirs import LogdirCell
+from ..tensorboard.names import cell_hparams
 from .tuning import REPORT, TUNE
 
 #: what a tuning cell sets in its task: it validates on the task's tuning split, which no reported
@@ -82,7 +73,7 @@ class Cell:
     seed: int
     axes: dict[str, Any]
     #: the cell's TensorBoard run: its log folder (``tb/lm``, a tuning cell's ``tb_tune/lm``) and its name
-    #: there (``post/seed0``, ``post/lr=0.001/seed1000``; see ``blockbench.layout.tensorboard_runs``)
+    #: there (``post/seed0``, ``post/lr=0.001/seed1000``; see ``blockbench.store.tbruns.tensorboard_runs``)
     tb_run: TensorBoardRun | None = None
     #: in a matrix with ``tune:``, ``tune`` for a tuning cell and ``report`` for a reported one; else None
     phase: str | None = None
@@ -129,6 +120,24 @@ class Cell:
         rather than the mapping that configures it (``{name: lm, n_train_tokens: 100000}``); in a
         matrix with ``tune:``, also the tuned values and the phase."""
         return cell_hparams(self.task, self.axes, self.tuned, self.phase)
+
+    @property
+    def logdir_cell(self) -> LogdirCell:
+        """What the cell's TensorBoard log folder needs of it (``blockbench.tensorboard.logdirs``): its
+        labels, run and HParams row, its task's metrics and throughput unit, and whether it logs the
+        logit lens and the loss curve."""
+        task = self.run.task
+        return LogdirCell(
+            task=self.task,
+            variant=self.variant,
+            seed=self.seed,
+            tb=self.tb,
+            hparams=self.hparams,
+            metrics=task.metrics,
+            throughput_unit=task.throughput_unit,
+            logit_lens=bool(getattr(task, "logit_lens", False)),
+            loss_curve=bool(self.run.trainer.curve_interval),
+        )
 
 
 def variant_label(axes: dict[str, Any]) -> str:
@@ -210,7 +219,9 @@ def expand_matrix(path: str | Path) -> Expansion:
     try:
         matrix = MatrixConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError("\n".join(f"{path}: {line}" for line in describe_validation_error(exc))) from None
+        raise ConfigError(
+            "\n".join(f"{path}: {line}" for line in describe_validation_error(exc, matrix=MatrixConfig))
+        ) from None
     base: dict[str, Any] = {}
     if matrix.base:
         base = load_yaml((path.parent / matrix.base).resolve())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,21 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig, to_yaml
-from ..layout import (
-    CELL_FILE,
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    JOBS_DIR,
-    LOAD_FILE,
-    RESULT_FILE,
-    TB_VIEWS_FILE,
-    write_atomic,
-    write_json,
-)
 from ..lifeline import RUNNER_ENV
 from ..prereg import PlanBook
 from ..provenance import code_fingerprint
-from ..record import CellRecord, read_record, write_load, write_record
+from ..store.files import prepare_cell, write_cell_json
+from ..store.layout import CONFIG_FILE, JOBS_DIR, RESULT_FILE, TB_VIEWS_FILE
+from ..store.record import CellRecord, read_record, write_load, write_record
 from .devices import VISIBLE, auto_jobs, visible_devices
 from .expand import Cell
 from .launch import forkserver_available, run_forked, run_subprocess, stopping
@@ -113,26 +103,28 @@ def job_slots(jobs: int) -> list[Slot]:
     return [Slot(max(1, cpu_cores() // jobs)) for _ in range(jobs)]
 
 
-def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:
+def cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> dict[str, Any]:
     """The cell's ``cell.json``: what the report groups it by (task, variant, seed), its axes and the
     matrix file; in a matrix with ``tune:`` also its phase and tuned values; and the hash of the
     analysis plan in force as the cell starts (``plan.json``'s current, see ``blockbench.prereg``)."""
     tuning = {"phase": cell.phase, "tuned": cell.tuned} if cell.phase else {}
     plan = PlanBook.load(matrix_dir).current
-    write_json(
-        cell.directory(matrix_dir) / CELL_FILE,
-        {
-            "index": cell.index,
-            "task": cell.task,
-            "task_name": cell.run.task.name,
-            "variant": cell.variant,
-            "seed": cell.seed,
-            "axes": cell.axes,
-            **tuning,
-            "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
-            **({"plan": plan} if plan else {}),
-        },
-    )
+    return {
+        "index": cell.index,
+        "task": cell.task,
+        "task_name": cell.run.task.name,
+        "variant": cell.variant,
+        "seed": cell.seed,
+        "axes": cell.axes,
+        **tuning,
+        "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
+        **({"plan": plan} if plan else {}),
+    }
+
+
+def write_cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> None:
+    """Write the cell's ``cell.json`` (:func:`cell_file`) into its folder."""
+    write_cell_json(cell.directory(matrix_dir), cell_file(cell, matrix_dir, matrix_file))
 
 
 def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool = False) -> list[str]:
@@ -141,12 +133,7 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
     An interrupted earlier attempt resumes from its checkpoint unless ``fresh``.
     """
     cell_dir = cell.directory(matrix_dir)
-    (cell_dir / RESULT_FILE).unlink(missing_ok=True)
-    (cell_dir / LOAD_FILE).unlink(missing_ok=True)  # an earlier attempt's: this one's is measured anew
-    if fresh:
-        shutil.rmtree(cell_dir / CHECKPOINT_DIR, ignore_errors=True)
-    write_cell_file(cell, matrix_dir, matrix_file)
-    write_atomic(cell_dir / CONFIG_FILE, to_yaml(cell.run))
+    prepare_cell(cell_dir, cell_file(cell, matrix_dir, matrix_file), to_yaml(cell.run), fresh=fresh)
     tb_run = cell.tb
     tb_name, tb_version = tb_run.writer_args  # the run tb/<task>/<variant>/seed<k>: <variant>/seed<k> in tb/<task>
     return [
@@ -164,7 +151,7 @@ def cell_command(cell: Cell, matrix_dir: Path, matrix_file: Path, *, fresh: bool
         "--tb-version",
         tb_version,
         "--tb-scope",
-        cell.task,  # tags name the task: val/<task>/loss (see blockbench.cell.tensorboard)
+        cell.task,  # tags name the task: val/<task>/loss (see blockbench.tensorboard.writer)
         "--tb-views",
         str(matrix_dir / tb_run.logdir / TB_VIEWS_FILE),  # the views of this log folder (its task's)
         "--hparams",

@@ -6,7 +6,7 @@ machine's busy CPU time over all its cores (the first line of ``/proc/stat``) an
 cell's process tree (``/proc/<pid>/stat`` of the cell and of every process below it, each with its
 reaped children's time, so that a data worker that ended still counts). The window is from the first
 reading to the last one taken while the cell was alive: the machine's busy seconds in it less the
-cell's are what other processes took, a :class:`blockbench.record.CellLoad` that the runner writes
+cell's are what other processes took, a :class:`blockbench.store.record.CellLoad` that the runner writes
 next to the cell's result. Without ``/proc`` (macOS, Windows) there is nothing to read, and no record.
 
 The standard library and the record's type only: the runner imports this module without torch.
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..record import CellLoad
+from ..store.record import CellLoad
 
 PROC = Path("/proc")
 #: seconds between two readings: a cell's last second or less goes unmeasured, at a few ms of CPU a reading

@@ -2,7 +2,7 @@
 
 :func:`analysis_plan` gathers everything that decides the matrix's verdicts (see
 :mod:`blockbench.prereg`) from the validated matrix and its cells' configs: the decision rule's
-version, α and futility bound (``blockbench.report.decide``), the looks of ``seeds:``, the baseline
+version, α and futility bound (``blockbench.prereg``), the looks of ``seeds:``, the baseline
 variant, per task the headline metric's direction, margin (the matrix file's ``margins:`` or the
 task's declared one) and saturation, and the tuning grid with its seeds and extension steps. The
 runner records it in ``plan.json`` and its hash in each cell's ``cell.json``.
@@ -14,8 +14,7 @@ from collections import Counter
 
 from blockbench.tasks import TASK_CONFIGS
 
-from ..prereg import AnalysisPlan, TaskPlan
-from ..report.decide import ALPHA, FUTILITY, RULE_VERSION
+from ..prereg import ALPHA, FUTILITY, RULE_VERSION, AnalysisPlan, TaskPlan
 from .expand import Expansion
 from .tuning import EXTENSION_STEPS
 

@@ -1,137 +1,206 @@
-"""The rounds of a matrix run: successive halving's rungs of tuning cells (see
-:mod:`blockbench.matrix.tuning`) and, with ``seeds: {min, max, step}``, the rounds of seeds for the
-questions still undecided. Every round is decided from the results on disk, so a resumed run asks
-for the same cells as the run it resumes."""
+"""A matrix run's rounds trained: each round's cells, ``--jobs`` at a time here or as cluster jobs, then
+the schedule asked for the next (:mod:`blockbench.matrix.schedule`), and each phase's record for
+``matrix_run.json`` (:class:`PhaseRecord`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from ..config import ConfigError
-from ..lineage import NO_LINEAGE, Lineage
-from ..record import CellRecord
+from ..progress import format_duration
+from ..provenance import code_fingerprint
+from ..store.files import record_untrained
+from ..store.layout import TRAIN_LOG, TUNE_FILE
+from ..store.record import CellRecord, RunCell, RunPhase, write_tuning
+from ..store.reuse import ReuseRule, copy_cell
+from ..walltime import WallClock
+from .devices import DevicePool, devices_per_cell
+from .estimate.total import MatrixProgress
 from .expand import Cell, Expansion
-from .plan import earlier_record
-from .tuning import Candidate, Tuning, extension, trial
+from .jobs import Slot, cell_file, describe_outcome, run_cell, run_cells_as_jobs, write_cell_file
+from .launch import stopping
+from .plan import ELSEWHERE, NO_CHOICE, CellPlan, MatrixPlan, plan_cells, plan_reported
+from .say import say
+from .schedule import Results, Schedule, SeedRounds, TuningRungs
+from .tuning import REPORT, TUNE, Tuning, tuning_record
 
 
 @dataclass(frozen=True)
-class Counts:
-    """Which results count for tuning and for the rounds: those of the cell's current config made by this
-    code or, by the results folder's ``lineage``, with its numbers (any code with ``--reuse-stale``); none
-    with ``--force``, until the cell has trained again."""
+class RoundRecord:
+    """One round: its cells, those trained, and its seconds."""
 
-    fingerprint: str
-    reuse_stale: bool = False
-    force: bool = False
-    lineage: Lineage = NO_LINEAGE
-
-    def record(self, cell: Cell, matrix_dir: Path, *, finished_only: bool = False) -> CellRecord | None:
-        record = earlier_record(cell.directory(matrix_dir))
-        if record is None or record.config_hash != cell.run.config_hash():
-            return None
-        if finished_only and (self.force or not record.finished):
-            return None  # planning: a failed cell is retried, and --force retrains everything
-        return record if self.reuse_stale or self.lineage.admits(record, self.fingerprint) else None
+    cells: int
+    trained: int
+    wall_time_s: float
 
 
-def tuning_outcomes(
-    tuning: list[Cell], matrix_dir: Path, seeds: Sequence[int], counts: Counts, *, finished_only: bool = False
-) -> dict[tuple[str, str], Tuning]:
-    """The tuning of each task x variant (see :mod:`blockbench.matrix.tuning`), scored from the results of its
-    tuning cells that count (``counts``; ``finished_only`` while planning, so a failed cell is retried)."""
-    variants: dict[tuple[str, str], dict[str, list[Cell]]] = {}
-    for cell in tuning:
-        variants.setdefault((cell.task, cell.variant), {}).setdefault(cell.candidate, []).append(cell)
-    tunings = {}
-    for (task, variant), by_candidate in variants.items():
-        metric = next(iter(by_candidate.values()))[0].run.task.metrics[0]  # the headline metric
-        candidates = tuple(
-            Candidate(
-                group[0].tuned,
-                label,
-                tuple(
-                    trial(
-                        cell.seed, cell.key, counts.record(cell, matrix_dir, finished_only=finished_only), metric.name
-                    )
-                    for cell in group
-                ),
-            )
-            for label, group in by_candidate.items()
-        )
-        tunings[task, variant] = Tuning(task, variant, metric.name, metric.higher_is_better, candidates, tuple(seeds))
-    return tunings
-
-
-def extended_tuning(
-    expansion: Expansion, tuning: list[Cell], matrix_dir: Path, counts: Counts, *, finished_only: bool = False
-) -> tuple[list[Cell], dict[tuple[str, str], Tuning]]:
-    """The tuning cells with those of the candidates the tuner added past the ends of the grid
-    (:func:`blockbench.matrix.tuning.extension`), and each task x variant's tuning over all of them:
-    a variant whose complete tuning chose an end gets the next value's cells, and its tuning is scored
-    again, until no variant needs another. Decided from the results on disk, so a resumed run asks for
-    the same cells; a value the config rejects ends the extension there."""
-    seeds = expansion.matrix.tune_seeds
-    refused: set[tuple[str, str]] = set()
-    while True:
-        tunings = tuning_outcomes(tuning, matrix_dir, seeds, counts, finished_only=finished_only)
-        added: list[Cell] = []
-        for key, outcome in tunings.items():
-            values = None if key in refused or not outcome.complete else extension(outcome, expansion.matrix.tune)
-            if values is None:
-                continue
-            template = next(cell for cell in tuning if (cell.task, cell.variant) == key)
-            try:
-                added += expansion.added_candidate(template, values, start=len(tuning) + len(added))
-            except ConfigError:
-                refused.add(key)
-        if not added:
-            return tuning, tunings
-        tuning = tuning + added
-
-
-def pending_tuning(tuning: list[Cell], tunings: dict[tuple[str, str], Tuning]) -> list[Cell]:
-    """The tuning cells the current rung of each variant's successive halving still needs, in matrix order."""
-    wanted = {
-        (task, variant, candidate.label, seed)
-        for (task, variant), t in tunings.items()
-        for candidate, seed in t.pending()
-    }
-    return [cell for cell in tuning if (cell.task, cell.variant, cell.candidate, cell.seed) in wanted]
-
-
-def first_round(expansion: Expansion) -> list[Cell]:
-    """The reported cells every variant trains: all of them, or with ``seeds: {min, ...}`` seeds 0 .. min-1."""
-    plan = expansion.matrix.seeds
-    return [cell for cell in expansion.cells if plan is None or int(cell.axes["seed"]) < plan.min]
-
-
-def next_round(expansion: Expansion, matrix_dir: Path) -> list[Cell]:
-    """The reported cells the questions still undecided need next (``seeds: {min, max, step}``): for each
-    such question, the seeds up to the next planned look for the variant's and the baseline's cells at its
-    level. Decided from the results on disk (``blockbench.report.analysis.open_questions``), so a resumed
-    run asks for the same cells."""
-    from ..report.analysis import open_questions
-
-    plan = expansion.matrix.seeds
-    if plan is None:
-        return []
-    wanted: dict[tuple[str, str], int] = {}
-    for question in open_questions(matrix_dir):
-        target = next((size for size in plan.sizes if size > question.seeds), None)
-        if target is None:
-            continue
-        for variant in (question.variant, question.baseline):
-            wanted[question.task, variant] = max(wanted.get((question.task, variant), 0), target)
-    return [cell for cell in expansion.cells if int(cell.axes["seed"]) < wanted.get((cell.task, cell.variant), 0)]
-
-
-def merge_phases(records: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_rounds(records: list[RoundRecord]) -> RunPhase:
     """One phase's record for ``matrix_run.json`` from its rounds' (cells, trained, seconds summed)."""
-    return {
-        key: round(sum(r[key] for r in records), 1) if key == "wall_time_s" else sum(r[key] for r in records)
-        for key in ("cells", "trained", "wall_time_s")
-    } | {"rounds": len(records)}
+    return RunPhase(
+        cells=sum(r.cells for r in records),
+        trained=sum(r.trained for r in records),
+        wall_time_s=round(sum(r.wall_time_s for r in records), 1),
+        rounds=len(records),
+    )
+
+
+@dataclass
+class Rounds:
+    """Trains a run's rounds and keeps what ``matrix_run.json`` records of them: the cells that failed,
+    each trained cell's seconds as seen from here (in the order they ended) and each phase's record."""
+
+    matrix_dir: Path
+    path: Path
+    options: object  # blockbench.matrix.run.RunOptions: force, launcher, cluster_options
+    jobs: int
+    slots: list[Slot]
+    gpus: list[str]
+    needs: dict[str, int]
+    progress: MatrixProgress
+    clock: WallClock
+    n_cells: int = 0
+    failed: list[str] = field(default_factory=list)
+    cell_times: list[RunCell] = field(default_factory=list)
+    phases: dict[str, RunPhase] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.free_slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+        for slot in self.slots:
+            self.free_slots.put(slot)
+        self.devices = DevicePool(self.gpus)
+
+    @property
+    def tune_file(self) -> Path:
+        return self.matrix_dir / TUNE_FILE
+
+    def trained(self) -> int:
+        return sum(phase.trained for phase in self.phases.values())
+
+    def train(self, n: int, cell: Cell) -> None:
+        """Train cell ``n`` in a free slot, on whole devices (waiting for them if need be)."""
+        slot = self.free_slots.get()
+        gpus = self.gpus
+        need = self.needs.get(cell.key) or devices_per_cell(cell.run, len(gpus)) if gpus else 0
+        taken = self.devices.take(need) if gpus else None
+        if taken is not None:
+            slot = replace(slot, devices=tuple(taken))
+        try:
+            if stopping():  # the runner is being terminated: this cell stays as it is and resumes next time
+                raise KeyboardInterrupt
+            prefix = f"[{n}/{self.n_cells}] {cell.key}"
+            plan = self.progress.start(n)
+            say(f"{prefix}: training" + (f" ({plan.detail})" if plan.status == "resumable" else ""))
+            log_file = cell.directory(self.matrix_dir) / TRAIN_LOG if self.jobs > 1 else None
+            if log_file:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+            result = run_cell(cell, self.matrix_dir, self.path, slot=slot, log_file=log_file, fresh=self.options.force)
+            if result.status == "failed":
+                self.failed.append(cell.key)
+            took = self.progress.finish(n, result)  # its process, spawn to exit, and the file writes around it
+            # the summary reads the reported cells' results: a tuning cell's breakdown comes from here
+            breakdown = {"wall_time_breakdown": result.wall_time_breakdown} if cell.phase == TUNE else {}
+            phase = {"phase": cell.phase} if cell.phase else {}
+            self.cell_times.append(RunCell(key=cell.key, seconds=round(took, 2), **phase, **breakdown))
+            say(f"{prefix}: {describe_outcome(result)} in {format_duration(took)}  |  {self.progress.describe()}")
+        finally:
+            if taken:
+                self.devices.give_back(taken)
+            self.free_slots.put(replace(slot, devices=None))
+
+    def run_round(self, plans: list[CellPlan]) -> RoundRecord:
+        """Train the cells of ``plans`` that need it (``jobs`` at a time, or as cluster jobs), copying
+        those another matrix trained; return the round's record."""
+        started = time.perf_counter()
+        for plan in plans:
+            if plan.detail and (not plan.trains or plan.status != "resumable"):  # resuming is said as it starts
+                say(f"[{plan.n}/{self.n_cells}] {plan.cell.key}: {plan.detail}")
+            if plan.status == ELSEWHERE and plan.source is not None:
+                copy_cell(plan.source, plan.cell.directory(self.matrix_dir))
+                write_cell_file(plan.cell, self.matrix_dir, self.path)
+        todo = [(plan.n, plan.cell) for plan in plans if plan.trains]
+        options = self.options
+        with self.clock.part("cells"):
+            if options.launcher != "local":
+                cluster = {"slurm": "slurm", "submitit-local": "local"}[options.launcher]
+                self.failed.extend(
+                    run_cells_as_jobs(
+                        todo,
+                        self.n_cells,
+                        self.matrix_dir,
+                        self.path,
+                        cluster=cluster,
+                        options=options.cluster_options,
+                        fresh=options.force,
+                    )
+                )
+            else:
+                pool = ThreadPoolExecutor(max_workers=self.jobs)
+                try:
+                    for future in [pool.submit(self.train, n, cell) for n, cell in todo]:
+                        future.result()
+                finally:  # on Ctrl-C running cells stop too; queued ones never start
+                    pool.shutdown(wait=True, cancel_futures=True)
+        return RoundRecord(len(plans), len(todo), round(time.perf_counter() - started, 1))
+
+    def add_plans(self, cells: list[Cell], rule: ReuseRule) -> list[CellPlan]:
+        """Plans for cells a later round needs, numbered after every plan so far."""
+        new = plan_cells(cells, self.matrix_dir, rule, start=self.n_cells + 1)
+        self.n_cells += len(new)
+        self.progress.revise(new)
+        return new
+
+    def run_schedule(
+        self, first: list[CellPlan], schedule: Schedule, results: Results, rule: ReuseRule
+    ) -> list[RoundRecord]:
+        """The first round's ``first`` plans, then each round ``schedule`` asks for, until it asks for none."""
+        records = [self.run_round(first)]
+        while True:
+            with self.clock.part("planning"):
+                cells = schedule.next_cells(results)
+            if cells is None:
+                return records
+            say(schedule.describe(cells))
+            records.append(self.run_round(self.add_plans(cells, rule)))
+
+    def tune(
+        self, first: list[CellPlan], rungs: TuningRungs, results: Results, rule: ReuseRule, expansion: Expansion
+    ) -> dict[tuple[str, str], Tuning]:
+        """Successive halving, rung by rung, until every variant's tuning is complete; its choices
+        recorded in ``tune.json``."""
+        self.phases[TUNE] = merge_rounds(self.run_schedule(first, rungs, results, rule))
+        matrix = expansion.matrix
+        record = tuning_record(matrix.tune, matrix.tune_seeds, list(rungs.tunings.values()))
+        write_tuning(self.matrix_dir, record)
+        for tuned in rungs.tunings.values():
+            say(f"tuned {tuned.describe()}")
+        return rungs.tunings
+
+    def plan_reported_after_tuning(
+        self, expansion: Expansion, plan: MatrixPlan, tunings: dict[tuple[str, str], Tuning], rule: ReuseRule
+    ) -> list[CellPlan]:
+        """The first round's reported cells at the values tuning chose, at the numbers they were planned
+        with before tuning (counted in ``n_cells``), so that the progress replaces those plans."""
+        plans = plan_reported(expansion, plan.first, tunings, self.matrix_dir, rule, start=len(plan.tuning_plans) + 1)
+        self.progress.revise(plans)
+        return plans
+
+    def report(
+        self, plans: list[CellPlan], seeds: SeedRounds, results: Results, rule: ReuseRule, planned: set[str]
+    ) -> None:
+        """The reported cells: ``plans`` first (those without a tuned value fail, untrained), then the
+        rounds of seeds."""
+        for plan in plans:
+            if plan.status == NO_CHOICE:  # no candidate finished: nothing to train these cells at
+                cell = plan.cell
+                failure = CellRecord.failure(
+                    cell.task, cell.seed, cell.run.config_hash(), code_fingerprint(), plan.detail
+                )
+                record_untrained(cell.directory(self.matrix_dir), cell_file(cell, self.matrix_dir, self.path), failure)
+                self.failed.append(cell.key)
+                say(f"[{plan.n}/{self.n_cells}] {cell.key}: FAILED: {plan.detail}")
+        seeds.planned |= planned
+        first = [plan for plan in plans if plan.status != NO_CHOICE]
+        self.phases[REPORT] = merge_rounds(self.run_schedule(first, seeds, results, rule))

@@ -33,7 +33,7 @@ naming its tuning cells.
 
 ``tune.json`` records the tuned keys, the seeds, and per task its metric and direction, per variant
 every candidate's cells, scores and the rung it reached, and the choice; ``blockbench.report.tuning``
-renders it in the summary from the file (``blockbench.record.read_tuning``), without the runner.
+renders it in the summary from the file (``blockbench.store.record.read_tuning``), without the runner.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..layout import TUNE_FILE
-from ..record import CellRecord
+from ..store.layout import TUNE_FILE
+from ..store.record import CellRecord
 
 #: the phases of a matrix with a ``tune:`` section: a cell's ``phase``, as cell.json, the progress
 #: lines and TensorBoard's HParams table (column ``phase``) name it

@@ -47,8 +47,8 @@ from typing import Any
 
 from blockbench.tasks import TASK_CONFIGS, Metric
 
-from ..config import REPLICA_SEED_STRIDE
-from ..record import SPEED_FIGURES
+from ..matrixfile import REPLICA_SEED_STRIDE
+from ..store.record import SPEED_FIGURES
 from .decide import UNDECIDED, Decision, Looks, decide
 from .headroom import Headroom, headroom, not_learned_text, recorded_trivial, saturation_text
 from .ranks import any_failed

@@ -33,7 +33,7 @@ def answer_lines(
 ) -> list[str]:
     """The answer: a title line, one aligned line per question (as many as fit in :data:`MAX_LINES`,
     then how many more the summary has), the summary's path, ``browse`` (the line that says which
-    ``tensorboard --logdir`` to run, ``blockbench.tbviews.browse_hint``, as the run's start said it)
+    ``tensorboard --logdir`` to run, ``blockbench.tensorboard.logdirs.browse_hint``, as the run's start said it)
     and the index's path where there is one."""
     rows = [question_line(c) for c in comparisons]
     room = MAX_LINES - 1 - FOOTER_LINES - (index is not None)

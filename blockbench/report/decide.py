@@ -30,7 +30,7 @@ and every seed is shown in the tables.
   rejects but P(better) does not agree (a few seeds far ahead carrying the mean while most seeds
   are behind, or the reverse), the verdict is ``undecided`` and the decision records it
   (``typical_disagrees``): the t test found a difference that the typical seed does not show.
-  Simulated on the book's rounds (``benchmarks/verdict_error_rates.py``, section (g)): a variant
+  Simulated on the book's rounds (``benchmarks/statistics/verdict_error_rates.py``, section (g)): a variant
   better by δ in most seeds whose rare bad seed pulls the mean difference to 0 is called better
   in up to 16% of questions, false for the mean and true for the typical seed, while the wrong
   direction (worse) stays below 0.5%; where the typical seed is no different (a median difference
@@ -57,7 +57,7 @@ equivalence) were the current estimate the truth (the current trend), is below
 :data:`FUTILITY` (5%), as group-sequential trials stop for futility. Stopping never adds a
 verdict, only removes later chances to give one, so the error rates above hold as they are (a
 *non-binding* futility rule); what it costs is some power, and what it saves is the seeds of
-questions whose noise is many margins wide (``benchmarks/verdict_error_rates.py`` measures both).
+questions whose noise is many margins wide (``benchmarks/statistics/verdict_error_rates.py`` measures both).
 A rank-based question has no such projection and keeps its planned looks.
 
 **Failed runs**: when any seed of either side did not learn or diverged (counted at the trivial
@@ -91,7 +91,7 @@ estimate is the typical seed's reading above), with a 95% percentile bootstrap i
 
 The tests are written over numpy arrays (:func:`paired_moments`, :func:`welch_moments`,
 :func:`t_tests`, :func:`t_verdicts`, :func:`prob_improvement`, and the rank tests of :mod:`.ranks`)
-so that ``benchmarks/verdict_error_rates.py`` simulates this very code on many comparisons at once;
+so that ``benchmarks/statistics/verdict_error_rates.py`` simulates this very code on many comparisons at once;
 :func:`decide` calls them with one. The rule and its simulated error rates are written up in
 docs/decisions/verdict-rule.md and results/verdict_error_rates.md.
 """
@@ -105,6 +105,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
+from ..prereg import ALPHA as ALPHA  # the rule's constants, fixed with the analysis plan
+from ..prereg import FUTILITY as FUTILITY
+from ..prereg import RULE_VERSION as RULE_VERSION
 from .ranks import RankTests, rank_sum_tests, signed_rank_tests
 from .stats import NO_SPREAD, bootstrap_interval
 
@@ -118,15 +121,8 @@ PAIRED_T, WELCH_T, SIGNED_RANK, RANK_SUM, NO_TEST = (
     "none",
 )
 
-#: the decision rule's version, recorded in every matrix's analysis plan (``blockbench.prereg``): the date
-#: of the last change to what decides a verdict; docs/decisions/verdict-rule.md's History has each one
-RULE_VERSION = "2026-11-28"
-#: the error rate of a false better/worse (two-sided) and, separately, of a false equivalent, per question
-ALPHA = 0.05
 #: the level of the interval of the probability of improvement (descriptive: it decides nothing)
 PROB_LEVEL = 0.95
-#: stop adding seeds to an undecided question whose conditional power (see the module's docstring) is below this
-FUTILITY = 0.05
 #: bootstrap resamples of that interval, and the fixed random state that makes it reproducible
 BOOTSTRAP_RESAMPLES = 4999
 BOOTSTRAP_SEED = 0
@@ -163,7 +159,7 @@ class Looks:
     @classmethod
     def plan(cls, minimum: int, maximum: int, step: int, alpha: float = ALPHA, futility: float = FUTILITY) -> Looks:
         """The looks of ``seeds: {min, max, step}``: min, min + step, ..., and always max (as
-        ``config.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8;
+        ``matrixfile.SeedPlan.sizes``): ``plan(3, 9, 3)`` looks at 3, 6 and 9 seeds, ``plan(3, 8, 3)`` at 3, 6, 8;
         ``futility`` 0 turns the futility stop off."""
         if not 1 <= minimum <= maximum or step < 1:
             raise ValueError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from blockbench.tasks import Metric
 
-from ..record import read_tuning
+from ..store.record import read_tuning
 from .analysis import LEVEL, Question, TaskAnalysis, restrict
 from .results import Group, level_text
 from .stats import PAIRED, Difference, seeds_text

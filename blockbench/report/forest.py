@@ -47,7 +47,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..layout import PLOTS_DIR
+from ..store.files import remove_files
+from ..store.layout import PLOTS_DIR
 from .book import BookRow
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE
 from .headroom import NOT_LEARNED_SHARE
@@ -491,7 +492,7 @@ def draw_matrix_picture(matrix_dir: Path, comparisons: Sequence[Comparison], *, 
         " (verdicts: false, not a design question)" if apart else ""
     )
     if not draw_forest(path, forest_rows([("", comparisons)]), title):
-        path.unlink(missing_ok=True)
+        remove_files([path])
         return []
     return [f"![The verdicts of {Path(matrix_dir).name}]({PLOTS_DIR}/{VERDICT_PICTURE})", ""]
 
@@ -516,6 +517,6 @@ def draw_book_picture(results_root: Path, book: Sequence[BookRow]) -> str | None
     rows = book_forest_rows(book)
     title = f"Every verdict: {len(rows)} comparisons, each variant against its matrix's baseline, per family"
     if not draw_forest(path, rows, title):
-        path.unlink(missing_ok=True)
+        remove_files([path])
         return None
     return f"![The verdicts of every matrix, per family]({VERDICT_PICTURE})"

@@ -8,7 +8,7 @@ per-question error rate accounts for. The swap measures it on the cells the book
 each question with a verdict, it looks for an *independent baseline set*, cells of the very config
 of the question's baseline cells (the resolved config with its seed left out, as its config hash
 would see it) on seeds that neither side of the question used, finished, made by the same code (or
-code the results folder's lineage admits as the same, :mod:`blockbench.lineage`) on the same kind of
+code the results folder's lineage admits as the same, :mod:`blockbench.store.lineage`) on the same kind of
 device. The empirical null's second replica is such a set for the book's default baselines; so are a
 baseline's own seeds past a question's look. The question is then decided again with its baseline
 side replaced by as many seeds of that set as the original look had (the lowest rounds first, a
@@ -34,11 +34,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..config import REPLICA_SEED_STRIDE, RunConfig
-from ..layout import CONFIG_FILE, MATRIX_FILE, RESULT_FILE, cell_files
-from ..lineage import Lineage
+from ..config import RunConfig
+from ..matrixfile import REPLICA_SEED_STRIDE
 from ..provenance import code_fingerprint
-from ..record import CellRecord, load_record
+from ..store.layout import CONFIG_FILE, MATRIX_FILE, RESULT_FILE, cell_files
+from ..store.lineage import Lineage
+from ..store.record import CellRecord, load_record
 from .analysis import Question, TaskAnalysis, analyze, restrict
 from .decide import VERDICTS, Decision, decide
 from .headroom import saturation_text

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import yaml
 
-from ..layout import CELLS_DIR, INDEX_FILE, MATRIX_FILE, SUMMARY_MD, write_atomic
-from ..lineage import Lineage
 from ..progress import format_duration
-from ..record import CellRecord, read_matrix_run
+from ..store.files import write_index as write_index_file
+from ..store.layout import CELLS_DIR, MATRIX_FILE, SUMMARY_MD
+from ..store.lineage import Lineage
+from ..store.record import CellRecord, read_matrix_run
 from .analysis import analyze
 from .book import Apart, Index, MatrixVerdicts, NotRun, book_rows, index_markdown
 from .forest import draw_book_picture
@@ -101,7 +102,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     if picture is not None:  # after the title and the note on how it is made: the answer first
         title, note, rest = markdown.split("\n\n", 2)
         markdown = "\n\n".join([title, note, picture, rest])
-    write_atomic(results_root / INDEX_FILE, markdown)
+    write_index_file(results_root, markdown)
     return markdown
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from blockbench.tasks.configs.lens import LENS_METRIC_PATTERN, lens_metric
 
-from ..record import CellRecord
+from ..store.record import CellRecord
 from .results import Group
 
 #: a block's lens loss within this share of the last block's: the prediction has formed (the table's last column)

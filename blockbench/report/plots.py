@@ -27,8 +27,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..layout import atomic_path
-from ..record import CellRecord, HistoryPoint
+from ..store.files import save_figure
+from ..store.record import CellRecord, HistoryPoint
 from .stats import t_confidence_interval
 
 History = list[HistoryPoint]  # a cell's validations: step, seconds since training began, every metric
@@ -316,5 +316,4 @@ def save_atomic(figure: Figure, path: Path) -> None:
     """Save as PNG to a temporary file next to ``path``, then rename it into place. The file carries no
     software version (nor a time: matplotlib writes none to a PNG), so redrawing unchanged results leaves
     the committed file unchanged."""
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=DPI, metadata=PNG_METADATA)
+    save_figure(path, figure, format="png", dpi=DPI, metadata=PNG_METADATA)

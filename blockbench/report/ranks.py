@@ -1,7 +1,7 @@
 """The rank tests a question falls back on where a seed of either side did not learn or diverged:
 the exact Wilcoxon signed-rank test on seed-matched pairs and the exact Mann-Whitney U test on
 disjoint seeds, both exact given the ties (the seeds that failed tie at one value), over numpy rows
-so that ``benchmarks/verdict_error_rates.py`` simulates this very code on 10^5 comparisons at once;
+so that ``benchmarks/statistics/verdict_error_rates.py`` simulates this very code on 10^5 comparisons at once;
 and :func:`any_failed`, the rule that sends a question to them. ``decide`` turns their p-values into
 verdicts (docs/decisions/verdict-rule.md, "Failed runs")."""
 

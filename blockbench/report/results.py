@@ -3,7 +3,7 @@
 statistic of the report), its tuning cells' records and what they cost, and what made them: the code
 versions and the machines that both a summary's header and the index of every matrix name. The one
 module of the report that reads the files of a results folder, so that the statistics and the
-rendering work on typed records (``blockbench.record``), never on paths.
+rendering work on typed records (``blockbench.store.record``), never on paths.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from blockbench.tasks import Metric
 
-from ..config import ALWAYS_WITHIN, MatrixConfig, SeedPlan
-from ..layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
-from ..lineage import NO_LINEAGE, Lineage
+from ..matrixfile import ALWAYS_WITHIN, MatrixConfig, SeedPlan
 from ..provenance import code_fingerprint
-from ..record import CellLoad, CellRecord, load_record, read_load
+from ..store.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
+from ..store.lineage import NO_LINEAGE, Lineage
+from ..store.record import CellLoad, CellRecord, load_record, read_load
 
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
 #: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
@@ -403,7 +403,7 @@ def code_versions(records: list[CellRecord], lineage: Lineage = NO_LINEAGE) -> l
 
 def lineage_lines(records: list[CellRecord], lineage: Lineage) -> list[str]:
     """One line per chain of lineage steps that keeps some of ``records`` current at this checkout
-    though other code made them (:mod:`blockbench.lineage`): how many cells, and the steps, so that
+    though other code made them (:mod:`blockbench.store.lineage`): how many cells, and the steps, so that
     a reader knows which evidence the numbers rest on."""
     current = code_fingerprint()
     routes: dict[str, int] = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 from blockbench.tasks import Metric
 
-from ..record import SPEED_FIGURES
+from ..store.record import SPEED_FIGURES
 from .analysis import LEVEL, GroupStats, MetricStats, TaskAnalysis
 from .differences import comparisons, difference_table, question_note
 from .headroom import headroom_lines

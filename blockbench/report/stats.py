@@ -28,7 +28,7 @@ from typing import TypeVar
 import numpy as np
 from scipy import stats as scipy_stats
 
-from ..record import HistoryPoint
+from ..store.record import HistoryPoint
 
 #: a spread below this share of the values' magnitude is rounding error (0.7 - 0.5 and 0.8 - 0.6
 #: differ by 1e-16), not variation between seeds: the t statistic is then undefined, not huge

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..layout import MATRIX_FILE, PLOTS_DIR, SUMMARY_CSV, SUMMARY_MD, write_atomic
-from ..lineage import Lineage
 from ..prereg import PlanBook
 from ..progress import format_duration
-from ..record import CellRecord, MatrixRun, RunCell, read_matrix_run
+from ..store.files import remove_files
+from ..store.files import write_summary as write_summary_files
+from ..store.layout import MATRIX_FILE, PLOTS_DIR
+from ..store.lineage import Lineage
+from ..store.record import CellRecord, MatrixRun, RunCell, read_matrix_run
 from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
 from .forest import VERDICT_PICTURE, draw_matrix_picture
@@ -112,8 +114,7 @@ def write_summary(matrix_dir: Path, *, before_header: Callable[[], None] | None 
         + picture
         + lines
     )
-    write_atomic(matrix_dir / SUMMARY_MD, markdown)
-    write_atomic(matrix_dir / SUMMARY_CSV, _to_csv(csv_rows))
+    write_summary_files(matrix_dir, markdown, _to_csv(csv_rows))
     return Written(markdown, found)
 
 
@@ -122,12 +123,11 @@ def _curves(matrix_dir: Path, analyses: list[TaskAnalysis]) -> list[str]:
     and return the summary's section that shows it; none, and no stale figure left, without a history.
     A figure per task, ``plots/<task>.png``, as older reports drew, is removed: no stale picture stays beside it."""
     plots = matrix_dir / PLOTS_DIR
-    for analysis in analyses:
-        if f"{analysis.task}.png" not in (CURVES_PICTURE, VERDICT_PICTURE):
-            (plots / f"{analysis.task}.png").unlink(missing_ok=True)
+    older = [a.task for a in analyses if f"{a.task}.png" not in (CURVES_PICTURE, VERDICT_PICTURE)]
+    remove_files(plots / f"{task}.png" for task in older)
     path = plots / CURVES_PICTURE
     if not draw_curves(path, f"{matrix_dir.name}: validation curves", [curve_row(a) for a in analyses]):
-        path.unlink(missing_ok=True)
+        remove_files([path])
         return []
     return [
         "## Validation curves",
@@ -265,7 +265,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         )
     lines += [f"Machine: {m}  " for m in machines(results + tuning)]
     lines += _bit_for_bit(results + tuning)
-    lineage = Lineage.load(matrix_dir.parent)  # the results folder's (blockbench.lineage)
+    lineage = Lineage.load(matrix_dir.parent)  # the results folder's (blockbench.store.lineage)
     code = code_versions(results, lineage)
     lines += [f"Code: {c}  " for c in code]
     tuning_code = code_versions(tuning, lineage)

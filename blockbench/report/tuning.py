@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..layout import TUNE_FILE
-from ..record import read_tuning
+from ..store.layout import TUNE_FILE
+from ..store.record import read_tuning
 from .results import tuning_costs
 from .table import row as _row
 

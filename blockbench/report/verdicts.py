@@ -30,7 +30,7 @@ from typing import Any
 
 from blockbench.tasks import Metric
 
-from ..record import CellLoad
+from ..store.record import CellLoad
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE, Decision
 from .headroom import NOT_LEARNED_SHARE
 from .results import BUDGET_AXIS, level_text

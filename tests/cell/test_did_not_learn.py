@@ -3,7 +3,7 @@ not learned (``learned: false``), distinct from diverged and failed."""
 
 from __future__ import annotations
 
-from conftest import TINY_LM
+from helpers import TINY_LM
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config

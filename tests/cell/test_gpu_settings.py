@@ -17,7 +17,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_LM, TINY_MODEL
+from helpers import REPO, TINY_LM, TINY_MODEL
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
 import blockbench.provenance as provenance
@@ -26,8 +26,8 @@ from blockbench.cell import runtime
 from blockbench.cell.train import train
 from blockbench.config import build_run_config, deep_merge, load_yaml, to_yaml
 from blockbench.progress import LIGHTNING_INFO_LOGGERS, quiet_lightning
-from blockbench.record import CellRecord
 from blockbench.report.summary import _bit_for_bit
+from blockbench.store.record import CellRecord
 
 GPU_CLIPPED_BF16 = dict(gradient_clip_val=1.0, gradient_clip_algorithm=None, precision="bf16-mixed")
 

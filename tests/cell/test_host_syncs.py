@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from conftest import TINY_LM
+from helpers import TINY_LM
 from lightning.pytorch.loggers import CSVLogger
 
 import blockbench.cell.callbacks

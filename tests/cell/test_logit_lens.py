@@ -1,4 +1,4 @@
-"""The logit lens (issue 16): each decoder block's output decoded through the final norm and the output
+"""The logit lens: each decoder block's output decoded through the final norm and the output
 head, checked against the lens written out by hand on tiny models; its validation metrics in the tasks,
 ``result.json`` and TensorBoard; the summary's "Logit lens" section from hand-written results."""
 
@@ -12,22 +12,22 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_LM, TOL, randomize_, scalars, tiny_model
+from helpers import TINY_LM, TOL, randomize_, scalars, tiny_model
 from tensorboard.plugins.custom_scalar import layout_pb2
 from torch._dynamo.utils import counters
 
-from blockbench.cell.tensorboard import LENS_CHART, matrix_views, view_summaries
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.models import logit_lens_depth, logit_lens_losses
 from blockbench.models.embedding import embed
-from blockbench.record import CellRecord, load_record
 from blockbench.report.lens import last_lens, logit_lens_section
 from blockbench.report.summary import write_report
+from blockbench.store.record import CellRecord, load_record
 from blockbench.tasks import Metric
 from blockbench.tasks.lens import LensLosses
 from blockbench.tasks.lm import next_token_lens, next_token_loss
 from blockbench.tasks.translation import teacher_forcing_lens, teacher_forcing_loss
+from blockbench.tensorboard.views import LENS_CHART, matrix_views, view_summaries
 
 PAD = 0
 #: the tiny models of the hand-computed lens: d_model 16, 2 blocks, a vocabulary of 17
@@ -141,7 +141,7 @@ def test_translator_lens_is_each_decoder_block_decoded_by_hand(placement: str) -
 
 
 def test_the_lens_of_a_compiled_model_compiles_once_and_matches_eager() -> None:
-    """Under ``model.compile: true`` (issue 30) the lens takes the blocks' outputs the model returns
+    """Under ``model.compile: true`` the lens takes the blocks' outputs the model returns
     (``block_outputs=True``), not forward hooks. Dynamo does not guard hooks: once the compiled model
     had computed a loss without gradients and without the lens (as the cell's FLOP measurement does
     before training), the lens reused that graph and its hooks never ran ("2 blocks ran 0 times in

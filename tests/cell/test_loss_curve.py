@@ -8,15 +8,15 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_MODEL, scalars, tensorboard_events
+from helpers import TINY_MODEL, scalars, tensorboard_events
 
-from blockbench.cell.tensorboard import CURVE_TAG, matrix_views
 from blockbench.cell.train import train
 from blockbench.config import ConfigError, build_run_config
-from blockbench.record import CellRecord
 from blockbench.report.plots import CURVE_METRIC, plotted_history
+from blockbench.store.record import CellRecord
 from blockbench.tasks import Metric
-from blockbench.tbnames import run_tag
+from blockbench.tensorboard.names import CURVE_TAG, run_tag
+from blockbench.tensorboard.views import matrix_views
 
 TASKS = {
     "lm": {"name": "lm", "seq_len": 16, "n_train_tokens": 4000, "n_val_tokens": 600, "n_probes": 16},

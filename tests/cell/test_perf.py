@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from conftest import TINY_LM, tensorboard_events, write_matrix
+from helpers import TINY_LM, tensorboard_events, write_matrix
 from torch import nn
 from torch.utils.data import default_collate
 
@@ -38,13 +38,13 @@ from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.jobs import job_slots
-from blockbench.matrix.run import resolve_peaks
+from blockbench.matrix.peaks import resolve_peaks
 from blockbench.models import build_model, moe_layers
 from blockbench.models import moe as moe_module
 from blockbench.models.attention import MultiHeadAttention
 from blockbench.models.moe import MoEFeedForward
 from blockbench.provenance import cpu_model
-from blockbench.record import CellRecord
+from blockbench.store.record import CellRecord
 from blockbench.tasks.lm import AgreementDataModule
 
 # --- model FLOPs ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
+from helpers import TINY_LM_TASK, TINY_MODEL, tensorboard_events, write_matrix
 from tensorboard.backend.event_processing import data_provider, io_wrapper, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.custom_scalar import custom_scalars_plugin, layout_pb2
@@ -27,26 +27,18 @@ from tensorboard.plugins.scalar import scalars_plugin
 from werkzeug.test import Client
 
 from blockbench import cli
-from blockbench.cell.tensorboard import (
-    LENS_CHART,
-    PRIMARY_METRIC_TAG,
-    CellLogger,
-    hparam_value,
-    log_cell_hparams,
-    log_views,
-    matrix_views,
-    publish_views,
-    refresh_run_views,
-    run_views,
-    view_summaries,
-)
-from blockbench.layout import TB_VIEWS_FILE
 from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.run import run_matrix
-from blockbench.record import FINAL_FIGURES
-from blockbench.report.tensorboard import rebuild_matrix
+from blockbench.matrix_command import run_matrix
+from blockbench.store.layout import TB_VIEWS_FILE
+from blockbench.store.record import FINAL_FIGURES
+from blockbench.store.tbruns import move_runs
 from blockbench.tasks import Metric
-from blockbench.tbnames import compare_tag_names, run_tag, time_series_order
+from blockbench.tensorboard.events import refresh_run_views, run_views
+from blockbench.tensorboard.logdirs import publish_views
+from blockbench.tensorboard.names import PRIMARY_METRIC_TAG, compare_tag_names, hparam_value, run_tag, time_series_order
+from blockbench.tensorboard.rebuild import rebuild_matrix
+from blockbench.tensorboard.views import LENS_CHART, matrix_views, view_summaries
+from blockbench.tensorboard.writer import CellLogger, log_cell_hparams, log_views
 
 ALL_STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 #: how many metric columns the HParams dashboard ticks by default (tensorboard 2.21's frontend,
@@ -800,7 +792,8 @@ def test_publishing_views_removes_the_runs_older_versions_wrote(tmp_path: Path) 
     run_cell(tb_dir, "lm", "norm_placement=post", 0, LM_CURVES, views=None)
     run_cell(tb_dir, "lm", "post", 0, LM_CURVES, views=None)  # retrained since: the old run is obsolete
     runs = {"lm/norm_placement=pre/seed0": "lm/pre/seed0", "lm/norm_placement=post/seed0": "lm/post/seed0"}
-    publish_views(tb_dir, MATRIX_VIEWS, runs.values(), renamed=runs)
+    move_runs(tb_dir, runs)
+    publish_views(tb_dir, MATRIX_VIEWS, runs.values())
     assert {Path(run).relative_to(tb_dir).as_posix() for run in io_wrapper.GetLogdirSubdirectories(str(tb_dir))} == {
         "lm/pre/seed0",
         "lm/post/seed0",
@@ -825,7 +818,7 @@ def test_views_file_round_trips_to_the_same_summaries(tmp_path: Path) -> None:
 
 def test_a_task_axis_given_as_a_mapping_shows_as_its_label_in_the_hparams_table(tmp_path):
     """The smoke matrix configures each task inline (``task: [{name: lm, n_train_tokens: ...}]``)."""
-    from conftest import TINY_LM_TASK, write_matrix
+    from helpers import TINY_LM_TASK, write_matrix
 
     from blockbench.matrix.expand import load_matrix
 

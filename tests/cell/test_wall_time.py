@@ -13,15 +13,15 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
-from conftest import TINY_LM, ok_result, scalars, write_matrix
+from helpers import TINY_LM, ok_result, scalars, write_matrix
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
-from blockbench.layout import write_json
-from blockbench.matrix.run import run_matrix
+from blockbench.matrix_command import run_matrix
 from blockbench.progress import format_duration
-from blockbench.record import CellRecord, read_load
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
+from blockbench.store.record import CellRecord, read_load
 from blockbench.tasks.lm import AgreementDataModule
 from blockbench.walltime import FORKED_NOTE
 

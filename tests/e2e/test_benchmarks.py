@@ -13,25 +13,43 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
+
+from benchmarks import harness
 
 #: a copy of github.com/karpathy/nanoGPT's model.py to test the loader with (never part of the repo)
 NANOGPT = Path("/tmp/nanogpt/model.py")
 
 
+#: each benchmark script's folder (its genre) under benchmarks/
+GENRES = {
+    "throughput": "speed",
+    "mask_cost": "speed",
+    "loss_chunks": "speed",
+    "profile_step": "speed",
+    "lightning_overhead": "speed",
+    "jobs": "speed",
+    "implementations": "parity",
+    "init_parity": "parity",
+    "baseline_allocation": "statistics",
+    "run_book": "book",
+    "verdict_changes": "book",
+}
+
+
 def benchmark_module(name: str):
-    """A script of benchmarks/ imported as its own folder's scripts import each other."""
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module(name)
+    """A script of benchmarks/ imported as the module it runs as (``benchmarks.<genre>.<name>``)."""
+    return importlib.import_module(f"benchmarks.{GENRES[name]}.{name}")
 
 
 def parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())  # a tied matrix counts once
 
 
-def run_script(*args: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+def run_script(module: str, *args: str, cwd: Path) -> str:
+    """Run a benchmark as ``python -m benchmarks.<genre>.<module>`` from ``cwd``, the repository importable."""
+    command = [sys.executable, "-m", f"benchmarks.{GENRES[module]}.{module}", *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=harness.module_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -43,7 +61,7 @@ def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
     the ratio row (one round: no interval, and it says so) and the JSON the machine and the runs."""
     out = tmp_path / "throughput.md"
     run_script(
-        str(REPO / "benchmarks" / "throughput.py"),
+        "throughput",
         "--shapes",
         "seq2seq",
         "--dtypes",
@@ -81,7 +99,7 @@ def test_throughput_benchmark_times_ours_against_a_reference(tmp_path):
 def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
     out = tmp_path / "overhead.md"
     run_script(
-        str(REPO / "benchmarks" / "lightning_overhead.py"),
+        "lightning_overhead",
         "--tasks",
         "vit",
         "--steps",
@@ -105,9 +123,8 @@ def test_lightning_overhead_benchmark_reports_both_loops(tmp_path):
 
 
 def test_overhead_verdict_follows_the_interval():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from lightning_overhead import overhead_verdict
-    from throughput import Ratio
+    from benchmarks.harness import Ratio
+    from benchmarks.speed.lightning_overhead import overhead_verdict
 
     assert overhead_verdict(Ratio(1.01, 0.99, 1.019, 5), 0.02) == "within 2%"
     assert overhead_verdict(Ratio(1.05, 1.03, 1.07, 5), 0.02) == "above 2%"
@@ -171,7 +188,7 @@ def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
     stacks (2 x 2 x d_model); an ablation changes the init, not the model."""
     out = tmp_path / "init_parity.md"
     run_script(
-        str(REPO / "benchmarks" / "init_parity.py"),
+        "init_parity",
         "--cases",
         "seq2seq_post",
         "--steps",
@@ -206,7 +223,7 @@ def test_init_parity_benchmark_fits_ours_and_torch_transformer(tmp_path):
         assert float(at2) < float(at0), (name, at0, at2)  # a fit, not a constant
     assert float(rows["blockbench_seq2seq"][4]) == 1.0 and float(rows["blockbench_seq2seq"][5]) == 0.0
     assert re.search(r"\| seq2seq_post \| [\d.]+ \| torch_transformer \| [\d.]+ \| \*\*\d+\.\d\d\*\* \|", text)
-    assert "get_cpu_capability()" in text and "python benchmarks/init_parity.py --cases seq2seq_post" in text
+    assert "get_cpu_capability()" in text and "python -m benchmarks.parity.init_parity --cases seq2seq_post" in text
 
 
 def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path):
@@ -216,7 +233,7 @@ def test_init_parity_benchmark_vit_references_match_our_parameter_count(tmp_path
     pytest.importorskip("transformers", reason='the reference ViTs need the bench extra: pip install -e ".[bench]"')
     out = tmp_path / "init_parity.md"
     run_script(
-        str(REPO / "benchmarks" / "init_parity.py"),
+        "init_parity",
         "--cases",
         "vit",
         "--steps",
@@ -239,7 +256,7 @@ def test_mask_cost_benchmark_times_every_variant_on_both_paths_with_identical_ou
     its interval over the 2 rounds and a verdict; the header names the command and the CPU."""
     variants = list(benchmark_module("mask_cost").VARIANTS)
     out = tmp_path / "mask_cost.md"
-    printed = run_script(str(REPO / "benchmarks" / "mask_cost.py"), "--quick", "--out", str(out), cwd=tmp_path)
+    printed = run_script("mask_cost", "--quick", "--out", str(out), cwd=tmp_path)
     for variant in variants:
         assert f"{variant}: the shared and per-layer paths give identical logits, loss and gradients" in printed
     text = out.read_text()
@@ -252,7 +269,7 @@ def test_mask_cost_benchmark_times_every_variant_on_both_paths_with_identical_ou
     assert [(v, p) for v, p, _ in rows] == [
         (v, p) for v in variants for p in ("forward (no gradients)", "forward + backward")
     ], text
-    assert "python benchmarks/mask_cost.py --quick" in text and "get_cpu_capability()" in text
+    assert "python -m benchmarks.speed.mask_cost --quick" in text and "get_cpu_capability()" in text
 
 
 def test_mask_cost_per_layer_path_builds_a_mask_in_every_layer_and_the_check_catches_a_difference(monkeypatch):
@@ -416,21 +433,20 @@ def test_ratio_interval_against_a_hand_computed_example_and_the_tie_rule():
     and 0.26236, mean 0.18000, sd 0.08355; t(0.975, 2 dof) = 4.3027, half width 4.3027 * 0.08355 /
     sqrt(3) = 0.20755; exp gives the geometric mean 1.1972 = 1.716^(1/3) and the interval
     0.9728-1.4734, which includes 1: a tie. Ratios 1.2, 1.25 and 1.3 (sd 0.04002): 1.1311-1.3799, faster."""
-    throughput = benchmark_module("throughput")
-    tie = throughput.ratio_interval({0: 100.0, 1: 110.0, 2: 90.0}, {0: 120.0, 1: 121.0, 2: 117.0})
+    tie = harness.ratio_interval({0: 100.0, 1: 110.0, 2: 90.0}, {0: 120.0, 1: 121.0, 2: 117.0})
     assert (tie.ratio, tie.low, tie.high) == pytest.approx((1.716 ** (1 / 3), 0.97282, 1.47337), rel=1e-4)
     assert tie.rounds == 3 and tie.verdict == "tie"
-    faster = throughput.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {0: 120.0, 1: 125.0, 2: 130.0})
+    faster = harness.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {0: 120.0, 1: 125.0, 2: 130.0})
     assert (faster.ratio, faster.low, faster.high) == pytest.approx((1.24933, 1.13109, 1.37993), rel=1e-4)
     assert faster.verdict == "faster"
-    slower = throughput.ratio_interval({0: 120.0, 1: 125.0, 2: 130.0}, {0: 100.0, 1: 100.0, 2: 100.0})
+    slower = harness.ratio_interval({0: 120.0, 1: 125.0, 2: 130.0}, {0: 100.0, 1: 100.0, 2: 100.0})
     assert (slower.low, slower.high) == pytest.approx(
         (1 / 1.37993, 1 / 1.13109), rel=1e-4
     ) and slower.verdict == "slower"
     # rounds pair by index: round 3 has no partner; a single round has no interval and no verdict
-    paired = throughput.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {1: 125.0, 2: 130.0, 3: 500.0})
+    paired = harness.ratio_interval({0: 100.0, 1: 100.0, 2: 100.0}, {1: 125.0, 2: 130.0, 3: 500.0})
     assert paired.rounds == 2 and paired.ratio == pytest.approx(math.sqrt(1.25 * 1.3))
-    single = throughput.ratio_interval({0: 100.0}, {0: 150.0})
+    single = harness.ratio_interval({0: 100.0}, {0: 150.0})
     assert (single.ratio, single.low, single.high, single.verdict) == (1.5, None, None, "no interval (1 round)")
 
 
@@ -512,7 +528,7 @@ def test_bf16_is_skipped_with_a_note_where_the_cpu_has_no_native_bf16():
     assert "neither AVX512-BF16 nor AMX" in throughput.bf16_skip_note("AVX512", False, _no_probe)
     # no flags (another architecture): a bf16 matmul timed against fp32
     assert throughput.bf16_skip_note("SVE256", None, lambda: 0.6) is None
-    assert "12.5x" in throughput.bf16_skip_note("DEFAULT", None, lambda: 12.5)
+    assert "12.5x" in benchmark_module("throughput").bf16_skip_note("DEFAULT", None, lambda: 12.5)
 
 
 def test_the_real_probe_and_flags_agree_with_this_cpus_capability():
@@ -523,7 +539,7 @@ def test_the_real_probe_and_flags_agree_with_this_cpus_capability():
     import torch
 
     throughput = benchmark_module("throughput")
-    native = throughput.native_bf16_instructions()
+    native = harness.native_bf16_instructions()
     if platform.machine().lower() in ("x86_64", "amd64"):
         assert native is not None
     if torch.backends.cpu.get_cpu_capability() in throughput.NO_NATIVE_BF16:
@@ -539,7 +555,7 @@ def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_
     throughput = benchmark_module("throughput")
     capability = torch.backends.cpu.get_cpu_capability()
     if (
-        throughput.bf16_skip_note(capability, throughput.native_bf16_instructions(), throughput.bf16_matmul_slowdown)
+        throughput.bf16_skip_note(capability, harness.native_bf16_instructions(), throughput.bf16_matmul_slowdown)
         is None
     ):
         pytest.skip("this CPU has native bf16: bf16 would run")
@@ -555,7 +571,7 @@ def test_a_cpu_without_native_bf16_skips_bf16_in_the_output_report_and_json(tmp_
 
 
 def test_profile_step_names_a_missing_reference_package_before_it_profiles(monkeypatch, tmp_path):
-    """Without the bench extra, profile_step.py says what to install, as throughput.py does, instead of
+    """Without the bench extra, profile_step says what to install, as throughput does, instead of
     a traceback after it has profiled our side."""
     implementations, profile_step = benchmark_module("implementations"), benchmark_module("profile_step")
     monkeypatch.setattr(implementations, "importable", lambda module: module != "timm")
@@ -574,7 +590,7 @@ def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_pat
     pytest.importorskip("timm", reason='the reference ViT needs the bench extra: pip install -e ".[bench]"')
     out = tmp_path / "profile.md"
     run_script(
-        str(REPO / "benchmarks" / "profile_step.py"),
+        "profile_step",
         "--shapes",
         "vit",
         "--steps",
@@ -604,14 +620,14 @@ def test_profile_step_tables_the_top_operators_of_ours_and_the_reference(tmp_pat
         assert len(rows) == 12 and rows[0][0] in ("aten::mm", "aten::addmm"), body
         assert sum(float(share) for _, _, share, _ in rows) <= 100.0 + 0.1 * len(rows)
         assert [float(ms) for _, ms, _, _ in rows] == sorted((float(ms) for _, ms, _, _ in rows), reverse=True)
-    assert "python benchmarks/profile_step.py --shapes vit" in text and "get_cpu_capability()" in text
+    assert "python -m benchmarks.speed.profile_step --shapes vit" in text and "get_cpu_capability()" in text
 
 
 @pytest.mark.slow  # spawns four training processes; run with -m slow
 def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(tmp_path):
     out = tmp_path / "jobs.md"
     run_script(
-        str(REPO / "benchmarks" / "jobs.py"),
+        "jobs",
         "--tasks",
         "vit",
         "--cores",
@@ -635,7 +651,7 @@ def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(t
 
 
 def test_the_book_runs_the_flagship_first_and_leaves_out_the_gpu_matrix_and_the_demonstration():
-    """run_book.py's order: the flagship first (the matrices after it copy its shared cells), every design
+    """run_book's order: the flagship first (the matrices after it copy its shared cells), every design
     matrix once, the empirical null and the real-data matrix last; not the GPU-sized one or smoke."""
     order = [path.stem for path in benchmark_module("run_book").book_order()]
     design = sorted(p.stem for p in (REPO / "configs" / "matrix").glob("*.yaml"))
@@ -720,7 +736,7 @@ def _csv(rows: list[dict[str, str]]) -> str:
 
 
 def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it():
-    """benchmarks/verdict_changes.py: the earlier book's verdict (Holm: significant -> its direction, no
+    """benchmarks/book/verdict_changes.py: the earlier book's verdict (Holm: significant -> its direction, no
     test -> untested, else n.s.), the same cells under the new rule, and the rerun, matched per matrix x
     task x variant x budget (the earlier ``,max_steps=300`` label is the rerun's plain variant at 300
     steps; its 1,500-step question is dropped); the cause is the rule where the same cells' verdict
@@ -767,7 +783,7 @@ def test_verdict_changes_reads_each_question_three_ways_and_says_what_changed_it
 
 
 def test_loss_chunks_times_the_plain_loss_and_each_chunk_size_with_its_provenance(capsys):
-    """benchmarks/loss_chunks.py: a row for the plain loss and one per chunk size, each a positive
+    """benchmarks/speed/loss_chunks.py: a row for the plain loss and one per chunk size, each a positive
     median, under a header naming the command, the device and torch (a committed figure says what
     made it)."""
     import torch
@@ -778,7 +794,7 @@ def test_loss_chunks_times_the_plain_loss_and_each_chunk_size_with_its_provenanc
     rows = re.findall(r"^\| (plain .*|fused, chunk \d+) \| ([\d.]+) \|", out, flags=re.M)
     assert [name for name, _ in rows] == ["plain F.cross_entropy(F.linear)", "fused, chunk 16", "fused, chunk 64"]
     assert all(float(ms) > 0 for _, ms in rows)
-    assert "python benchmarks/loss_chunks.py --tokens 64" in out and f"torch {torch.__version__}" in out
+    assert "python -m benchmarks.speed.loss_chunks --tokens 64" in out and f"torch {torch.__version__}" in out
 
 
 def test_a_gpu_profile_counts_kernels_once_leaving_out_the_annotation_ranges_over_them():
@@ -819,7 +835,7 @@ def test_a_gpu_profile_counts_kernels_once_leaving_out_the_annotation_ranges_ove
 
 
 def test_the_baseline_allocation_simulation_decides_every_design_through_the_rule():
-    """Each design of ``benchmarks/baseline_allocation.py`` at a few families: its array decisions agree with
+    """Each design of ``benchmarks/statistics/baseline_allocation.py`` at a few families: its array decisions agree with
     ``decide.decide`` question by question (the cross-check), and a true difference of four margins is
     found more often than a null one is called better."""
     allocation = benchmark_module("baseline_allocation")

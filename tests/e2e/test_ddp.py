@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
+from helpers import TINY_LM_TASK, TINY_MODEL, blockbench, scalars, write_matrix
 
 from blockbench.config import ConfigError, TrainerConfig
 from blockbench.matrix.jobs import DISTRIBUTED_ENV

@@ -1,4 +1,4 @@
-"""benchmarks/estimate_accuracy.py: what it reads from the dry run's and the runner's output (lines
+"""benchmarks/statistics/estimate_accuracy.py: what it reads from the dry run's and the runner's output (lines
 written here by hand, with the ratios computed by hand), and, run on a tiny matrix, the report it prints."""
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, TINY_LM, write_matrix
+from helpers import REPO, TINY_LM, write_matrix
 
 
 def script():
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module("estimate_accuracy")
+    return importlib.import_module("benchmarks.statistics.estimate_accuracy")
 
 
 DRY_RUN = (
@@ -75,7 +73,7 @@ def test_the_benchmark_reports_the_ratios_of_a_tiny_matrix(tmp_path):
     base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
     path = write_matrix(tmp_path, {"seed": [0, 1, 2, 3]}, base=base)
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "estimate_accuracy.py"), str(path), "--jobs", "2"],
+        [sys.executable, "-m", "benchmarks.statistics.estimate_accuracy", str(path), "--jobs", "2"],
         capture_output=True,
         text=True,
         timeout=600,

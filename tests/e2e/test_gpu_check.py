@@ -11,16 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
-SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+from benchmarks.harness import lightning_version, machine_facts, module_env
+
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"  # the command people run; the check is benchmarks.gpu.check
 SECTIONS = ["throughput", "trainer", "gradients", "matrix", "compile"]
 
 
 def gpu_check():
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module("gpu_check")
+    return importlib.import_module("benchmarks.gpu.check")
 
 
 def tiny():
@@ -219,7 +219,7 @@ def test_a_gradient_that_differs_or_is_missing_is_reported():
 
 def test_throughput_section_times_ours_through_throughput_py_on_a_cpu(tmp_path):
     """One round of the throughput section at a tiny shape: a worker process per run, timed by
-    throughput.py's time_training_step, pooled by its merge, MFU against the given peak."""
+    benchmarks.speed.throughput's time_training_step, pooled by its merge, MFU against the given peak."""
     g = gpu_check()
     ctx = tiny_context(tmp_path, "--dtypes", "fp32", "--peak-tflops", "1")
     section = g.section_throughput(ctx)
@@ -270,10 +270,9 @@ def test_matrix_section_runs_the_smoke_matrix_through_run_matrix(tmp_path):
     cell with trainer.precision auto (32-true on a CPU), and the section reads each cell's record."""
     driver = tmp_path / "driver.py"
     driver.write_text(
-        f"""import json, sys
+        f"""import json
 from pathlib import Path
-sys.path.insert(0, {str(REPO / "benchmarks")!r})
-import gpu_check as g
+import benchmarks.gpu.check as g
 
 if __name__ == "__main__":
     ctx = g.Context(g.parse_args(["--quick", "--jobs", "2"]), g.QUICK, Path({str(tmp_path / "runs")!r}), device="cpu")
@@ -281,7 +280,9 @@ if __name__ == "__main__":
     print("RESULT " + json.dumps({{"failed": section.failed, "data": section.data, "lines": section.lines}}))
 """
     )
-    done = subprocess.run([sys.executable, str(driver)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(driver)], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=module_env()
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert not result["failed"], "\n".join(result["lines"])
@@ -312,7 +313,12 @@ def test_main_writes_the_report_naming_the_device_and_goes_on_past_a_failed_sect
     monkeypatch.setattr(
         g,
         "machine_facts",
-        lambda device, threads: {"python": "3.11", "packages": "lightning 2.5.0", "cpu": "x", "logical_cpus": 16},
+        lambda device, threads, packages: {
+            **machine_facts("cpu", threads, packages),
+            "device": device,
+            "gpu": facts["name"],
+            "torch": "2.6.0",
+        },
     )
     ran = []
 
@@ -332,7 +338,7 @@ def test_main_writes_the_report_naming_the_device_and_goes_on_past_a_failed_sect
     text = out.read_text()
     for fact in ("NVIDIA H100 80GB HBM3", "driver 550.54.15", "CUDA 12.4", "cuDNN 90100", "NCCL 2.21.5"):
         assert fact in text
-    assert "torch 2.6.0, lightning 2.5.0" in text
+    assert f"torch 2.6.0, lightning {lightning_version()}" in text
     assert "| gradients | FAILED: RuntimeError: no kernel |" in text and "| compile | compile headline |" in text
     assert "## matrix" not in text
     summary = json.loads(out.with_suffix(".json").read_text())

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_matrix
+from helpers import write_matrix
 from test_resilience import LONG_LM, curves, matrix_args, results, run_matrix
 
 from blockbench.lifeline import FolderHeld, hold, holder

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 
 def build_wheel(folder: Path) -> Path:

@@ -17,13 +17,13 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pytest
-from conftest import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
+from helpers import TINY_LM, TINY_MODEL, blockbench, tensorboard_events, write_matrix
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config, deep_merge
 from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.plan import reuse_earlier
-from blockbench.record import CellRecord, load_record
+from blockbench.store.record import CellRecord, load_record
+from blockbench.store.reuse import reuse_earlier
 
 #: the tiny LM cell trained long enough (150 steps, a checkpoint every 10) to be killed and resumed mid-cell
 LONG_LM = deep_merge(
@@ -182,7 +182,7 @@ def test_parallel_cells_and_provenance(tmp_path):
     # matrix with an ETA while a cell is left, and nothing of Lightning's (the cells' own lines are in their logs)
     lines = done.stdout.split("\nmatrix m finished in")[0].splitlines()
     patterns = [
-        r"matrix m: 2 cells -> .*, 2 at a time; about .* to train 2 cells",
+        r"matrix m: 2 cells -> .*, 2 at a time; (about .* to train 2 cells|2 cells to train; no time estimate)",
         r"TensorBoard: tensorboard --logdir ",
         r"MFU peak for ",
         r"\[\d/2\] lm/default/seed\d: training$",
@@ -354,15 +354,21 @@ def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
     cell_dir.mkdir()
     result = {"status": "ok", "task": "lm", "config_hash": cell.run.config_hash(), "code_fingerprint": "a" * 64}
     (cell_dir / "result.json").write_text(json.dumps(result))
-    assert reuse_earlier(cell, cell_dir, "a" * 64) == (True, "done earlier, reusing its result")
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), "a" * 64) == (True, "done earlier, reusing its result")
     change = "code changed since its result (fingerprint aaaaaaaaaaaa -> bbbbbbbbbbbb)"
-    assert reuse_earlier(cell, cell_dir, "b" * 64) == (False, f"{change}, retraining")
-    assert reuse_earlier(cell, cell_dir, "b" * 64, reuse_stale=True) == (True, f"{change}, reusing it (--reuse-stale)")
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), "b" * 64) == (False, f"{change}, retraining")
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), "b" * 64, reuse_stale=True) == (
+        True,
+        f"{change}, reusing it (--reuse-stale)",
+    )
     del result["code_fingerprint"]  # written before results had a fingerprint
     (cell_dir / "result.json").write_text(json.dumps(result))
-    assert reuse_earlier(cell, cell_dir, "a" * 64)[0] is False
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), "a" * 64)[0] is False
     (cell_dir / "result.json").write_text(json.dumps({**result, "config_hash": "other"}))
-    assert reuse_earlier(cell, cell_dir, "a" * 64) == (False, None)  # another config: trained, nothing to say
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), "a" * 64) == (
+        False,
+        None,
+    )  # another config: trained, nothing to say
 
 
 def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(tmp_path):

@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from conftest import REPO, TINY_LM, blockbench
+from helpers import REPO, TINY_LM, blockbench
 
 from blockbench.cli import BOOK_DIR, RUNS_DIR, build_parser, main, run_folder_name
-from blockbench.record import load_record
+from blockbench.store.record import load_record
 
 #: a tiny LM run as ``blockbench train`` overrides
 TINY_OVERRIDES = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SHARED_DATA, TINY_MODEL, blockbench, hparams_session, tensorboard_events, write_matrix
+from helpers import REPO, SHARED_DATA, TINY_MODEL, blockbench, hparams_session, tensorboard_events, write_matrix
 
 from blockbench.config import ConfigError, build_run_config, to_yaml
 from blockbench.matrix.expand import load_matrix, variant_label
@@ -213,8 +213,8 @@ def test_every_shipped_matrix_is_valid(matrix_file):
 
 
 def test_summary_shows_the_attended_share_of_sparse_cells(tmp_path):
-    from blockbench.layout import write_json
     from blockbench.report.summary import write_report
+    from blockbench.store.layout import write_json
 
     matrix_dir = tmp_path / "m"
     base = {

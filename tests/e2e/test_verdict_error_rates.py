@@ -1,4 +1,4 @@
-"""benchmarks/verdict_error_rates.py: the noise it reads from a book (checked on a book written here
+"""benchmarks/statistics/verdict_error_rates.py: the noise it reads from a book (checked on a book written here
 with known variances), the rates it simulates checked against known truth (the nominal error rates,
 power at a huge difference, decide.decide agreeing with the array functions), and the report it writes."""
 
@@ -10,21 +10,28 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import scipy
-from conftest import REPO
+from helpers import REPO
 from scipy import stats as scipy_stats
 
-from blockbench.record import CellRecord, write_record
 from blockbench.report.decide import BETTER, EQUIVALENT, UNDECIDED, WORSE, Looks
+from blockbench.store.record import CellRecord, write_record
+
+#: the modules of the simulation, by concept (``benchmarks/statistics/error_rates/``)
+PARTS = ("noise", "simulate", "pool", "skew", "report")
 
 
-def script():
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module("verdict_error_rates")
+def script() -> SimpleNamespace:
+    """Every name of the simulation's modules and of the command's (``decide``'s they import too)."""
+    names: dict[str, object] = {}
+    for part in PARTS:
+        names.update(vars(importlib.import_module(f"benchmarks.statistics.error_rates.{part}")))
+    names.update(vars(importlib.import_module("benchmarks.statistics.verdict_error_rates")))
+    return SimpleNamespace(**names)
 
 
 def write_book(root: Path, matrix: str, variants: dict[str, list[float]], steps: int = 300, verdicts: bool = True):
@@ -117,7 +124,7 @@ def test_the_futility_stop_saves_seeds_where_noise_is_wide_and_keeps_the_power_w
 def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     out = tmp_path / "rates.md"
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "verdict_error_rates.py"), "--reps", "300", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.statistics.verdict_error_rates", "--reps", "300", "--out", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -125,9 +132,10 @@ def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()
-    assert "Produced by `python benchmarks/verdict_error_rates.py --reps 300 --out " in text
-    assert f"Python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}" in text
-    assert "- CPU: " in text and "300 simulated questions per scenario" in text
+    assert "Produced by `python -m benchmarks.statistics.verdict_error_rates --reps 300 --out " in text
+    assert f"- Python {platform.python_version()}, torch " in text
+    assert f"; numpy {np.__version__}, scipy {scipy.__version__}" in text
+    assert "- Machine: " in text and "300 simulated questions per scenario" in text
     simulated, pool = text.split("## (f) Real training noise", 1)
     pool, skewed = pool.split("## (g) Skewed differences", 1)
     for family in ("LM perplexity", "translation BLEU", "ViT accuracy"):

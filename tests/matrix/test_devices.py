@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import TINY_LM
+from helpers import TINY_LM
 
 from blockbench.config import ConfigError, build_run_config
 from blockbench.matrix.devices import DevicePool, auto_jobs, devices_per_cell, visible_devices
@@ -69,11 +69,11 @@ def test_a_matrix_of_multi_gpu_cells_hands_each_running_cell_its_own_devices(tmp
     """A job given GPUs 2, 3, 5 and 7 (``CUDA_VISIBLE_DEVICES``, as SLURM sets it) runs cells of 2 GPUs:
     ``--jobs auto`` runs 2 at once, each sees exactly 2 of the job's devices, never one another holds."""
     import torch
-    from conftest import write_matrix
+    from helpers import write_matrix
 
     import blockbench.matrix.run as run_module
     from blockbench.provenance import code_fingerprint
-    from blockbench.record import CellRecord, write_record
+    from blockbench.store.record import CellRecord, write_record
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5,7")
@@ -107,7 +107,7 @@ def test_a_matrix_of_multi_gpu_cells_hands_each_running_cell_its_own_devices(tmp
         write_record(cell.directory(matrix_dir) / "result.json", record)
         return record
 
-    monkeypatch.setattr(run_module, "run_cell", fake_run_cell)
+    monkeypatch.setattr("blockbench.matrix.rounds.run_cell", fake_run_cell)
     assert run_module.run_matrix(path, tmp_path / "results") == 0
     assert len(seen) == 6 and not overlaps
     assert all(len(d) == 2 and set(d) <= {"2", "3", "5", "7"} for d in seen)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_LM, blockbench, write_matrix
+from helpers import TINY_LM, blockbench, write_matrix
 
 from blockbench import walltime
 from blockbench.cli import build_parser
 from blockbench.config import ConfigError, build_run_config
 from blockbench.matrix import jobs, launch
 from blockbench.matrix.jobs import forks, resolve_jobs
-from blockbench.matrix.run import run_matrix
+from blockbench.matrix_command import run_matrix
 
 PRELOADED = ["lightning", "torchmetrics", "blockbench.cell.train"]
 

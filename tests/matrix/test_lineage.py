@@ -1,5 +1,5 @@
 """The fingerprint lineage: which records of other code count as this code's, in the runner's reuse,
-its copies between matrices, its rounds and the summary's header; and ``benchmarks/lineage.py``,
+its copies between matrices, its rounds and the summary's header; and ``benchmarks/book/lineage.py``,
 which records a step only where a retrained sample is identical bit for bit."""
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, blockbench, write_matrix
+from helpers import REPO, blockbench, write_matrix
 
-from blockbench.lineage import LINEAGE_FILE, Lineage, LineageFile, Selector, Step
 from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.plan import reuse_earlier, trained_elsewhere
-from blockbench.matrix.rounds import Counts
 from blockbench.provenance import code_fingerprint
-from blockbench.record import CellRecord, load_record
 from blockbench.report.results import code_versions, lineage_lines
+from blockbench.store.lineage import LINEAGE_FILE, Lineage, LineageFile, Selector, Step
+from blockbench.store.record import CellRecord, load_record
+from blockbench.store.reuse import ReuseRule, reuse_earlier, trained_elsewhere
 
 KIND = "cpu AVX512, torch 2.14.1, lightning 2.6.6"
 OLD, MID, NEW = "a" * 64, "b" * 64, "c" * 64
@@ -50,7 +49,7 @@ def step(old: str = OLD, new: str = NEW, changed_configs: tuple[str, ...] = (), 
         device=device,
         changed_configs=list(changed_configs),
         sample=["m/cells/lm/default/seed0"],
-        command="python benchmarks/lineage.py",
+        command="python -m benchmarks.book.lineage",
         machine="AMD EPYC",
         recorded="2026-11-28T00:00:00+00:00",
     )
@@ -121,18 +120,18 @@ def _cell_with_result(tmp_path: Path, fingerprint: str):
 def test_the_runner_reuses_copies_and_counts_a_cell_the_lineage_keeps(tmp_path):
     cell, cell_dir, _ = _cell_with_result(tmp_path, OLD)
     lineage = Lineage((step(),))
-    reused, message = reuse_earlier(cell, cell_dir, NEW, lineage=lineage)
+    reused, message = reuse_earlier(cell_dir, cell.run.config_hash(), NEW, lineage=lineage)
     assert reused and message.startswith("done earlier by code aaaaaaaaaaaa, the same numbers by lineage aaaaaaaa -> ")
-    assert reuse_earlier(cell, cell_dir, NEW) == (
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), NEW) == (
         False,
         "code changed since its result (fingerprint aaaaaaaaaaaa -> cccccccccccc), retraining",
     )
     assert trained_elsewhere(tmp_path / "results", NEW, lineage) == {cell.run.config_hash(): cell_dir}
     assert trained_elsewhere(tmp_path / "results", NEW) == {}
-    assert Counts(NEW, lineage=lineage).record(cell, tmp_path / "results" / "m") is not None
-    assert Counts(NEW).record(cell, tmp_path / "results" / "m") is None
+    assert ReuseRule(NEW, lineage=lineage).counted(cell_dir, cell.run.config_hash()) is not None
+    assert ReuseRule(NEW).counted(cell_dir, cell.run.config_hash()) is None
     declared = Lineage((step(changed_configs=(cell.run.config_hash(),)),))
-    assert reuse_earlier(cell, cell_dir, NEW, lineage=declared)[0] is False
+    assert reuse_earlier(cell_dir, cell.run.config_hash(), NEW, lineage=declared)[0] is False
 
 
 def test_the_summary_header_names_the_lineage_a_cell_rests_on():
@@ -147,7 +146,7 @@ def test_the_summary_header_names_the_lineage_a_cell_rests_on():
 
 
 def lineage_script(results: Path, scratch: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(REPO / "benchmarks" / "lineage.py"), "--results", str(results), "--jobs", "1"]
+    command = [sys.executable, "-m", "benchmarks.book.lineage", "--results", str(results), "--jobs", "1"]
     return subprocess.run([*command, "--scratch", str(scratch), *args], cwd=REPO, capture_output=True, text=True)
 
 

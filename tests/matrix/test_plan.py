@@ -12,26 +12,26 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import TINY_LM, write_matrix
+from helpers import TINY_LM, write_matrix
 
 from blockbench.cli import main
 from blockbench.config import TrainerConfig
-from blockbench.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
-from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.plan import (
-    IF_NEEDED,
-    CellPlan,
-    MatrixProgress,
-    TimeEstimator,
-    cells_seconds,
-    describe_total,
-    later_rungs,
-    plan_cells,
+from blockbench.matrix.estimate.estimator import TimeEstimator
+from blockbench.matrix.estimate.timing import (
+    AFTER_REPORT_SECONDS,
+    REPORT_SECONDS,
+    CellTiming,
+    makespan,
+    report_seconds,
 )
-from blockbench.matrix.timing import AFTER_REPORT_SECONDS, REPORT_SECONDS, CellTiming, makespan, report_seconds
+from blockbench.matrix.estimate.total import MatrixProgress, cells_seconds, describe_total, later_rungs
+from blockbench.matrix.expand import load_matrix
+from blockbench.matrix.plan import IF_NEEDED, CellPlan, plan_cells
 from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
-from blockbench.record import CellRecord
+from blockbench.store.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
+from blockbench.store.record import CellRecord
+from blockbench.store.reuse import ReuseRule
 
 
 def _files(folder: Path) -> dict[str, float]:
@@ -46,7 +46,7 @@ TIMING = CellTiming(
 
 
 def fake_timer(timed: list, timing: CellTiming = TIMING):
-    """A stand-in for ``blockbench.matrix.timing.cell_timer`` (timings vary here): every run gets ``timing``
+    """A stand-in for ``blockbench.matrix.estimate.timing.cell_timer`` (timings vary here): every run gets ``timing``
     and is listed in ``timed``."""
 
     def timer(jobs: int):
@@ -61,8 +61,8 @@ def fake_timer(timed: list, timing: CellTiming = TIMING):
 
 def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_path, capsys, monkeypatch):
     timed: list = []
-    monkeypatch.setattr("blockbench.matrix.plan.cell_timer", fake_timer(timed))
-    monkeypatch.setattr("blockbench.matrix.plan.start_server", lambda: None)
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.cell_timer", fake_timer(timed))
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.start_server", lambda: None)
     monkeypatch.setattr("blockbench.walltime.process_age", lambda: 3.0)  # the CLI's start-up: 3 s
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
@@ -171,9 +171,9 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
             "steps": 4,
         },
     )
-    [strict] = plan_cells(cells, matrix_dir, code_fingerprint())
-    [lenient] = plan_cells(cells, matrix_dir, code_fingerprint(), reuse_stale=True)
-    [forced] = plan_cells(cells, matrix_dir, code_fingerprint(), force=True)
+    [strict] = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint()))
+    [lenient] = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint(), reuse_stale=True))
+    [forced] = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint(), force=True))
     assert (strict.status, strict.trains) == ("stale", True)
     assert (lenient.status, lenient.trains) == ("stale", False)
     assert (forced.status, forced.trains) == ("to run", True)
@@ -192,13 +192,13 @@ def test_the_matrix_eta_covers_tasks_none_of_whose_cells_ran_yet(tmp_path):
     """After the first cell the runner has an ETA for the whole matrix: a task that has not run yet
     (and could not be timed) is guessed at the pace of those that have (the smoke matrix printed no ETA
     until its last task)."""
-    from conftest import TINY_LM_TASK
+    from helpers import TINY_LM_TASK
 
     path = write_matrix(
         tmp_path, {"task": [{**TINY_LM_TASK, "label": "a"}, {**TINY_LM_TASK, "label": "b"}], "seed": [0, 1]}
     )
     _, cells = load_matrix(path)
-    plans = plan_cells(cells, tmp_path / "results" / "m", code_fingerprint())
+    plans = plan_cells(cells, tmp_path / "results" / "m", ReuseRule(code_fingerprint()))
     progress = MatrixProgress(plans, TimeEstimator(after=5.0), jobs=1)
     assert progress.eta() is None  # nothing measured
     first = plans[0]
@@ -216,12 +216,12 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     training at five times the dot-product pace, and the ETA gave them the dot-product cells' pace. A
     variant none of whose cells finished (nor was timed) but some are training gets the pace their
     train.log shows."""
-    from blockbench.layout import TRAIN_LOG
+    from blockbench.store.layout import TRAIN_LOG
 
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
-    plans = plan_cells(cells, matrix_dir, code_fingerprint())
+    plans = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint()))
     estimator = TimeEstimator()
     estimator.add_results(cells, matrix_dir)
     estimator.after = 0.0

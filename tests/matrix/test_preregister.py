@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 
 import yaml
-from conftest import TINY_LM, ok_result, write_matrix
+from helpers import TINY_LM, ok_result, write_matrix
 
 from blockbench.cli import main
-from blockbench.layout import PLAN_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.preregister import analysis_plan
-from blockbench.prereg import AnalysisPlan, PlanBook, TaskPlan
-from blockbench.report.decide import ALPHA, FUTILITY, RULE_VERSION
+from blockbench.prereg import ALPHA, FUTILITY, RULE_VERSION, AnalysisPlan, PlanBook, TaskPlan
 from blockbench.report.summary import write_report
+from blockbench.store.layout import PLAN_FILE, write_json
 
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
 

@@ -14,7 +14,7 @@ import termios
 from pathlib import Path
 
 import yaml
-from conftest import TINY_LM, blockbench
+from helpers import TINY_LM, blockbench
 
 from blockbench.progress import PLAIN_LINE, format_duration, pace_of_lines, parse_duration
 

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import blockbench, write_matrix
+from helpers import blockbench, write_matrix
 
 from blockbench.cli import main
-from blockbench.config import REPLICA_SEED_STRIDE, MatrixConfig
-from blockbench.layout import RESULT_FILE
 from blockbench.matrix.expand import expand_matrix
+from blockbench.matrixfile import REPLICA_SEED_STRIDE, MatrixConfig
+from blockbench.store.layout import RESULT_FILE
 
 
 def test_a_config_another_matrix_trained_is_copied_not_trained_again(tmp_path, capsys):

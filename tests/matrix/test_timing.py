@@ -1,4 +1,4 @@
-"""``blockbench.matrix.timing``: a whole cell's time from a short timed fit. The counts of each repeated
+"""``blockbench.matrix.estimate.timing``: a whole cell's time from a short timed fit. The counts of each repeated
 part checked against a step-by-step count, the scaling of the parts against hand computations with made-up
 timings (a fake clock: no timed assertions), and one real timing of a tiny cell in processes of their own."""
 
@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import TINY_LM, TINY_LM_TASK
+from helpers import TINY_LM, TINY_LM_TASK
 
 from blockbench.config import RunConfig, TrainerConfig
-from blockbench.matrix.jobs import job_slots
-from blockbench.matrix.timing import (
+from blockbench.matrix.estimate.timing import (
     CellTiming,
     Company,
     PartCounts,
@@ -22,6 +21,7 @@ from blockbench.matrix.timing import (
     time_runs,
     validation_seconds,
 )
+from blockbench.matrix.jobs import job_slots
 
 
 def counted_step_by_step(max_steps: int, val_every: int, curve_every: int, checkpoint_every: int | None, start: int):

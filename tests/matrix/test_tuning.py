@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY_LM, blockbench, write_matrix
+from helpers import TINY_LM, blockbench, write_matrix
 
 from blockbench.cli import main
 from blockbench.config import ConfigError
-from blockbench.layout import RESULT_FILE, write_json
 from blockbench.matrix.expand import expand_matrix
-from blockbench.matrix.rounds import Counts, first_round, tuning_outcomes
-from blockbench.matrix.run import plan_reported
+from blockbench.matrix.plan import plan_reported
+from blockbench.matrix.schedule import Results, first_round, tuning_outcomes
 from blockbench.matrix.tuning import EXTENSION_STEPS, Candidate, Tuning, extension, trial, tuning_record
 from blockbench.provenance import code_fingerprint
-from blockbench.record import CellRecord, write_tuning
 from blockbench.report.tuning import chosen_text, grid_edges, tuning_section
+from blockbench.store.layout import RESULT_FILE, write_json
+from blockbench.store.record import CellRecord, write_tuning
+from blockbench.store.reuse import ReuseRule
 
 #: the tiny LM cell, one thread: tuning end to end costs a process per candidate
 BASE = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "num_threads": 1}}
@@ -369,12 +370,16 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
 
     # the choice is part of the reported cell's config: another choice would retrain it, the same one reuses it
     expansion = expand_matrix(path)
-    tunings = tuning_outcomes(expansion.tuning, matrix_dir, (1000, 1001), Counts(code_fingerprint()))
-    [same] = plan_reported(expansion, first_round(expansion), tunings, matrix_dir, code_fingerprint(), start=3)
+    tunings = tuning_outcomes(expansion.tuning, Results(matrix_dir, ReuseRule(code_fingerprint())), (1000, 1001))
+    [same] = plan_reported(
+        expansion, first_round(expansion), tunings, matrix_dir, ReuseRule(code_fingerprint()), start=3
+    )
     assert same.status == "done"
     changed = Candidate({"optimizer.lr": 1.0e-3}, "lr=0.001", (trial(1000, "c", ok(1.0), "perplexity"),))
     other = {key: Tuning(t.task, t.variant, t.metric, False, (changed,), (1000,)) for key, t in tunings.items()}
-    [retrain] = plan_reported(expansion, first_round(expansion), other, matrix_dir, code_fingerprint(), start=3)
+    [retrain] = plan_reported(
+        expansion, first_round(expansion), other, matrix_dir, ReuseRule(code_fingerprint()), start=3
+    )
     assert (retrain.status, retrain.trains, retrain.cell.run.optimizer.lr) == ("to run", True, 1.0e-3)
 
     # no candidate finished (the good ones' first records now say they diverged): the seed fails, untrained

@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from conftest import DT, randomize_, tiny_model
+from helpers import DT, randomize_, tiny_model
 
 from blockbench.models import MultiHeadAttention
 from blockbench.models.attention import SparsePattern

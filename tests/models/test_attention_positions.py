@@ -9,7 +9,7 @@ import math
 import pydantic
 import pytest
 import torch
-from conftest import DT
+from helpers import DT
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from blockbench.models import ModelConfig, MultiHeadAttention, build_model, count_parameters
@@ -640,7 +640,7 @@ SDPA_DEVICES = [
 @pytest.mark.parametrize("family", ["decoder_lm", "encoder_decoder"])
 def test_gradients_through_the_sdpa_bias_equal_the_math_backends(family, pos_encoding, dtype, device):
     """The learned T5 bias reaches the scores as SDPA's float mask, so its table's gradient flows
-    through the mask, which a fused backend may not give (issue 30; ALiBi's bias has no parameters,
+    through the mask, which a fused backend may not give (ALiBi's bias has no parameters,
     but its float mask decides the kernel too). With padding, in training: every gradient, the T5
     table's included, on the default backends equals that of SDPA's math backend (on a CPU the
     default takes the math kernel wherever the mask needs a gradient, the flash kernel elsewhere)."""

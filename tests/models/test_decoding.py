@@ -12,7 +12,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from helpers import REPO
 
 from blockbench.models import EncoderDecoder, build_model
 from blockbench.models.decoding import beam_search, greedy_decode

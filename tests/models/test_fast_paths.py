@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_LM_TASK, TINY_MODEL, tiny
+from helpers import TINY_LM_TASK, TINY_MODEL, tiny
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config

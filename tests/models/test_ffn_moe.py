@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DT
+from helpers import DT
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -684,7 +684,7 @@ def test_translator_loss_ignores_padding_in_moe_routing():
 
 
 def test_moe_translator_validation_does_not_depend_on_batch_size(tmp_path):
-    """The issue's test: one MoE translator (4 experts, top-2, capacity factor 1) validated through
+    """One MoE translator (4 experts, top-2, capacity factor 1) validated through
     the task's own path with validation batches of 8 and of 32 reports the same loss, BLEU, exact
     match and translations (up to float summation order). Weights are scaled up so that the
     routing is peaked (experts would overflow) and the greedy translations are varied."""

@@ -1,11 +1,11 @@
-"""Attention masks and biases built once per forward of a stack (issue 30), and the blocks' outputs a
+"""Attention masks and biases built once per forward of a stack, and the blocks' outputs a
 model returns for the logit lens.
 
 ALiBi, the T5 relative bias, sparse patterns and padding reach SDPA as masks. A stack builds each once
 per forward (``models.attention.AttentionMask``) and hands the same tensor to all its layers, instead
-of every layer building its own; the numbers stay those of the per-layer masks bit for bit (the hash
-check of the issue's report). The learned T5 table is still looked up per layer while gradients are
-on: one shared lookup would sum the layers' gradients in another order and change their last bits.
+of every layer building its own; the numbers stay those of the per-layer masks bit for bit. The
+learned T5 table is still looked up per layer while gradients are on: one shared lookup would sum the
+layers' gradients in another order and change their last bits.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from helpers import tiny_model
 from torch._dynamo.utils import counters
 
 from blockbench.models import attention as attention_module
@@ -48,7 +48,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> Counter:
 
 
 def inputs(family: str, padding: bool) -> tuple[tuple, dict]:
-    """A batch of 3 for ``family`` (tiny sizes of ``conftest.tiny``), padded where asked."""
+    """A batch of 3 for ``family`` (tiny sizes of ``helpers.tiny``), padded where asked."""
     g = torch.Generator().manual_seed(0)
     if family == "vit":
         return (torch.randn(3, 3, 8, 8, generator=g, dtype=torch.float64),), {}

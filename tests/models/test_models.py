@@ -14,7 +14,7 @@ import pydantic
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DT, TOL, randomize_, tiny, tiny_model
+from helpers import DT, TOL, randomize_, tiny, tiny_model
 from torch import nn
 
 from blockbench.models import (
@@ -773,11 +773,11 @@ def _fit_fixed_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tenso
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vit_fits_fixed_batch_far_faster_than_with_zero_head(seed):
-    """Issue 12: with a zero head, AdamW at 3e-4 first has to grow the head before any gradient
+    """With a zero head, AdamW at 3e-4 first has to grow the head before any gradient
     reaches the stack, and a 25-step fit of 16 random images with random labels ends near ln(10);
     the built model (N(0, 0.02) head, as timm/HF) ends far lower. Same init otherwise. No position
     table (nope), and the CLS token redrawn at 0.02 in both: at the patches' RMS it slows a fit of
-    noise for either head (see ``benchmarks/init_parity.py``), so the fit measures the head alone."""
+    noise for either head (see ``benchmarks/parity/init_parity.py``), so the fit measures the head alone."""
     torch.manual_seed(seed)
     built = build_model(tiny("vit", d_model=64, n_layers=1, d_ff=256, n_classes=10, pos_encoding="nope")).train()
     nn.init.normal_(built.cls_token, std=0.02)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import DT, TOL, randomize_
+from helpers import DT, TOL, randomize_
 from torch import nn
 
 from blockbench.models.block import TransformerBlock, TransformerStack

@@ -9,11 +9,11 @@ import json
 import yaml
 from test_verdicts import POST, PRE, ROUND_PRE, _lm_cells, _write_matrix
 
-from blockbench.layout import tensorboard_logdirs
 from blockbench.report.answer import MAX_LINES, answer_lines
 from blockbench.report.index import write_index
 from blockbench.report.summary import write_summary
-from blockbench.tbviews import browse_hint
+from blockbench.store.tbruns import tensorboard_logdirs
+from blockbench.tensorboard.logdirs import browse_hint
 
 #: a post-norm LM a clear step worse than the pre-norm seeds
 POST_LM = [7.60, 7.72, 7.65]

@@ -1,4 +1,4 @@
-"""``benchmarks/compare_results.py``: two results folders of one matrix compared cell by cell, exactly."""
+"""``benchmarks/book/compare_results.py``: two results folders of one matrix compared cell by cell, exactly."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
 
-from blockbench.record import CellRecord, write_record
-
-SCRIPT = REPO / "benchmarks" / "compare_results.py"
+from blockbench.store.record import CellRecord, write_record
 
 
 def record(loss: float, commit: str, *, last: float = 2.0) -> CellRecord:
@@ -32,7 +30,8 @@ def record(loss: float, commit: str, *, last: float = 2.0) -> CellRecord:
 
 
 def compare(first: Path, second: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), str(first), str(second)], capture_output=True, text=True)
+    command = [sys.executable, "-m", "benchmarks.book.compare_results", str(first), str(second)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True)
 
 
 def test_identical_numbers_pass_whatever_the_timings_and_commits(tmp_path):

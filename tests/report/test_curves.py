@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ok_result
+from helpers import ok_result
 from matplotlib.collections import PolyCollection
 from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from scipy import stats as scipy_stats
 
-from blockbench.layout import write_json
-from blockbench.record import HistoryPoint
 from blockbench.report.plots import (
     CURVE_METRIC,
     CURVES_PICTURE,
@@ -33,6 +31,8 @@ from blockbench.report.plots import (
     seed_series,
 )
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
+from blockbench.store.record import HistoryPoint
 
 #: the README's and a summary page's width in pixels: no text may be smaller than 9 pixels there
 PAGE_PIXELS, SMALLEST_PIXELS = 800, 9.0

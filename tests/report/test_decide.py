@@ -485,7 +485,7 @@ def test_bad_input_says_what_is_wrong():
 
 
 def test_describe_gives_the_verdict_the_test_and_the_numbers_in_one_line():
-    # post-norm vs pre-norm LM perplexity in the issue: +23.29, every seed far worse
+    # post-norm vs pre-norm LM perplexity as the book once measured it: +23.29, every seed far worse
     decision = decide(
         seeds([30.65, 30.633, 30.64]), seeds([7.349, 7.356, 7.363]), margin=0.0736, higher_is_better=False, looks=PLAN
     )

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import diverged_result, ok_result
+from helpers import diverged_result, ok_result
 from matplotlib.collections import PolyCollection
 from matplotlib.text import Text
 from scipy import stats as scipy_stats
 
 from blockbench.cli import main
-from blockbench.layout import write_json
 from blockbench.report.analysis import analyze
 from blockbench.report.forest import (
     CLIP,
@@ -38,6 +37,7 @@ from blockbench.report.forest import (
 from blockbench.report.index import write_index
 from blockbench.report.section import comparisons
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
 
 PRE, POST, SANDWICH, DEEP, BROKEN = (f"norm_placement={v}" for v in ("pre", "post", "sandwich", "deep", "broken"))
 FAMILY = {"lm": "decoder_lm", "translation": "encoder_decoder", "vit": "vit"}

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import ok_result
+from helpers import ok_result
 
-from blockbench.config import REPLICA_SEED_STRIDE, RunConfig
-from blockbench.layout import write_json
-from blockbench.record import CellRecord
+from blockbench.config import RunConfig
+from blockbench.matrixfile import REPLICA_SEED_STRIDE
 from blockbench.report.fragility import FRAGILE_MARK, config_key, fragile_questions
 from blockbench.report.index import write_index
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
+from blockbench.store.record import CellRecord
 
 MLP, SWIGLU, GEGLU = "ffn=mlp", "ffn=swiglu", "ffn=geglu"
 HEADLINE = {"vit": "accuracy", "translation": "bleu"}

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import ok_result
+from helpers import ok_result
 
-from blockbench.layout import write_json
-from blockbench.record import CellLoad, read_load, write_load
 from blockbench.report.stats import ratio_of_medians
 from blockbench.report.summary import write_report
 from blockbench.report.verdicts import LOAD_DIFFERENCE, Side, load_mark
+from blockbench.store.layout import write_json
+from blockbench.store.record import CellLoad, read_load, write_load
 
 PRE, POST = "norm_placement=pre", "norm_placement=post"
 #: the step times of the user's case: post-norm cells timed while other work loaded the machine

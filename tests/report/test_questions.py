@@ -8,10 +8,10 @@ import math
 
 import yaml
 
-from blockbench.layout import write_json
 from blockbench.report.analysis import analyze
 from blockbench.report.results import MatrixSettings
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
 from blockbench.tasks import TASK_CONFIGS
 
 PRE, POST = "norm_placement=pre", "norm_placement=post"
@@ -54,7 +54,7 @@ def _lm_matrix(matrix_dir, losses: dict[str, list[float]]) -> None:
 
 
 def test_the_lm_section_states_its_headroom_to_the_entropy_floor(tmp_path):
-    """Issue 31, point 7: the LM's floor, and each variant's excess loss over it and the share of the
+    """The LM's floor, and each variant's excess loss over it and the share of the
     unigram-to-floor gap it closed (as columns where the task reports them, else a table)."""
     losses = {PRE: [1.99, 2.00, 2.01], POST: [2.39, 2.40, 2.41]}
     _lm_matrix(tmp_path / "m", losses)
@@ -128,7 +128,7 @@ def test_matrix_settings_come_from_the_matrix_config_and_an_old_copy_still_loads
 
 
 def test_without_an_override_the_task_s_declared_margin_decides_and_is_stated_with_its_reason(tmp_path):
-    """Issue 31, point 2: the task declares its headline metric's margin in code (the LM's is relative: a
+    """The task declares its headline metric's margin in code (the LM's is relative: a
     share of the baseline's mean); the summary states it with its reason, and two variants 0.3% apart in
     perplexity in every seed pair are equivalent under it."""
     margin = getattr(TASK_CONFIGS["lm"], "margin", None)

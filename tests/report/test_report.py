@@ -10,14 +10,14 @@ import statistics
 import numpy as np
 import pytest
 import yaml
-from conftest import T_975_DF2, T_975_DF4, diverged_result, ok_result
+from helpers import T_975_DF2, T_975_DF4, diverged_result, ok_result
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
-from blockbench.layout import write_json
-from blockbench.record import HistoryPoint
 from blockbench.report.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
 from blockbench.report.summary import write_report
+from blockbench.store.layout import write_json
+from blockbench.store.record import HistoryPoint
 from blockbench.tasks import TASK_CONFIGS
 
 # statistics -------------------------------------------------------------------------------------
@@ -346,8 +346,8 @@ def test_statistics_in_the_summary_match_hand_computed_values(summary, rows):
     ) == pytest.approx(8 + T_975_DF2 / math.sqrt(3))
     assert "| norm_placement=pre | [5.516, 10.48] |" not in summary  # digits follow the mean: 3 below 10
     assert "| norm_placement=pre | [5.516, 10.484] |" in summary
-    # post vs the baseline pre share seeds 0, 1, 2: paired differences (these assertions were Welch's before
-    # issue 12). Perplexity: every seed pair differs by exactly +3, so the paired t is undefined: no test,
+    # post vs the baseline pre share seeds 0, 1, 2: paired differences, not Welch's unpaired test.
+    # Perplexity: every seed pair differs by exactly +3, so the paired t is undefined: no test,
     # and a constant difference beyond the margin is no proof of a difference (decide's rule): undecided
     post = rows["lm", POST, "perplexity"]
     assert post["baseline_variant"] == PRE and float(post["diff_vs_baseline"]) == pytest.approx(3.0)
@@ -403,7 +403,7 @@ def test_speed_figures_are_means_over_the_finished_seeds(summary, rows):
 
 
 def test_only_the_headline_metric_of_a_variant_has_a_verdict(summary, rows):
-    """Issue 31, point 1: one question per task x variant, in the headline metric; the other metrics are
+    """One question per task x variant, in the headline metric; the other metrics are
     described with unadjusted intervals and decide nothing, and no test is adjusted over the matrix."""
     verdicts = {key: r["verdict"] for key, r in rows.items() if r["verdict"]}
     assert verdicts == {
@@ -437,8 +437,8 @@ def test_baseline_variant_comes_from_the_matrix_file(summary):
 
 
 def test_diverged_seeds_count_and_failed_cells_are_left_out_of_the_statistics(summary, rows):
-    # Before issue 12 diverged seeds were left out too: deepnorm showed 150.0 over its 2 finished seeds,
-    # and sandwich (every seed diverged) had no mean and no difference.
+    # Leaving diverged seeds out too would flatter: deepnorm would show 150.0 over its 2 finished seeds,
+    # and sandwich (every seed diverged) would have no mean and no difference.
     lm = _section(summary, "## lm:")
     assert "Cells: 15 (10 ok, 4 diverged, 1 failed)" in summary
     assert f"| norm_placement=sandwich | {' | '.join(['diverged'] * len(LM_METRICS))} | 3 (3 diverged) |" in lm
@@ -645,7 +645,7 @@ def test_default_baseline_is_the_first_variant_in_cell_order(tmp_path):
     assert [p.name for p in (tmp_path / "plots").iterdir()] == ["verdicts.png"]
 
 
-# issue 12: statistics that do not flatter ---------------------------------------------------------
+# statistics that do not flatter ------------------------------------------------------------------
 
 TRANSLATION_BASELINES = {"bleu": 0.93, "exact_match": 0.0}  # word-by-word translation
 

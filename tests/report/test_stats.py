@@ -5,7 +5,7 @@ range (and containing the mean), the value a diverged seed counts with, paired v
 import math
 
 import pytest
-from conftest import T_975_DF2
+from helpers import T_975_DF2
 from scipy import stats as scipy_stats
 
 from blockbench.report.stats import (
@@ -34,7 +34,7 @@ def test_interval_of_a_bounded_metric_contains_its_own_mean():
 
 
 def test_interval_of_a_metric_bounded_on_both_sides_is_the_t_interval_cut_at_the_bounds():
-    bleu = [1.0, 2.0, 12.0]  # like post-norm's translation seeds in the issue
+    bleu = [1.0, 2.0, 12.0]  # like post-norm's translation seeds in the book
     plain_low, plain_high = t_confidence_interval(bleu)
     assert plain_low == pytest.approx(5 - T_975_DF2 * math.sqrt(37) / math.sqrt(3))  # 5 ± 15.1: below 0
     assert t_confidence_interval(bleu, 0.95, low=0, high=100) == (0.0, plain_high)

@@ -10,22 +10,24 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import TINY_LM, tensorboard_events
+from helpers import TINY_LM, tensorboard_events
 from tensorboard.backend.event_processing import io_wrapper
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.custom_scalar import layout_pb2
 from test_tensorboard_rebuild import RECORD, write_cell
 from torch.utils.tensorboard import SummaryWriter
 
-from blockbench.cell.tensorboard import run_views, view_summaries
-from blockbench.layout import CELL_FILE, MAX_RUNS_PER_LOGDIR, RESULT_FILE, logdirs, tuning_cell_directory, write_json
 from blockbench.matrix.expand import expand_matrix
 from blockbench.matrix.jobs import cell_command
-from blockbench.matrix.tensorboard import publish_logdirs
-from blockbench.record import CellRecord, write_record
-from blockbench.report.tensorboard import rebuild_matrix, write_tensorboard
+from blockbench.store.layout import CELL_FILE, MAX_RUNS_PER_LOGDIR, RESULT_FILE, tuning_cell_directory, write_json
+from blockbench.store.record import CellRecord, write_record
+from blockbench.store.tbruns import logdirs
 from blockbench.tasks import TASK_CONFIGS
-from blockbench.tbnames import HEADLINE_METRICS, run_tag, time_series_order
+from blockbench.tensorboard.events import run_views
+from blockbench.tensorboard.logdirs import publish_logdirs
+from blockbench.tensorboard.names import HEADLINE_METRICS, run_tag, time_series_order
+from blockbench.tensorboard.rebuild import rebuild_matrix, write_tensorboard
+from blockbench.tensorboard.views import view_summaries
 
 VARIANTS = ["pre", "post", "sandwich", "deepnorm", "peri", "mix"]
 SEEDS = 8  # 6 variants x 8 seeds: 48 reported runs of one task, more than TensorBoard enables at once
@@ -177,7 +179,9 @@ def test_the_runner_moves_the_runs_of_the_earlier_layout_into_the_log_folders(tm
         writer.add_scalar(loss, 2.5, 10)
         writer.close()
     write_json(matrix_dir / "tb" / "views.json", {})
-    hint = publish_logdirs(matrix_dir, expansion.cells, expansion.tuning)
+    hint = publish_logdirs(
+        matrix_dir, [cell.logdir_cell for cell in expansion.cells], [cell.logdir_cell for cell in expansion.tuning]
+    )
     for old, (logdir, name) in earlier.items():
         assert not (matrix_dir / old).exists()
         assert [event.value for event in tensorboard_events(matrix_dir / logdir / name).Scalars(loss)] == [2.5]

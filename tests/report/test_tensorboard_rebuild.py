@@ -14,22 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, hparams_session, tensorboard_events
+from helpers import REPO, hparams_session, tensorboard_events
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.plugins.hparams import api_pb2, metadata
 from torch.utils.tensorboard import SummaryWriter
 
 from blockbench import cli
 from blockbench.config import ConfigError
-from blockbench.layout import CELL_FILE, RESULT_FILE, cell_directory, earlier_run_path, write_json
-from blockbench.record import CellRecord, load_record, write_record
-from blockbench.report.tensorboard import (
-    REBUILT_MARK,
-    matrix_cells,
-    rebuild_matrix,
-    run_names,
-    write_tensorboard,
-)
+from blockbench.store.layout import CELL_FILE, RESULT_FILE, cell_directory, write_json
+from blockbench.store.record import CellRecord, load_record, write_record
+from blockbench.store.tbruns import earlier_run_path
+from blockbench.tensorboard.rebuild import REBUILT_MARK, matrix_cells, rebuild_matrix, run_names, write_tensorboard
 
 #: the result.json's modification time, and so (less the wall time of 11 s) the run's start
 WRITTEN_AT = 1_700_000_011.0

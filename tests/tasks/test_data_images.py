@@ -12,7 +12,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_DATA, TINY_MODEL
+from helpers import SHARED_DATA, TINY_MODEL
 from PIL import Image
 
 import blockbench.tasks.data.images
@@ -94,7 +94,7 @@ def test_npz_loads_the_exact_pixels_labels_and_class_names(cache_dir, subset):
     assert images.class_names == [str(c) for c in subset["class_names"]]
     assert module.model_config.n_classes == 10 and module.model_config.in_channels == 3
     # the subset's training labels are balanced (475 per class), but 5% of them are held out for tuning
-    # (issue 31): the majority of the 4512 left, counted here, is scored on the validation labels
+    # (task.tuning_fraction): the majority of the 4512 left, counted here, is scored on the validation labels
     kept = np.delete(subset["y_train"], held_out_for_tuning(4750, 0.05)[1])
     assert len(kept) == 4750 - 238
     counts = np.bincount(kept, minlength=10)

@@ -9,7 +9,7 @@ import zlib
 import lightning as L
 import numpy as np
 import pytest
-from conftest import TINY_LM
+from helpers import TINY_LM
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config

@@ -50,7 +50,7 @@ def test_majority_class_accuracy_takes_the_class_from_the_training_labels():
 
 def test_vit_baseline_is_the_training_majority_scored_on_validation(monkeypatch):
     """The datamodule's baseline: the class most frequent in training (3), scored on validation,
-    where class 0 is the most frequent; before issue 12 it was the validation majority's 3/5."""
+    where class 0 is the most frequent, not the validation majority's 3/5."""
     import blockbench.tasks.vision
     from blockbench.tasks.data.shapes import ShapesDataset
     from blockbench.tasks.vision import ShapesDataModule, VisionTaskConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_DATA, TINY_MODEL
+from helpers import SHARED_DATA, TINY_MODEL
 
 from blockbench.config import ConfigError, build_run_config
 from blockbench.tasks.data import DataError
@@ -62,7 +62,7 @@ def test_shakespeare_tokens_are_cached_and_compacted(monkeypatch):
     original = np.array([*encoding.encode_ordinary(text), encoding.eot_token])
     validation = int(len(original) * 0.9)
     tuning = validation - round(validation * 0.05)
-    # the last 10% of the tokens are the validation split, the last 5% of the rest the tuning split (issue 31);
+    # the last 10% of the tokens are the validation split, the last 5% of the rest the tuning split;
     # compaction keeps only the training ids (plus bytes)
     np.testing.assert_array_equal(first.tokenizer.original_ids[first.train_tokens], original[:tuning])
     assert first.tokenizer.decode(first.val_tokens) == encoding.decode(original[validation:].tolist())

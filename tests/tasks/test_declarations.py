@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from blockbench.tasks import TASK_CONFIGS, Margin, Metric, Saturation
 
-#: issue 31's declarations: task -> (headline metric, margin value, relative, saturation distance and what of)
+#: what each task declares: task -> (headline metric, margin value, relative, saturation distance and what of)
 DECLARED = {
     "lm": ("perplexity", 0.01, True, (0.03, "floor")),
     "lm_text": ("perplexity", 0.01, True, None),  # real text: no known entropy floor

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import scalars
+from helpers import scalars
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
 from blockbench.models import MultiHeadAttention, attended_fraction, build_model, extrapolating_pos_encodings
 from blockbench.models.moe import MoEFeedForward
 from blockbench.models.registry import POSITIONAL
-from blockbench.tbnames import run_tag
+from blockbench.tensorboard.names import run_tag
 
 TINY_VIT = {
     "task": "vit",
@@ -66,7 +66,7 @@ def test_moe_auxiliary_losses_join_the_training_loss():
 
 def test_moe_training_step_returns_and_logs_what_it_did_before_the_helpers_moved_to_models():
     """The MoE training step through ``models.add_auxiliary_losses`` / ``expert_load`` keeps the
-    arithmetic and the logs of the code it replaced (issue 13): the returned loss is bit for bit
+    arithmetic and the logs of the code it replaced: the returned loss is bit for bit
     ``(task loss + 0.5 * mean aux) + 0.25 * mean z`` over the layers, and the step logs the task
     loss, the two mean losses, then every layer's expert shares and dropped tokens, in this order."""
     _, module, (images, labels) = build(

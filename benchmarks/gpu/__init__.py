@@ -1,0 +1,1 @@
+"""The GPU check (``check``), run as ``python benchmarks/gpu_check.py``."""

@@ -1,0 +1,155 @@
+"""What more than one test file uses, besides the fixtures of conftest.py: the tiny model and run
+configs, the float64 reference precision, a matrix written to disk, the ``blockbench`` command,
+TensorBoard events. Test files import the plain names (``from helpers import TINY_LM, write_matrix``:
+pytest's ``pythonpath`` setting puts tests/ on sys.path). The config dicts are shared: derive new ones
+(``{**TINY_LM, ...}``, ``deep_merge``), never change them in place."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENSORS, EventAccumulator
+from torch import nn
+
+from blockbench.models import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+#: the real data sets beside the repo (tinyshakespeare, multi30k_de_en, cifar10_subset; see its README)
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+#: the precision of the tests that compare against a reference written out by hand, and their tolerance
+DT = torch.float64
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+#: Student t quantiles 0.975, the 95% intervals of 3 and 5 seeds are checked against (tables: 4.303, 2.776)
+T_975_DF2 = 4.302652729749464
+T_975_DF4 = 2.776445105197793
+
+#: the model section of the tiny cells the runner, the trainer and the tasks are tested with
+TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
+#: the embedded agreement LM task at the size of those cells
+TINY_LM_TASK = {"name": "lm", "seq_len": 32, "n_train_tokens": 8000, "n_val_tokens": 2000, "n_probes": 32}
+#: a whole tiny LM cell: four steps, validated twice
+TINY_LM = {
+    "model": TINY_MODEL,
+    "task": TINY_LM_TASK,
+    "trainer": {"max_steps": 4, "batch_size": 8, "val_every_n_steps": 2, "log_every_n_steps": 1},
+    "optimizer": {"warmup_steps": 1},
+}
+
+
+# --------------------------------------------------------------------------- tiny models
+
+
+def tiny(family: str, **overrides) -> dict:
+    """A tiny config mapping for ``family`` (d_model 32, 2 layers, 4 heads; vocabulary 17, 24
+    positions; 8x8 images in 4x4 patches, 5 classes), with ``overrides``."""
+    cfg = dict(family=family, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=24)
+    if family in ("decoder_lm", "encoder_decoder"):
+        cfg["vocab_size"] = 17
+    if family == "vit":
+        cfg.update(image_size=8, patch_size=4, in_channels=3, n_classes=5)
+    cfg.update(overrides)
+    return cfg
+
+
+def tiny_model(family: str, dtype: torch.dtype = DT, **overrides) -> nn.Module:
+    """``tiny(family, **overrides)`` built in ``dtype``, in eval mode (the global seed draws its init)."""
+    return build_model(tiny(family, **overrides)).to(dtype).eval()
+
+
+def randomize_(module: nn.Module, std: float = 0.3) -> nn.Module:
+    """Overwrite every parameter (norm gains/biases included) with N(0, std) values from the global
+    generator, so no weight is a trivial 0 or 1 that could hide a mistake."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, std)
+    return module
+
+
+# --------------------------------------------------------------------------- runs on disk
+
+
+def write_matrix(folder: Path, axes: dict, base: dict = TINY_LM, name: str = "m") -> Path:
+    """A matrix file ``folder/<name>.yaml`` crossing ``axes`` over ``base`` (written beside it as
+    base.yaml); its results go to ``results/<name>`` under the folder the runner is given."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.yaml").write_text(yaml.safe_dump(base))
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "base": "base.yaml", "axes": axes}, sort_keys=False))
+    return path
+
+
+def ok_result(task: str, seed: int, metrics: dict[str, float], baselines: dict[str, float], **extra: object) -> dict:
+    """A finished cell's result.json as the report reads it: ``metrics`` (the first is the headline),
+    the trivial ``baselines``, and fixed figures for the rest (30 steps, 4 s, 1,000 parameters);
+    ``extra`` adds or replaces fields (``history``, ``performance``, ``data``)."""
+    return {
+        "status": "ok",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "metrics": metrics,
+        "primary_metric": next(iter(metrics)),
+        "baselines": baselines,
+        "steps": 30,
+        "wall_time_s": 4.0,
+        "parameters": 1000,
+        "throughput": 100.0,
+        "throughput_unit": "tokens/s",
+        "machine": "test",
+        **extra,
+    }
+
+
+def diverged_result(task: str, seed: int) -> dict:
+    """A cell's result.json that diverged at step 20."""
+    return {
+        "status": "diverged",
+        "task": task,
+        "seed": seed,
+        "config_hash": "abc",
+        "diverged_at_step": 20,
+        "last_finite_loss": 7.5,
+        "history": [],
+    }
+
+
+def blockbench(
+    *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m blockbench *args`` in ``cwd``, as users run it, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def tensorboard_events(run_dir: Path) -> EventAccumulator:
+    """A TensorBoard run's events, every scalar and tensor of them loaded (none sampled away)."""
+    events = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0, TENSORS: 0})
+    events.Reload()
+    return events
+
+
+def scalars(run_dir: Path, tag: str) -> list[float]:
+    """The values a TensorBoard run logged for ``tag``, in the order it logged them."""
+    return [e.value for e in tensorboard_events(run_dir).Scalars(tag)]
+
+
+def hparams_session(run_dir: Path):
+    """The HParams session-start record (hparams of the cell) in a run's event files."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for event_file in sorted(run_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(event_file)).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "hparams":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    if data.HasField("session_start_info"):
+                        return data.session_start_info
+    raise AssertionError(f"no hparams session in {run_dir}")
