@@ -1,8 +1,8 @@
 """A whole cell's time, measured before it runs: each part of a cell of a (task, variant) timed in a
 process of its own, started as the runner starts the cell's, beside as many others as ``--jobs`` runs.
 
-A fresh results folder has nothing measured, and timing a few training steps alone left out most of a
-cell: the smoke matrix's dry run said 0:22 and the run took 2:04. :func:`time_cell` therefore does what
+A fresh results folder has nothing measured, and a few training steps alone leave out most of a cell
+(why, with the measurements: ``docs/decisions/time-estimate.md``). :func:`time_cell` therefore does what
 a cell does, briefly: builds the model and the data, fits :data:`TIMED_STEPS` optimizer steps in
 Lightning with a validation after each half (:data:`VALIDATION_BATCHES` batches of every validation
 loader: the forward, the logit lens, the decoding of the translation task), a loss-curve point and a
@@ -11,11 +11,10 @@ checkpoint save. :meth:`CellTiming.seconds` scales the parts to the cell: its st
 loss-curve points and checkpoints, and once each the process start and exit, the build (the data
 generation among it) and Lightning's set-up.
 
-Under ``--jobs N`` cells share the cores, and a cell beside others runs slower than one alone: on this
-2-core machine, shared with other users, a smoke cell's step took 1.5 to 3.3 times as long beside a
-second one as alone (one thread each). How much depends on the machine and on what else runs on it, so
-:func:`time_runs` measures it rather than assuming it: its timings run N at a time, in the runner's slots
-(their threads, a GPU each), in rounds whose fits start and end together (:class:`Company`).
+Under ``--jobs N`` cells share the cores, and a cell beside others runs slower than one alone, by how
+much the machine and what else runs on it decide, so :func:`time_runs` measures it rather than assuming
+it: its timings run N at a time, in the runner's slots (their threads, a GPU each), in rounds whose fits
+start and end together (:class:`Company`).
 
 A run's time from its cells': they run ``--jobs`` at a time as the runner's queue hands them out
 (:func:`makespan`), and the report follows the last (:func:`report_seconds`).
