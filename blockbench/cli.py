@@ -581,7 +581,7 @@ def _user_error(error: Exception) -> str | None:
     another process holds); None for a bug. The error classes are looked up among the modules already
     loaded: an error of a module that the command never imported cannot be one of its classes, and
     importing them here would load torch for every error."""
-    config, data = sys.modules.get("blockbench.config"), sys.modules.get("blockbench.tasks.data")
+    config, data = sys.modules.get("blockbench.overrides"), sys.modules.get("blockbench.tasks.data")
     if config is not None and isinstance(error, config.ConfigError):
         return f"config error:\n{error}"
     if data is not None and isinstance(error, data.DataError):

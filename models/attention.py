@@ -14,6 +14,8 @@ T5 bias) is an ``AttentionMask``. A stack builds one per forward for its self-at
 its cross-attention and hands them to every layer (``models.block.TransformerStack``), so the dense
 ``(heads, T, T)`` masks are not rebuilt in every layer; a layer called alone builds its own. Masks
 stay boolean (or SDPA's ``is_causal``, no mask at all) unless a score bias makes them float.
+Grouped-query attention with a mask repeats its key/value heads on CUDA (``expands_kv_heads``), so
+that a fused kernel takes the call.
 """
 
 from __future__ import annotations
@@ -208,6 +210,38 @@ def sdpa_backends(q: torch.Tensor, k_len: int) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+def expands_kv_heads(device_type: str, n_heads: int, n_kv_heads: int, masked: bool) -> bool:
+    """Whether grouped-query attention (``n_kv_heads`` < ``n_heads``) repeats its key and value heads to
+    ``n_heads`` before SDPA instead of passing ``enable_gqa``: on CUDA where an ``attn_mask`` is given
+    (padding, a sparse pattern, an ALiBi or T5 bias). No fused CUDA kernel takes ``enable_gqa`` with a
+    mask (flash takes no mask, the memory-efficient kernel no ``enable_gqa``), so SDPA would fall back
+    to its math backend, the slowest; with the heads repeated the memory-efficient kernel runs.
+    Elsewhere (a CPU, no mask) ``enable_gqa`` stays: the kernels it reaches there take it."""
+    return device_type == "cuda" and masked and n_kv_heads != n_heads
+
+
+def grouped_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    expand_kv: bool,
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` of ``q`` (B, H, Tq, hd) over ``k``, ``v`` (B, H_kv, Tk, hd),
+    each key/value head serving ``H / H_kv`` consecutive query heads: with ``expand_kv`` the key and
+    value heads repeated to ``H`` (``repeat_interleave``, SDPA's own grouping for ``enable_gqa``), else
+    ``enable_gqa`` where ``H_kv < H`` (see :func:`expands_kv_heads`)."""
+    groups = q.shape[1] // k.shape[1]
+    if expand_kv and groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1]
+    )
+
+
 @dataclass
 class KVCache:
     """Keys and values one attention layer has seen, for incremental decoding: self-attention
@@ -346,15 +380,16 @@ class MultiHeadAttention(nn.Module):
         if need_weights or not self.score.fused:
             out, weights = self._math_attention(q, k, v, mask.explicit_mask(q.dtype), dropout_p=dropout_p)
         else:
+            attn_mask = mask.sdpa_mask(q.dtype)
             with sdpa_backends(q, k_len):
-                out = F.scaled_dot_product_attention(
+                out = grouped_sdpa(
                     q,
                     k,
                     v,
-                    attn_mask=mask.sdpa_mask(q.dtype),
+                    attn_mask=attn_mask,
                     dropout_p=dropout_p,
                     is_causal=mask.is_causal,
-                    enable_gqa=self.n_kv_heads != self.n_heads,
+                    expand_kv=expands_kv_heads(q.device.type, self.n_heads, self.n_kv_heads, attn_mask is not None),
                 )
         out = self.out_proj(out.transpose(1, 2).reshape(x.shape[0], q_len, d_model))
         return (out, weights) if need_weights else out

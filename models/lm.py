@@ -63,7 +63,8 @@ class DecoderLM(nn.Module):
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:
         """Cross-entropy of predicting ``targets`` (B, T) from ``idx`` (B, T), without holding the
-        (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``)."""
+        (B, T, vocab) logits in training on a CPU (``models.loss.linear_cross_entropy``). Under
+        ``compile: true`` it is compiled with the forward, as one graph (``models.build.compile_model``)."""
         return linear_cross_entropy(self(idx, head=False), self.lm_head.weight, targets, reduction=reduction)
 
     def new_caches(self) -> list[LayerCache]:

@@ -118,7 +118,8 @@ class EncoderDecoder(nn.Module):
         reduction: str = "mean",
     ) -> torch.Tensor:
         """Teacher-forcing cross-entropy of ``tgt_out`` given ``src`` and ``tgt_in``, without holding
-        the (B, T, vocab) logits in training (``models.loss.linear_cross_entropy``).
+        the (B, T, vocab) logits in training on a CPU (``models.loss.linear_cross_entropy``); compiled
+        with the forward under ``compile: true`` (``models.build.compile_model``).
         ``tgt_padding_mask`` marks the positions of ``tgt_in`` that are padding (see ``decode``)."""
         hidden = self(src, tgt_in, src_padding_mask, tgt_padding_mask=tgt_padding_mask, head=False)
         return linear_cross_entropy(

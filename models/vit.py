@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .block import TransformerStack, init_weights
@@ -62,3 +63,9 @@ class VisionTransformer(nn.Module):
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         x = self.stack(self.drop(x), positional=self.positions)
         return self.head(x[:, 0])
+
+    def loss(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the class logits of ``images``; ``labels`` are class ids (B,) or class
+        probabilities (B, n_classes) (MixUp, CutMix). Under ``compile: true`` it is compiled with the
+        forward, as one graph (``models.build.compile_model``)."""
+        return F.cross_entropy(self(images), labels)

@@ -10,6 +10,7 @@ of classes, ...).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from abc import ABC, abstractmethod
@@ -217,6 +218,7 @@ class TaskModule(L.LightningModule, ABC):
         #: this module clips the gradients itself: decided when the optimizer is built
         self.adamw_implementation: str | None = None
         self.clips_itself = False
+        self._eager_validation = contextlib.ExitStack()  # the compiler's stance during validation
 
     @property
     def n_parameters(self) -> int:
@@ -235,16 +237,28 @@ class TaskModule(L.LightningModule, ABC):
     def sample_loss(self, loader: DataLoader, prepare: Callable[[Any], Any]) -> float:
         """The validation loss over every batch of ``loader`` (the mean over all their targets), each
         batch made ready by ``prepare`` (precision, device), in evaluation mode: no dropout, no random
-        numbers drawn, the training mode restored after."""
+        numbers drawn, the training mode restored after; a compiled model runs eagerly, as in validation."""
         was_training = self.training
         self.eval()
         total, targets = 0.0, 0.0
-        for batch in loader:
-            loss, weight = self.validation_loss(prepare(batch))
-            total += float(loss) * float(weight)
-            targets += float(weight)
+        with torch.compiler.set_stance("force_eager"):
+            for batch in loader:
+                loss, weight = self.validation_loss(prepare(batch))
+                total += float(loss) * float(weight)
+                targets += float(weight)
         self.train(was_training)
         return total / targets
+
+    def on_validation_start(self) -> None:
+        """Validation runs a compiled model (``model.compile: true``) eagerly, until ``on_validation_end``:
+        compiling is for the training step, and validation's calls (no gradients, their own shapes, the
+        decoding, the logit lens) would each compile graphs of their own that cost more time than
+        they save."""
+        self._eager_validation = contextlib.ExitStack()
+        self._eager_validation.enter_context(torch.compiler.set_stance("force_eager"))
+
+    def on_validation_end(self) -> None:
+        self._eager_validation.close()
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.training_loss(batch)

@@ -73,8 +73,8 @@ class ShapesDataModule(TaskDataModule):
 
 def classification_loss(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the model's class logits; ``labels`` are class ids or (MixUp/CutMix) class
-    probabilities."""
-    return F.cross_entropy(model(images), labels)
+    probabilities (the model's ``loss``: compiled with its forward under ``model.compile: true``)."""
+    return model.loss(images, labels)
 
 
 class VisionTask(TaskModule):

@@ -16,10 +16,15 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENS
 from torch import nn
 
 from blockbench.models import build_model
+from blockbench.store.record import Hardware
 
 REPO = Path(__file__).resolve().parents[1]
 #: the real data sets beside the repo (tinyshakespeare, multi30k_de_en, cifar10_subset; see its README)
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+#: what a cell trains on: a CPU in float32 (every committed cell) and a GPU in bf16 (``auto`` on a GPU)
+CPU_FP32 = Hardware(device_kind="cpu", precision="32-true")
+GPU_BF16 = Hardware(device_kind="cuda", precision="bf16-mixed")
 
 #: the precision of the tests that compare against a reference written out by hand, and their tolerance
 DT = torch.float64

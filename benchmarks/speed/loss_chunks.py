@@ -1,6 +1,7 @@
 """Time of the LM loss alone (output projection + cross-entropy, forward and backward) at GPT-2
-small's shape: ``models.loss.linear_cross_entropy`` at several chunk sizes against the plain
-``F.cross_entropy(F.linear(...))`` that nanoGPT and HF run.
+small's shape: ``models.loss.linear_cross_entropy``'s chunked path at several chunk sizes (on any
+device: the models take it on a CPU) against the plain ``F.cross_entropy(F.linear(...))`` that
+nanoGPT and HF run, the models' path on a GPU.
 
     python -m benchmarks.speed.loss_chunks                       # on CUDA if there is one, bf16 autocast
     python -m benchmarks.speed.loss_chunks --tokens 4096 --device cpu --dtype fp32
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         return F.cross_entropy(F.linear(hidden, weight), targets)
 
     def chunked(chunk: int):
-        return lambda: linear_cross_entropy(hidden, weight, targets, chunk_tokens=chunk)
+        return lambda: linear_cross_entropy(hidden, weight, targets, chunk_tokens=chunk, chunked=True)
 
     variants = {"plain F.cross_entropy(F.linear)": plain} | {f"fused, chunk {c}": chunked(c) for c in args.chunks}
     title = "The LM loss alone: chunked fused loss against the plain one"

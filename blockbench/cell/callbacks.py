@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from blockbench.tasks.rng import capture_rng, restore_rng
 
+from ..store.record import Hardware
 from ..tensorboard.names import CURVE_TAG
 from ..walltime import WallClock
 from .perf import (
@@ -500,8 +501,8 @@ class DivergenceGuard(L.Callback):
 
 class ResumeState(L.Callback):
     """What a checkpoint needs beyond Lightning's own state for an exact resume: the run's config
-    hash and code fingerprint (a checkpoint of another config or other code is never resumed) and
-    the random number generators of this process.
+    hash, code fingerprint and hardware (a checkpoint of another config, other code, another kind of
+    device or another precision is never resumed) and the random number generators of this process.
 
     The generators are restored in ``on_train_start``: after Lightning has created the training
     dataloader's iterator (which draws a seed) and before it fetches the first batch, so random
@@ -510,21 +511,22 @@ class ResumeState(L.Callback):
     DataLoader workers keep their own generators in the loader's state (``tasks.base.WorkerRngState``).
     """
 
-    def __init__(self, config_hash: str, code_fingerprint: str):
-        self.config_hash = config_hash
-        self.code_fingerprint = code_fingerprint
+    def __init__(self, config_hash: str, code_fingerprint: str, hardware: Hardware):
+        #: what a checkpoint must have been written by to be resumed
+        self.identity = {
+            "config_hash": config_hash,
+            "code_fingerprint": code_fingerprint,
+            "hardware": hardware.model_dump(),
+        }
         self._pending_rng: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"config_hash": self.config_hash, "code_fingerprint": self.code_fingerprint, "rng": capture_rng()}
+        return {**self.identity, "rng": capture_rng()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["config_hash"] != self.config_hash:
-            raise ValueError(f"checkpoint of config {state['config_hash']}, not of this run ({self.config_hash})")
-        if state.get("code_fingerprint") != self.code_fingerprint:
-            raise ValueError(
-                f"checkpoint of code {state.get('code_fingerprint')}, not of this code ({self.code_fingerprint})"
-            )
+        for key, ours in self.identity.items():
+            if state.get(key) != ours:
+                raise ValueError(f"checkpoint of {key} {state.get(key)}, not of this run's ({ours})")
         self._pending_rng = state["rng"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

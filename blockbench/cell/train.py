@@ -21,7 +21,7 @@ from ..provenance import code_fingerprint, machine_description, peak_memory_mb, 
 from ..store.checkpoints import Resume
 from ..store.checkpoints import resumable_checkpoint as inspect_checkpoint
 from ..store.layout import CHECKPOINT_DIR, CONFIG_FILE, RESULT_FILE, write_atomic
-from ..store.record import RECORD_VERSION, CellRecord, write_record
+from ..store.record import RECORD_VERSION, CellRecord, Hardware, write_record
 from ..tensorboard.views import Views
 from ..tensorboard.writer import CellLogger, log_cell_hparams, log_views
 from ..walltime import CELL_PARTS, WallClock
@@ -29,12 +29,15 @@ from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeSta
 from .runtime import data_loading, lightning_determinism, machine_settings
 
 
-def resumable_checkpoint(checkpoints: Path, config_hash: str, fingerprint: str, *, delete_stale: bool = True) -> Resume:
-    """``last.ckpt`` of an interrupted run of this same config and code, with its step, as the store
-    reads it (:func:`blockbench.store.checkpoints.resumable_checkpoint`). Any other checkpoint is
-    deleted (if ``delete_stale``) and not resumed: one that cannot be loaded (the ``Resume`` says why),
-    or one of another config or other code (the cell changed since)."""
-    resume = inspect_checkpoint(checkpoints, config_hash, fingerprint)
+def resumable_checkpoint(
+    checkpoints: Path, config_hash: str, fingerprint: str, hardware: Hardware, *, delete_stale: bool = True
+) -> Resume:
+    """``last.ckpt`` of an interrupted run of this same config and code on this ``hardware``, with its
+    step, as the store reads it (:func:`blockbench.store.checkpoints.resumable_checkpoint`). Any other
+    checkpoint is deleted (if ``delete_stale``) and not resumed: one that cannot be loaded (the ``Resume``
+    says why), or one of another config or other code (the cell changed since), or made on another kind
+    of device or at another precision."""
+    resume = inspect_checkpoint(checkpoints, config_hash, fingerprint, hardware)
     if delete_stale and (resume.error or resume.note):
         shutil.rmtree(checkpoints, ignore_errors=True)
     return resume
@@ -51,6 +54,11 @@ def train(run: RunConfig, out_dir: Path, **kwargs: Any) -> CellRecord:
 def resolved_accelerator(accelerator: str) -> str:
     """``trainer.accelerator`` with ``auto`` made ``gpu`` or ``cpu`` (whether CUDA has a device)."""
     return accelerator if accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+
+
+def resolved_hardware(cfg: TrainerConfig, accelerator: str) -> Hardware:
+    """The device kind and precision a run of ``cfg`` trains at on ``accelerator`` (resolved) here."""
+    return Hardware.of(accelerator, cfg.resolved_precision(accelerator), cuda=torch.cuda.is_available())
 
 
 def train_cell(
@@ -93,7 +101,8 @@ def train_cell(
 
     checkpoints = out_dir / CHECKPOINT_DIR
     fingerprint = code_fingerprint()
-    resume = resumable_checkpoint(checkpoints, run.config_hash(), fingerprint, delete_stale=is_rank_zero)
+    hardware = resolved_hardware(cfg, accelerator)
+    resume = resumable_checkpoint(checkpoints, run.config_hash(), fingerprint, hardware, delete_stale=is_rank_zero)
     resume_from, resumed_step = resume.checkpoint, resume.step
     if is_rank_zero and (resume.error or resume.note):
         print(f"blockbench: {resume.error or resume.note}", file=sys.stderr, flush=True)
@@ -107,7 +116,7 @@ def train_cell(
         perf,
         history,
         guard,
-        ResumeState(run.config_hash(), fingerprint),
+        ResumeState(run.config_hash(), fingerprint, hardware),
         progress,
     ]
     # after perf (its step ends first) and before the checkpoints (which then hold the step's point)

@@ -9,6 +9,11 @@ auto`` runs as many cells at once as whole cells fit on the devices; a cell that
 starts when an earlier one returns them. A cell of several nodes (``trainer.num_nodes`` > 1) cannot
 run on one machine: it needs ``--launcher slurm``. Standard library only: the runner imports it without
 torch (the device count is passed in).
+
+What a cell trains on also decides which earlier results count for it: the runner resolves once, before
+planning, whether its cells get a CUDA GPU (:func:`cells_get_cuda`), and from it each cell's hardware
+(:func:`cell_hardware`: ``trainer.accelerator: auto`` and ``trainer.precision: auto`` made concrete), which
+a result, a checkpoint or a copy must have been made on to count (``blockbench.store.reuse``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, TrainerConfig
+from ..store.record import Hardware
 
 #: the variable that lists a process's visible GPUs (by index or UUID, comma-separated)
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -59,6 +65,22 @@ def devices_per_cell(run: RunConfig, available: int) -> int:
             f"({VISIBLE} or the machine's count): ask for at most {available}, or run where there are more"
         )
     return count
+
+
+def cells_get_cuda(launcher: str, gpus: Sequence[str]) -> bool:
+    """Whether this run's cells train on a CUDA GPU where ``trainer.accelerator`` is ``auto``: run on this
+    machine (``local``, or ``submitit-local``'s jobs), where it has GPUs (``gpus``: :func:`visible_devices`);
+    run as SLURM jobs, always (each job asks for GPUs unless its accelerator is ``cpu``,
+    ``blockbench.matrix.jobs``)."""
+    return True if launcher == "slurm" else bool(gpus)
+
+
+def cell_hardware(trainer: TrainerConfig, *, cuda: bool) -> Hardware:
+    """The device kind and precision a cell of ``trainer`` trains at where this run's cells get a CUDA
+    GPU (``cuda``) or not: ``auto`` accelerator and precision resolved as the cell resolves them
+    (``cuda at bf16-mixed`` on a GPU, ``cpu at 32-true`` on a CPU)."""
+    accelerator = trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if cuda else "cpu")
+    return Hardware.of(accelerator, trainer.resolved_precision(accelerator), cuda=cuda)
 
 
 def auto_jobs(needs: Sequence[int], available: int, cpu_cores: int) -> int:

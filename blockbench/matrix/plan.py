@@ -7,6 +7,10 @@ result counts (:class:`blockbench.store.reuse.ReuseRule`: the same config, made 
 the lineage, with its numbers), whether another matrix trained the same config (copied, not trained
 again) and which checkpoint it would resume from (:mod:`blockbench.store.checkpoints`). Planning reads
 and never writes: the cell's training process clears what it cannot resume, and the runner copies.
+
+Before planning, the runner refuses a results folder that holds cells made on hardware other than
+this run's (:func:`refuse_other_hardware`): training there would overwrite them, or put seeds of two
+kinds of device or precision side by side, which the report then refuses after the compute is spent.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import ConfigError
 from ..store.checkpoints import resumable_checkpoint
-from ..store.layout import CHECKPOINT_DIR
+from ..store.layout import CELLS_DIR, CHECKPOINT_DIR, cell_results
+from ..store.record import HARDWARE_AXES, Hardware, read_record
 from ..store.reuse import REUSED, ReuseRule, earlier_record
+from .devices import cell_hardware
 from .expand import Cell, Expansion
 from .schedule import Results, extended_tuning, first_round, pending_tuning
 from .tuning import REPORT, Tuning
@@ -33,6 +40,16 @@ ELSEWHERE = "done elsewhere"
 #: a cell that trains only if a later round needs it: a tuning cell of a later rung of successive
 #: halving (if its candidate survives), or a seed beyond ``seeds: min`` (if its question is undecided)
 IF_NEEDED = "if needed"
+
+
+#: cells named per hardware in an :class:`OtherHardware` error
+NAMED_CELLS = 4
+
+
+class OtherHardware(ConfigError):
+    """The matrix's results folder holds finished cells made on another kind of device or at another
+    precision than this run's cells train at (CPU float32 cells, and a run on a GPU in bf16): the run
+    would train over them, or beside them, and never compare like with like."""
 
 
 @dataclass(frozen=True)
@@ -54,17 +71,19 @@ class CellPlan:
 
 def plan_cell(n: int, cell: Cell, matrix_dir: Path, rule: ReuseRule) -> CellPlan:
     """Whether ``cell`` is reused (done; stale with ``reuse_stale``), copied from another matrix that
-    trained the same config with this code (``rule.elsewhere``), retrained (stale, failed before),
-    resumed from a checkpoint of the same config and code, or trained from step 0 (``rule.force``: all
-    from step 0)."""
+    trained the same config with this code (``rule.elsewhere``), retrained (stale, failed before; made
+    on other hardware), resumed from a checkpoint of the same config and code made on the same hardware,
+    or trained from step 0 (``rule.force``: all from step 0). The hardware is the cell's as the runner
+    resolves it (``rule.cuda``, :func:`blockbench.matrix.devices.cell_hardware`)."""
     if rule.force:
         return CellPlan(n, cell, TO_RUN, "--force: from step 0")
     cell_dir, config_hash = cell.directory(matrix_dir), cell.run.config_hash()
-    reuse, message = rule.reuse(cell_dir, config_hash)
+    hardware = cell_hardware(cell.run.trainer, cuda=rule.cuda)
+    reuse, message = rule.reuse(cell_dir, config_hash, hardware=hardware)
     stale = message is not None and not message.startswith(REUSED)
     if reuse:
         return CellPlan(n, cell, STALE if stale else DONE, message or "", trains=False)
-    source = rule.source(cell_dir, config_hash)
+    source = rule.source(cell_dir, config_hash, hardware=hardware)
     if source is not None:
         return CellPlan(n, cell, ELSEWHERE, f"done in {source}, copying its result", trains=False, source=source)
     status, detail = (STALE, message or "") if stale else (TO_RUN, "")
@@ -72,7 +91,7 @@ def plan_cell(n: int, cell: Cell, matrix_dir: Path, rule: ReuseRule) -> CellPlan
     if status == TO_RUN and earlier and earlier.status == "failed" and earlier.config_hash == config_hash:
         status, detail = FAILED_BEFORE, f"failed before ({str(earlier.error)[:80]}), retrying"
     if (cell_dir / CHECKPOINT_DIR).is_dir():
-        resume = resumable_checkpoint(cell_dir / CHECKPOINT_DIR, config_hash, rule.fingerprint)
+        resume = resumable_checkpoint(cell_dir / CHECKPOINT_DIR, config_hash, rule.fingerprint, hardware)
         if resume.checkpoint is not None:
             return CellPlan(n, cell, RESUMABLE, f"resumes from step {resume.step}", resume_step=resume.step)
         detail = "; ".join(filter(None, [detail, resume.error or resume.note]))
@@ -161,3 +180,65 @@ def plan_matrix(expansion: Expansion, matrix_dir: Path, rule: ReuseRule) -> Matr
         done = plan.status == DONE and not (cell.phase == REPORT and tuning and not cell.tuned)
         plans.append(plan if done else CellPlan(n, cell, IF_NEEDED, trains=False))
     return MatrixPlan(plans, tuning_plans, tuning, known, first, later)
+
+
+def _side(folder: Path, matrix_dir: Path, *, by_variant: bool) -> tuple[str, ...]:
+    """The cells a report compares the cell in ``folder`` with: those of its task and variant folder
+    (``by_variant``) or of its task; a tuning cell's are those of its variant (or task) too."""
+    parts = folder.relative_to(matrix_dir).parts
+    task_and_variant = parts[1:3] if parts[0] == CELLS_DIR else parts[2:4]
+    return task_and_variant if by_variant else task_and_variant[:1]
+
+
+def cells_on_other_hardware(
+    cells: list[Cell], matrix_dir: Path, *, cuda: bool
+) -> dict[Hardware, tuple[list[str], set[Hardware]]]:
+    """The finished cells in ``matrix_dir`` made on other hardware than this run's: hardware -> their
+    names and the hardware this run would put beside them. This run's hardware for a folder is that of
+    its cell of ``cells`` (each resolved as :func:`blockbench.matrix.devices.cell_hardware`, ``cuda``:
+    whether the cells get a CUDA GPU); for a folder that no cell names (a tuning candidate the tuner
+    added, a variant since dropped), that of the cells it would be reported with: its task's, or its
+    variant's where the matrix has a hardware axis (:data:`HARDWARE_AXES`: the variant folders then
+    differ by hardware, and the report compares each on its own)."""
+    ours = {cell.directory(matrix_dir): cell_hardware(cell.run.trainer, cuda=cuda) for cell in cells}
+    by_variant = any(key in cell.axes for cell in cells for key in HARDWARE_AXES)
+    beside: dict[tuple[str, ...], set[Hardware]] = {}
+    for folder, hardware in ours.items():
+        beside.setdefault(_side(folder, matrix_dir, by_variant=by_variant), set()).add(hardware)
+    found: dict[Hardware, tuple[list[str], set[Hardware]]] = {}
+    for result in cell_results(matrix_dir):
+        record, folder = read_record(result), result.parent
+        made = record.hardware if record is not None and record.finished else None
+        expected = {ours[folder]} if folder in ours else beside.get(_side(folder, matrix_dir, by_variant=by_variant))
+        if made is None or not expected or made in expected:
+            continue
+        names, runs = found.setdefault(made, ([], set()))
+        parts = folder.relative_to(matrix_dir).parts
+        names.append("/".join(parts[1:] if parts[0] == CELLS_DIR else (parts[0], *parts[2:])))
+        runs.update(expected)
+    return found
+
+
+def refuse_other_hardware(cells: list[Cell], matrix_dir: Path, *, cuda: bool) -> None:
+    """Raise :class:`OtherHardware`, before any cell trains (and in a dry run), where the results folder
+    ``matrix_dir`` holds finished cells, reported or tuning, made on other hardware than this run's
+    ``cells`` train at (see :func:`cells_on_other_hardware`): this run would overwrite them, and a
+    later round or the report would read them beside this run's. A run on the same hardware, its
+    resume and its reruns, never raises."""
+    found = cells_on_other_hardware(cells, matrix_dir, cuda=cuda)
+    if not found:
+        return
+    count = sum(len(names) for names, _ in found.values())
+    made = "; ".join(
+        f"{len(names)} on {hardware.describe()} ({', '.join(names[:NAMED_CELLS])}"
+        + (f" and {len(names) - NAMED_CELLS} more)" if len(names) > NAMED_CELLS else ")")
+        for hardware, (names, _) in found.items()
+    )
+    runs = ", ".join(sorted({hardware.describe() for _, resolved in found.values() for hardware in resolved}))
+    raise OtherHardware(
+        f"{matrix_dir} holds {count} finished cell{'s' if count > 1 else ''} made on other hardware than this run's: "
+        f"{made}; this run's cells resolve {runs}. Training here would overwrite those cells or put seeds of "
+        "two kinds of device or precision side by side. Run into a results folder of its own "
+        "(blockbench --results-dir runs/<name> matrix ...), or make trainer.accelerator or trainer.precision "
+        "an axis of the matrix, so that the cells of each hardware have folders of their own"
+    )

@@ -1,7 +1,8 @@
 """Run a matrix: a loop over its results folder, round after round, from its plan to its report.
 
 Every cell is validated before the first one trains (``expand``) and planned from the results store
-(``plan``: reused, copied from another matrix, resumed or trained). Then the run is one loop: train a
+(``plan``: reused, copied from another matrix, resumed or trained; a results folder holding cells made
+on other hardware than this run's is refused). Then the run is one loop: train a
 round's cells, ask the schedule (``schedule``) which cells the results on disk call for next, until it
 has none. A matrix with ``tune:`` runs two schedules, successive halving's tuning rungs and then the
 reported cells at the values they chose (``tuning``); with ``seeds: {min, max, step}`` the reported
@@ -28,7 +29,7 @@ from ..store.lineage import Lineage
 from ..store.reuse import ReuseRule, trained_elsewhere
 from ..tensorboard.logdirs import publish_logdirs
 from ..walltime import WallClock
-from .devices import devices_per_cell
+from .devices import cells_get_cuda, devices_per_cell
 from .estimate.dry_run import print_plan
 from .estimate.estimator import TimeEstimator
 from .estimate.timing import cell_timer
@@ -38,7 +39,7 @@ from .finish import Reporting, RunRecord, finish_matrix
 from .jobs import AUTO_JOBS, ClusterOptions, forks, gpu_devices, job_slots, resolve_jobs
 from .launch import start_server, stop_cells_on_sigterm
 from .peaks import resolve_peaks
-from .plan import MatrixPlan, plan_matrix
+from .plan import MatrixPlan, plan_matrix, refuse_other_hardware
 from .preregister import analysis_plan
 from .rounds import Rounds
 from .say import say
@@ -81,10 +82,15 @@ class MatrixRunner:
         self.matrix_dir = results_root / matrix.name
         fingerprint = code_fingerprint()
         # a config another matrix of this results root trained with this code is copied, not trained again;
-        # results of other code that the recorded lineage shows give this code's numbers count as its own
+        # results of other code that the recorded lineage shows give this code's numbers count as its own;
+        # only results made on the hardware the cells resolve to here count at all
         lineage = Lineage.load(results_root)
         elsewhere = {} if options.force else trained_elsewhere(results_root, fingerprint, lineage)
-        self.rule = ReuseRule(fingerprint, options.reuse_stale, options.force, lineage, elsewhere)
+        # submitit-local's jobs are processes of this machine, and see its GPUs
+        cuda = cells_get_cuda(options.launcher, gpu_devices() if options.launcher == "submitit-local" else self.gpus)
+        # cells made on other hardware are never trained over nor seeded beside: refused before planning
+        refuse_other_hardware(tuning + cells, self.matrix_dir, cuda=cuda)
+        self.rule = ReuseRule(fingerprint, options.reuse_stale, options.force, lineage, elsewhere, cuda)
         self.results = Results(self.matrix_dir, self.rule)
         self.plan: MatrixPlan = plan_matrix(self.expansion, self.matrix_dir, self.rule)
         self.estimator = TimeEstimator()

@@ -23,6 +23,7 @@ from typing import Protocol
 from ..config import ConfigError
 from ..store.record import CellRecord
 from ..store.reuse import ReuseRule
+from .devices import cell_hardware
 from .expand import Cell, Expansion
 from .tuning import Candidate, Tuning, extension, trial
 
@@ -30,13 +31,18 @@ from .tuning import Candidate, Tuning, extension, trial
 @dataclass(frozen=True)
 class Results:
     """A matrix's results folder as the schedules read it: each cell's record that counts under the
-    run's reuse rule (:class:`blockbench.store.reuse.ReuseRule`)."""
+    run's reuse rule (:class:`blockbench.store.reuse.ReuseRule`), on the hardware the cell resolves to."""
 
     matrix_dir: Path
     rule: ReuseRule
 
     def record(self, cell: Cell, *, finished_only: bool = False) -> CellRecord | None:
-        return self.rule.counted(cell.directory(self.matrix_dir), cell.run.config_hash(), finished_only=finished_only)
+        return self.rule.counted(
+            cell.directory(self.matrix_dir),
+            cell.run.config_hash(),
+            hardware=cell_hardware(cell.run.trainer, cuda=self.rule.cuda),
+            finished_only=finished_only,
+        )
 
 
 class Schedule(Protocol):

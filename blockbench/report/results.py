@@ -4,6 +4,11 @@ statistic of the report), its tuning cells' records and what they cost, and what
 versions and the machines that both a summary's header and the index of every matrix name. The one
 module of the report that reads the files of a results folder, so that the statistics and the
 rendering work on typed records (``blockbench.store.record``), never on paths.
+
+The cells compared must have trained on one kind of device at one precision (their
+``blockbench.store.record.Hardware``), which their config hash does not name: a results folder with
+CPU float32 cells and GPU bf16 cells of the same matrix is refused (:class:`MixedHardware`), unless the
+matrix varies ``trainer.accelerator`` or ``trainer.precision`` itself.
 """
 
 from __future__ import annotations
@@ -21,16 +26,25 @@ from pydantic import ValidationError
 from blockbench.tasks import Metric
 
 from ..matrixfile import ALWAYS_WITHIN, MatrixConfig, SeedPlan
+from ..overrides import ConfigError
 from ..provenance import code_fingerprint
 from ..store.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
 from ..store.lineage import NO_LINEAGE, Lineage
-from ..store.record import CellLoad, CellRecord, load_record, read_load
+from ..store.record import HARDWARE_AXES, CellLoad, CellRecord, Hardware, load_record, read_load
 
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
 #: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
 BUDGET_AXIS = "trainer.max_steps"
 #: the split every reported metric must be scored on (``task.eval_split``'s default; tuning cells score "tuning")
 VALIDATION_SPLIT = "validation"
+#: cells named per hardware in a :class:`MixedHardware` error
+NAMED_CELLS = 4
+
+
+class MixedHardware(ConfigError):
+    """Cells that a comparison would put together trained on different kinds of device or at different
+    precisions (e.g. CPU float32 seeds and GPU bf16 seeds of one variant): their numbers differ by the
+    hardware, not only by the design or the seed."""
 
 
 def beats(metric: Metric, value: float, reference: float | None) -> bool:
@@ -306,7 +320,44 @@ def load_groups(matrix_dir: Path, levels: tuple[str, ...] | None = None) -> list
     for group in groups.values():
         group.results.sort(key=lambda r: r.seed or 0)
         group.wrong_split.sort(key=lambda r: r.seed or 0)
-    return sorted(groups.values(), key=lambda g: g.index)
+    ordered = sorted(groups.values(), key=lambda g: g.index)
+    check_hardware(ordered)
+    return ordered
+
+
+def check_hardware(groups: list[Group]) -> None:
+    """Raise :class:`MixedHardware` where cells that are compared trained on different hardware: the
+    seeds of a variant (one side of a comparison) always, and all the variants of a task unless the
+    matrix varies the hardware itself (an axis of :data:`HARDWARE_AXES`). Cells without a recorded
+    hardware (failed ones) are left out."""
+    by_variant = any(key in group.axes for group in groups for key in HARDWARE_AXES)
+    sides: dict[tuple[str, ...], list[Group]] = {}
+    for group in groups:
+        sides.setdefault((group.task, group.variant) if by_variant else (group.task,), []).append(group)
+    for side, members in sides.items():
+        cells: dict[Hardware, list[str]] = {}
+        for group in members:
+            for i, record in enumerate(group.results):
+                if record.finished and record.hardware is not None:
+                    name = f"{group.task}/{group.variant}/seed{seed_key(record, i)}"
+                    cells.setdefault(record.hardware, []).append(name)
+        if len(cells) > 1:
+            raise MixedHardware(_mixed_hardware_text(" ".join(side), cells))
+
+
+def _mixed_hardware_text(side: str, cells: dict[Hardware, list[str]]) -> str:
+    """The error of :func:`check_hardware`: which cells trained on which hardware, and the ways out."""
+    listed = "; ".join(
+        f"{hardware.describe()}: {', '.join(names[:NAMED_CELLS])}"
+        + (f" and {len(names) - NAMED_CELLS} more" if len(names) > NAMED_CELLS else "")
+        for hardware, names in cells.items()
+    )
+    return (
+        f"{side}: its cells trained on different hardware ({listed}), so their numbers differ by the device "
+        "or the precision, not only by the design and the seed, and they cannot be compared. Keep runs on "
+        "other hardware in a results folder of their own (blockbench --results-dir), or set trainer.accelerator "
+        "and trainer.precision explicitly in the matrix, and rerun the cells of the other hardware"
+    )
 
 
 def _scored_validation(config: dict[str, Any] | None) -> bool:

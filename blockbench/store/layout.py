@@ -125,6 +125,14 @@ def cell_files(matrix_dir: Path) -> list[Path]:
     return sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{CELL_FILE}"))
 
 
+def cell_results(matrix_dir: Path) -> list[Path]:
+    """The result.json of every cell folder of ``matrix_dir``, reported (:func:`cell_directory`) and
+    tuning (:func:`tuning_cell_directory`), in path order."""
+    return sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}")) + sorted(
+        (matrix_dir / TUNE_DIR / CELLS_DIR).glob(f"*/*/*/*/{RESULT_FILE}")
+    )
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path next to ``path`` to write to, renamed to ``path`` when the block ends without

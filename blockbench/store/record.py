@@ -35,6 +35,47 @@ Status = Literal["ok", "diverged", "failed"]
 FINISHED: tuple[Status, ...] = ("ok", "diverged")
 
 
+#: Lightning's short names of its precisions (``lightning.fabric.connector``'s alias table): a config
+#: may give either, Lightning runs (and a record holds) the full one
+PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def unified_precision(precision: str | int) -> str:
+    """A Lightning precision by its full name: ``32`` -> ``32-true``, ``bf16`` -> ``bf16-mixed``."""
+    return PRECISION_ALIASES.get(str(precision), str(precision))
+
+
+#: the settings that decide a cell's hardware: a matrix with one of them as an axis has the cells of each
+#: hardware in folders of their own and compares hardware on purpose (each variant on its own)
+HARDWARE_AXES = ("trainer.accelerator", "trainer.precision")
+
+
+class Hardware(BaseModel):
+    """What a cell's numbers depend on besides its config and code: the kind of device it trains on
+    (``cpu``, ``cuda``, ``mps``) and the precision it trains at (Lightning's full name: ``32-true``,
+    ``bf16-mixed``, ...). Neither is in the config hash: ``trainer.accelerator`` and ``trainer.precision``
+    are ``auto`` by default and resolved on the machine (bf16-mixed on a GPU, 32-true on a CPU). So a
+    result is reused or copied, a checkpoint resumed and a seed put beside other seeds only on the same
+    hardware. A record holds it as ``runtime.accelerator`` and ``precision`` (:attr:`CellRecord.hardware`),
+    a checkpoint in its resume state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    device_kind: str
+    precision: str
+
+    @classmethod
+    def of(cls, accelerator: str, precision: str | int, *, cuda: bool) -> Hardware:
+        """The hardware of a Lightning ``accelerator`` and ``precision`` (both resolved: not ``auto``) on a
+        machine with a CUDA GPU (``cuda``) or without: ``gpu`` is CUDA where there is one, else Apple's mps."""
+        kind = ("cuda" if cuda else "mps") if accelerator == "gpu" else accelerator
+        return cls(device_kind=kind, precision=unified_precision(precision))
+
+    def describe(self) -> str:
+        """``cuda at bf16-mixed``."""
+        return f"{self.device_kind} at {self.precision}"
+
+
 class _Open(BaseModel):
     """A part of a record that may carry keys this version does not name (newer writers, task extras)."""
 
@@ -200,6 +241,21 @@ class CellRecord(_Open):
     @property
     def git(self) -> Git:
         return self.provenance.git if self.provenance else Git()
+
+    @property
+    def hardware(self) -> Hardware | None:
+        """The device kind and precision the cell trained at: its ``runtime.accelerator`` (the device type)
+        and ``precision``; a record from before ``runtime`` trained on a GPU where its machine had one
+        (``trainer.accelerator: auto``). None for a record without them (a failed cell)."""
+        if self.precision is None:
+            return None
+        if self.runtime is not None and self.runtime.accelerator is not None:
+            kind = self.runtime.accelerator
+        elif self.provenance is not None:
+            kind = "cuda" if self.provenance.hardware.get("gpu_count") else "cpu"
+        else:
+            return None
+        return Hardware(device_kind=kind, precision=unified_precision(self.precision))
 
     @property
     def device_kind(self) -> str | None:

@@ -8,6 +8,11 @@ unless the run reuses stale results (``--reuse-stale``); ``--force`` counts noth
 has trained again. A finished cell of the same config that another matrix of the results root made
 with this code is copied, not trained again (:func:`trained_elsewhere`, :func:`copy_cell`).
 
+Neither counts across hardware: a result made on another kind of device or at another precision
+(:class:`blockbench.store.record.Hardware`, which the config hash does not name: ``trainer.accelerator``
+and ``trainer.precision`` are ``auto`` by default) is never reused nor copied, whatever the flags; the
+cell trains again on this run's hardware.
+
 One rule (:class:`ReuseRule`) for the planner, the tuning and the rounds of seeds, so that what a
 dry run lists, what the runner trains and what a round decides from cannot disagree. It takes cell
 folders and config hashes, never the runner's cells, so the runner builds on it and not around it.
@@ -23,7 +28,7 @@ from pathlib import Path
 from ..lifeline import LOCK_FILE
 from .layout import CELL_FILE, CELLS_DIR, CHECKPOINT_DIR, RESULT_FILE, TRAIN_LOG, TUNE_DIR
 from .lineage import NO_LINEAGE, Lineage
-from .record import CellRecord, read_record
+from .record import CellRecord, Hardware, read_record
 
 #: what :func:`reuse_earlier` says of a result of this very code
 REUSED = "done earlier"
@@ -43,14 +48,33 @@ def earlier_result(cell_dir: Path, config_hash: str) -> CellRecord | None:
     return result if result and result.finished and result.config_hash == config_hash else None
 
 
+def other_hardware(record: CellRecord, hardware: Hardware | None) -> str | None:
+    """Why ``record`` does not count on ``hardware`` (this run's, for the record's cell): ``made on cpu at
+    32-true; this run resolves cuda at bf16-mixed``; None where it was made on it, or where either is not
+    known (``hardware`` None: not checked; a record without precision or device, written by hand)."""
+    if hardware is None or record.hardware is None or record.hardware == hardware:
+        return None
+    return f"made on {record.hardware.describe()}; this run resolves {hardware.describe()}"
+
+
 def reuse_earlier(
-    cell_dir: Path, config_hash: str, fingerprint: str, *, reuse_stale: bool = False, lineage: Lineage = NO_LINEAGE
+    cell_dir: Path,
+    config_hash: str,
+    fingerprint: str,
+    *,
+    reuse_stale: bool = False,
+    lineage: Lineage = NO_LINEAGE,
+    hardware: Hardware | None = None,
 ) -> tuple[bool, str | None]:
     """Whether a matrix run reuses the earlier result in ``cell_dir`` for the config ``config_hash``
-    instead of training the cell, and what it says (see the module docstring)."""
+    on ``hardware`` (None: not checked) instead of training the cell, and what it says (see the module
+    docstring)."""
     result = earlier_result(cell_dir, config_hash)
     if result is None:
         return False, None
+    elsewhere = other_hardware(result, hardware)
+    if elsewhere:
+        return False, f"{elsewhere}, retraining"
     theirs = result.code_fingerprint
     if theirs == fingerprint:
         return True, f"{REUSED}, reusing its result"
@@ -65,50 +89,68 @@ def reuse_earlier(
 class ReuseRule:
     """Which results count for a run of this code (``fingerprint``): those of the cell's current config
     made by this code or, by the results folder's ``lineage``, with its numbers (any code with
-    ``reuse_stale``); none with ``force``, until the cell has trained again. ``elsewhere``: config hash
-    -> a finished cell folder of another matrix to copy (:func:`trained_elsewhere`)."""
+    ``reuse_stale``); none with ``force``, until the cell has trained again. ``elsewhere``: (config hash,
+    hardware) -> a finished cell folder of another matrix to copy (:func:`trained_elsewhere`). ``cuda``:
+    whether this run's cells train on a CUDA GPU where ``trainer.accelerator`` is ``auto``, resolved once
+    by the runner before planning; the methods take each cell's :class:`Hardware` resolved from it
+    (``blockbench.matrix.devices.cell_hardware``), and count only results made on it."""
 
     fingerprint: str
     reuse_stale: bool = False
     force: bool = False
     lineage: Lineage = NO_LINEAGE
-    elsewhere: Mapping[str, Path] = field(default_factory=dict)
+    elsewhere: Mapping[tuple[str, Hardware], Path] = field(default_factory=dict)
+    cuda: bool = False
 
-    def reuse(self, cell_dir: Path, config_hash: str) -> tuple[bool, str | None]:
+    def reuse(self, cell_dir: Path, config_hash: str, *, hardware: Hardware | None) -> tuple[bool, str | None]:
         """:func:`reuse_earlier` under this rule."""
         return reuse_earlier(
-            cell_dir, config_hash, self.fingerprint, reuse_stale=self.reuse_stale, lineage=self.lineage
+            cell_dir,
+            config_hash,
+            self.fingerprint,
+            reuse_stale=self.reuse_stale,
+            lineage=self.lineage,
+            hardware=hardware,
         )
 
-    def counted(self, cell_dir: Path, config_hash: str, *, finished_only: bool = False) -> CellRecord | None:
-        """The record in ``cell_dir`` that counts for the config ``config_hash`` (tuning scores and the
-        rounds of seeds read it); ``finished_only`` while planning: a failed cell is retried, and
-        ``force`` retrains everything."""
+    def counted(
+        self, cell_dir: Path, config_hash: str, *, hardware: Hardware | None, finished_only: bool = False
+    ) -> CellRecord | None:
+        """The record in ``cell_dir`` that counts for the config ``config_hash`` on ``hardware`` (tuning
+        scores and the rounds of seeds read it); ``finished_only`` while planning: a failed cell is
+        retried, and ``force`` retrains everything."""
         record = earlier_record(cell_dir)
         if record is None or record.config_hash != config_hash:
+            return None
+        if record.finished and other_hardware(record, hardware):
             return None
         if finished_only and (self.force or not record.finished):
             return None
         return record if self.reuse_stale or self.lineage.admits(record, self.fingerprint) else None
 
-    def source(self, cell_dir: Path, config_hash: str) -> Path | None:
-        """Another matrix's folder of a finished cell of this config to copy into ``cell_dir``, if any."""
-        source = self.elsewhere.get(config_hash)
+    def source(self, cell_dir: Path, config_hash: str, *, hardware: Hardware) -> Path | None:
+        """Another matrix's folder of a finished cell of this config, made on ``hardware``, to copy into
+        ``cell_dir``, if any."""
+        source = self.elsewhere.get((config_hash, hardware))
         return source if source is not None and source.resolve() != Path(cell_dir).resolve() else None
 
 
-def trained_elsewhere(results_root: Path, fingerprint: str, lineage: Lineage = NO_LINEAGE) -> dict[str, Path]:
-    """Config hash -> the folder of a finished cell (ok or diverged) of any matrix under ``results_root``,
-    reported or tuning, made by this code (``fingerprint``, or through the ``lineage``): a matrix that
-    needs the same config copies it instead of training it again. The shared baselines (pre-norm, the
-    dense FFN, learned positions) are the same config in every matrix of the book, so each trains once."""
-    found: dict[str, Path] = {}
+def trained_elsewhere(
+    results_root: Path, fingerprint: str, lineage: Lineage = NO_LINEAGE
+) -> dict[tuple[str, Hardware], Path]:
+    """(config hash, hardware) -> the folder of a finished cell (ok or diverged) of any matrix under
+    ``results_root``, reported or tuning, made by this code (``fingerprint``, or through the ``lineage``)
+    on that hardware: a matrix that needs the same config on the same hardware copies it instead of
+    training it again. The shared baselines (pre-norm, the dense FFN, learned positions) are the same
+    config in every matrix of the book, so each trains once."""
+    found: dict[tuple[str, Hardware], Path] = {}
     for result in sorted(results_root.glob(f"*/{CELLS_DIR}/*/*/*/{RESULT_FILE}")) + sorted(
         results_root.glob(f"*/{TUNE_DIR}/{CELLS_DIR}/*/*/*/*/{RESULT_FILE}")
     ):
         record = read_record(result)
-        if record is not None and record.finished and lineage.admits(record, fingerprint) and record.config_hash:
-            found.setdefault(record.config_hash, result.parent)
+        admitted = record is not None and record.finished and lineage.admits(record, fingerprint)
+        if admitted and record.config_hash and record.hardware is not None:
+            found.setdefault((record.config_hash, record.hardware), result.parent)
     return found
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, blockbench, write_matrix
+from helpers import CPU_FP32, REPO, blockbench, write_matrix
 
 from blockbench.matrix.expand import load_matrix
 from blockbench.provenance import code_fingerprint
@@ -26,7 +26,7 @@ OLD, MID, NEW = "a" * 64, "b" * 64, "c" * 64
 
 
 def record(fingerprint: str = OLD, config_hash: str = "h1", capability: str = "AVX512", **extra) -> CellRecord:
-    extra = {"runtime": {"accelerator": "cpu"}, **extra}
+    extra = {"runtime": {"accelerator": "cpu"}, "precision": "32-true", **extra}
     return CellRecord(
         status="ok",
         task="lm",
@@ -126,10 +126,10 @@ def test_the_runner_reuses_copies_and_counts_a_cell_the_lineage_keeps(tmp_path):
         False,
         "code changed since its result (fingerprint aaaaaaaaaaaa -> cccccccccccc), retraining",
     )
-    assert trained_elsewhere(tmp_path / "results", NEW, lineage) == {cell.run.config_hash(): cell_dir}
+    assert trained_elsewhere(tmp_path / "results", NEW, lineage) == {(cell.run.config_hash(), CPU_FP32): cell_dir}
     assert trained_elsewhere(tmp_path / "results", NEW) == {}
-    assert ReuseRule(NEW, lineage=lineage).counted(cell_dir, cell.run.config_hash()) is not None
-    assert ReuseRule(NEW).counted(cell_dir, cell.run.config_hash()) is None
+    assert ReuseRule(NEW, lineage=lineage).counted(cell_dir, cell.run.config_hash(), hardware=CPU_FP32) is not None
+    assert ReuseRule(NEW).counted(cell_dir, cell.run.config_hash(), hardware=CPU_FP32) is None
     declared = Lineage((step(changed_configs=(cell.run.config_hash(),)),))
     assert reuse_earlier(cell_dir, cell.run.config_hash(), NEW, lineage=declared)[0] is False
 

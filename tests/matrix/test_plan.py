@@ -12,10 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import TINY_LM, write_matrix
+from helpers import CPU_FP32, GPU_BF16, TINY_LM, write_matrix
 
 from blockbench.cli import main
 from blockbench.config import TrainerConfig
+from blockbench.matrix.devices import cell_hardware, cells_get_cuda
 from blockbench.matrix.estimate.estimator import TimeEstimator
 from blockbench.matrix.estimate.timing import (
     AFTER_REPORT_SECONDS,
@@ -26,11 +27,14 @@ from blockbench.matrix.estimate.timing import (
 )
 from blockbench.matrix.estimate.total import MatrixProgress, cells_seconds, describe_total, later_rungs
 from blockbench.matrix.expand import load_matrix
-from blockbench.matrix.plan import IF_NEEDED, CellPlan, plan_cells
+from blockbench.matrix.finish import Reporting
+from blockbench.matrix.plan import IF_NEEDED, CellPlan, OtherHardware, plan_cells
+from blockbench.matrix.run import MatrixRunner, RunOptions
+from blockbench.matrix.schedule import Results
 from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
 from blockbench.store.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
-from blockbench.store.record import CellRecord
+from blockbench.store.record import CellRecord, read_record
 from blockbench.store.reuse import ReuseRule
 
 
@@ -90,6 +94,7 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
                 "ResumeState": {
                     "config_hash": cell["lm/norm_placement=pre/seed2"].run.config_hash(),
                     "code_fingerprint": fingerprint,
+                    "hardware": CPU_FP32.model_dump(),  # this machine's: no GPU
                 }
             },
         },
@@ -181,6 +186,136 @@ def test_the_runner_and_the_dry_run_agree_on_what_is_reused(tmp_path):
     estimator.add_results(cells, matrix_dir)
     assert estimator.seconds(strict) == 1.0 and estimator.seconds(lenient) == 0.0
     assert json.loads((cells[0].directory(matrix_dir) / RESULT_FILE).read_text())["code_fingerprint"] == "0" * 64
+
+
+def test_a_run_on_a_gpu_retrains_a_cell_made_on_a_cpu_and_resumes_no_cpu_checkpoint(tmp_path):
+    """A committed cell (cpu at 32-true) of the same config and code: reused by a run on a CPU, retrained
+    by one whose cells get a GPU (accelerator and precision auto: cuda at bf16-mixed), which also does
+    not resume the cell's CPU checkpoint."""
+    path = write_matrix(tmp_path, {"seed": [0, 1]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    fields = {"status": "ok", "task": "lm", "code_fingerprint": code_fingerprint(), "steps": 4}
+    fields |= {"precision": "32-true", "runtime": {"accelerator": "cpu"}}  # as every committed cell
+    for cell in cells:
+        write_json(cell.directory(matrix_dir) / RESULT_FILE, {**fields, "config_hash": cell.run.config_hash()})
+    state = {"config_hash": cells[1].run.config_hash(), "code_fingerprint": code_fingerprint()}
+    state["hardware"] = {"device_kind": "cpu", "precision": "32-true"}
+    (cells[1].directory(matrix_dir) / RESULT_FILE).unlink()  # interrupted at step 2
+    (cells[1].directory(matrix_dir) / CHECKPOINT_DIR).mkdir()
+    torch.save(
+        {"global_step": 2, "callbacks": {"ResumeState": state}},
+        cells[1].directory(matrix_dir) / CHECKPOINT_DIR / "last.ckpt",
+    )
+    on_cpu = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint()))
+    assert [(p.status, p.trains, p.resume_step) for p in on_cpu] == [("done", False, 0), ("resumable", True, 2)]
+    done, resumed = plan_cells(cells, matrix_dir, ReuseRule(code_fingerprint(), reuse_stale=True, cuda=True))
+    assert (done.status, done.trains) == ("stale", True)
+    assert done.detail == "made on cpu at 32-true; this run resolves cuda at bf16-mixed, retraining"
+    assert (resumed.status, resumed.resume_step) == ("to run", 0)
+    assert "is made on cpu at 32-true; this run resolves cuda at bf16-mixed; starting from step 0" in resumed.detail
+    assert Results(matrix_dir, ReuseRule(code_fingerprint(), cuda=True)).record(cells[0]) is None
+    assert Results(matrix_dir, ReuseRule(code_fingerprint())).record(cells[0]) is not None
+
+
+def test_a_cell_resolves_its_hardware_as_its_process_will():
+    """auto: cuda at bf16-mixed where the cells get a GPU, cpu at 32-true where not; an explicit accelerator
+    or precision wins; Lightning's short precision names are the full ones."""
+    assert cell_hardware(TrainerConfig(), cuda=True) == GPU_BF16
+    assert cell_hardware(TrainerConfig(), cuda=False) == CPU_FP32
+    assert cell_hardware(TrainerConfig(accelerator="cpu"), cuda=True) == CPU_FP32
+    assert cell_hardware(TrainerConfig(precision="32"), cuda=True).describe() == "cuda at 32-true"
+    assert cell_hardware(TrainerConfig(accelerator="gpu", precision="bf16"), cuda=True) == GPU_BF16
+    assert cells_get_cuda("local", ["0"]) and not cells_get_cuda("local", []) and cells_get_cuda("slurm", [])
+    assert not cells_get_cuda("submitit-local", []) and cells_get_cuda("submitit-local", ["0"])
+
+
+ON = {
+    CPU_FP32: {"precision": "32-true", "runtime": {"accelerator": "cpu"}},  # as every committed cell
+    GPU_BF16: {"precision": "bf16-mixed", "runtime": {"accelerator": "cuda"}},
+}
+
+
+def write_finished(folder: Path, cell, hardware) -> None:
+    """A finished result of ``cell``'s config, by this code, made on ``hardware``, in ``folder``."""
+    fields = {"status": "ok", "task": "lm", "code_fingerprint": code_fingerprint(), "steps": 4, "wall_time_s": 1.0}
+    write_json(folder / RESULT_FILE, {**fields, **ON[hardware], "config_hash": cell.run.config_hash()})
+
+
+def test_a_run_on_a_gpu_refuses_a_results_folder_of_cpu_cells_before_any_cell_trains(tmp_path, capsys, monkeypatch):
+    """Cells made on a CPU at the paths of a run whose cells get a GPU (two reported seeds, and a tuning
+    candidate of the same task) are neither trained over nor seeded beside: the run and its dry run stop
+    before anything trains or is written, naming how many cells, their hardware, this run's and the ways out."""
+    monkeypatch.setattr("blockbench.matrix.run.cells_get_cuda", lambda launcher, gpus: True)
+    monkeypatch.setattr("blockbench.matrix.run.MatrixRunner.prepare", lambda self: pytest.fail("a cell was started"))
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.cell_timer", fake_timer([]))
+    path = write_matrix(tmp_path, {"seed": [0, 1, 2]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    for cell in cells[:2]:
+        write_finished(cell.directory(matrix_dir), cell, CPU_FP32)
+    write_finished(matrix_dir / "tune" / "cells" / "lm" / "default" / "lr=0.01" / "seed1000", cells[0], CPU_FP32)
+    before = {name: (matrix_dir / name).read_bytes() for name in _files(matrix_dir)}
+    expected = (
+        f"{matrix_dir} holds 3 finished cells made on other hardware than this run's: 3 on cpu at 32-true "
+        "(lm/default/seed0, lm/default/seed1, tune/lm/default/lr=0.01/seed1000); this run's cells resolve "
+        "cuda at bf16-mixed."
+    )
+    for dry_run in (["--dry-run"], []):
+        assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert expected in err, err
+        assert "--results-dir runs/<name>" in err and "trainer.accelerator or trainer.precision an axis" in err
+        assert {name: (matrix_dir / name).read_bytes() for name in _files(matrix_dir)} == before
+
+
+def test_a_hardware_axis_puts_the_gpu_cells_in_folders_of_their_own_and_is_not_refused(tmp_path, monkeypatch):
+    """With trainer.precision an axis, a run on a GPU has its variants' folders apart from the CPU cells
+    the matrix made without it (one per precision, and each resolved to its own hardware): not refused,
+    and the CPU cells are left as they were; the matrix without the axis is refused."""
+    monkeypatch.setattr("blockbench.matrix.run.cells_get_cuda", lambda launcher, gpus: True)
+    plain = write_matrix(tmp_path / "plain", {"seed": [0]})
+    _, [on_cpu] = load_matrix(plain)
+    matrix_dir = tmp_path / "results" / "m"
+    write_finished(on_cpu.directory(matrix_dir), on_cpu, CPU_FP32)
+    path = write_matrix(tmp_path, {"trainer.precision": ["32-true", "bf16-mixed"], "seed": [0]})
+    _, cells = load_matrix(path)
+    folders = {cell.directory(matrix_dir) for cell in cells}
+    assert len(folders | {on_cpu.directory(matrix_dir)}) == 3
+    assert [cell_hardware(cell.run.trainer, cuda=True).describe() for cell in cells] == [
+        "cuda at 32-true",
+        "cuda at bf16-mixed",
+    ]
+    runner = MatrixRunner(path, tmp_path / "results", RunOptions(dry_run=True), Reporting.none())
+    assert [plan.status for plan in runner.plan.plans] == ["to run", "to run"]
+    assert read_record(on_cpu.directory(matrix_dir) / RESULT_FILE).hardware == CPU_FP32
+    with pytest.raises(OtherHardware, match="1 finished cell made on other hardware"):
+        MatrixRunner(plain, tmp_path / "results", RunOptions(dry_run=True), Reporting.none())
+
+
+@pytest.mark.parametrize("cuda, hardware", [(False, CPU_FP32), (True, GPU_BF16)])
+def test_a_rerun_and_a_resume_on_the_same_hardware_are_not_refused(tmp_path, monkeypatch, cuda, hardware):
+    """A run on the hardware its folder's cells were made on reuses the finished cell and resumes the
+    interrupted one, as before; a run on the other hardware is refused."""
+    monkeypatch.setattr("blockbench.matrix.run.cells_get_cuda", lambda launcher, gpus: cuda)
+    path = write_matrix(tmp_path, {"seed": [0, 1]})
+    _, cells = load_matrix(path)
+    matrix_dir = tmp_path / "results" / "m"
+    write_finished(cells[0].directory(matrix_dir), cells[0], hardware)
+    state = {"config_hash": cells[1].run.config_hash(), "code_fingerprint": code_fingerprint()}
+    checkpoint = cells[1].directory(matrix_dir) / CHECKPOINT_DIR / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save(
+        {"global_step": 2, "callbacks": {"ResumeState": {**state, "hardware": hardware.model_dump()}}}, checkpoint
+    )
+    runner = MatrixRunner(path, tmp_path / "results", RunOptions(dry_run=True), Reporting.none())
+    assert [(p.status, p.trains, p.resume_step) for p in runner.plan.plans] == [
+        ("done", False, 0),
+        ("resumable", True, 2),
+    ]
+    monkeypatch.setattr("blockbench.matrix.run.cells_get_cuda", lambda launcher, gpus: not cuda)
+    with pytest.raises(OtherHardware, match=f"1 on {hardware.describe()} \\(lm/default/seed0\\)"):
+        MatrixRunner(path, tmp_path / "results", RunOptions(dry_run=True), Reporting.none())
 
 
 def trained(steps: int) -> CellRecord:

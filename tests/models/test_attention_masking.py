@@ -13,10 +13,13 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import DT, randomize_, tiny_model
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from blockbench.models import MultiHeadAttention
-from blockbench.models.attention import SparsePattern
+from blockbench.models import attention as attention_module
+from blockbench.models.attention import SparsePattern, expands_kv_heads, grouped_sdpa
 from blockbench.models.position import ALiBi, alibi_slopes
 
 D, HEADS, KV_HEADS = 16, 4, 2
@@ -207,3 +210,64 @@ def test_padding_mask_of_only_the_new_tokens_is_rejected_with_a_cache():
         model(idx[:, :1], padding_mask=torch.tensor([[False], [False]]), caches=caches)
     with pytest.raises(ValueError, match=r"covers 3 keys, but this attention has 4 keys;"):
         model(idx, padding_mask=padding[:, :3])
+
+
+# grouped-query attention with a mask on CUDA: the key/value heads repeated ------------------------
+
+
+def test_gqa_repeats_its_key_value_heads_only_on_cuda_with_a_mask():
+    """Where no fused CUDA kernel takes ``enable_gqa`` (with a mask) the heads are repeated; a CPU,
+    a call without a mask and plain multi-head attention keep SDPA's own path."""
+    assert expands_kv_heads("cuda", HEADS, KV_HEADS, masked=True)
+    assert expands_kv_heads("cuda", HEADS, 1, masked=True)  # multi-query
+    assert not expands_kv_heads("cuda", HEADS, KV_HEADS, masked=False)  # is_causal or nothing: flash takes it
+    assert not expands_kv_heads("cuda", HEADS, HEADS, masked=True)  # nothing to repeat
+    assert not expands_kv_heads("cpu", HEADS, KV_HEADS, masked=True)
+    assert not expands_kv_heads("mps", HEADS, KV_HEADS, masked=True)
+
+
+@pytest.mark.parametrize("kv_heads", [KV_HEADS, 1])
+def test_repeated_key_value_heads_give_the_math_backend_s_gqa_with_a_padding_mask(kv_heads):
+    """The repeated-heads call gives the output and the q, k, v gradients of SDPA's math backend with
+    ``enable_gqa``, under a padding mask (a fully masked query row included: zeros)."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(3, HEADS, T, 8, dtype=DT, generator=generator, requires_grad=True)
+    k, v = (torch.randn(3, kv_heads, T, 8, dtype=DT, generator=generator, requires_grad=True) for _ in range(2))
+    keep = ~padding_mask("right")[:, None, None, :]  # (B, 1, 1, T), True = may attend
+    keep = keep & torch.ones(T, T, dtype=torch.bool).tril()
+    keep[2, :, 0] = False  # a query with no key
+    upstream = torch.randn(3, HEADS, T, 8, dtype=DT, generator=generator)
+
+    with sdpa_kernel(SDPBackend.MATH):
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), upstream)
+    out = grouped_sdpa(q, k, v, attn_mask=keep, dropout_p=0.0, is_causal=False, expand_kv=True)
+    grads = torch.autograd.grad(out, (q, k, v), upstream)
+
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[2, :, 0], torch.zeros_like(out[2, :, 0]))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_a_gqa_layer_on_cuda_calls_sdpa_with_the_heads_repeated(monkeypatch):
+    """The layer asks :func:`expands_kv_heads` with its device type: on CUDA (faked) with a padding mask,
+    SDPA gets as many key/value heads as query heads and no ``enable_gqa``, and the layer's output is
+    the one the CPU path gives; on the CPU itself SDPA gets the grouped heads and ``enable_gqa``."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(D, HEADS, n_kv_heads=KV_HEADS).to(DT)
+    x = torch.randn(3, T, D, dtype=DT)
+    padding = padding_mask("right")
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        calls.append((k.shape[1], kwargs["enable_gqa"]))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    on_cpu = attention(x, causal=True, key_padding_mask=padding)
+    monkeypatch.setattr(attention_module, "expands_kv_heads", lambda device, *args: expands_kv_heads("cuda", *args))
+    on_cuda = attention(x, causal=True, key_padding_mask=padding)
+    assert calls == [(KV_HEADS, True), (HEADS, False)]
+    torch.testing.assert_close(on_cuda, on_cpu, rtol=1e-12, atol=1e-12)

@@ -3,6 +3,7 @@ fused optimizer, bf16 autocast and torch.compile."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import lightning as L
@@ -13,11 +14,14 @@ from helpers import TINY_LM_TASK, TINY_MODEL, tiny
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
-from blockbench.models import build_model
+from blockbench.models import ModelConfig, build_model
+from blockbench.models import loss as loss_module
 from blockbench.models.attention import CPU_MATH_MAX_KEYS, MultiHeadAttention, sdpa_backends
-from blockbench.models.loss import linear_cross_entropy
-from blockbench.tasks.lm import next_token_loss
+from blockbench.models.loss import _FusedLinearCrossEntropy, linear_cross_entropy, loss_path, plain_loss_bytes
+from blockbench.tasks import OptimizerConfig
+from blockbench.tasks.lm import LMTask, next_token_loss
 from blockbench.tasks.translation import teacher_forcing_loss
+from blockbench.tasks.vision import VisionTask
 
 TINY_TASKS = {
     "lm": TINY_LM_TASK,
@@ -97,6 +101,97 @@ def test_linear_cross_entropy_without_gradients_and_with_nothing_to_count():
     assert linear_cross_entropy(hidden.requires_grad_(), weight, all_ignored).isnan()  # as F.cross_entropy: 0 / 0
     with pytest.raises(ValueError, match="reduction"):
         linear_cross_entropy(hidden, weight, targets, reduction="none")
+
+
+MiB = 2**20
+
+
+def test_the_loss_takes_the_plain_path_on_a_gpu_where_its_logits_fit_and_the_chunks_elsewhere():
+    """The rule by hand: 1024 tokens x vocabulary 1024 in bf16 hold 1 Mi x 2 x (2 + 4) bytes = 12 MiB at
+    their peak (the logits and their gradient in bf16, the float32 log-softmax and its gradient), in
+    float32 16 MiB; plain on CUDA where that is at most half the free memory. A CPU (and mps) always
+    takes the chunks, however much memory is free."""
+    assert plain_loss_bytes(1024, 1024, torch.bfloat16) == 12 * MiB
+    assert plain_loss_bytes(1024, 1024, torch.float32) == 16 * MiB
+    assert plain_loss_bytes(1024, 1024, torch.float64) == 32 * MiB
+    assert loss_path("cuda", 1024, 1024, torch.bfloat16, free_bytes=24 * MiB) == "plain"
+    assert loss_path("cuda", 1024, 1024, torch.bfloat16, free_bytes=24 * MiB - 1) == "chunked"
+    assert loss_path("cuda", 1024, 1024, torch.float32, free_bytes=24 * MiB) == "chunked"
+    # the measured GPU case: 16k tokens x 50k vocabulary in bf16 (9.2 GiB) on an H200's ~139 GiB
+    assert loss_path("cuda", 16368, 50304, torch.bfloat16, free_bytes=139 * 2**30) == "plain"
+    assert loss_path("cuda", 16368, 50304, torch.bfloat16, free_bytes=16 * 2**30) == "chunked"
+    assert loss_path("cuda", 1024, 1024, torch.bfloat16, free_bytes=None) == "chunked"
+    for device in ("cpu", "mps"):
+        assert loss_path(device, 1024, 1024, torch.bfloat16, free_bytes=2**50) == "chunked"
+
+
+class FusedSpy:
+    """Counts the calls of the chunked loss (``_FusedLinearCrossEntropy.apply``), which it still runs."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        apply = _FusedLinearCrossEntropy.apply
+
+        def counted(*args):
+            self.calls += 1
+            return apply(*args)
+
+        monkeypatch.setattr(_FusedLinearCrossEntropy, "apply", counted)
+
+
+def fake_gpu_memory(monkeypatch, free_bytes: int) -> None:
+    """Let a CPU take the GPU's rule, with ``free_bytes`` free."""
+    monkeypatch.setattr(loss_module, "PLAIN_LOSS_DEVICES", ("cpu",))
+    monkeypatch.setattr(loss_module, "_free_bytes", lambda device: free_bytes)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"ignore_index": 3}, {"label_smoothing": 0.1, "reduction": "sum"}, {"ignore_index": 3, "reduction": "sum"}],
+)
+def test_the_plain_path_is_cross_entropy_of_the_projection_and_too_little_memory_takes_the_chunks(monkeypatch, kwargs):
+    """Where the rule says plain (the GPU's rule, faked on a CPU with memory to spare), the loss and
+    both gradients are exactly those of F.cross_entropy(F.linear(...)), with ``ignore_index``,
+    ``label_smoothing`` and ``reduction`` passed on; with too little memory (or ``chunked=True``) it
+    takes the chunks."""
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(2, 40, 16, generator=generator, requires_grad=True)
+    weight = torch.randn(50, 16, generator=generator, requires_grad=True)
+    targets = torch.randint(0, 50, (2, 40), generator=generator)
+    targets[:, ::5] = 3
+    expected = reference_loss(hidden.flatten(0, 1), weight, targets.flatten(), **kwargs)
+    expected_grads = torch.autograd.grad(expected * 1.5, (hidden, weight))
+    spy = FusedSpy(monkeypatch)
+
+    fake_gpu_memory(monkeypatch, free_bytes=2**40)
+    loss = linear_cross_entropy(hidden, weight, targets, **kwargs)
+    grads = torch.autograd.grad(loss * 1.5, (hidden, weight))
+    assert spy.calls == 0
+    assert torch.equal(loss, expected)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        assert torch.equal(grad, expected_grad)
+
+    forced = linear_cross_entropy(hidden, weight, targets, chunked=True, **kwargs)  # a benchmark of the chunks
+    assert spy.calls == 1
+    torch.testing.assert_close(forced, expected)
+    fake_gpu_memory(monkeypatch, free_bytes=2 * plain_loss_bytes(80, 50, torch.float32) - 1)
+    chunked = linear_cross_entropy(hidden, weight, targets, **kwargs)
+    assert spy.calls == 2
+    torch.testing.assert_close(chunked, expected)
+
+
+def test_training_on_a_cpu_takes_the_chunked_loss_and_validation_the_plain_one(monkeypatch):
+    """Every family's training loss with gradients on a CPU goes through the chunks (the CPU numbers of
+    the committed cells), and without gradients through F.cross_entropy."""
+    spy = FusedSpy(monkeypatch)
+    lm, translator = seeded_tiny_model("decoder_lm"), seeded_tiny_model("encoder_decoder")
+    rows = torch.randint(1, 40, (3, 9), generator=torch.Generator().manual_seed(0))
+    next_token_loss(lm, rows).backward()
+    teacher_forcing_loss(translator, rows, rows, pad_id=0, label_smoothing=0.1).backward()
+    assert spy.calls == 2
+    with torch.no_grad():
+        next_token_loss(lm, rows)
+    assert spy.calls == 2
 
 
 def seeded_tiny_model(family: str, **fields) -> torch.nn.Module:
@@ -242,6 +337,47 @@ def test_compiled_model_trains_like_the_eager_one(tmp_path):
             trace.append(loss.item())
         losses.append(trace)
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+@pytest.mark.parametrize("family", ["decoder_lm", "vit"])
+def test_a_compiled_model_traces_forward_and_loss_as_one_graph_and_validates_eagerly(monkeypatch, family):
+    """``model.compile: true``: a training step's loss, forward and loss together, is one graph (the
+    loss's ops in it: on a CPU the chunked loss, for the ViT its cross-entropy); validation (between the
+    task's hooks, and the loss curve's ``sample_loss``) compiles nothing, since it runs eagerly, and
+    the training graph is reused after it. (A no-gradient call outside validation compiles a graph of
+    its own: what validation did.) The graphs are captured by a backend that runs them as traced."""
+    torch._dynamo.reset()
+    graphs: list[set[str]] = []
+
+    def capture(graph: torch.fx.GraphModule, example_inputs):
+        graphs.append({str(node.target) for node in graph.graph.nodes})
+        return graph.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=capture))
+    generator = torch.Generator().manual_seed(0)
+    if family == "vit":
+        task = VisionTask(ModelConfig.model_validate(tiny(family, compile=True)), OptimizerConfig(), max_steps=4)
+        batch = (torch.randn(4, 3, 8, 8, generator=generator), torch.randint(0, 5, (4,), generator=generator))
+        loss_op = "cross_entropy"
+    else:
+        task = LMTask(ModelConfig.model_validate(tiny(family, compile=True)), OptimizerConfig(), max_steps=4)
+        batch = (torch.randint(0, 17, (4, 9), generator=generator),)
+        loss_op = "autograd_function_apply"
+    task.training_loss(batch).backward()
+    assert len(graphs) == 1
+    assert loss_op in " ".join(graphs[0]) and "linear" in " ".join(graphs[0])
+
+    task.on_validation_start()
+    with torch.no_grad():
+        task.validation_step(batch, 0)
+    task.on_validation_end()
+    task.sample_loss([batch], lambda b: b)
+    assert len(graphs) == 1
+    task.training_loss(batch).backward()
+    assert len(graphs) == 1
+    with torch.no_grad():
+        task.validation_loss(batch)
+    assert len(graphs) == 2
 
 
 def test_short_half_precision_attention_on_cpu_uses_the_math_backend_and_stays_accurate():

@@ -3,8 +3,10 @@ with finished, diverged and failed cells, a baseline variant, targets and valida
 (tests/report/test_stats.py checks the bounded intervals, the diverged-seed rule, the paired test and Holm.)"""
 
 import csv
+import json
 import math
 import re
+import shutil
 import statistics
 
 import numpy as np
@@ -14,6 +16,8 @@ from helpers import T_975_DF2, T_975_DF4, diverged_result, ok_result
 from matplotlib.image import imread
 from scipy import stats as scipy_stats
 
+from blockbench.cli import main
+from blockbench.report.results import MixedHardware, load_groups
 from blockbench.report.stats import mean_std, t_confidence_interval, time_to_target, welch_difference
 from blockbench.report.summary import write_report
 from blockbench.store.layout import write_json
@@ -859,3 +863,41 @@ def test_a_reported_cell_scored_on_the_tuning_split_counts_in_no_statistic(tmp_p
         (tmp_path / "cells" / "vit" / PRE / f"seed{seed}" / "config.yaml").write_text(yaml.safe_dump(config))
     summary = write_report(tmp_path)
     assert "no result: every seed of the baseline left out (scored on the wrong split)" in summary, summary
+
+
+CPU_CELL = {"precision": "32-true", "runtime": {"accelerator": "cpu"}}
+GPU_CELL = {"precision": "bf16-mixed", "runtime": {"accelerator": "cuda"}}
+
+
+def test_the_report_refuses_to_compare_cells_of_two_devices_or_precisions(tmp_path):
+    """A GPU bf16 seed beside CPU float32 seeds of the same variant (one side), or a variant on the GPU
+    against a baseline on the CPU, is refused, naming the cells and the ways out; on one hardware, or
+    where the matrix varies the precision itself (an axis), the report is written."""
+    on_cpu = [("vit", PRE, s, {**_vit(s, a), **CPU_CELL}) for s, a in enumerate([0.6, 0.62, 0.64])]
+    post = [("vit", POST, s, {**_vit(s, a), **CPU_CELL}) for s, a in enumerate([0.5, 0.52, 0.54])]
+    _write_cells(tmp_path, on_cpu + post)
+    assert "## " in write_report(tmp_path)
+
+    on_gpu = [("vit", PRE, 3, {**_vit(3, 0.9), **GPU_CELL})]
+    _write_cells(tmp_path, on_cpu + on_gpu + post)
+    with pytest.raises(MixedHardware) as refused:
+        write_report(tmp_path)
+    message = str(refused.value)
+    assert message.startswith(
+        f"vit: its cells trained on different hardware (cpu at 32-true: vit/{PRE}/seed0, vit/{PRE}/seed1, "
+        f"vit/{PRE}/seed2, vit/{POST}/seed0 and 2 more; cuda at bf16-mixed: vit/{PRE}/seed3)"
+    ), message
+    assert "--results-dir" in message and "trainer.accelerator and trainer.precision" in message
+    assert main(["report", str(tmp_path)]) == 2  # the command says it as a user's error, no traceback
+
+    shutil.rmtree(tmp_path / "cells")
+    post_on_gpu = [("vit", POST, s, {**_vit(s, a), **GPU_CELL}) for s, a in enumerate([0.5, 0.52, 0.54])]
+    _write_cells(tmp_path, on_cpu + post_on_gpu)
+    with pytest.raises(MixedHardware, match=f"vit/{POST}/seed0"):
+        load_groups(tmp_path)
+    for task, variant, seed, _ in on_cpu + post_on_gpu:  # the precision is the matrix's own axis
+        cell_file = tmp_path / "cells" / task / variant / f"seed{seed}" / "cell.json"
+        cell = json.loads(cell_file.read_text())
+        cell["axes"] = {"trainer.precision": "32-true" if variant == PRE else "bf16-mixed", "seed": seed}
+        write_json(cell_file, cell)
+    assert [len(group.results) for group in load_groups(tmp_path)] == [3, 3]
