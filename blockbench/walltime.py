@@ -25,9 +25,29 @@ FORKED = False
 #: how ``measured_from`` says that the process was forked with its imports done (its start-up is short)
 FORKED_NOTE = " (forked from the runner's server, imports done before: blockbench.matrix.launch)"
 
-#: the parts of a cell's wall time that its run measures (``startup``, ``other`` and ``total`` come with every
-#: breakdown)
-CELL_PARTS = ("build", "data", "data_wait", "train_steps", "validation", "checkpoints")
+#: the parts of a cell's wall time that its run measures, in the order they come (``startup``, ``other`` and
+#: ``total`` come with every breakdown): ``setup`` from the clock to the fit (the config, the code fingerprint,
+#: the resume check, the logger and the Trainer), ``build`` the model and data module, ``data`` the data
+#: module's hooks, ``fit_setup`` Lightning's fit until training starts (the model to its device, the
+#: optimizers, the peak FLOP/s), ``flop_count`` the model FLOPs counted on the first batch (the first call of
+#: every kernel on a GPU: cuDNN's execution plans among them), ``data_wait`` the waits for training batches,
+#: ``first_step`` the first step's time beyond the steady steps' median, ``train_steps`` the optimizer steps,
+#: ``loop`` the training loop between them (logging, callbacks), ``validation`` every validation,
+#: ``checkpoints`` their saves, ``teardown`` from the end of training to the result
+CELL_PARTS = (
+    "setup",
+    "build",
+    "data",
+    "fit_setup",
+    "flop_count",
+    "data_wait",
+    "first_step",
+    "train_steps",
+    "loop",
+    "validation",
+    "checkpoints",
+    "teardown",
+)
 #: the parts of a matrix run outside its cells, and ``cells``: the time its cells ran
 MATRIX_PARTS = ("planning", "tensorboard_views", "peak_probe", "cell_server", "cells", "report")
 
@@ -99,6 +119,17 @@ class WallClock:
             yield
         finally:
             self.exit(name)
+
+    def move(self, source: str, target: str, seconds: float) -> None:
+        """Count ``seconds`` of ``source`` (at most all of it) as ``target``: a part measured inside
+        another after the fact (the first step's excess over the steady steps)."""
+        moved = min(max(0.0, seconds), self.seconds.get(source, 0.0))
+        if moved > 0:
+            self.seconds[source] -= moved
+            self.seconds[target] = self.seconds.get(target, 0.0) + moved
+
+    def is_open(self, part: str) -> bool:
+        return part in self._open
 
     def _advance(self, at: float | None) -> None:
         """Attribute the time since the last event to the innermost open part (or to none: ``other``)."""

@@ -157,26 +157,32 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(record), flush=True)
 
 
-def time_training_step(
+@dataclass
+class TrainingStep:
+    """One implementation's training step, built and ready to time: ``step()`` runs zero_grad,
+    forward, loss, backward and the AdamW step; ``flops`` its model FLOPs (counted before any
+    compilation); ``record`` the figures a timing record carries besides its step times."""
+
+    step: Callable[[], None]
+    flops: int | None
+    record: dict[str, Any]
+
+
+def build_training_step(
     impl_name: str,
     shape: str,
     dims: Dims,
     dtype_name: str,
     device_name: str,
     *,
-    warmup: int,
-    min_steps: int,
-    max_steps: int,
-    min_seconds: float,
-    peak: Callable[[], float],
     sources: Mapping[str, str | Path | None] | None = None,
-) -> dict[str, Any]:
-    """Time the training steps of ``impl_name`` (``ALL_IMPLEMENTATIONS``) built at ``dims`` in
-    ``dtype_name`` ("fp32" or "bf16": autocast) on ``device_name``: ``warmup`` untimed steps, then
-    timed steps until at least ``min_steps`` steps and ``min_seconds`` seconds (at most
-    ``max_steps``). ``peak``: the device's peak FLOP/s, called once after the timed steps. The
-    record is what :func:`merge` pools (``step_s``: every timed step's seconds); ``shape`` names
-    ``dims`` in it. The GPU check (``benchmarks.gpu.check``) times its GPT-2-small shape through this too."""
+    compile: bool = False,
+    compile_backend: str = "inductor",
+) -> TrainingStep:
+    """The training step of ``impl_name`` (``ALL_IMPLEMENTATIONS``) built at ``dims`` in ``dtype_name``
+    ("fp32" or "bf16": autocast) on ``device_name``; with ``compile`` its model is ``torch.compile``d
+    with ``compile_backend`` (the FLOPs are counted on the eager model; the first steps compile).
+    ``shape`` names ``dims``."""
     import torch
 
     from blockbench.cell.perf import count_training_flops
@@ -195,27 +201,25 @@ def time_training_step(
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
 
+    flops = count_training_flops(model, lambda: run.loss(model, batch), context=autocast)
+    optimizer.zero_grad(set_to_none=True)
+    stepped = torch.compile(model, backend=compile_backend) if compile else model
+
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         with autocast():
-            loss = run.loss(model, batch)
+            loss = run.loss(stepped, batch)
         loss.backward()
         optimizer.step()
 
-    flops = count_training_flops(model, lambda: run.loss(model, batch), context=autocast)
-    optimizer.zero_grad(set_to_none=True)
-    timed = time_calls(
-        step, warmup=warmup, min_calls=min_steps, max_calls=max_steps, min_seconds=min_seconds, device=device
-    )
     params = {id(p): p.numel() for p in model.parameters() if p.requires_grad}
-    return {
+    record = {
         "impl": impl_name,
         "shape": shape,
         "dtype": dtype_name,
         "device": str(device),
-        "step_s": timed.times,
+        "compiled": compile,
         "flops_per_step": flops,
-        "peak_flops": peak(),
         "parameters": sum(params.values()),
         "items": run.items,
         "note": run.note,
@@ -224,6 +228,34 @@ def time_training_step(
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
+    return TrainingStep(step, flops, record)
+
+
+def time_training_step(
+    impl_name: str,
+    shape: str,
+    dims: Dims,
+    dtype_name: str,
+    device_name: str,
+    *,
+    warmup: int,
+    min_steps: int,
+    max_steps: int,
+    min_seconds: float,
+    peak: Callable[[], float],
+    sources: Mapping[str, str | Path | None] | None = None,
+) -> dict[str, Any]:
+    """Time the training steps of ``impl_name`` (:func:`build_training_step`): ``warmup`` untimed
+    steps, then timed steps until at least ``min_steps`` steps and ``min_seconds`` seconds (at most
+    ``max_steps``). ``peak``: the device's peak FLOP/s, called once after the timed steps. The
+    record is what :func:`merge` pools (``step_s``: every timed step's seconds); ``shape`` names
+    ``dims`` in it."""
+    built = build_training_step(impl_name, shape, dims, dtype_name, device_name, sources=sources)
+    timed = time_calls(
+        built.step, warmup=warmup, min_calls=min_steps, max_calls=max_steps, min_seconds=min_seconds, device=device_name
+    )
+    record = {key: value for key, value in built.record.items() if key != "compiled"}
+    return {**record, "step_s": timed.times, "peak_flops": peak()}
 
 
 # ------------------------------------------------------------------------------------- driver

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from ..store.record import Hardware
 from ..tensorboard.names import CURVE_TAG
 from ..walltime import WallClock
 from .perf import (
-    TRAIN_FETCH_ACTION,
     DataWaitProfiler,
     PeakFlops,
     StepTiming,
+    WallTimeProfiler,
     count_training_flops,
     current_peak_memory_mb,
     elapsed_seconds,
@@ -57,7 +58,10 @@ class PerformanceMonitor(L.Callback):
     so far; ``perf/flops_per_step`` once.
 
     With a ``clock``, each step's host time also counts as its ``train_steps`` part and :attr:`data_wait`
-    is a :class:`WallTimeProfiler` that tells it the other parts (``result.json`` ``wall_time_breakdown``).
+    is a :class:`WallTimeProfiler` that tells it the other parts (``result.json`` ``wall_time_breakdown``);
+    this callback marks the end of Lightning's fit set-up (``fit_setup``, at ``on_train_start``), the FLOP
+    count (``flop_count``), the training loop between the steps (``loop``) and, from ``on_train_end``, the
+    ``teardown``; :meth:`first_step_excess` is the first step's host time beyond the steady steps' median.
     (On a GPU, work still queued when a step's hooks return counts in the part that waits for it.)
     """
 
@@ -89,6 +93,7 @@ class PerformanceMonitor(L.Callback):
         self._start_event: Any = None
         self._step_spans: list[tuple[Any, Any]] = []  # this step's micro-batches' (start, end) events
         self._unread: list[tuple[StepTiming, list[tuple[Any, Any]]]] = []  # steps whose events are not read yet
+        self._host_seconds: list[float] = []  # each training batch's host time in this fit (the wall clock's)
 
     # hooks ------------------------------------------------------------------------------------
 
@@ -103,6 +108,10 @@ class PerformanceMonitor(L.Callback):
         if self.peak is None:  # the cached probe (measured here only if nothing measured it before)
             self.peak = peak_flops(self.configured_peak_tflops, pl_module.device, trainer.precision)
         self.data_wait.take()  # waits before the first step of this fit do not belong to it
+        self._host_seconds = []
+        if self.clock is not None:
+            self.clock.exit("fit_setup")
+            self.clock.enter("loop")
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -110,7 +119,11 @@ class PerformanceMonitor(L.Callback):
         self._step.data_wait += self.data_wait.take()
         if self._flops_pending:
             self._flops_pending = False
+            if self.clock is not None:
+                self.clock.enter("flop_count")
             self.flops_per_batch = self._count_flops(trainer, pl_module, batch)
+            if self.clock is not None:
+                self.clock.exit("flop_count")
         self._batch_start = time.perf_counter()
         if self._events:
             self._start_event = record_event()
@@ -121,6 +134,7 @@ class PerformanceMonitor(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         end = time.perf_counter()
+        self._host_seconds.append(end - self._batch_start)
         if self._events:
             self._step_spans.append((self._start_event, record_event()))
         else:
@@ -146,7 +160,19 @@ class PerformanceMonitor(L.Callback):
                 logger.log_metrics({"perf/flops_per_step": float(self.flops_per_step)}, step=trainer.global_step)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.clock is not None:
+            self.clock.exit("loop")
+            self.clock.enter("teardown")
         self.read_step_times()
+
+    def first_step_excess(self) -> float:
+        """Host seconds of this fit's first training batch beyond the median of the others: the first
+        call of each kernel (allocations, cuDNN's execution plans for new shapes, lazy set-up); 0 with
+        fewer than two batches."""
+        if len(self._host_seconds) < 2:
+            return 0.0
+        first, *rest = self._host_seconds
+        return max(0.0, first - statistics.median(rest))
 
     def read_step_times(self) -> None:
         """Fill in the seconds (and item counts) of the steps timed by CUDA events since the last read:
@@ -234,71 +260,6 @@ class PerformanceMonitor(L.Callback):
             values[f"perf/{self.unit}_per_sec"] = self.per_second
             values[f"perf/{self.unit}_per_sec_per_process"] = self.per_second_per_process
         pl_module.log_dict(values, on_step=True, on_epoch=False)
-
-
-class WallTimeProfiler(DataWaitProfiler):
-    """The data-wait profiler (``Trainer(profiler=...)``) that also tells a :class:`WallClock` which
-    part of the run Lightning is in, from the actions it profiles (as its SimpleProfiler times them):
-
-    - ``data``: the data module's hooks (``[LightningDataModule]<class>.prepare_data``, ``setup``,
-      ``train_dataloader``, ``val_dataloader``, ``teardown``): generating data, reading caches;
-    - ``data_wait``: the training loop's waits for the next batch (:data:`TRAIN_FETCH_ACTION`);
-    - ``validation``: a whole validation run, from the first ``on_validation_start`` hook to the
-      strategy's ``on_validation_end`` (its last hook), every callback's hooks and the metrics'
-      logging included; the validation data loader is made before it (``data``). Should Lightning
-      skip that last hook, the run ends at the latest with the next training batch's fetch or the stage;
-    - ``checkpoints``: ``trainer.save_checkpoint`` (``save_checkpoint``), callbacks' state included,
-      also when saved inside a validation (the clock counts the innermost part).
-
-    The training steps come from :class:`PerformanceMonitor`. Reading the clock draws no random
-    number and changes no order: the run's numbers stay as they are.
-    """
-
-    DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "test_dataloader", "teardown")
-    CHECKPOINT_ACTION = "save_checkpoint"
-    #: the last hook of a validation run (lightning's _EvaluationLoop._on_evaluation_end)
-    VALIDATION_END = ".on_validation_end"
-
-    def __init__(self, clock: WallClock) -> None:
-        super().__init__()
-        self.clock = clock
-        self._validating = False
-
-    def start(self, action_name: str) -> None:
-        super().start(action_name)
-        if action_name == TRAIN_FETCH_ACTION:
-            self._end_validation()
-            self.clock.enter("data_wait")
-        elif action_name.endswith(".on_validation_start") and not self._validating:
-            self._validating = True
-            self.clock.enter("validation")
-        elif action_name == self.CHECKPOINT_ACTION:
-            self.clock.enter("checkpoints")
-        elif self._is_data_hook(action_name):
-            self.clock.enter("data")
-
-    def stop(self, action_name: str) -> None:
-        super().stop(action_name)
-        if action_name == TRAIN_FETCH_ACTION:
-            self.clock.exit("data_wait")
-        elif action_name.startswith("[Strategy]") and action_name.endswith(self.VALIDATION_END):
-            self._end_validation()
-        elif action_name == self.CHECKPOINT_ACTION:
-            self.clock.exit("checkpoints")
-        elif self._is_data_hook(action_name):
-            self.clock.exit("data")
-
-    def teardown(self, stage: str | None) -> None:
-        self._end_validation()
-        super().teardown(stage)
-
-    def _end_validation(self) -> None:
-        if self._validating:
-            self._validating = False
-            self.clock.exit("validation")
-
-    def _is_data_hook(self, action_name: str) -> bool:
-        return action_name.startswith("[LightningDataModule]") and action_name.rsplit(".", 1)[-1] in self.DATA_HOOKS
 
 
 class ValidationHistory(L.Callback):

@@ -39,6 +39,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from blockbench.models import moe_layers
 from blockbench.models.moe import MoEFeedForward
 
+from ..walltime import WallClock
+
 # the peak FLOP/s moved to .peak; imported from here by the runner, the CLI and the benchmarks
 from .peak import PeakFlops as PeakFlops
 from .peak import compute_dtype as compute_dtype
@@ -236,6 +238,71 @@ class DataWaitProfiler(Profiler):
         """Seconds the loop waited for training data since the previous call."""
         waited, self._pending = self._pending, 0.0
         return waited
+
+
+class WallTimeProfiler(DataWaitProfiler):
+    """The data-wait profiler (``Trainer(profiler=...)``) that also tells a :class:`WallClock` which
+    part of the run Lightning is in, from the actions it profiles (as its SimpleProfiler times them):
+
+    - ``data``: the data module's hooks (``[LightningDataModule]<class>.prepare_data``, ``setup``,
+      ``train_dataloader``, ``val_dataloader``, ``teardown``): generating data, reading caches;
+    - ``data_wait``: the training loop's waits for the next batch (:data:`TRAIN_FETCH_ACTION`);
+    - ``validation``: a whole validation run, from the first ``on_validation_start`` hook to the
+      strategy's ``on_validation_end`` (its last hook), every callback's hooks and the metrics'
+      logging included; the validation data loader is made before it (``data``). Should Lightning
+      skip that last hook, the run ends at the latest with the next training batch's fetch or the stage;
+    - ``checkpoints``: ``trainer.save_checkpoint`` (``save_checkpoint``), callbacks' state included,
+      also when saved inside a validation (the clock counts the innermost part).
+
+    The training steps come from :class:`PerformanceMonitor`. Reading the clock draws no random
+    number and changes no order: the run's numbers stay as they are.
+    """
+
+    DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "test_dataloader", "teardown")
+    CHECKPOINT_ACTION = "save_checkpoint"
+    #: the last hook of a validation run (lightning's _EvaluationLoop._on_evaluation_end)
+    VALIDATION_END = ".on_validation_end"
+
+    def __init__(self, clock: WallClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self._validating = False
+
+    def start(self, action_name: str) -> None:
+        super().start(action_name)
+        if action_name == TRAIN_FETCH_ACTION:
+            self._end_validation()
+            self.clock.enter("data_wait")
+        elif action_name.endswith(".on_validation_start") and not self._validating:
+            self._validating = True
+            self.clock.enter("validation")
+        elif action_name == self.CHECKPOINT_ACTION:
+            self.clock.enter("checkpoints")
+        elif self._is_data_hook(action_name):
+            self.clock.enter("data")
+
+    def stop(self, action_name: str) -> None:
+        super().stop(action_name)
+        if action_name == TRAIN_FETCH_ACTION:
+            self.clock.exit("data_wait")
+        elif action_name.startswith("[Strategy]") and action_name.endswith(self.VALIDATION_END):
+            self._end_validation()
+        elif action_name == self.CHECKPOINT_ACTION:
+            self.clock.exit("checkpoints")
+        elif self._is_data_hook(action_name):
+            self.clock.exit("data")
+
+    def teardown(self, stage: str | None) -> None:
+        self._end_validation()
+        super().teardown(stage)
+
+    def _end_validation(self) -> None:
+        if self._validating:
+            self._validating = False
+            self.clock.exit("validation")
+
+    def _is_data_hook(self, action_name: str) -> bool:
+        return action_name.startswith("[LightningDataModule]") and action_name.rsplit(".", 1)[-1] in self.DATA_HOOKS
 
 
 # --- per-step statistics ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What a cell sets for the machine it runs on, and records: TF32 for float32 matmuls on a CUDA GPU,
-the deterministic switch, DataLoader workers and pinned memory for a GPU.
+the deterministic switch, DataLoader workers and pinned memory for a GPU, and whether SDPA may use
+cuDNN's attention kernel on a GPU (:func:`cudnn_attention_pays`).
 
 On a CPU none of these change anything (no TF32 there, no workers, no pinned memory): the numbers of a
 CPU run are those of the code before them. On a GPU they are the usual fast settings (nanoGPT, litgpt):
@@ -17,11 +18,34 @@ from typing import Any
 
 import torch
 
-from ..config import TrainerConfig, on_gpu
+from ..config import RunConfig, TrainerConfig, on_gpu
 
 #: what cuBLAS needs for deterministic results (NVIDIA's cuBLAS reproducibility notes); read when
 #: CUDA creates its first cuBLAS handle, so it is set before the first matmul
 CUBLAS_WORKSPACE = ":4096:8"
+
+
+#: SDPA calls (a forward and backward per attention layer and step) from which a GPU cell lets SDPA use
+#: cuDNN's attention kernel. cuDNN builds an execution plan for every new shape in every process (tens to
+#: hundreds of milliseconds each, measured first call against later calls by the GPU check's cudnn section),
+#: while at the book's small shapes its kernel saves microseconds a call over flash or memory-efficient
+#: attention: a cell of fewer calls than this (the book's cells make a few thousand at most) runs without it
+CUDNN_SDPA_MIN_CALLS = 20_000
+
+
+def attention_calls(run: RunConfig) -> int:
+    """The SDPA calls a cell makes: one per attention layer (self-attention in each stack, and the
+    decoder's cross-attention in the translator) and optimizer step, micro-batches counted."""
+    model, trainer = run.resolved_model(), run.trainer
+    layers = model.n_layers * (3 if model.family == "encoder_decoder" else 1)
+    return layers * trainer.max_steps * trainer.accumulate_grad_batches
+
+
+def cudnn_attention_pays(calls: int | None) -> bool:
+    """Whether a GPU cell making ``calls`` SDPA calls lets SDPA use cuDNN's attention kernel: from
+    :data:`CUDNN_SDPA_MIN_CALLS` calls on, where its faster calls can repay its execution plans; PyTorch's
+    choice (True) where the calls are not known."""
+    return calls is None or calls >= CUDNN_SDPA_MIN_CALLS
 
 
 def uses_tf32(cfg: TrainerConfig, accelerator: str) -> bool:
@@ -31,10 +55,11 @@ def uses_tf32(cfg: TrainerConfig, accelerator: str) -> bool:
 
 
 @contextmanager
-def machine_settings(cfg: TrainerConfig, accelerator: str) -> Iterator[None]:
+def machine_settings(cfg: TrainerConfig, accelerator: str, attention: int | None = None) -> Iterator[None]:
     """Within: float32 matmul precision ``high`` (TF32) on a GPU where :func:`uses_tf32` (``highest``
-    on a GPU otherwise, which keeps Lightning's hint about TF32 in view), and under
-    ``trainer.deterministic`` the cuBLAS workspace of :data:`CUBLAS_WORKSPACE` (Lightning's
+    on a GPU otherwise, which keeps Lightning's hint about TF32 in view), on a GPU SDPA's cuDNN kernel
+    only where :func:`cudnn_attention_pays` for the cell's ``attention`` calls (:func:`attention_calls`),
+    and under ``trainer.deterministic`` the cuBLAS workspace of :data:`CUBLAS_WORKSPACE` (Lightning's
     ``deterministic=True`` does the rest when the Trainer is built); on a CPU nothing changes. The
     process's settings are restored after: a process that trains several cells (tests) starts each
     from the same state."""
@@ -42,6 +67,7 @@ def machine_settings(cfg: TrainerConfig, accelerator: str) -> Iterator[None]:
         "matmul": torch.get_float32_matmul_precision(),
         "cudnn_tf32": torch.backends.cudnn.allow_tf32,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_sdp": torch.backends.cuda.cudnn_sdp_enabled(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
@@ -52,11 +78,13 @@ def machine_settings(cfg: TrainerConfig, accelerator: str) -> Iterator[None]:
         tf32 = uses_tf32(cfg, accelerator)
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
         torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_attention_pays(attention))
     try:
         yield
     finally:
         torch.set_float32_matmul_precision(saved["matmul"])
         torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+        torch.backends.cuda.enable_cudnn_sdp(saved["cudnn_sdp"])
         torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
         torch.use_deterministic_algorithms(saved["deterministic"], warn_only=saved["deterministic_warn_only"])
         if saved["cublas"] is None:

@@ -26,7 +26,7 @@ from ..tensorboard.views import Views
 from ..tensorboard.writer import CellLogger, log_cell_hparams, log_views
 from ..walltime import CELL_PARTS, WallClock
 from .callbacks import DivergenceGuard, LossCurve, PerformanceMonitor, ResumeState, StepCheckpoint, ValidationHistory
-from .runtime import data_loading, lightning_determinism, machine_settings
+from .runtime import attention_calls, data_loading, lightning_determinism, machine_settings
 
 
 def resumable_checkpoint(
@@ -47,7 +47,7 @@ def train(run: RunConfig, out_dir: Path, **kwargs: Any) -> CellRecord:
     """Train ``run`` under its machine's settings (TF32 on a GPU, the deterministic switch; see
     :func:`blockbench.cell.runtime.machine_settings`), restored after; the arguments are :func:`train_cell`'s."""
     accelerator = resolved_accelerator(run.trainer.accelerator)
-    with machine_settings(run.trainer, accelerator):
+    with machine_settings(run.trainer, accelerator, attention_calls(run)):
         return train_cell(run, out_dir, accelerator=accelerator, **kwargs)
 
 
@@ -91,6 +91,7 @@ def train_cell(
     whose loss diverges is stopped and recorded with status ``diverged``.
     """
     clock = WallClock(from_process_start=from_process_start)  # first: what came before is the start-up
+    clock.enter("setup")  # until the fit (the build and the data inside it count as theirs)
     task_cfg, cfg = run.task, run.trainer
     is_rank_zero = rank_zero_only.rank == 0  # known before the Trainer: launched processes carry their rank
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -149,14 +150,7 @@ def train_cell(
     datamodule.load_for(**data_loading(cfg, accelerator, trainer.num_devices))
     if resume_from and trainer.is_global_zero:
         print(f"resuming from {resume_from} (step {resumed_step})", flush=True)
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
-    except SystemExit:  # Lightning shuts down gracefully on Ctrl-C, then exits with code 1
-        if trainer.interrupted:
-            raise KeyboardInterrupt from None  # an unfinished run has no result; it resumes next time
-        raise
-    if trainer.interrupted:
-        raise KeyboardInterrupt
+    fit(trainer, module, datamodule, resume_from, clock)
 
     record = outcome(run, fingerprint, guard, module, datamodule, trainer)
     result = cell_record(
@@ -175,11 +169,32 @@ def train_cell(
         )
         logger.close()
     # this process's time (a resumed run: since it resumed) until the result is written
+    clock.move("train_steps", "first_step", perf.first_step_excess())
     result.wall_time_breakdown = clock.breakdown(CELL_PARTS, resumed=bool(resumed_step))
     if trainer.is_global_zero:
         write_record(out_dir / RESULT_FILE, result)
         shutil.rmtree(checkpoints, ignore_errors=True)  # the result is written: nothing left to resume
     return result
+
+
+def fit(trainer: L.Trainer, module: Any, datamodule: Any, resume_from: Path | None, clock: WallClock) -> None:
+    """``trainer.fit``, resumed from ``resume_from`` if given; Ctrl-C raises KeyboardInterrupt (an
+    unfinished run has no result: it resumes next time). Its wall time goes to ``clock``: ``fit_setup``
+    until training starts (then the parts :class:`PerformanceMonitor` marks), ``teardown`` from the end
+    of training on (to the result)."""
+    clock.exit("setup")
+    clock.enter("fit_setup")
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except SystemExit:  # Lightning shuts down gracefully on Ctrl-C, then exits with code 1
+        if trainer.interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    if trainer.interrupted:
+        raise KeyboardInterrupt
+    if not clock.is_open("teardown"):  # a fit that ended without on_train_end
+        clock.exit("fit_setup")
+        clock.enter("teardown")
 
 
 def lightning_trainer(
@@ -305,6 +320,12 @@ def cell_record(
             "num_workers": datamodule.num_workers,  # an image task's own task.num_workers where set
             "pin_memory": datamodule.pin_memory,
             "checkpoint_every_n_steps": checkpoint_interval,
+            # on a GPU: whether SDPA could use cuDNN's kernel (blockbench.cell.runtime.cudnn_attention_pays)
+            **(
+                {"cudnn_attention": torch.backends.cuda.cudnn_sdp_enabled()}
+                if trainer.strategy.root_device.type == "cuda"
+                else {}
+            ),
         },
         "peak_memory": peak_memory_mb(),
         "machine": machine_description(),

@@ -23,7 +23,7 @@ from ..provenance import code_fingerprint
 from ..store.files import prepare_cell, write_cell_json
 from ..store.layout import CONFIG_FILE, JOBS_DIR, RESULT_FILE, TB_VIEWS_FILE
 from ..store.record import CellRecord, read_record, write_load, write_record
-from .devices import VISIBLE, auto_jobs, visible_devices
+from .devices import VISIBLE, auto_jobs, packed_per_gpu, visible_devices
 from .expand import Cell
 from .launch import forkserver_available, run_forked, run_subprocess, stopping
 from .load import LoadMeter
@@ -64,11 +64,11 @@ class Slot:
 AUTO_JOBS = "auto"
 
 
-def resolve_jobs(jobs: int | str, n_cells: int, needs: Sequence[int] = ()) -> int:
+def resolve_jobs(jobs: int | str, n_cells: int, needs: Sequence[int] = (), per_gpu: int = 1) -> int:
     """How many cells run at once. A number is taken as it is; ``auto`` (the default) runs as many whole
     cells as fit on the job's GPUs (``needs``: each cell's devices, :func:`gpu_devices`; one each if not
-    given), else one per CPU core (at most one per cell of the matrix), the cores split evenly between
-    them (:func:`job_slots`).
+    given), ``per_gpu`` single-GPU cells on each (:func:`gpu_packing`), else one per CPU core (at most
+    one per cell of the matrix), the cores split evenly between them (:func:`job_slots`).
 
     Why one thread per cell: the cells here are small, and a small model's step gains little from a
     second intra-op thread, while a second cell gains all of its core (measured: ``results/jobs.md``).
@@ -77,7 +77,7 @@ def resolve_jobs(jobs: int | str, n_cells: int, needs: Sequence[int] = ()) -> in
     first run: the thread count can change a result's last bits."""
     if jobs == AUTO_JOBS:
         gpus = len(gpu_devices())
-        return max(1, min(auto_jobs(list(needs) or [1 if gpus else 0], gpus, cpu_cores()), n_cells))
+        return max(1, min(auto_jobs(list(needs) or [1 if gpus else 0], gpus, cpu_cores(), per_gpu), n_cells))
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs {jobs}: give a number of cells to run at once (1 or more), or auto")
     return jobs
@@ -93,6 +93,30 @@ def gpu_devices() -> list[str]:
     import torch
 
     return visible_devices(os.environ, torch.cuda.device_count())
+
+
+def gpu_free_bytes(count: int) -> list[int]:
+    """Free memory of each of the first ``count`` GPUs this process sees (``torch.cuda.mem_get_info``:
+    what other processes hold is not free). It creates a CUDA context on each, in this process only:
+    the cells fork from the cell server, which has none."""
+    import torch
+
+    return [torch.cuda.mem_get_info(index)[0] for index in range(count)]
+
+
+def gpu_packing(jobs: int | str, cells: Sequence[Cell], needs: Sequence[int], n_gpus: int, matrix_dir: Path) -> int:
+    """How many single-GPU cells run on one GPU at once (:func:`blockbench.matrix.devices.packed_per_gpu`):
+    1 without GPUs or with a cell of several; else from the cells' expected peaks of memory
+    (:func:`blockbench.matrix.memory.cell_peaks`) and the GPUs' free memory (:func:`gpu_free_bytes`),
+    with ``--jobs auto`` as many as the CPU cores feed, with ``--jobs N`` the N cells spread over the GPUs."""
+    from .memory import cell_peaks
+
+    if not n_gpus or not needs or set(needs) != {1}:
+        return 1
+    explicit = jobs if isinstance(jobs, int) and jobs > 0 else None  # a wrong --jobs fails in resolve_jobs
+    if explicit == 1:
+        return 1
+    return packed_per_gpu(needs, cell_peaks(cells, matrix_dir), gpu_free_bytes(n_gpus), cpu_cores(), explicit)
 
 
 def job_slots(jobs: int) -> list[Slot]:

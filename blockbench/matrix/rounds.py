@@ -61,6 +61,7 @@ class Rounds:
     needs: dict[str, int]
     progress: MatrixProgress
     clock: WallClock
+    per_gpu: int = 1  # single-GPU cells sharing one GPU (blockbench.matrix.devices.DevicePool)
     n_cells: int = 0
     failed: list[str] = field(default_factory=list)
     cell_times: list[RunCell] = field(default_factory=list)
@@ -70,7 +71,7 @@ class Rounds:
         self.free_slots: queue.SimpleQueue[Slot] = queue.SimpleQueue()
         for slot in self.slots:
             self.free_slots.put(slot)
-        self.devices = DevicePool(self.gpus)
+        self.devices = DevicePool(self.gpus, self.per_gpu)
 
     @property
     def tune_file(self) -> Path:

@@ -36,7 +36,7 @@ from .estimate.timing import cell_timer
 from .estimate.total import MatrixProgress, describe_total
 from .expand import Expansion, expand_matrix
 from .finish import Reporting, RunRecord, finish_matrix
-from .jobs import AUTO_JOBS, ClusterOptions, forks, gpu_devices, job_slots, resolve_jobs
+from .jobs import AUTO_JOBS, ClusterOptions, forks, gpu_devices, gpu_packing, job_slots, resolve_jobs
 from .launch import start_server, stop_cells_on_sigterm
 from .peaks import resolve_peaks
 from .plan import MatrixPlan, plan_matrix, refuse_other_hardware
@@ -78,8 +78,11 @@ class MatrixRunner:
         # job has fails here
         self.gpus = gpu_devices() if options.launcher == "local" else []
         self.needs = {cell.key: devices_per_cell(cell.run, len(self.gpus)) for cell in tuning + cells}
-        self.jobs = resolve_jobs(options.jobs, max(len(cells), len(tuning)), list(self.needs.values()))
         self.matrix_dir = results_root / matrix.name
+        # single-GPU cells share a GPU where their memory fits (blockbench.matrix.devices)
+        needs = list(self.needs.values())
+        self.per_gpu = gpu_packing(options.jobs, tuning + cells, needs, len(self.gpus), self.matrix_dir)
+        self.jobs = resolve_jobs(options.jobs, max(len(cells), len(tuning)), needs, self.per_gpu)
         fingerprint = code_fingerprint()
         # a config another matrix of this results root trained with this code is copied, not trained again;
         # results of other code that the recorded lineage shows give this code's numbers count as its own;
@@ -93,7 +96,8 @@ class MatrixRunner:
         self.rule = ReuseRule(fingerprint, options.reuse_stale, options.force, lineage, elsewhere, cuda)
         self.results = Results(self.matrix_dir, self.rule)
         self.plan: MatrixPlan = plan_matrix(self.expansion, self.matrix_dir, self.rule)
-        self.estimator = TimeEstimator()
+        # on a GPU a cell's time is mostly its start-up: one probe per task and shape, not one per variant
+        self.estimator = TimeEstimator(per_task=any(needs))
         self.estimator.add_results(tuning + cells, self.matrix_dir)
         # a cell that another live run trains now (a runner started twice): never a second process on it
         self.held = {
@@ -158,7 +162,16 @@ class MatrixRunner:
                     for problem in self.estimator.time(plans, cell_timer(self.jobs)):
                         say(problem)
         rounds = Rounds(
-            self.matrix_dir, self.path, options, self.jobs, slots, self.gpus, self.needs, progress, self.clock
+            self.matrix_dir,
+            self.path,
+            options,
+            self.jobs,
+            slots,
+            self.gpus,
+            self.needs,
+            progress,
+            self.clock,
+            per_gpu=self.per_gpu,
         )
         rounds.n_cells = len(plans) - len(self.plan.later)  # the cells planned so far (a later round adds its own)
         return rounds, browse
@@ -179,6 +192,7 @@ class MatrixRunner:
         say(
             f"matrix {matrix.name}: {counted or f'{len(self.expansion.cells)} cells'} -> {self.matrix_dir}"
             + (f", {self.jobs} at a time" if self.jobs > 1 else "")
+            + (f" ({self.per_gpu} on each GPU)" if self.per_gpu > 1 else "")
             + f"; {describe_total(self.plan.plans, self.estimator, self.jobs)}"
         )
         say(browse)

@@ -371,13 +371,17 @@ def _wall_time_section(run: MatrixRun | None, groups: list[Group]) -> list[str]:
     lines = [
         "## Where the time went",
         "",
-        "Seconds per cell, mean over each task's cells: startup from the process start to training (interpreter, "
-        "imports, config), build the model and data module (with the real-data tasks' data: they size the model by "
-        "it), data their generation or reading (`prepare_data`, `setup`, data loaders), data wait the training "
-        "loop's waits for batches, train steps the optimizer steps (forward, backward, optimizer), validation every "
-        "validation run, checkpoints their saves, other the rest (Lightning's set-up and teardown, logging, the FLOP "
-        "count, a peak FLOP/s probe the cell ran itself, loading a checkpoint to resume, the result); "
-        "total from the process start to the result."
+        "Seconds per cell, mean over each task's cells: startup from the process start to the cell's code "
+        "(interpreter, imports), setup from there to the fit (config, code fingerprint, resume check, logger, "
+        "Trainer), build the model and data module (with the real-data tasks' data: they size the model by it), "
+        "data their generation or reading (`prepare_data`, `setup`, data loaders), fit setup Lightning's until "
+        "training starts (the model to its device, optimizers, a checkpoint loaded to resume, the peak FLOP/s), "
+        "flop count the model FLOPs counted on the first batch (on a GPU the first call of every kernel), data wait "
+        "the training loop's waits for batches, first step the first step's time beyond the steady steps' median, "
+        "train steps the optimizer steps (forward, backward, optimizer), loop the training loop between them "
+        "(logging, callbacks), validation every validation run, checkpoints their saves, teardown from the end of "
+        "training to the result, other what no part holds (results recorded before a part was measured keep its "
+        "time there); total from the process start to the result."
         + (f" {resumed} resumed cell(s) count their last process only." if resumed else "")
         + (
             f" {no_startup} cell(s) have no start-up time (not run as a process of their own, or not on Linux): their "

@@ -124,6 +124,47 @@ class Runtime(_Open):
     checkpoint_every_n_steps: int | None = None  # null: no checkpoints
 
 
+class CellWallTime(_Open):
+    """A cell's ``wall_time_breakdown``: the seconds of each part of its wall time, from its process's
+    start (``startup``: interpreter and imports until the cell's code ran; None where the run was not its
+    process's own) to its result, each second in one part (see ``blockbench.walltime.CELL_PARTS`` for
+    what each holds). ``other`` is what no part holds; the parts and ``other`` add up to ``total``.
+    Records written before a part was measured lack it (None); their time is in ``other``."""
+
+    startup: float | None = None
+    setup: float | None = None
+    build: float | None = None
+    data: float | None = None
+    fit_setup: float | None = None
+    flop_count: float | None = None
+    data_wait: float | None = None
+    first_step: float | None = None
+    train_steps: float | None = None
+    loop: float | None = None
+    validation: float | None = None
+    checkpoints: float | None = None
+    teardown: float | None = None
+    other: float | None = None
+    total: float
+    measured_from: str | None = None
+    resumed: bool | None = None
+
+    def parts(self) -> dict[str, float]:
+        """The named parts that were measured, by name (``other`` and ``total`` not among them)."""
+        named = self.model_dump(exclude={"other", "total", "measured_from", "resumed"}, exclude_none=True)
+        return {name: float(value) for name, value in named.items() if isinstance(value, int | float)}
+
+    @property
+    def attributed(self) -> float:
+        """Seconds the named parts hold."""
+        return sum(self.parts().values())
+
+    @property
+    def unattributed_share(self) -> float:
+        """The share of the total no named part holds (``other`` / ``total``; 0 for a total of 0)."""
+        return (self.other or 0.0) / self.total if self.total > 0 else 0.0
+
+
 class HistoryPoint(_Open):
     """One validation: its step, the seconds since training began and every metric."""
 
@@ -221,6 +262,11 @@ class CellRecord(_Open):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def wall_time(self) -> CellWallTime | None:
+        """The wall-time breakdown, typed (None where the record has none: a failed cell)."""
+        return CellWallTime.model_validate(self.wall_time_breakdown) if self.wall_time_breakdown else None
 
     @property
     def did_not_learn(self) -> bool:

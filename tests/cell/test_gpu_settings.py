@@ -87,6 +87,52 @@ def test_train_runs_a_cell_under_the_settings_of_its_gpu(tmp_path, monkeypatch, 
     assert torch.get_float32_matmul_precision() == "highest"
 
 
+# --------------------------------------------------------------------------- cuDNN attention
+
+
+def test_a_cells_sdpa_calls_are_its_attention_layers_times_its_steps():
+    assert runtime.attention_calls(build_run_config(cell())) == 1 * 4  # one layer, four steps
+    translator = {
+        **cell(max_steps=10, accumulate_grad_batches=2),
+        "task": {"name": "translation"},
+        "model": {**TINY_MODEL, "n_layers": 2},
+    }
+    # an encoder, a decoder and its cross-attention, each of 2 layers, over 10 steps of 2 micro-batches
+    assert runtime.attention_calls(build_run_config(translator)) == 3 * 2 * 10 * 2
+
+
+@pytest.fixture
+def restored_cudnn_sdp():
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+
+
+def test_a_small_gpu_cell_runs_sdpa_without_cudnn_and_a_large_one_with_it(restored_torch_settings, restored_cudnn_sdp):
+    """cuDNN's attention plans cost more than its kernel saves in a cell of fewer than CUDNN_SDPA_MIN_CALLS
+    calls: SDPA runs without it there, with it from there on (and where the calls are not known); the
+    setting is restored after."""
+    trainer = build_run_config(cell()).trainer
+    small, large = runtime.CUDNN_SDPA_MIN_CALLS - 1, runtime.CUDNN_SDPA_MIN_CALLS
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    with runtime.machine_settings(trainer, "gpu", small):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    for calls in (large, None):
+        with runtime.machine_settings(trainer, "cuda", calls):
+            assert torch.backends.cuda.cudnn_sdp_enabled()
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_cpu_cell_leaves_the_cudnn_attention_setting_alone(monkeypatch, restored_cudnn_sdp):
+    calls = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda value: calls.append(value))
+    with runtime.machine_settings(build_run_config(cell()).trainer, "cpu", 4):
+        pass
+    assert set(calls) <= {torch.backends.cuda.cudnn_sdp_enabled()}  # at most restored to what it was
+
+
 def test_a_cpu_run_leaves_the_matmul_precision_alone_and_records_it(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda value: calls.append(value))
@@ -96,6 +142,7 @@ def test_a_cpu_run_leaves_the_matmul_precision_alone_and_records_it(tmp_path, mo
     monkeypatch.undo()
     record = run_cell(tmp_path, cell(accelerator="cpu"))
     assert record.runtime.accelerator == "cpu" and record.runtime.matmul_precision == "highest"
+    assert "cudnn_attention" not in record.runtime.model_dump(exclude_unset=True)  # a GPU's setting only
 
 
 def test_lightnings_tf32_hint_is_not_silenced_but_its_other_notices_are():

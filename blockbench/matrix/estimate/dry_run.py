@@ -40,11 +40,15 @@ def time_before_the_cells(
     measured); where nothing needs timing, the server's start is the earlier runs' (``matrix_run.json``)."""
     may_train = [plan for plan in plans if plan.trains or plan.status == IF_NEEDED]
     forking = any(forks(plan.cell.run) for plan in may_train)
-    untimed = {key_of(p.cell) for p in may_train if estimator.estimate(p, guess=False) is None}
+    untimed = [p.cell for p in may_train if estimator.estimate(p, guess=False) is None]
     if not untimed:
         return server_seconds(results_root) if forking else 0.0
+    if estimator.per_task:  # a GPU: one timing per task and shape
+        what = f"each of {len({estimator.shape(cell) for cell in untimed})} task and shape(s)"
+    else:
+        what = f"each of {len({key_of(cell) for cell in untimed})} variant(s)"
     say(
-        f"timing a cell of each of {len(untimed)} variant(s) with no earlier results here (a short fit: its "
+        f"timing a cell of {what} with no earlier results here (a short fit: its "
         f"build, steps, validations, a checkpoint{f'; {jobs} at a time' if jobs > 1 else ''})..."
     )
     start = time.perf_counter()

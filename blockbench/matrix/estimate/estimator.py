@@ -18,12 +18,22 @@ from ..plan import IF_NEEDED, CellPlan
 from .timing import REPORT_SECONDS, CellTiming, report_seconds
 
 Key = tuple[str, str]
+#: a cell's task and the sizes its step time depends on (:func:`shape_of`)
+Shape = tuple
 #: times the cells of some (task, variant)s: their timings, and why the others could not be timed
 Timer = Callable[[dict[Key, RunConfig]], tuple[dict[Key, CellTiming], dict[Key, str]]]
 
 
 def key_of(cell: Cell) -> Key:
     return cell.task, cell.variant
+
+
+def shape_of(cell: Cell) -> Shape:
+    """The cell's task and the sizes of its model and batch: cells of one shape take about the same
+    time per step on a GPU, where a small cell's step is its kernels' launches."""
+    model, trainer = cell.run.resolved_model(), cell.run.trainer
+    sizes = (model.family, model.d_model, model.n_layers, model.n_heads, model.n_kv_heads, model.d_ff, model.ffn)
+    return (cell.task, *sizes, model.n_experts, model.max_seq_len, trainer.batch_size, trainer.precision)
 
 
 @dataclass
@@ -45,6 +55,21 @@ class TimeEstimator:
     before: float = 0.0
     #: seconds of the run after its last cell (see :func:`blockbench.matrix.estimate.timing.report_seconds`)
     after: float = REPORT_SECONDS
+    #: a GPU's rule: a variant with nothing measured takes the measured pace of its task's cells of the
+    #: same shape, else one timing per task and shape (``probes``), never a timing of every variant
+    per_task: bool = False
+    #: each shape's timing (``per_task``)
+    probes: dict[Shape, CellTiming] = field(default_factory=dict)
+    #: the shape of each (task, variant) measured
+    shapes: dict[Key, Shape] = field(default_factory=dict)
+    _shapes_of: dict[tuple[str, int], Shape] = field(default_factory=dict, repr=False)
+
+    def shape(self, cell: Cell) -> Shape:
+        """:func:`shape_of` the cell, worked out once per cell and config (resolving a config takes time)."""
+        key = (cell.key, id(cell.run))
+        if key not in self._shapes_of:
+            self._shapes_of[key] = shape_of(cell)
+        return self._shapes_of[key]
 
     def add(self, cell: Cell, seconds: float, steps: int, from_step: int = 0) -> None:
         """A cell took ``seconds`` for ``steps`` optimizer steps from ``from_step``; with a timing of its
@@ -53,6 +78,8 @@ class TimeEstimator:
             return
         key = key_of(cell)
         self.measured.setdefault(key, []).append(seconds / steps)
+        if self.per_task:
+            self.shapes[key] = self.shape(cell)
         timing = self.timings.get(key)
         timed = timing.seconds(cell.run.trainer, from_step) if timing else 0.0
         if timed > 0:
@@ -76,13 +103,23 @@ class TimeEstimator:
         steps = cell.run.trainer.max_steps - plan.resume_step
         if self.measured.get(key):
             return statistics.median(self.measured[key]) * steps, "measured"
-        timing = self.timings.get(key)
+        same_shape = self.same_shape(cell) if self.per_task else []
+        if same_shape:
+            return statistics.median(same_shape) * steps, "same shape"
+        timing, timed = self.timings.get(key), "timed"
+        if timing is None and self.per_task:
+            timing, timed = self.probes.get(self.shape(cell)), "task probe"
         if timing is not None:
             seconds = timing.seconds(cell.run.trainer, plan.resume_step)
             ratio = self.ratio(cell.task)
-            return (seconds * ratio, "scaled") if ratio is not None else (seconds, "timed")
+            return (seconds * ratio, "scaled") if ratio is not None else (seconds, timed)
         pace = self.pace(cell) if guess else None
         return (pace[0] * steps, pace[1]) if pace else None
+
+    def same_shape(self, cell: Cell) -> list[float]:
+        """Seconds per step measured of the cells of other variants of ``cell``'s task and shape."""
+        shape = self.shape(cell)
+        return [s for key, values in self.measured.items() if self.shapes.get(key) == shape for s in values]
 
     def ratio(self, task: str) -> float | None:
         """The median measured-to-timed ratio of this run's cells of ``task``, else of all its cells:
@@ -120,13 +157,20 @@ class TimeEstimator:
         """Time with ``timer`` each (task, variant) of ``plans`` that trains, or may (IF_NEEDED), and has no
         measured figure nor timing; return the problems of those that could not be timed."""
         runs: dict[Key, RunConfig] = {}
+        shapes: dict[Key, Shape] = {}
         for plan in plans:
             if (plan.trains or plan.status == IF_NEEDED) and self.estimate(plan, guess=False) is None:
+                if self.per_task:  # the first variant of each shape stands for the others
+                    shape = self.shape(plan.cell)
+                    if shape in shapes.values():
+                        continue
+                    shapes[key_of(plan.cell)] = shape
                 runs.setdefault(key_of(plan.cell), plan.cell.run)
         if not runs:
             return []
         timings, problems = timer(runs)
         self.timings.update(timings)
+        self.probes.update({shapes[key]: timing for key, timing in timings.items() if key in shapes})
         return [f"{task}/{variant}: not timed ({why})" for (task, variant), why in problems.items()]
 
 

@@ -309,7 +309,7 @@ def time_cell(
     import lightning as L
     import torch
 
-    from ...cell.runtime import data_loading, lightning_determinism, machine_settings
+    from ...cell.runtime import attention_calls, data_loading, lightning_determinism, machine_settings
     from ...cell.train import resolved_accelerator
     from ...progress import quiet_lightning
     from ...provenance import code_fingerprint
@@ -323,7 +323,7 @@ def time_cell(
     start = time.perf_counter()
     code_fingerprint()  # a cell computes it in its own process (a fork of the server has none yet)
     fingerprint = time.perf_counter() - start
-    with machine_settings(cfg, accelerator):
+    with machine_settings(cfg, accelerator, attention_calls(run)):
         L.seed_everything(run.seed, workers=True, verbose=False)
         start = time.perf_counter()
         module, datamodule = run.task.build(
