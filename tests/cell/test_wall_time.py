@@ -112,7 +112,7 @@ def test_a_tiny_cells_named_parts_hold_at_least_90_percent_of_its_wall_time(norm
     assert wall.unattributed_share <= 0.10, result.wall_time_breakdown
     assert wall.attributed + (wall.other or 0.0) == pytest.approx(wall.total, abs=0.01 * len(CELL_PARTS))
     assert wall.attributed <= wall.total + 0.01 * len(CELL_PARTS)
-    assert wall.total <= seen
+    assert wall.total <= seen + 0.005  # the total is rounded to 0.01 s
     assert set(wall.parts()) == set(CELL_PARTS) - {"startup", "other"}  # every part measured
     for part in ("data", "flop_count", "train_steps", "validation", "teardown"):  # each at least 10 ms here
         assert getattr(wall, part) > 0, (part, result.wall_time_breakdown)
@@ -213,7 +213,9 @@ def test_a_resumed_cell_counts_the_resuming_process_only(tmp_path):
     assert_adds_up(breakdown, CELL_PARTS)
     # TensorBoard drops the interrupted process's points from step 2 on: the last two are the resumed process's
     resumed_steps = scalars(tmp_path / "tb/lm/cell", "4_perf/step_time_ms")[-2:]
-    assert breakdown["train_steps"] == pytest.approx(sum(resumed_steps) / 1e3, abs=0.011)
+    # the first step's time beyond the steady median is its own part (first_step), moved out of train_steps
+    steps = breakdown["train_steps"] + breakdown["first_step"]
+    assert steps == pytest.approx(sum(resumed_steps) / 1e3, abs=0.021)
 
 
 @pytest.mark.parametrize("forked", [True, False])
