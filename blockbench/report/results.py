@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from blockbench.tasks import Metric
 
-from ..matrixfile import ALWAYS_WITHIN, MatrixConfig, SeedPlan
+from ..matrixfile import ALWAYS_WITHIN, RUNG_AXIS, MatrixConfig, SeedPlan
 from ..provenance import code_fingerprint
 from ..store.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
 from ..store.lineage import NO_LINEAGE, Lineage
@@ -202,6 +203,8 @@ class MatrixSettings:
     #: task (or preset label) -> metric -> an absolute margin of practical equivalence overriding the task's
     margins: dict[str, dict[str, float]] = field(default_factory=dict)
     verdicts: bool = True
+    #: a ladder's rungs, least compute first (each cell's ``rung`` axis; () without a ladder)
+    rungs: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, matrix_dir: Path) -> MatrixSettings:
@@ -214,12 +217,13 @@ class MatrixSettings:
             matrix.description,
             matrix.baseline_variant,
             matrix.targets,
-            _cells(matrix.axes, matrix.seeds),
+            _cells(matrix.axes, matrix.seeds) * (len(matrix.ladder.rungs) if matrix.ladder else 1),
             tuple(matrix.levels),
             matrix.seeds,
             len(matrix.axes["seed"]) if "seed" in matrix.axes else None,
             matrix.margins,
             matrix.verdicts,
+            tuple(matrix.ladder.names) if matrix.ladder else (),
         )
 
     @classmethod
@@ -341,14 +345,28 @@ class TuningCost:
 def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     """(task, variant) -> the cost of its tuning cells (``<matrix>/tune/cells/<task>/<variant>/...``, named
     by their cell.json), in matrix order: the price of each variant's tuned value, which the summary states."""
-    costs: dict[tuple[str, str], TuningCost] = {}
-    first: dict[tuple[str, str], int] = {}  # the smallest cell index of each, for the matrix order
+    return _tuning_costs(matrix_dir, lambda cell: (cell["task"], cell["variant"]))
+
+
+def rung_tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
+    """(task, rung) -> the cost of a ladder's tuning at that rung, every variant's tuning cells of the task
+    there (their processes' seconds, as :func:`tuning_costs`), in matrix order; empty without a ladder. The
+    headroom check's cell is a tuning cell of the top rung and counts there."""
+    return _tuning_costs(matrix_dir, lambda cell: (cell["task"], (cell.get("axes") or {}).get(RUNG_AXIS)))
+
+
+def _tuning_costs(matrix_dir: Path, key_of: Callable[[dict[str, Any]], tuple[str, Any]]) -> dict[tuple, TuningCost]:
+    """``key_of(cell.json)`` -> the cost of the tuning cells with that key (None in its second place: left out)."""
+    costs: dict[tuple[str, Any], TuningCost] = {}
+    first: dict[tuple[str, Any], int] = {}  # the smallest cell index of each, for the matrix order
     for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
         cell_file = result_file.with_name(CELL_FILE)
         if not cell_file.is_file():
             continue
         cell = json.loads(cell_file.read_text())
-        key = (cell["task"], cell["variant"])
+        key = key_of(cell)
+        if key[1] is None:
+            continue
         before = costs.get(key, TuningCost(0, 0.0))
         costs[key] = TuningCost(before.cells + 1, before.seconds + (load_record(result_file).wall_time_s or 0.0))
         first[key] = min(first.get(key, cell.get("index", 0)), cell.get("index", 0))
