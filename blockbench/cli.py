@@ -97,11 +97,7 @@ def _train(args: argparse.Namespace) -> int:
     name = run_folder_name(config_file, overrides, run.config_hash())
     root = Path(args.results_dir) / "train"
     out = Path(args.out) if args.out else root / run.task.display_name / name
-    tb_dir = Path(args.tb_dir or root / "tb")
-    tb_name, tb_version = (
-        args.tb_name or run.task.display_name,
-        args.tb_version or (name if not args.out else f"seed{run.seed}"),
-    )
+    tb_dir, tb_name, tb_version = tensorboard_run(args, run.task.display_name, name, root)
     if args.dry_run:
         print(dry_run_text(run, out, tb_dir, earlier_run(out, run)))
         return 0
@@ -112,6 +108,15 @@ def _train(args: argparse.Namespace) -> int:
     # looks at what the folder holds
     with hold(out) if rank_zero_only.rank == 0 else contextlib.nullcontext():
         return _train_into(args, run, out, tb_dir, tb_name, tb_version, talk)
+
+
+def tensorboard_run(args: argparse.Namespace, task: str, name: str, root: Path) -> tuple[Path, str, str]:
+    """Where ``blockbench train`` logs its TensorBoard run: ``--tb-dir``/``--tb-name``/``--tb-version``,
+    by default ``RESULTS/train/tb/<task>/<name>``, ``name`` being the run folder's name without ``--out``
+    (what the config changes and its hash). The version never comes from ``--out``'s last part: two
+    configs trained at once into ``a/seed0`` and ``b/seed0`` would share one TensorBoard folder, and each
+    start clears it."""
+    return Path(args.tb_dir or root / "tb"), args.tb_name or task, args.tb_version or name
 
 
 #: what ``blockbench train --dry-run`` says a run folder's state means for the run
@@ -485,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--tb-dir", help="TensorBoard root (default: RESULTS/train/tb)")
     train.add_argument("--tb-name", help="TensorBoard run name (default: the task)")
-    train.add_argument("--tb-version", help="TensorBoard run version (default: the run's folder name)")
+    train.add_argument("--tb-version", help="TensorBoard run version (default: what the config changes and its hash)")
     train.add_argument(
         "--tb-scope",
         help="name the TensorBoard tags after this scope, val/<scope>/loss (the matrix "

@@ -414,3 +414,24 @@ def test_the_startup_benchmark_times_every_command_in_fresh_processes():
         "python -c 'import blockbench.config'",
     ]
     assert all(row.split()[-5] == "1" for row in rows)
+
+
+def test_two_configs_trained_at_once_into_folders_of_one_name_get_tensorboard_runs_of_their_own(tmp_path, monkeypatch):
+    """Two ``blockbench train --out .../seed0`` runs of other configs (as a lineage check trains cells of
+    two matrices at once) must not share a TensorBoard folder: a starting run clears its folder, and
+    the other's event file then vanishes under it."""
+    from blockbench import cli
+
+    seen = []
+    monkeypatch.setattr(
+        cli,
+        "_train_into",
+        lambda args, run, out, tb_dir, name, version, talk: seen.append((tb_dir, name, version)) or 0,
+    )
+    for variant in ("pre", "post"):
+        out = tmp_path / variant / "seed0"
+        assert (
+            main(["--results-dir", str(tmp_path), "train", f"model.norm_placement={variant}", "--out", str(out)]) == 0
+        )
+    assert len(seen) == 2 and seen[0][:2] == seen[1][:2]
+    assert seen[0][2] != seen[1][2], seen

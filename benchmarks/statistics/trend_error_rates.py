@@ -53,7 +53,7 @@ from scipy import stats as scipy_stats
 from benchmarks import ROOT
 from benchmarks.harness import command_line, machine_facts, print_and_write, report_header
 from blockbench.prereg import ALPHA
-from blockbench.record import load_record
+from blockbench.store.record import load_record
 from blockbench.report.slope import Design
 from blockbench.report.trend import (
     DELTA,
