@@ -48,7 +48,18 @@ def train(tmp_path: Path, name: str, cfg: dict) -> dict:
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
     done = blockbench(
-        "train", "config.yaml", "--out", "out", "--tb-dir", "tb", "--tb-name", "run", cwd=folder, env=clean_env()
+        "train",
+        "config.yaml",
+        "--out",
+        "out",
+        "--tb-dir",
+        "tb",
+        "--tb-name",
+        "run",
+        "--tb-version",
+        "seed0",
+        cwd=folder,
+        env=clean_env(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "out" / "result.json").read_text())
