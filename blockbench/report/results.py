@@ -205,6 +205,9 @@ class MatrixSettings:
     verdicts: bool = True
     #: a ladder's rungs, least compute first (each cell's ``rung`` axis; () without a ladder)
     rungs: tuple[str, ...] = ()
+    #: each rung's training compute relative to the cell without the ladder, as the matrix file declares
+    #: it (None where a rung declares none: the runner computes it, the report reads the cells' FLOPs)
+    rung_computes: tuple[float | None, ...] = ()
 
     @classmethod
     def load(cls, matrix_dir: Path) -> MatrixSettings:
@@ -224,6 +227,7 @@ class MatrixSettings:
             matrix.margins,
             matrix.verdicts,
             tuple(matrix.ladder.names) if matrix.ladder else (),
+            tuple(rung.compute for rung in matrix.ladder.rungs) if matrix.ladder else (),
         )
 
     @classmethod
@@ -245,16 +249,21 @@ class MatrixSettings:
             str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
             for task, metrics in (raw.get("margins") or {}).items()
         }
+        ladder = raw.get("ladder") if isinstance(raw.get("ladder"), dict) else {}
+        rungs = [rung for rung in ladder.get("rungs") or [] if isinstance(rung, dict) and "name" in rung]
+        computes = [rung.get("compute") for rung in rungs]
         return cls(
             str(raw.get("description") or ""),
             raw.get("baseline_variant"),
             targets,
             _cells(lists, seeds) if len(lists) == len(axes) else 0,
-            levels,
+            (*levels, RUNG_AXIS) if rungs else levels,
             seeds,
             len(lists["seed"]) if "seed" in lists else None,
             margins,
             raw.get("verdicts") is not False,
+            tuple(str(rung["name"]) for rung in rungs),
+            tuple(float(c) if isinstance(c, (int, float)) else None for c in computes),
         )
 
     def without_result(self, matrix_dir: Path, results: int) -> int:
@@ -332,6 +341,45 @@ def tuning_records(matrix_dir: Path) -> list[CellRecord]:
     """The records of a matrix's tuning cells (``<matrix>/tune/cells``): no statistic reads them, but
     their code, machine and time are part of the matrix's."""
     return [load_record(path) for path in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE))]
+
+
+@dataclass(frozen=True)
+class TuningCell:
+    """One tuning cell with a result: its task, variant label, rung (None without a ladder), the values it
+    tuned (``{"optimizer.lr": 0.001}``), its seed and its record."""
+
+    task: str
+    variant: str
+    rung: str | None
+    values: dict[str, Any]
+    seed: int | None
+    record: CellRecord
+
+
+def tuning_cells(matrix_dir: Path) -> list[TuningCell]:
+    """Every tuning cell of a matrix with a result and a cell.json, in matrix order."""
+    found = []
+    for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
+        cell_file = result_file.with_name(CELL_FILE)
+        if not cell_file.is_file():
+            continue
+        cell = json.loads(cell_file.read_text())
+        rung = (cell.get("axes") or {}).get(RUNG_AXIS)
+        cell_values = cell.get("tuned") or {}
+        found.append(
+            (
+                cell.get("index", 0),
+                TuningCell(
+                    cell["task"],
+                    cell["variant"],
+                    None if rung is None else str(rung),
+                    cell_values,
+                    cell.get("seed"),
+                    load_record(result_file),
+                ),
+            )
+        )
+    return [cell for _, cell in sorted(found, key=lambda item: item[0])]
 
 
 @dataclass(frozen=True)
