@@ -229,7 +229,9 @@ def test_a_matrix_cell_counts_its_process_start_up_and_the_run_records_every_par
         assert breakdown["startup"] == pytest.approx(seen_startup, abs=0.15)
     [cell] = run["cells"]
     assert cell["key"] == "lm/default/seed0"
-    assert breakdown["total"] <= cell["seconds"] < breakdown["total"] + 10  # the runner saw the whole process
+    # the runner saw the whole process, and not much more (its own wait for the process to end grows
+    # with the machine's load)
+    assert breakdown["total"] <= cell["seconds"] < 1.5 * breakdown["total"] + 10
     # the runner measured the load the cell ran under, from its start to its last reading before it ended
     # (from /proc: without it, as on macOS, there is no load.json)
     load = read_load(cell_dir)
