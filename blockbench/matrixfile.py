@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -125,7 +126,7 @@ class LadderRung(BaseModel):
         return overrides
 
 
-class ScaleRule(BaseModel):
+class ScaleRule(BaseModel, ABC):
     """How a setting that no rung sets moves up the ladder (``ladder.scale:``), a rule picked by its name
     (:data:`SCALE_RULES`): its value at a rung from its value in the cell without the ladder."""
 
@@ -139,10 +140,10 @@ class ScaleRule(BaseModel):
         """The setting whose change across the rungs this one follows (None: it follows none)."""
         return None
 
+    @abstractmethod
     def scaled(self, value: float, ratio: float) -> float:
         """The setting's value at a rung: ``value`` without the ladder, ``ratio`` the followed setting's
         value at the rung over its value without the ladder."""
-        raise NotImplementedError
 
 
 class Fixed(ScaleRule):

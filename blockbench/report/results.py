@@ -393,32 +393,27 @@ class TuningCost:
 def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     """(task, variant) -> the cost of its tuning cells (``<matrix>/tune/cells/<task>/<variant>/...``, named
     by their cell.json), in matrix order: the price of each variant's tuned value, which the summary states."""
-    return _tuning_costs(matrix_dir, lambda cell: (cell["task"], cell["variant"]))
+    return _tuning_costs(matrix_dir, lambda cell: (cell.task, cell.variant))
 
 
 def rung_tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     """(task, rung) -> the cost of a ladder's tuning at that rung, every variant's tuning cells of the task
     there (their processes' seconds, as :func:`tuning_costs`), in matrix order; empty without a ladder. The
     headroom check's cell is a tuning cell of the top rung and counts there."""
-    return _tuning_costs(matrix_dir, lambda cell: (cell["task"], (cell.get("axes") or {}).get(RUNG_AXIS)))
+    return _tuning_costs(matrix_dir, lambda cell: (cell.task, cell.rung))
 
 
-def _tuning_costs(matrix_dir: Path, key_of: Callable[[dict[str, Any]], tuple[str, Any]]) -> dict[tuple, TuningCost]:
-    """``key_of(cell.json)`` -> the cost of the tuning cells with that key (None in its second place: left out)."""
+def _tuning_costs(matrix_dir: Path, key_of: Callable[[TuningCell], tuple[str, Any]]) -> dict[tuple, TuningCost]:
+    """``key_of(cell)`` -> the cost of the tuning cells (:func:`tuning_cells`) with that key (None in its second
+    place: left out), in the order of each key's first cell."""
     costs: dict[tuple[str, Any], TuningCost] = {}
-    first: dict[tuple[str, Any], int] = {}  # the smallest cell index of each, for the matrix order
-    for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
-        cell_file = result_file.with_name(CELL_FILE)
-        if not cell_file.is_file():
-            continue
-        cell = json.loads(cell_file.read_text())
+    for cell in tuning_cells(matrix_dir):
         key = key_of(cell)
         if key[1] is None:
             continue
         before = costs.get(key, TuningCost(0, 0.0))
-        costs[key] = TuningCost(before.cells + 1, before.seconds + (load_record(result_file).wall_time_s or 0.0))
-        first[key] = min(first.get(key, cell.get("index", 0)), cell.get("index", 0))
-    return dict(sorted(costs.items(), key=lambda item: first[item[0]]))
+        costs[key] = TuningCost(before.cells + 1, before.seconds + (cell.record.wall_time_s or 0.0))
+    return costs
 
 
 def book_seconds(matrix_dirs: list[Path]) -> tuple[float, float]:
