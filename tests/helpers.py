@@ -6,6 +6,7 @@ pytest's ``pythonpath`` setting puts tests/ on sys.path). The config dicts are s
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENS
 from torch import nn
 
 from blockbench.models import build_model
+from blockbench.store.layout import write_json
 from blockbench.store.record import Hardware
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,3 +160,53 @@ def hparams_session(run_dir: Path):
                     if data.HasField("session_start_info"):
                         return data.session_start_info
     raise AssertionError(f"no hparams session in {run_dir}")
+
+
+# --------------------------------------------------------------------------- a scale ladder's results
+
+#: a ladder of four rungs, each 4 times the compute of the one below (the flagship's names and computes)
+LADDER_RUNGS = {"0.25x": 0.25, "1x": 1.0, "4x": 4.0, "16x": 16.0}
+#: the LM's trivial (unigram) loss and entropy floor in the ladder's stand-in records
+LADDER_TRIVIAL, LADDER_FLOOR = 3.4, 1.8
+
+
+def ladder_record(seed: int, loss: float | None, seconds: float = 10.0) -> dict:
+    """An lm cell's result.json at final validation ``loss`` (perplexity its exp), or diverged (None)."""
+    if loss is None:
+        return {**diverged_result("lm", seed), "wall_time_s": seconds}
+    baselines = {"perplexity": math.exp(LADDER_TRIVIAL), "loss": LADDER_TRIVIAL, "loss_floor": LADDER_FLOOR}
+    return ok_result("lm", seed, {"perplexity": math.exp(loss), "loss": loss}, baselines, wall_time_s=seconds)
+
+
+def write_ladder_results(
+    matrix_dir: Path,
+    losses: dict[tuple[str, str], list[float | None]],
+    baseline: str = "norm_placement=pre",
+    tuning: dict[tuple[str, str, float], float | None] | None = None,
+) -> Path:
+    """A ladder matrix's results folder as the report reads it: its matrix.yaml (rungs of
+    :data:`LADDER_RUNGS`, computes declared) and, per (design, rung), an lm cell per seed (0, 1, ...) at
+    the given losses (None: diverged), written in text order of the rungs (``16x`` before ``1x``), so that
+    nothing but the ladder puts them in order; ``tuning``: (design, rung, lr) -> the tuning cell's loss."""
+    ladder = {"rungs": [{"name": name, "compute": compute} for name, compute in LADDER_RUNGS.items()]}
+    matrix = {"name": matrix_dir.name, "baseline_variant": baseline, "axes": {"task": ["lm"]}, "ladder": ladder}
+    matrix_dir.mkdir(parents=True, exist_ok=True)
+    (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    cells = sorted(losses.items(), key=lambda item: (item[0][0] != baseline, item[0][0], item[0][1]))
+    index = 0
+    for (design, rung), seeds in cells:
+        for seed, loss in enumerate(seeds):
+            folder = matrix_dir / "cells" / "lm" / f"{design},rung={rung}" / f"seed{seed}"
+            axes = {"model.norm_placement": design.split("=")[1], "rung": rung, "seed": seed}
+            cell = {"index": index, "task": "lm", "task_name": "lm", "variant": f"{design},rung={rung}", "axes": axes}
+            write_json(folder / "cell.json", {**cell, "seed": seed})
+            write_json(folder / "result.json", ladder_record(seed, loss))
+            index += 1
+    for (design, rung, lr), loss in (tuning or {}).items():
+        folder = matrix_dir / "tune" / "cells" / "lm" / f"{design},rung={rung}" / f"lr={lr:g}" / "seed1000"
+        axes = {"model.norm_placement": design.split("=")[1], "rung": rung, "seed": 1000}
+        cell = {"index": index, "task": "lm", "task_name": "lm", "variant": f"{design},rung={rung}", "axes": axes}
+        write_json(folder / "cell.json", {**cell, "seed": 1000, "phase": "tune", "tuned": {"optimizer.lr": lr}})
+        write_json(folder / "result.json", ladder_record(1000, loss, seconds=5.0))
+        index += 1
+    return matrix_dir

@@ -53,7 +53,6 @@ from scipy import stats as scipy_stats
 from benchmarks import ROOT
 from benchmarks.harness import command_line, machine_facts, print_and_write, report_header
 from blockbench.prereg import ALPHA
-from blockbench.store.record import load_record
 from blockbench.report.slope import Design
 from blockbench.report.trend import (
     DELTA,
@@ -72,6 +71,7 @@ from blockbench.report.trend import (
     scaling_gate,
     trend,
 )
+from blockbench.store.record import load_record
 
 TASKS = ("lm", "translation", "vit")
 #: the budget the noise is measured at (the book's cells, the ladder's middle rung R0)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import ConfigError, RunConfig, build_run_config, describe_validation_error, load_yaml
-from ..matrixfile import REPLICA_AXIS, REPLICA_SEED_STRIDE, MatrixConfig
+from ..matrixfile import REPLICA_AXIS, REPLICA_SEED_STRIDE, RUNG_AXIS, LadderRung, MatrixConfig
 from ..store.layout import (
     NON_VARIANT_AXES,
     TUNE_DIR,
@@ -28,6 +28,7 @@ from ..store.layout import (
 from ..store.tbruns import TensorBoardRun, tensorboard_runs, tuning_run_name
 from ..tensorboard.logdirs import LogdirCell
 from ..tensorboard.names import cell_hparams
+from .ladder import RungCell, centred_grid, key_problems, missing_settings, rung_computes, rung_settings
 from .tuning import REPORT, TUNE
 
 #: what a tuning cell sets in its task: it validates on the task's tuning split, which no reported
@@ -146,6 +147,12 @@ def variant_label(axes: dict[str, Any]) -> str:
     return ",".join(f"{name}={axes[key]}" for name, key in zip(axis_names(keys), keys, strict=True)) or "default"
 
 
+def design_label(axes: dict[str, Any]) -> str:
+    """The variant label of a cell's ``axes`` without its ladder rung: ``norm_placement=post`` for the
+    cell ``norm_placement=post,rung=4x`` (the same design at every rung)."""
+    return variant_label({key: value for key, value in axes.items() if key != RUNG_AXIS})
+
+
 def load_matrix(path: str | Path) -> tuple[MatrixConfig, list[Cell]]:
     """Read and validate a matrix file and every cell it expands to (its tuning cells too, see
     :func:`expand_matrix`); return the matrix and its reported cells; raise ConfigError listing all problems."""
@@ -163,11 +170,60 @@ class Expansion:
     base: dict[str, Any]
     cells: list[Cell] = field(default_factory=list)
     tuning: list[Cell] = field(default_factory=list)
+    #: a ladder's rungs' training computes, relative to the cell without the ladder (see ``ladder_checks``)
+    computes: dict[str, float] = field(default_factory=dict)
+
+    def grid(self, cell: Cell) -> dict[str, list[Any]]:
+        """The ``tune:`` grid ``cell``'s variant tunes at first: the matrix's, but at the top rung of a
+        ladder with ``top_grid:`` its ``points`` values centred on the grid's middle value, which stand
+        in until the rungs below have chosen and the top rung's grid is centred on their extrapolation
+        (``blockbench.matrix.topgrid``)."""
+        ladder = self.matrix.ladder
+        if ladder is None or ladder.top_grid is None or cell.axes.get(RUNG_AXIS) != ladder.top.name:
+            return dict(self.matrix.tune)
+        (key, written), points = next(iter(self.matrix.tune.items())), ladder.top_grid.points
+        return {key: centred_grid(written, sorted(written)[(len(written) - 1) // 2], points)}
 
     def run_config(self, axes: dict[str, Any], extra: dict[str, Any] | None = None) -> RunConfig:
         """The config of the cell at ``axes`` with ``extra`` keys set (tuned values, a tuning seed);
         raises ConfigError. A ``replica`` axis is not a config key: replica i shifts the seed by
-        i x REPLICA_SEED_STRIDE (copies of one model on disjoint seeds, the empirical null)."""
+        i x REPLICA_SEED_STRIDE (copies of one model on disjoint seeds, the empirical null). Nor is a
+        ladder's ``rung``: the cell at a rung is the cell without it with the rung's settings set
+        (:func:`blockbench.matrix.ladder.rung_settings`)."""
+        axes = dict(axes)
+        rung = axes.pop(RUNG_AXIS, None)
+        reference = self._run_config(axes, extra)
+        if rung is None or self.matrix.ladder is None:
+            return reference
+        return self.at_rung(axes, extra, reference, self.matrix.ladder.rung(rung))
+
+    def at_rung(
+        self, axes: dict[str, Any], extra: dict[str, Any] | None, reference: RunConfig, rung: LadderRung
+    ) -> RunConfig:
+        """The config of the cell at ``axes`` (``extra`` set) at ``rung``, ``reference`` being its config
+        without the ladder; raises ConfigError (a rung setting a key the cell's task entry sets too)."""
+        assert self.matrix.ladder is not None
+        _, own = task_overrides(dict(axes), self.path)
+        clash = sorted(set(rung.overrides) & set(own))
+        if clash:
+            raise ConfigError(
+                f"{self.path}: ladder: rung '{rung.name}' sets {', '.join(clash)}, which the task entry's "
+                f"{TASK_OVERRIDES}: sets too; remove it from one of them"
+            )
+        overrides, scaled = rung_settings(self.matrix.ladder, rung, reference)
+        if not overrides and not scaled:
+            return reference  # the cell without the ladder: the same config, so the same hash
+        where = {
+            **{key: f"by {self.path.name}'s ladder rung '{rung.name}'" for key in overrides},
+            **{key: f"by {self.path.name}'s ladder.scale at rung '{rung.name}'" for key in scaled},
+        }
+        return self._run_config(axes, {**overrides, **scaled, **(extra or {})}, where)
+
+    def _run_config(
+        self, axes: dict[str, Any], extra: dict[str, Any] | None = None, where: dict[str, str] | None = None
+    ) -> RunConfig:
+        """The config of the cell at ``axes`` (no rung) with ``extra`` keys set, ``where`` saying where
+        those of them a ladder set came from."""
         axes = dict(axes)
         if REPLICA_AXIS in axes:
             replica = self.matrix.axes[REPLICA_AXIS].index(axes.pop(REPLICA_AXIS))
@@ -181,6 +237,7 @@ class Expansion:
             **{key: f"in {self.path.name}'s task axis entry's {TASK_OVERRIDES}:" for key in own},
             **{key: f"by {self.path.name}'s axis {key}" for key in axes},
             **{key: f"by {self.path.name}'s tune: (a tuning cell)" for key in extra or {}},
+            **(where or {}),
         }
         base = str(self.path.parent / self.matrix.base) if self.matrix.base else ""
         # copies: a section given as a value (a ``task:`` axis entry) must not enter this cell's config by
@@ -227,10 +284,14 @@ def expand_matrix(path: str | Path) -> Expansion:
         base = load_yaml((path.parent / matrix.base).resolve())
     expansion = Expansion(path, matrix, base)
 
+    if matrix.ladder is not None and (unknown := key_problems(matrix.ladder, str(path))):
+        raise ConfigError("\n".join(unknown))  # every cell would fail alike: say it once
     cells, problems = [], []
     phase = REPORT if matrix.tune else None
-    # seeds: {min, max, step} is a seed axis of every seed the matrix may train (the runner trains them in rounds)
-    axes_values = {**matrix.axes, **({"seed": matrix.seed_values} if matrix.seeds else {})}
+    # seeds: {min, max, step} is a seed axis of every seed the matrix may train (the runner trains them in rounds);
+    # a ladder's rungs a pseudo-axis, before the seeds
+    rungs = {RUNG_AXIS: matrix.ladder.names} if matrix.ladder is not None else {}
+    axes_values = {**matrix.axes, **rungs, **({"seed": matrix.seed_values} if matrix.seeds else {})}
     for index, values in enumerate(itertools.product(*axes_values.values())):
         axes = dict(zip(axes_values, values, strict=True))
         try:
@@ -239,8 +300,10 @@ def expand_matrix(path: str | Path) -> Expansion:
             problems += [f"{path} [cell {axes_text(axes)}]: {line}" for line in str(exc).splitlines()]
             continue
         cells.append(Cell(index, run, run.task.display_name, variant_label(axes), run.seed, axes, phase=phase))
+    computes, ladder_problems = ladder_checks(expansion, cells) if not problems else ({}, [])
+    expansion = replace(expansion, computes=computes)
     tuning, tuning_problems = tuning_cells(expansion, cells)
-    problems += folder_problems(path, cells) + tuning_problems + folder_problems(path, tuning)
+    problems += ladder_problems + folder_problems(path, cells) + tuning_problems + folder_problems(path, tuning)
     if problems:
         # the same mistake usually breaks every cell: report each distinct problem once
         raise ConfigError("\n".join(dict.fromkeys(problems)))
@@ -249,6 +312,28 @@ def expand_matrix(path: str | Path) -> Expansion:
     cells = [replace(cell, tb_run=run) for cell, run in zip(cells, reported_runs, strict=True)]
     tuning = [replace(cell, tb_run=run) for cell, run in zip(tuning, tuning_runs, strict=True)]
     return replace(expansion, cells=cells, tuning=tuning)
+
+
+def ladder_checks(expansion: Expansion, cells: list[Cell]) -> tuple[dict[str, float], list[str]]:
+    """A ladder's rungs' computes and what is wrong with the ladder as its cells show (see
+    :mod:`blockbench.matrix.ladder`): a rung whose compute cannot be computed and is not declared, or
+    differs from the declared one, computes that do not increase, a scaled setting no cell has."""
+    ladder = expansion.matrix.ladder
+    if ladder is None:
+        return {}, []
+    by_rung: dict[str, list[RungCell]] = {}
+    seen = set()
+    for cell in cells:
+        if (cell.task, cell.variant) in seen:
+            continue  # one cell of each task x variant at each rung: the seeds share its settings
+        seen.add((cell.task, cell.variant))
+        axes = {key: value for key, value in cell.axes.items() if key != RUNG_AXIS}
+        rung_cell = RungCell(f"{cell.task}/{cell.variant}", expansion.run_config(axes), cell.run)
+        by_rung.setdefault(cell.axes[RUNG_AXIS], []).append(rung_cell)
+    source = str(expansion.path)
+    references = [rung_cell.reference for group in by_rung.values() for rung_cell in group]
+    computes, problems = rung_computes(ladder, by_rung, source)
+    return computes, problems + missing_settings(ladder, references, source)
 
 
 def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], list[str]]:
@@ -273,8 +358,9 @@ def tuning_cells(expansion: Expansion, cells: list[Cell]) -> tuple[list[Cell], l
         variants.setdefault((cell.task, cell.variant), cell)
     tuning = []
     for cell in variants.values():
-        for seed, values in itertools.product(matrix.tune_seeds, itertools.product(*matrix.tune.values())):
-            tuned = dict(zip(matrix.tune, values, strict=True))
+        grid = expansion.grid(cell)
+        for seed, values in itertools.product(matrix.tune_seeds, itertools.product(*grid.values())):
+            tuned = dict(zip(grid, values, strict=True))
             try:
                 tuning.append(expansion.tuning_cell(cell, tuned, seed, len(tuning)))
             except ConfigError as exc:

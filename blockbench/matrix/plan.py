@@ -26,6 +26,7 @@ from ..store.reuse import REUSED, ReuseRule, earlier_record
 from .devices import cell_hardware
 from .expand import Cell, Expansion
 from .schedule import Results, extended_tuning, first_round, pending_tuning
+from .topgrid import held_back
 from .tuning import REPORT, Tuning
 
 #: statuses of a cell before the run; all but DONE (and STALE with --reuse-stale) are trained
@@ -156,7 +157,8 @@ def plan_matrix(expansion: Expansion, matrix_dir: Path, rule: ReuseRule) -> Matr
     a variant's tuning that has ended (every rung reusable here) has its choice known before anything
     trains, so its reported cells are planned at it."""
     results = Results(matrix_dir, rule)
-    tuning, tunings = extended_tuning(expansion, expansion.tuning, results, finished_only=True)
+    start = [cell for cell in expansion.tuning if not held_back(expansion, cell)]
+    tuning, tunings = extended_tuning(expansion, start, results, finished_only=True)
     settled = {cell.key for cell in tuning if results.record(cell, finished_only=True)}
     pending = {cell.key for cell in pending_tuning(tuning, tunings)}
     tuning_plans = plan_cells([cell for cell in tuning if cell.key in settled | pending], matrix_dir, rule)
@@ -168,6 +170,11 @@ def plan_matrix(expansion: Expansion, matrix_dir: Path, rule: ReuseRule) -> Matr
         cell
         for cell in tuning
         if cell.key not in planned and (cell.task, cell.variant) not in known and results.record(cell) is None
+    ]
+    # a centred top rung's stand-ins until the rungs below have chosen: listed for the estimate
+    placed = {(cell.task, cell.variant) for cell in tuning}
+    later += [
+        cell for cell in expansion.tuning if held_back(expansion, cell) and (cell.task, cell.variant) not in placed
     ]
     later += [cell for cell in expansion.cells if cell not in first]
     # a later round's cells: reused where a run got that far, else trained only if a round needs them

@@ -15,7 +15,7 @@ from collections import Counter
 from blockbench.tasks import TASK_CONFIGS
 
 from ..prereg import ALPHA, FUTILITY, RULE_VERSION, AnalysisPlan, TaskPlan
-from .expand import Expansion
+from .expand import Expansion, design_label
 from .tuning import EXTENSION_STEPS
 
 
@@ -42,7 +42,8 @@ def analysis_plan(expansion: Expansion) -> AnalysisPlan:
     seeds = matrix.seeds
     per_side = Counter((cell.task, cell.variant) for cell in expansion.cells)
     looks = list(seeds.sizes) if seeds else [max(per_side.values(), default=0)]
-    first = expansion.cells[0].variant if expansion.cells else None  # the report's default baseline
+    # the report's default baseline: the first cell's variant (a ladder's without its rung: every rung's baseline)
+    first = design_label(expansion.cells[0].axes) if expansion.cells else None
     return AnalysisPlan(
         rule=RULE_VERSION,
         alpha=ALPHA,

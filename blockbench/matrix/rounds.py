@@ -14,18 +14,23 @@ from ..progress import format_duration
 from ..provenance import code_fingerprint
 from ..store.files import record_untrained
 from ..store.layout import TRAIN_LOG, TUNE_FILE
-from ..store.record import CellRecord, RunCell, RunPhase, write_tuning
+from ..store.record import CellRecord, HeadroomCheck, RunCell, RunPhase, write_headroom, write_tuning
 from ..store.reuse import ReuseRule, copy_cell
 from ..walltime import WallClock
 from .devices import DevicePool, devices_per_cell
 from .estimate.total import MatrixProgress
 from .expand import Cell, Expansion
+from .headroom import HeadroomPhase, headroom_check
 from .jobs import Slot, cell_file, describe_outcome, run_cell, run_cells_as_jobs, write_cell_file
 from .launch import stopping
 from .plan import ELSEWHERE, NO_CHOICE, CellPlan, MatrixPlan, plan_cells, plan_reported
 from .say import say
 from .schedule import Results, Schedule, SeedRounds, TuningRungs
+from .topgrid import top_grids
 from .tuning import REPORT, TUNE, Tuning, tuning_record
+
+#: the phase of a ladder's headroom check in ``matrix_run.json``
+HEADROOM = "headroom"
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,20 @@ class Rounds:
             say(schedule.describe(cells))
             records.append(self.run_round(self.add_plans(cells, rule)))
 
+    def headroom(
+        self, plans: list[CellPlan], phase: HeadroomPhase, results: Results, rule: ReuseRule, expansion: Expansion
+    ) -> HeadroomCheck:
+        """A ladder's headroom check first (:mod:`blockbench.matrix.headroom`): the ``plans`` of its cells
+        trained (or reused), the check decided from their results and recorded in ``headroom.json``."""
+        self.progress.take(plans)
+        self.phases[HEADROOM] = merge_rounds(self.run_schedule(plans, phase, results, rule))
+        check = headroom_check(expansion, phase.cells, results)
+        write_headroom(self.matrix_dir, check)
+        for task in check.tasks:
+            distance = "" if task.distance is None else f", {task.distance:.3g} from the best ({task.status})"
+            say(f"headroom: {task.task}: {task.cell}{distance}{f'; {task.detail}' if task.detail else ''}")
+        return check
+
     def tune(
         self, first: list[CellPlan], rungs: TuningRungs, results: Results, rule: ReuseRule, expansion: Expansion
     ) -> dict[tuple[str, str], Tuning]:
@@ -173,7 +192,8 @@ class Rounds:
         recorded in ``tune.json``."""
         self.phases[TUNE] = merge_rounds(self.run_schedule(first, rungs, results, rule))
         matrix = expansion.matrix
-        record = tuning_record(matrix.tune, matrix.tune_seeds, list(rungs.tunings.values()))
+        grids = top_grids(expansion, rungs.tunings)
+        record = tuning_record(matrix.tune, matrix.tune_seeds, list(rungs.tunings.values()), grids)
         write_tuning(self.matrix_dir, record)
         for tuned in rungs.tunings.values():
             say(f"tuned {tuned.describe()}")

@@ -6,7 +6,9 @@ on other hardware than this run's is refused). Then the run is one loop: train a
 round's cells, ask the schedule (``schedule``) which cells the results on disk call for next, until it
 has none. A matrix with ``tune:`` runs two schedules, successive halving's tuning rungs and then the
 reported cells at the values they chose (``tuning``); with ``seeds: {min, max, step}`` the reported
-cells come in rounds of seeds for the questions still undecided. Each cell runs ``blockbench train``
+cells come in rounds of seeds for the questions still undecided. A matrix with a scale ladder runs a
+phase before them all: the baseline alone at the top rung, which stops the run where a task has no
+headroom there (``headroom``). Each cell runs ``blockbench train``
 in a process of its own (``jobs``, ``launch``) and writes its folder through the store; the time
 estimate watches the run (``estimate``), and the report, which sits beside the runner, is handed in
 by the command line (:class:`Reporting`).
@@ -26,6 +28,7 @@ from ..prereg import PlanBook
 from ..provenance import code_fingerprint
 from ..store.files import write_matrix_copy
 from ..store.lineage import Lineage
+from ..store.record import HeadroomCheck
 from ..store.reuse import ReuseRule, trained_elsewhere
 from ..tensorboard.logdirs import publish_logdirs
 from ..walltime import WallClock
@@ -36,10 +39,11 @@ from .estimate.timing import cell_timer
 from .estimate.total import MatrixProgress, describe_total
 from .expand import Expansion, expand_matrix
 from .finish import Reporting, RunRecord, finish_matrix
+from .headroom import HeadroomPhase, headroom_cells
 from .jobs import AUTO_JOBS, ClusterOptions, forks, gpu_devices, gpu_packing, job_slots, resolve_jobs
 from .launch import start_server, stop_cells_on_sigterm
 from .peaks import resolve_peaks
-from .plan import MatrixPlan, plan_matrix, refuse_other_hardware
+from .plan import MatrixPlan, plan_cell, plan_matrix, refuse_other_hardware
 from .preregister import analysis_plan
 from .rounds import Rounds
 from .say import say
@@ -110,6 +114,7 @@ class MatrixRunner:
         """What the dry run says under its cells: the analysis plan, the choices known, the rounds of seeds."""
         matrix = self.expansion.matrix
         notes = [f"analysis plan {analysis_plan(self.expansion).digest()} (what decides the verdicts; see plan.json)"]
+        notes += self.ladder_notes()
         notes += [f"tuned {tuned.describe()}" for tuned in self.plan.known.values()]
         if matrix.seeds:
             notes.append(
@@ -120,6 +125,26 @@ class MatrixRunner:
         return notes + [
             f"{key} is being trained by {by}: a run now would stop at once" for key, by in self.held.items()
         ]
+
+    def ladder_notes(self) -> list[str]:
+        """What the dry run says of a ladder: its rungs and their compute, and the headroom check first."""
+        ladder, expansion = self.expansion.matrix.ladder, self.expansion
+        if ladder is None:
+            return []
+        rungs = ", ".join(f"{name} ({expansion.computes[name]:g}x compute)" for name in ladder.names)
+        notes = [f"ladder: rungs {rungs}; each variant is compared with the baseline at its own rung"]
+        if ladder.top_grid is not None:
+            notes.append(
+                f"the top rung {ladder.top.name} tunes {ladder.top_grid.points} values centred on the rate "
+                "extrapolated from the rungs below, once they have chosen (listed as if needed until then)"
+            )
+        cells = headroom_cells(expansion)
+        if cells:
+            notes.append(
+                f"headroom first: {', '.join(cell.key for cell in cells)} train before any other cell; the run "
+                "stops there if a task's baseline is saturated or near it at the top rung"
+            )
+        return notes
 
     def dry_run(self) -> int:
         """Print each cell's status and the time estimate; write nothing and train nothing."""
@@ -200,7 +225,7 @@ class MatrixRunner:
         terminated: list[int] = []  # SIGTERM received (local cells only: cluster jobs are the scheduler's)
         try:
             with stop_cells_on_sigterm() if local else contextlib.nullcontext(terminated) as terminated:
-                self.run_phases(rounds)
+                stopped = self.run_phases(rounds)
         except KeyboardInterrupt:
             if not local:
                 raise
@@ -211,6 +236,9 @@ class MatrixRunner:
                 stream=sys.stderr,
             )
             return 128 + signal.SIGTERM if terminated else 130
+        if stopped is not None:  # a task without headroom: nothing else trained, nothing to report
+            say(stopped.message, stream=sys.stderr)
+            return 1
         record = RunRecord(
             self.command(),
             rounds.trained(),
@@ -221,11 +249,34 @@ class MatrixRunner:
         )
         return finish_matrix(self.matrix_dir, matrix.name, self.clock, record, self.reporting)
 
-    def run_phases(self, rounds: Rounds) -> None:
-        """Tuning (with ``tune:``), then the reported cells in rounds of seeds: each a schedule whose rounds
-        are trained until it asks for none."""
+    def run_headroom(self, rounds: Rounds) -> tuple[HeadroomCheck | None, set[str]]:
+        """A ladder's headroom check (:mod:`blockbench.matrix.headroom`), before any other cell: its
+        check (None without one) and the keys of the cells it trained, which the later phases skip."""
+        cells = headroom_cells(self.expansion)
+        if not cells:
+            return None, set()
+        rung = self.expansion.matrix.ladder.top.name if self.expansion.matrix.ladder else ""
+        say(
+            f"headroom first: the baseline alone at the top rung {rung}, one cell per task "
+            f"({', '.join(cell.key for cell in cells)}); the ladder stops if a task has no room there"
+        )
+        # a cell planned to train keeps its number; one listed only as if needed (a centred top rung's) gets a new one
+        numbers = {plan.cell.key: plan.n for plan in self.plan.plans if plan.n <= rounds.n_cells}
+        known = [cell for cell in cells if cell.key in numbers]
+        plans = [plan_cell(numbers[cell.key], cell, self.matrix_dir, self.rule) for cell in known]
+        plans += rounds.add_plans([cell for cell in cells if cell.key not in numbers], self.rule)
+        check = rounds.headroom(plans, HeadroomPhase(cells), self.results, self.rule, self.expansion)
+        return check, {cell.key for cell in cells}
+
+    def run_phases(self, rounds: Rounds) -> HeadroomCheck | None:
+        """A ladder's headroom check, then tuning (with ``tune:``), then the reported cells in rounds of
+        seeds: each a schedule whose rounds are trained until it asks for none. Return the headroom
+        check where it stopped the run (before any other cell), else None."""
         expansion, plan = self.expansion, self.plan
-        report_plans, tunings = plan.first_reported, plan.known
+        check, done = self.run_headroom(rounds)
+        if check is not None and check.stop:
+            return check
+        report_plans, tunings = [p for p in plan.first_reported if p.cell.key not in done], plan.known
         if expansion.tuning:
             matrix = expansion.matrix
             say(
@@ -233,12 +284,14 @@ class MatrixRunner:
                 f"successive halving over seeds {', '.join(map(str, matrix.tune_seeds))}"
             )
             rungs = TuningRungs(expansion, plan.tuning)
-            tunings = rounds.tune(plan.tuning_plans, rungs, self.results, self.rule, expansion)
+            first = [p for p in plan.tuning_plans if p.cell.key not in done]
+            tunings = rounds.tune(first, rungs, self.results, self.rule, expansion)
             with self.clock.part("planning"):
                 report_plans = rounds.plan_reported_after_tuning(expansion, plan, tunings, self.rule)
             say(f"phase 2 of 2, the reported seeds at the tuned values (recorded in {rounds.tune_file})")
         seeds = SeedRounds(expansion, self.reporting.open_questions, tunings)
-        rounds.report(report_plans, seeds, self.results, self.rule, {p.cell.key for p in report_plans})
+        rounds.report(report_plans, seeds, self.results, self.rule, {p.cell.key for p in report_plans} | done)
+        return None
 
 
 def run_matrix(path: str | Path, results_root: Path, *, reporting: Reporting | None = None, **options: Any) -> int:

@@ -25,6 +25,7 @@ from ..store.record import CellRecord
 from ..store.reuse import ReuseRule
 from .devices import cell_hardware
 from .expand import Cell, Expansion
+from .topgrid import centred_cells, top_grids
 from .tuning import Candidate, Tuning, extension, trial
 
 
@@ -107,14 +108,22 @@ def extended_tuning(
     """The tuning cells with those of the candidates the tuner added past the ends of the grid
     (:func:`blockbench.matrix.tuning.extension`), and each task x variant's tuning over all of them:
     a variant whose complete tuning chose an end gets the next value's cells, and its tuning is scored
-    again, until no variant needs another. A value the config rejects ends the extension there."""
+    again, until no variant needs another. A value the config rejects ends the extension there. A
+    ladder's top rung with a centred grid gets its cells once the rungs below have chosen
+    (:mod:`blockbench.matrix.topgrid`), and is extended past the ends of that grid."""
     seeds = expansion.matrix.tune_seeds
     refused: set[tuple[str, str]] = set()
     while True:
         tunings = tuning_outcomes(tuning, results, seeds, finished_only=finished_only)
+        centred = centred_cells(expansion, tuning, tunings)
+        if centred:
+            tuning = tuning + centred
+            continue
+        grids = top_grids(expansion, tunings)
         added: list[Cell] = []
         for key, outcome in tunings.items():
-            values = None if key in refused or not outcome.complete else extension(outcome, expansion.matrix.tune)
+            grid = grids.get(key, expansion.matrix.tune)
+            values = None if key in refused or not outcome.complete else extension(outcome, grid)
             if values is None:
                 continue
             template = next(cell for cell in tuning if (cell.task, cell.variant) == key)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,18 +240,27 @@ def _score_text(option: Candidate, seeds: Sequence[int]) -> str:
     return f"{score:.4g}" if score is not None else _status(option, seeds)
 
 
-def tuning_record(grid: dict[str, list[Any]], tune_seeds: Sequence[int], tunings: Sequence[Tuning]) -> dict[str, Any]:
+def tuning_record(
+    grid: dict[str, list[Any]],
+    tune_seeds: Sequence[int],
+    tunings: Sequence[Tuning],
+    grids: Mapping[tuple[str, str], dict[str, list[Any]]] | None = None,
+) -> dict[str, Any]:
     """What ``tune.json`` holds: the tuned keys, their grid as written and the seeds; per task its headline
     metric and direction, and per variant (:meth:`Tuning.record`) every candidate (``added``: one the
-    tuner added past an end of the grid) and the choice."""
+    tuner added past an end of the grid) and the choice; a variant that tuned another grid (``grids``:
+    a ladder's top rung, centred on the rungs below) records it as its ``grid``."""
     tasks: dict[str, dict[str, Any]] = {}
     for tuning in tunings:
         task = tasks.setdefault(
             tuning.task, {"metric": tuning.metric, "higher_is_better": tuning.higher_is_better, "variants": {}}
         )
-        record = tuning.record()
+        own = (grids or {}).get((tuning.task, tuning.variant))
+        record = tuning.record() | ({"grid": {key: list(values) for key, values in own.items()}} if own else {})
         for candidate in record["candidates"]:
-            candidate["added"] = any(candidate["values"].get(key) not in values for key, values in grid.items())
+            candidate["added"] = any(
+                candidate["values"].get(key) not in values for key, values in (own or grid).items()
+            )
         task["variants"][tuning.variant] = record
     return {
         "keys": list(grid),
@@ -272,7 +281,7 @@ def _numbers(values: Sequence[Any]) -> bool:
     )
 
 
-def _step(value: float, ratio: float, integer: bool) -> float:
+def grid_step(value: float, ratio: float, integer: bool) -> float:
     """``value`` times ``ratio``, to 4 significant digits (``9e-05``, not ``9.000000000000001e-05``)."""
     stepped = float(f"{value * ratio:.4g}")
     return round(stepped) if integer else stepped
@@ -299,7 +308,7 @@ def extension(tuning: Tuning, grid: dict[str, list[Any]]) -> dict[str, Any] | No
             beyond, ratio = sum(v > ends[-1] for v in tried), ends[-1] / ends[-2]
         else:
             continue
-        following = _step(value, ratio, integer)
+        following = grid_step(value, ratio, integer)
         if beyond < EXTENSION_STEPS and following not in tried and following > 0:
             return {**chosen.values, key: following}
     return None

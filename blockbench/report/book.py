@@ -90,6 +90,8 @@ class MatrixVerdicts:
     code: tuple[str, ...] = ()
     machines: tuple[str, ...] = ()
     cost: str | None = None
+    #: a ladder's trend table (``ladders.trend_table``): each task x variant's trend beside its per-rung verdicts
+    trends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,7 @@ def index_markdown(index: Index) -> str:
             + ".",
             "",
         ]
+    lines += _trends(index)
     lines += _provenance(index)
     if index.apart:
         lines += [
@@ -342,6 +345,24 @@ def index_markdown(index: Index) -> str:
         ]
         lines.append("")
     return "\n".join(lines)
+
+
+def _trends(index: Index) -> list[str]:
+    """``Trends up the ladders``: each ladder matrix's trend table (empty where no matrix has a ladder)."""
+    ladders = [m for m in index.matrices if m.trends]
+    if not ladders:
+        return []
+    lines = [
+        "## Trends up the ladders",
+        "",
+        "A matrix with a scale ladder asks each question at several sizes; its trend says whether the effect, as a "
+        "compute multiplier, holds, grows, shrinks or reverses with compute (docs/decisions/trend-rule.md), beside "
+        "the verdict at every rung.",
+        "",
+    ]
+    for matrix in ladders:
+        lines += [f"**{_matrix_cell(matrix)}**", "", *matrix.trends]
+    return lines
 
 
 def _provenance(index: Index) -> list[str]:

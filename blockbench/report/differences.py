@@ -259,6 +259,7 @@ def comparisons(a: TaskAnalysis) -> list[Comparison]:
                 not_learned=question.not_learned,
                 all_seeds_text=all_seeds_text(a, question),
                 cells=question_cells(a, question),
+                rungs=a.settings.rungs,
             )
         )
     return found

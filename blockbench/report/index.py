@@ -23,6 +23,7 @@ from .analysis import analyze
 from .book import Apart, Index, MatrixVerdicts, NotRun, book_rows, index_markdown
 from .forest import draw_book_picture
 from .fragility import fragile_questions
+from .ladders import ladder_questions, trend_table
 from .results import (
     MatrixSettings,
     book_seconds,
@@ -83,6 +84,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
                 code=tuple(code_versions(results + tuning, lineage) + lineage_lines(results + tuning, lineage)),
                 machines=tuple(machines(results + tuning)),
                 cost=_cost(folder, results, tuning),
+                trends=tuple(trend_table([q for analysis in analyses for q in ladder_questions(analysis)])),
             )
         )
     ran = {folder.name for folder in folders}

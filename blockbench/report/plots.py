@@ -317,3 +317,116 @@ def save_atomic(figure: Figure, path: Path) -> None:
     software version (nor a time: matplotlib writes none to a PNG), so redrawing unchanged results leaves
     the committed file unchanged."""
     save_figure(path, figure, format="png", dpi=DPI, metadata=PNG_METADATA)
+
+
+# learning-rate curves ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RatePanel:
+    """One rung's panel of learning-rate curves: its name, the trivial loss, variant -> (rate, loss) points
+    (loss None: the rate diverged or failed, drawn as × at the trivial loss)."""
+
+    rung: str
+    trivial: float
+    curves: dict[str, tuple[tuple[float, float | None], ...]]
+
+
+def draw_rate_curves(path: Path, title: str, panels: Sequence[RatePanel]) -> None:
+    """Loss against log10 of the peak learning rate, a panel per rung, a line per variant (colours shared
+    across panels), the trivial loss a dashed grey line; saved as PNG to ``path``."""
+    figure = Figure(figsize=(3.2 * len(panels) + 1.5, 3.4), layout="constrained")
+    FigureCanvasAgg(figure)
+    variants = list(dict.fromkeys(v for panel in panels for v in panel.curves))
+    colours = {v: f"C{i % 10}" for i, v in enumerate(variants)}
+    axes = figure.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        for variant, points in panel.curves.items():
+            x = [math.log10(rate) for rate, _ in points]
+            y = [panel.trivial if loss is None else min(loss, panel.trivial) for _, loss in points]
+            ax.plot(x, y, color=colours[variant], marker="o", label=variant)
+            failed = [(xi, panel.trivial) for xi, (_, loss) in zip(x, points, strict=True) if loss is None]
+            if failed:
+                ax.plot(*zip(*failed, strict=True), linestyle="none", marker="x", color=colours[variant], markersize=9)
+        ax.axhline(panel.trivial, color="0.6", linestyle="--", linewidth=1)
+        ax.set_title(f"rung {panel.rung}", fontsize=FONT["title"])
+        ax.set_xlabel("log10 peak learning rate", fontsize=FONT["base"])
+    axes[0].set_ylabel("validation loss (capped at the trivial loss)", fontsize=FONT["base"])
+    figure.legend(
+        handles=[Line2D([], [], color=colours[v], marker="o", label=v) for v in variants],
+        loc="outside right center",
+        fontsize=FONT["base"] - 0.5,
+        frameon=False,
+    )
+    figure.suptitle(title, fontsize=FONT["suptitle"])
+    save_atomic(figure, path)
+
+
+# the trend of a ladder ------------------------------------------------------------------------------
+
+#: a rung's marker colour by its per-rung verdict (any other word: grey)
+VERDICT_COLOURS = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue"}
+
+
+@dataclass(frozen=True)
+class TrendLine:
+    """One variant's trend in a family's panel: each rung's log2 compute, pairs, mean θ with its interval
+    (None: no interval) and per-rung verdict, and the fitted slope per doubling."""
+
+    variant: str
+    x: tuple[float, ...]
+    pairs: tuple[int, ...]
+    theta: tuple[float, ...]
+    intervals: tuple[tuple[float, float] | None, ...]
+    verdicts: tuple[str, ...]
+    slope: float
+    word: str
+
+
+def draw_trend(path: Path, title: str, panels: dict[str, Sequence[TrendLine]]) -> None:
+    """θ (the log ratio of reducible loss) against log2 compute, a panel per family (task), per variant
+    the rung means with their intervals, markers coloured by the rung's verdict, and the fitted slope
+    line (least squares over the pairs: through the pairs' mean point); saved as PNG to ``path``."""
+    figure = Figure(figsize=(4.2 * len(panels) + 1.0, 3.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (family, lines) in zip(axes, panels.items(), strict=True):
+        for i, line in enumerate(lines):
+            colour = f"C{i % 10}"
+            weights = sum(line.pairs)
+            x_mean = sum(n * x for n, x in zip(line.pairs, line.x, strict=True)) / weights
+            t_mean = sum(n * t for n, t in zip(line.pairs, line.theta, strict=True)) / weights
+            ends = [min(line.x), max(line.x)]
+            ax.plot(
+                ends,
+                [t_mean + line.slope * (x - x_mean) for x in ends],
+                color=colour,
+                label=f"{line.variant}: {line.word}",
+            )
+            for x, t, interval, verdict in zip(line.x, line.theta, line.intervals, line.verdicts, strict=True):
+                if interval is not None:
+                    ax.plot([x, x], interval, color=colour, linewidth=1)
+                ax.plot(
+                    [x],
+                    [t],
+                    marker="o",
+                    markersize=7,
+                    color=VERDICT_COLOURS.get(verdict, "0.5"),
+                    markeredgecolor=colour,
+                )
+        ax.axhline(0.0, color="0.6", linestyle="--", linewidth=1)
+        ax.set_title(family, fontsize=FONT["title"])
+        ax.set_xlabel("log2 training compute", fontsize=FONT["base"])
+        ax.legend(fontsize=FONT["base"] - 1, frameon=False)
+    axes[0].set_ylabel("θ: ln reducible-loss ratio", fontsize=FONT["base"])
+    figure.suptitle(title, fontsize=FONT["suptitle"])
+    figure.supxlabel(
+        textwrap.fill(
+            "Markers: rung means of θ with their intervals, filled by the rung's verdict (green better, red worse, "
+            "blue equivalent, grey otherwise); lines: the fitted slope per doubling.",
+            70 + 40 * (len(panels) - 1),
+        ),
+        fontsize=FONT["caption"],
+        color="0.25",
+    )
+    save_atomic(figure, path)

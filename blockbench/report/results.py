@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 
 from blockbench.tasks import Metric
 
-from ..matrixfile import ALWAYS_WITHIN, MatrixConfig, SeedPlan
+from ..matrixfile import ALWAYS_WITHIN, RUNG_AXIS, MatrixConfig, SeedPlan
 from ..overrides import ConfigError
 from ..provenance import code_fingerprint
 from ..store.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
@@ -216,6 +217,11 @@ class MatrixSettings:
     #: task (or preset label) -> metric -> an absolute margin of practical equivalence overriding the task's
     margins: dict[str, dict[str, float]] = field(default_factory=dict)
     verdicts: bool = True
+    #: a ladder's rungs, least compute first (each cell's ``rung`` axis; () without a ladder)
+    rungs: tuple[str, ...] = ()
+    #: each rung's training compute relative to the cell without the ladder, as the matrix file declares
+    #: it (None where a rung declares none: the runner computes it, the report reads the cells' FLOPs)
+    rung_computes: tuple[float | None, ...] = ()
 
     @classmethod
     def load(cls, matrix_dir: Path) -> MatrixSettings:
@@ -228,12 +234,14 @@ class MatrixSettings:
             matrix.description,
             matrix.baseline_variant,
             matrix.targets,
-            _cells(matrix.axes, matrix.seeds),
+            _cells(matrix.axes, matrix.seeds) * (len(matrix.ladder.rungs) if matrix.ladder else 1),
             tuple(matrix.levels),
             matrix.seeds,
             len(matrix.axes["seed"]) if "seed" in matrix.axes else None,
             matrix.margins,
             matrix.verdicts,
+            tuple(matrix.ladder.names) if matrix.ladder else (),
+            tuple(rung.compute for rung in matrix.ladder.rungs) if matrix.ladder else (),
         )
 
     @classmethod
@@ -255,16 +263,21 @@ class MatrixSettings:
             str(task): {str(m): float(v) for m, v in (metrics or {}).items()}
             for task, metrics in (raw.get("margins") or {}).items()
         }
+        ladder = raw.get("ladder") if isinstance(raw.get("ladder"), dict) else {}
+        rungs = [rung for rung in ladder.get("rungs") or [] if isinstance(rung, dict) and "name" in rung]
+        computes = [rung.get("compute") for rung in rungs]
         return cls(
             str(raw.get("description") or ""),
             raw.get("baseline_variant"),
             targets,
             _cells(lists, seeds) if len(lists) == len(axes) else 0,
-            levels,
+            (*levels, RUNG_AXIS) if rungs else levels,
             seeds,
             len(lists["seed"]) if "seed" in lists else None,
             margins,
             raw.get("verdicts") is not False,
+            tuple(str(rung["name"]) for rung in rungs),
+            tuple(float(c) if isinstance(c, (int, float)) else None for c in computes),
         )
 
     def without_result(self, matrix_dir: Path, results: int) -> int:
@@ -382,6 +395,45 @@ def tuning_records(matrix_dir: Path) -> list[CellRecord]:
 
 
 @dataclass(frozen=True)
+class TuningCell:
+    """One tuning cell with a result: its task, variant label, rung (None without a ladder), the values it
+    tuned (``{"optimizer.lr": 0.001}``), its seed and its record."""
+
+    task: str
+    variant: str
+    rung: str | None
+    values: dict[str, Any]
+    seed: int | None
+    record: CellRecord
+
+
+def tuning_cells(matrix_dir: Path) -> list[TuningCell]:
+    """Every tuning cell of a matrix with a result and a cell.json, in matrix order."""
+    found = []
+    for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
+        cell_file = result_file.with_name(CELL_FILE)
+        if not cell_file.is_file():
+            continue
+        cell = json.loads(cell_file.read_text())
+        rung = (cell.get("axes") or {}).get(RUNG_AXIS)
+        cell_values = cell.get("tuned") or {}
+        found.append(
+            (
+                cell.get("index", 0),
+                TuningCell(
+                    cell["task"],
+                    cell["variant"],
+                    None if rung is None else str(rung),
+                    cell_values,
+                    cell.get("seed"),
+                    load_record(result_file),
+                ),
+            )
+        )
+    return [cell for _, cell in sorted(found, key=lambda item: item[0])]
+
+
+@dataclass(frozen=True)
 class TuningCost:
     """What tuning one task x variant cost: its tuning cells with a result and their processes' seconds."""
 
@@ -392,18 +444,27 @@ class TuningCost:
 def tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
     """(task, variant) -> the cost of its tuning cells (``<matrix>/tune/cells/<task>/<variant>/...``, named
     by their cell.json), in matrix order: the price of each variant's tuned value, which the summary states."""
-    costs: dict[tuple[str, str], TuningCost] = {}
-    first: dict[tuple[str, str], int] = {}  # the smallest cell index of each, for the matrix order
-    for result_file in sorted((matrix_dir / TUNE_DIR / CELLS_DIR).rglob(RESULT_FILE)):
-        cell_file = result_file.with_name(CELL_FILE)
-        if not cell_file.is_file():
+    return _tuning_costs(matrix_dir, lambda cell: (cell.task, cell.variant))
+
+
+def rung_tuning_costs(matrix_dir: Path) -> dict[tuple[str, str], TuningCost]:
+    """(task, rung) -> the cost of a ladder's tuning at that rung, every variant's tuning cells of the task
+    there (their processes' seconds, as :func:`tuning_costs`), in matrix order; empty without a ladder. The
+    headroom check's cell is a tuning cell of the top rung and counts there."""
+    return _tuning_costs(matrix_dir, lambda cell: (cell.task, cell.rung))
+
+
+def _tuning_costs(matrix_dir: Path, key_of: Callable[[TuningCell], tuple[str, Any]]) -> dict[tuple, TuningCost]:
+    """``key_of(cell)`` -> the cost of the tuning cells (:func:`tuning_cells`) with that key (None in its second
+    place: left out), in the order of each key's first cell."""
+    costs: dict[tuple[str, Any], TuningCost] = {}
+    for cell in tuning_cells(matrix_dir):
+        key = key_of(cell)
+        if key[1] is None:
             continue
-        cell = json.loads(cell_file.read_text())
-        key = (cell["task"], cell["variant"])
         before = costs.get(key, TuningCost(0, 0.0))
-        costs[key] = TuningCost(before.cells + 1, before.seconds + (load_record(result_file).wall_time_s or 0.0))
-        first[key] = min(first.get(key, cell.get("index", 0)), cell.get("index", 0))
-    return dict(sorted(costs.items(), key=lambda item: first[item[0]]))
+        costs[key] = TuningCost(before.cells + 1, before.seconds + (cell.record.wall_time_s or 0.0))
+    return costs
 
 
 def book_seconds(matrix_dirs: list[Path]) -> tuple[float, float]:

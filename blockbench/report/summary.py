@@ -39,6 +39,8 @@ from ..walltime import CELL_PARTS, MATRIX_PARTS
 from .analysis import TaskAnalysis, analyze
 from .forest import VERDICT_PICTURE, draw_matrix_picture
 from .fragility import summary_swaps
+from .ladders import draw_trend_picture, ladder_cost_line, ladder_questions, trend_section
+from .lrcurves import rate_curves, rate_section
 from .plans import plan_section
 from .plots import CURVES_PICTURE, draw_curves
 from .results import (
@@ -49,6 +51,7 @@ from .results import (
     lineage_lines,
     machines,
     matrix_description,
+    rung_tuning_costs,
     tuning_records,
 )
 from .section import comparisons, curve_row, section_csv_rows, section_markdown
@@ -92,6 +95,7 @@ def write_summary(matrix_dir: Path, *, before_header: Callable[[], None] | None 
         lines += section_markdown(analysis)
         csv_rows += section_csv_rows(analysis)
     lines += _curves(matrix_dir, analyses)  # plots/curves.png
+    lines += rate_section(matrix_dir, rate_curves(matrix_dir, settings))  # plots/lr_<task>.png, a ladder's
     lines += _did_not_learn(analyses)
     lines += _diverged_and_failed(groups)
     lines += _wrong_split(groups)
@@ -102,6 +106,9 @@ def write_summary(matrix_dir: Path, *, before_header: Callable[[], None] | None 
     picture = draw_matrix_picture(matrix_dir, found, apart=apart is not None)  # plots/verdicts.png
     swaps = summary_swaps(matrix_dir, analyses)  # the baseline swap (``fragility``): fragile verdicts marked
     found = swaps.marked(matrix_dir.name, found)
+    ladder = [q for analysis in analyses for q in ladder_questions(analysis)]
+    baseline = analyses[0].baseline_label if analyses else ""
+    trends = trend_section(ladder, baseline, draw_trend_picture(matrix_dir, ladder))  # plots/trend.png
 
     if before_header is not None:
         before_header()
@@ -112,6 +119,7 @@ def write_summary(matrix_dir: Path, *, before_header: Callable[[], None] | None 
         + verdict_lines(found, apart=apart)
         + swaps.summary_lines(matrix_dir.name)
         + picture
+        + trends
         + lines
     )
     write_summary_files(matrix_dir, markdown, _to_csv(csv_rows))
@@ -263,6 +271,7 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
             f"Unfinished: {missing} cell(s) without a result yet (`blockbench matrix` resumes the run), so the "
             "verdicts below are provisional: they compare the cells that have finished.  "
         )
+    lines += ladder_cost_line(settings.rungs, groups, rung_tuning_costs(matrix_dir))
     lines += [f"Machine: {m}  " for m in machines(results + tuning)]
     lines += _bit_for_bit(results + tuning)
     lineage = Lineage.load(matrix_dir.parent)  # the results folder's (blockbench.store.lineage)

@@ -30,6 +30,7 @@ from typing import Any
 
 from blockbench.tasks import Metric
 
+from ..matrixfile import RUNG_AXIS
 from ..store.record import CellLoad
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, RANK_SUM, SIGNED_RANK, UNDECIDED, WITHIN_MARGIN, WORSE, Decision
 from .headroom import NOT_LEARNED_SHARE
@@ -103,11 +104,22 @@ def family_title(family: str) -> str:
     return FAMILIES.get(family, family)
 
 
-def _level_key(level: tuple[tuple[str, Any], ...]) -> tuple:
-    """A sort key of a level: numbers by value, anything else by its text, after them."""
+def _level_key(level: tuple[tuple[str, Any], ...], rungs: tuple[str, ...] = ()) -> tuple:
+    """A sort key of a level: a ladder's rung by its place in ``rungs`` (least compute first, not as text:
+    ``0.25x``, ``1x``, ``4x``, ``16x``), numbers by value, anything else by its text, after them."""
     return tuple(
-        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v)) for _, v in level
+        (0, rungs.index(v), "")
+        if axis == RUNG_AXIS and v in rungs
+        else (0, v, "")
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else (1, 0, str(v))
+        for axis, v in level
     )
+
+
+def _rungs_of(comparisons: Iterable[Comparison]) -> tuple[str, ...]:
+    """The ladder's rungs, least compute first, of the comparisons' matrix (() without a ladder)."""
+    return next((c.rungs for c in comparisons if c.rungs), ())
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,8 @@ class Comparison:
     all_seeds_text: str = ""
     #: the cells the question was asked of (None: no look, e.g. no cells of the baseline)
     cells: QuestionCells | None = None
+    #: the matrix's ladder rungs, least compute first (() without a ladder): the order its levels sort in
+    rungs: tuple[str, ...] = ()
 
     @property
     def decided(self) -> bool:
@@ -335,7 +349,7 @@ def level_flags(comparisons: Iterable[Comparison]) -> dict[tuple[str, str, str],
             by_key.setdefault((c.task, c.variant, c.baseline), []).append(c)
     flags = {}
     for key, found in by_key.items():
-        decided = [c for c in sorted(found, key=lambda c: _level_key(c.level)) if c.decided]
+        decided = [c for c in sorted(found, key=lambda c: _level_key(c.level, c.rungs)) if c.decided]
         if len({c.verdict for c in decided}) < 2:
             continue
         budget_only = all(axis == BUDGET_AXIS for c in decided for axis, _ in c.level)
@@ -410,8 +424,8 @@ def _rows(comparisons: list[Comparison]) -> dict[tuple[str, str, tuple], list[Co
     rows: dict[tuple[str, str, tuple], list[Comparison]] = {}
     for c in comparisons:
         rows.setdefault((c.variant, c.baseline, c.level), []).append(c)
-    variants = list(dict.fromkeys(key[0] for key in rows))
-    return dict(sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), _level_key(item[0][2]))))
+    variants, rungs = list(dict.fromkeys(key[0] for key in rows)), _rungs_of(comparisons)
+    return dict(sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), _level_key(item[0][2], rungs))))
 
 
 def level_tables(comparisons: list[Comparison]) -> list[str]:
@@ -422,7 +436,8 @@ def level_tables(comparisons: list[Comparison]) -> list[str]:
     tasks = list(dict.fromkeys(c.task for c in comparisons if c.level))
     for task in tasks:
         found = [c for c in comparisons if c.task == task and c.level]
-        levels = sorted(dict.fromkeys(c.level for c in found), key=_level_key)
+        rungs = _rungs_of(found)
+        levels = sorted(dict.fromkeys(c.level for c in found), key=lambda level: _level_key(level, rungs))
         if len(levels) < 2:
             continue
         metric, baseline = found[0].metric, found[0].baseline

@@ -23,6 +23,8 @@ reads back, the path of a cell's folder, and the atomic writes that every writer
         jobs/                         JOBS_DIR: logs of cluster jobs (--launcher slurm)
         tune.json                     TUNE_FILE: a matrix's tune: section, every candidate's score and each
                                       variant's choice
+        headroom.json                 HEADROOM_FILE: a ladder's headroom check, the baseline at the top rung
+                                      before any other cell (store.record.HeadroomCheck)
         tune/cells/<task>/<variant>/<candidate>/seed<k>/   tuning_cell_directory: a tuning cell (the files
                                       of a cell; its TensorBoard run:
                                       tb_tune/<task>/<short variant>/<candidate>/seed<k>)
@@ -67,6 +69,7 @@ JOBS_DIR = "jobs"
 CELLS_DIR = "cells"
 CELL_FILE = "cell.json"
 TUNE_FILE = "tune.json"
+HEADROOM_FILE = "headroom.json"
 PLAN_FILE = "plan.json"
 TUNE_DIR = "tune"
 CONFIG_FILE = "config.yaml"

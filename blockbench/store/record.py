@@ -1,6 +1,6 @@
 """The records the runs leave on disk, as types: a cell's ``result.json`` (:class:`CellRecord`) and
-``load.json`` (:class:`CellLoad`), a matrix's ``tune.json`` and ``matrix_run.json`` (:class:`MatrixRun`),
-and the figures read from them.
+``load.json`` (:class:`CellLoad`), a matrix's ``tune.json``, ``matrix_run.json`` (:class:`MatrixRun`)
+and a ladder's ``headroom.json`` (:class:`HeadroomCheck`), and the figures read from them.
 
 The trainer (``blockbench.cell``) builds a :class:`CellRecord` and writes it; the runner
 (``blockbench.matrix``: reuse, estimates, tuning) and the report (``blockbench.report``) read it back
@@ -25,7 +25,7 @@ from ..tensorboard.names import (
     FINAL_FIGURES as FINAL_FIGURES,  # re-exported: the figures' tags live with the run's names
 )
 from ..tensorboard.names import throughput_tag
-from .layout import LOAD_FILE, RUN_FILE, TUNE_FILE, write_json
+from .layout import HEADROOM_FILE, LOAD_FILE, RUN_FILE, TUNE_FILE, write_json
 
 #: the version of :class:`CellRecord` that this code writes (``record_version`` in ``result.json``)
 RECORD_VERSION = 1
@@ -442,6 +442,45 @@ def read_matrix_run(matrix_dir: Path) -> MatrixRun | None:
     """The matrix's ``matrix_run.json``, or None if it has none (never run by ``blockbench matrix``)."""
     path = Path(matrix_dir) / RUN_FILE
     return MatrixRun.model_validate_json(path.read_bytes()) if path.is_file() else None
+
+
+class HeadroomTask(_Open):
+    """One task's part of a ladder's headroom check: the baseline's cell at the top rung, how it ended,
+    its headline metric's value, and how far that is from the best the metric allows (``of``: ``best``,
+    the metric's best value, or ``floor``, the LM grammar's entropy floor, in nats of loss) against the
+    task's saturation distance and the distance the ladder needs (``near``: a multiple of it)."""
+
+    task: str
+    variant: str
+    cell: str
+    status: str  # room, near, saturated, unknown (the cell did not finish) or no rule (the task declares none)
+    metric: str
+    value: float | None = None
+    of: str | None = None
+    distance: float | None = None
+    saturation: float | None = None
+    near: float | None = None
+    detail: str = ""
+
+
+class HeadroomCheck(_Open):
+    """A ladder's ``headroom.json``: the top rung, whether the run stopped there, each task's check and,
+    where it stopped, what to change."""
+
+    rung: str
+    stop: bool
+    tasks: list[HeadroomTask]
+    message: str = ""
+
+
+def write_headroom(matrix_dir: Path, check: HeadroomCheck) -> None:
+    write_json(matrix_dir / HEADROOM_FILE, check.model_dump(mode="json"))
+
+
+def read_headroom(matrix_dir: Path) -> HeadroomCheck | None:
+    """The matrix's ``headroom.json``, or None if it has none (no ladder, or not checked yet)."""
+    path = Path(matrix_dir) / HEADROOM_FILE
+    return HeadroomCheck.model_validate_json(path.read_bytes()) if path.is_file() else None
 
 
 class CellLoad(BaseModel):

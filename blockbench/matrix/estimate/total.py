@@ -157,6 +157,14 @@ class MatrixProgress:
                 else:
                     self.plans.pop(plan.n, None)
 
+    def take(self, plans: list[CellPlan]) -> None:
+        """Plans of cells that train ahead of their phase (a ladder's headroom check): counted from now
+        on, and no longer among the later tuning rungs expected."""
+        with self._lock:
+            ahead = {plan.cell.key for plan in plans}
+            self.expected = [(plan, r) for plan, r in self.expected if plan.cell.key not in ahead]
+            self.plans.update({plan.n: plan for plan in plans if plan.trains})
+
     def finish(self, n: int, result: CellRecord) -> float:
         """Record cell ``n``'s end; return its seconds."""
         with self._lock:

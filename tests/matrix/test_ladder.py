@@ -1,0 +1,285 @@
+"""A scale ladder in a matrix file (``ladder:``, ``blockbench.matrix.ladder``): every cell trains at
+every rung, the rung a pseudo-axis in its labels and folders and a level compared within; the rung's
+settings and the settings that scale with them are applied to each cell; the mistakes are refused
+before anything trains; the rung the book's size is gives exactly the book's cells, so they are copied;
+the top rung may tune a grid centred on the rate the rungs below point to."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import REPO, TINY_LM
+
+from blockbench.config import ConfigError
+from blockbench.matrix.expand import expand_matrix
+from blockbench.matrix.ladder import centred_grid, extrapolated_value, lattice
+from blockbench.matrix.tuning import Candidate, Trial, Tuning, tuning_record
+from blockbench.matrixfile import RUNG_AXIS, MatrixConfig
+from blockbench.store.record import load_record
+
+#: a tiny LM cell of 2 layers and 4 steps, the ladder's reference
+BASE = {
+    **TINY_LM,
+    "model": {**TINY_LM["model"], "n_layers": 2},
+    "optimizer": {"warmup_steps": 2},
+    "trainer": {**TINY_LM["trainer"], "max_steps": 4, "val_every_n_steps": 2},
+}
+#: depth x2 and steps x2 a rung: computes 1/4, 1 and 4; data, warm-up and validations with the steps
+LADDER = {
+    "rungs": [
+        {"name": "0.25x", "model.n_layers": 1, "trainer.max_steps": 2},
+        {"name": "1x"},
+        {"name": "4x", "compute": 4, "model.n_layers": 4, "trainer.max_steps": 8},
+    ],
+    "scale": {
+        "task.n_train_tokens": {"with": "trainer.max_steps"},
+        "optimizer.warmup_steps": {"with": "trainer.max_steps"},
+        "trainer.val_every_n_steps": {"with": "trainer.max_steps"},
+    },
+}
+
+
+def ladder_matrix(folder: Path, ladder: dict | None = None, base: dict = BASE, **spec) -> Path:
+    """A matrix file of the tiny LM, pre vs post, one seed, with ``ladder`` and ``spec``'s other keys."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.yaml").write_text(yaml.safe_dump(base))
+    matrix = {
+        "name": "lad",
+        "base": "base.yaml",
+        "axes": {"model.norm_placement": ["pre", "post"], "seed": [0]},
+        "ladder": LADDER if ladder is None else ladder,
+        **spec,
+    }
+    path = folder / "lad.yaml"
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return path
+
+
+def test_every_cell_trains_at_every_rung_with_the_rung_s_settings_and_those_that_scale(tmp_path):
+    expansion = expand_matrix(ladder_matrix(tmp_path))
+    cells = {cell.key: cell for cell in expansion.cells}
+    assert list(cells) == [
+        "lm/norm_placement=pre,rung=0.25x/seed0",
+        "lm/norm_placement=pre,rung=1x/seed0",
+        "lm/norm_placement=pre,rung=4x/seed0",
+        "lm/norm_placement=post,rung=0.25x/seed0",
+        "lm/norm_placement=post,rung=1x/seed0",
+        "lm/norm_placement=post,rung=4x/seed0",
+    ]
+    post = cells["lm/norm_placement=post,rung=4x/seed0"]
+    assert post.axes == {"model.norm_placement": "post", RUNG_AXIS: "4x", "seed": 0}
+    assert post.directory(Path("r")) == Path("r/cells/lm/norm_placement=post,rung=4x/seed0")
+    # (layers, steps, warm-up, validation interval, training tokens) at each rung: the data, the warm-up and the
+    # validations follow the steps (x1/2, x1, x2), so the epochs and the warm-up's share stay as they are
+    settings = {
+        cell.axes[RUNG_AXIS]: (
+            cell.run.model.n_layers,
+            cell.run.trainer.max_steps,
+            cell.run.optimizer.warmup_steps,
+            cell.run.trainer.val_every_n_steps,
+            cell.run.task.n_train_tokens,
+        )
+        for cell in expansion.cells
+        if cell.run.model.norm_placement == "post"
+    }
+    assert settings == {"0.25x": (1, 2, 1, 1, 4000), "1x": (2, 4, 2, 2, 8000), "4x": (4, 8, 4, 4, 16000)}
+    # layers x steps over the reference's: 1 x 2 / (2 x 4) = 1/4, 1, 4 x 8 / 8 = 4 (declared there, and checked)
+    assert expansion.computes == {"0.25x": 0.25, "1x": 1.0, "4x": 4.0}
+    # the rung is a level: each variant is compared with the baseline at its own rung
+    assert expansion.matrix.levels == [RUNG_AXIS]
+
+
+def test_the_rung_at_the_reference_is_the_cell_without_the_ladder(tmp_path):
+    """A rung that sets nothing trains exactly the matrix's cell without a ladder (same config hash), and so
+    does every rung's tuning cell at the reference: the ladder adds nothing to it, not even a default."""
+    tune = {"tune": {"optimizer.lr": [1e-3, 3e-3]}}
+    with_ladder = expand_matrix(ladder_matrix(tmp_path / "a", **tune))
+    spec = yaml.safe_load(ladder_matrix(tmp_path / "b", **tune).read_text())
+    del spec["ladder"]
+    (tmp_path / "b" / "lad.yaml").write_text(yaml.safe_dump(spec))
+    without = expand_matrix(tmp_path / "b" / "lad.yaml")
+    at_1x = [cell for cell in with_ladder.cells + with_ladder.tuning if cell.axes[RUNG_AXIS] == "1x"]
+    assert [cell.run.config_hash() for cell in at_1x] == [
+        cell.run.config_hash() for cell in without.cells + without.tuning
+    ]
+    others = [cell for cell in with_ladder.cells if cell.axes[RUNG_AXIS] != "1x"]
+    assert not {cell.run.config_hash() for cell in others} & {cell.run.config_hash() for cell in without.cells}
+
+
+def test_the_flagship_ladder_s_1x_rung_is_the_book_s_committed_cells():
+    """configs/matrix/prenorm_vs_postnorm_ladder.yaml at 1x expands to the configs of the committed cells of
+    prenorm_vs_postnorm (at each reported cell's tuned rate, and every tuning cell): the same config hashes,
+    so the runner copies them instead of training them again."""
+    expansion = expand_matrix(REPO / "configs" / "matrix" / "prenorm_vs_postnorm_ladder.yaml")
+    book = REPO / "results" / "prenorm_vs_postnorm"
+    reported = tuned = 0
+    for cell in expansion.cells + expansion.tuning:
+        if cell.axes[RUNG_AXIS] != "1x":
+            continue
+        folder = Path(str(cell.directory(book)).replace(",rung=1x", ""))
+        if not (folder / "result.json").is_file():
+            continue  # a seed the book's rounds did not need
+        if cell.phase == "tune":
+            assert cell.run.config_hash() == load_record(folder / "result.json").config_hash, cell.key
+            tuned += 1
+            continue
+        chosen = json.loads((folder / "cell.json").read_text())["tuned"]
+        at_choice = expansion.at_choice(cell, chosen)
+        assert at_choice.run.config_hash() == load_record(folder / "result.json").config_hash, cell.key
+        reported += 1
+    assert (reported, tuned) == (30, 30)  # the book's committed cells up to the ladder's 6 seeds, and its tuning
+    # the other rungs grow depth x2 and steps x2 a rung, the data and the warm-up with the steps
+    assert expansion.computes == {"0.25x": 0.25, "1x": 1.0, "4x": 4.0, "16x": 16.0}
+    top = {cell.task: cell.run for cell in expansion.cells if cell.axes[RUNG_AXIS] == "16x"}
+    assert (top["lm"].model.n_layers, top["lm"].trainer.max_steps, top["lm"].optimizer.warmup_steps) == (16, 1200, 120)
+    assert (top["lm"].task.n_train_tokens, top["translation"].task.n_train, top["vit"].task.n_train) == (
+        1_600_000,
+        160_000,
+        80_000,
+    )
+    assert (
+        top["translation"].resolved_model().encoder_layers == top["translation"].resolved_model().decoder_layers == 16
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {"axes": {"model.n_layers": [2, 4], "seed": [0]}},
+            "ladder: rung '0.25x' sets model.n_layers=1 but the axis model.n_layers also varies it",
+        ),
+        ({"ladder": {"rungs": [{"name": "1x"}]}}, "List should have at least 2 items"),
+        ({"ladder": {"rungs": [{"name": "a"}, {"name": "a", "trainer.max_steps": 8}]}}, "two rungs are named 'a'"),
+        (
+            {"ladder": {"rungs": [{"name": "a", "compute": 4}, {"name": "b", "compute": 2}]}},
+            "rung 'b' declares compute 2, not above rung 'a''s 4",
+        ),
+        (
+            {"ladder": {"rungs": [{"name": "a", "trainer.max_steps": 8}, {"name": "b"}]}},
+            "rung 'b' has compute 1, not above rung 'a''s 2",
+        ),
+        (
+            {"ladder": {"rungs": [{"name": "a"}, {"name": "b", "compute": 3, "trainer.max_steps": 8}]}},
+            "rung 'b' declares compute 3, but its cells train 2 times the layers x steps",
+        ),
+        (
+            {"ladder": {"rungs": [{"name": "a"}, {"name": "b", "model.n_layer": 4}]}},
+            "rung 'b': model.n_layer: unknown key; did you mean model.n_layers?",
+        ),
+        (
+            {"ladder": {"rungs": [{"name": "a"}, {"name": "b", "model.d_model": 64}]}},
+            "rung 'b' changes model.d_model 32 -> 64",
+        ),
+        (
+            {"ladder": {**LADDER, "scale": {"trainer.max_steps": "fixed"}}},
+            "rung '0.25x' sets trainer.max_steps, which ladder.scale also scales",
+        ),
+        (
+            {"ladder": {**LADDER, "scale": {"task.n_train": {"with": "trainer.max_steps"}}}},
+            "ladder.scale: task.n_train is a setting of none of the matrix's cells",
+        ),
+        (
+            {"ladder": {**LADDER, "scale": {"task.n_train_tokens": {"with": "model.n_layerz"}}}},
+            "model.n_layerz: unknown key; did you mean model.n_layers?",
+        ),
+        (
+            {"ladder": {**LADDER, "scale": {"task.n_train_tokens": {"per": "trainer.max_steps"}}}},
+            "is not a scale rule; write fixed",
+        ),
+        (
+            {"ladder": {"rungs": [{"name": "a"}, {"name": "b", "trainer.max_steps": 5}], "scale": LADDER["scale"]}},
+            "optimizer.warmup_steps (2) with trainer.max_steps gives 2.5 at rung 'b', not a whole number",
+        ),
+        ({"axes": {"rung": ["a"], "seed": [0]}}, "axis 'rung' is the ladder's own"),
+        ({"ladder": {**LADDER, "top_grid": {"points": 3}}}, "ladder.top_grid centres one tuned number"),
+        ({"ladder": {"rungs": [{"name": "a"}, {"name": "b", "seed": 3}]}}, "a rung cannot set 'seed'"),
+        ({"ladder": {"rungs": [{"name": "a", "comput": 2}, {"name": "b"}]}}, "'comput' is not a rung field; did you "),
+    ],
+)
+def test_ladder_mistakes_stop_the_matrix_before_anything_trains(tmp_path, spec, expected):
+    ladder = spec.pop("ladder", None)
+    with pytest.raises(ConfigError) as raised:
+        expand_matrix(ladder_matrix(tmp_path, ladder, **spec, **({"tune": {}} if "tune" not in spec else {})))
+    assert expected in str(raised.value)
+
+
+def test_a_rung_key_the_task_entry_sets_too_is_refused(tmp_path):
+    entry = {**BASE["task"], "overrides": {"trainer.max_steps": 6}}
+    with pytest.raises(
+        ConfigError, match=re.escape("rung '0.25x' sets trainer.max_steps, which the task entry's overrides")
+    ):
+        expand_matrix(ladder_matrix(tmp_path, axes={"task": [entry], "seed": [0]}))
+
+
+def test_a_rung_that_changes_the_width_declares_its_compute(tmp_path):
+    ladder = {"rungs": [{"name": "a"}, {"name": "wide", "compute": 3.5, "model.d_model": 64}]}
+    assert expand_matrix(ladder_matrix(tmp_path, ladder)).computes == {"a": 1.0, "wide": 3.5}
+
+
+@pytest.mark.parametrize(("rule", "expected"), [({"with": "model.n_heads"}, [2, 4]), ("fixed", [1, 2])])
+def test_each_variant_declares_how_it_scales(tmp_path, rule, expected):
+    """MQA (1 key/value head) and GQA (2 of 4 heads) up a rung of 8 heads: ``{with: model.n_heads}`` keeps their
+    share of the heads (2 and 4 of 8), ``fixed`` keeps their counts (1 and 2); a count stays whole or is refused."""
+    ladder = {
+        "rungs": [{"name": "a"}, {"name": "heads", "compute": 2, "model.n_heads": 8}],
+        "scale": {"model.n_kv_heads": rule},
+    }
+    base = {**BASE, "model": {**BASE["model"], "n_heads": 4}}
+    axes = {"model.n_kv_heads": [1, 2], "seed": [0]}
+    expansion = expand_matrix(ladder_matrix(tmp_path, ladder, base=base, axes=axes))
+    at = {(cell.axes[RUNG_AXIS], cell.axes["model.n_kv_heads"]): cell.run.model.n_kv_heads for cell in expansion.cells}
+    assert [at["a", 1], at["a", 2]] == [1, 2]
+    assert [at["heads", 1], at["heads", 2]] == expected
+    if rule != "fixed":
+        ladder["rungs"][1]["model.n_heads"] = 2  # half the heads: MQA's one KV head would be half a head
+        with pytest.raises(
+            ConfigError, match=re.escape("model.n_kv_heads (1) with model.n_heads gives 0.5 at rung 'heads'")
+        ):
+            expand_matrix(ladder_matrix(tmp_path / "half", ladder, base=base, axes=axes))
+
+
+# the top rung's grid ------------------------------------------------------------------------------------
+
+
+def test_the_top_rung_s_rate_is_extrapolated_on_log_log_and_snapped_to_the_grid_s_lattice():
+    """Chosen 3e-3, 1e-3, 3e-4 at 1/4, 1, 4 times the compute: x = ln C is -ln 4, 0, ln 4 (mean 0), so the
+    slope is ln(3e-4 / 3e-3) / (2 ln 4) and the intercept the mean of ln(3e-3), ln(1e-3), ln(3e-4); at 16
+    (x = 2 ln 4) the line gives (9e-10)^(1/3) x 0.1 = 9.655e-5. The lattice of [3e-4, 1e-3, 3e-3] below its
+    end steps by 0.3 (9e-5, 2.7e-5, ...) and above by 3 (9e-3, ...): the nearest value on a log scale is 9e-5,
+    and three points centred there are 2.7e-5, 9e-5 and 3e-4."""
+    centre = extrapolated_value([(0.25, 3e-3), (1.0, 1e-3), (4.0, 3e-4)], 16.0)
+    assert centre == pytest.approx(9e-10 ** (1 / 3) * 0.1, rel=1e-12)
+    grid = [3e-4, 1e-3, 3e-3]
+    assert lattice(grid, 3e-5, 1e-2, beyond=0) == pytest.approx([2.7e-5, 9e-5, 3e-4, 1e-3, 3e-3, 9e-3, 2.7e-2])
+    assert centred_grid(grid, centre, 3) == pytest.approx([2.7e-5, 9e-5, 3e-4])
+    # an even number of points takes the extra one on the side of the centre: 9.655e-5 is above 9e-5
+    assert centred_grid(grid, centre, 4) == pytest.approx([2.7e-5, 9e-5, 3e-4, 1e-3])
+    assert centred_grid(grid, 1e-3, 3) == grid  # the stand-in: centred on the grid's middle, the grid itself
+    with pytest.raises(ValueError, match="two rungs or more"):
+        extrapolated_value([(1.0, 1e-3)], 4.0)
+
+
+def test_tune_json_records_the_grid_a_centred_top_rung_tuned():
+    """The top rung's candidates count as added only past the ends of its own grid, which it records."""
+    trials = (Trial(1000, "c", "ok", 5.0),)
+    candidates = tuple(Candidate({"optimizer.lr": lr}, f"lr={lr}", trials) for lr in (2.7e-5, 9e-5, 3e-4, 8.1e-6))
+    tunings = [Tuning("lm", "v,rung=4x", "perplexity", False, candidates, (1000,))]
+    own = {("lm", "v,rung=4x"): {"optimizer.lr": [2.7e-5, 9e-5, 3e-4]}}
+    record = tuning_record({"optimizer.lr": [3e-4, 1e-3, 3e-3]}, [1000], tunings, own)
+    variant = record["tasks"]["lm"]["variants"]["v,rung=4x"]
+    assert variant["grid"] == {"optimizer.lr": [2.7e-5, 9e-5, 3e-4]}
+    assert [c["added"] for c in variant["candidates"]] == [False, False, False, True]
+
+
+def test_the_matrix_file_of_the_flagship_ladder_validates_as_a_design_matrix():
+    matrix = MatrixConfig.model_validate(
+        yaml.safe_load((REPO / "configs/matrix/prenorm_vs_postnorm_ladder.yaml").read_text())
+    )
+    assert matrix.ladder is not None and matrix.ladder.names == ["0.25x", "1x", "4x", "16x"]
+    assert matrix.levels == [RUNG_AXIS] and math.isclose(matrix.ladder.top.compute or 0, 16)

@@ -1,0 +1,114 @@
+"""A scale ladder in the report: rungs in ladder order wherever levels are listed, the trend verdict of
+every task x variant beside its per-rung verdicts (in the summary and the index), what each rung cost,
+the learning-rate curves of the tuning cells and the trend picture. The records are synthetic, from a
+power law whose truth is known: loss - floor = A·(m·C)^-α for a variant worth a compute multiplier m."""
+
+from __future__ import annotations
+
+import math
+
+from helpers import LADDER_FLOOR, LADDER_RUNGS, write_ladder_results
+
+from blockbench.report.index import write_index
+from blockbench.report.summary import write_summary
+
+PRE, POST = "norm_placement=pre", "norm_placement=post"
+ALPHA_B, A = 0.3, 0.8
+#: each seed's noise on ln(loss - floor), per side, zero mean at every rung: the rung means are the truth's
+NOISE = {PRE: (0.0, 0.01, -0.01), POST: (0.02, -0.02, 0.0)}
+
+
+def power_law(compute: float, multiplier: float = 1.0) -> float:
+    """The reducible loss at ``compute`` of a model worth ``multiplier`` times the baseline's compute."""
+    return A * (multiplier * compute) ** -ALPHA_B
+
+
+def ladder_losses(theta_of) -> dict[tuple[str, str], list[float | None]]:
+    """Per (design, rung) the seeds' losses: the baseline on the power law, the variant at θ = ``theta_of(x)``
+    above it in ln reducible loss (x = log2 of the compute)."""
+    losses = {}
+    for rung, compute in LADDER_RUNGS.items():
+        base = math.log(power_law(compute))
+        theta = theta_of(math.log2(compute))
+        for design, shift in ((PRE, 0.0), (POST, theta)):
+            losses[design, rung] = [LADDER_FLOOR + math.exp(base + shift + e) for e in NOISE[design]]
+    return losses
+
+
+def _trend_row(summary: str) -> list[str]:
+    section = summary.split("## Trend up the ladder")[1]
+    row = next(line for line in section.splitlines() if line.startswith("| lm | norm_placement=post"))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_rungs_sort_in_ladder_order_not_as_text(tmp_path):
+    """``16x`` sorts after ``4x`` (as text it would come before ``1x``), in the verdicts and the level table."""
+    summary = write_summary(write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: 0.2))).markdown
+    table = next(line for line in summary.splitlines() if line.startswith("| variant | rung="))
+    assert table == "| variant | rung=0.25x | rung=1x | rung=4x | rung=16x |"
+    verdicts = [line for line in summary.splitlines() if line.startswith("- ") and " vs norm_placement=pre at " in line]
+    assert [line.split(" at rung=")[1].split(":")[0].split(" ")[0] for line in verdicts][:4] == list(LADDER_RUNGS)
+
+
+def test_a_constant_compute_multiplier_holds_and_reads_the_multiplier_back(tmp_path):
+    """Post-norm worth half the baseline's compute at every rung: θ = α ln 2 at each, slope 0, holds; the
+    baseline's exponent is α; the multiplier reads 0.5 wherever half the rung's compute lies in the ladder."""
+    summary = write_summary(
+        write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: ALPHA_B * math.log(2)))
+    ).markdown
+    row = _trend_row(summary)
+    assert row[2] == "**holds**"
+    assert row[3].startswith("+0.000 [") and row[4].startswith(f"{ALPHA_B:.3f} [")
+    low, high = (float(v) for v in row[3].split("[")[1].rstrip("]").split(","))
+    assert -0.016 < low < 0 < high < 0.016
+    # half of 0.25x lies below the ladder: no multiplier there
+    assert row[5] == "×0.50 at 1x; ×0.50 at 4x; ×0.50 at 16x"
+    assert row[6:] == ["worse"] * 4  # the variant's reducible loss 23% above the baseline's at every rung
+    assert "Ladder cost per rung, cell processes with their tuning: 0.25x" in summary
+
+
+def test_a_growing_gap_grows_with_its_slope_per_doubling(tmp_path):
+    """θ = 0.1 + 0.05·x: the variant's reducible loss falls behind by 0.05 more per doubling: grows, slope +0.05."""
+    summary = write_summary(write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: 0.1 + 0.05 * x))).markdown
+    row = _trend_row(summary)
+    assert row[2] == "**grows**" and row[3].startswith("+0.050 [")
+    assert "](plots/trend.png)" in summary.split("## Trend up the ladder")[1]
+    assert (tmp_path / "lad" / "plots" / "trend.png").read_bytes()[:4] == b"\x89PNG"
+    # the per-rung verdicts, in ladder order, as the verdicts above say them
+    for rung, word in zip(LADDER_RUNGS, row[6:], strict=True):
+        line = next(line for line in summary.splitlines() if f"at rung={rung}:" in line and line.startswith("- "))
+        assert word.strip("*") in line
+
+
+def test_a_baseline_that_stops_improving_gets_no_trend_word(tmp_path):
+    losses = ladder_losses(lambda x: 0.2)
+    for rung in LADDER_RUNGS:  # every rung at the 1x rung's losses
+        for design in (PRE, POST):
+            losses[design, rung] = losses[design, "1x"]
+    summary = write_summary(write_ladder_results(tmp_path / "lad", losses)).markdown
+    assert _trend_row(summary)[2] == "none (ladder not scaling)"
+
+
+def test_the_index_shows_each_ladder_s_trend(tmp_path):
+    root = tmp_path / "results"
+    write_summary(write_ladder_results(root / "lad", ladder_losses(lambda x: 0.1 + 0.05 * x)))
+    index = write_index(root, matrices=tmp_path)
+    section = index.split("## Trends up the ladders")[1]
+    assert "[lad](lad/summary.md)" in section and "| lm | norm_placement=post | **grows** | +0.050 [" in section
+
+
+def test_learning_rate_curves_by_hand(tmp_path):
+    """At rung 1x, pre: 2.6, 2.3, 2.5 at 1e-4, 1e-3, 1e-2; post: 2.7, 2.4, diverged. The trivial loss 3.4: pre's
+    sensitivity ((2.6 + 2.3 + 2.5) / 3 - 2.3), post's ((2.7 + 2.4 + 3.4) / 3 - 2.4), penalty 2.4 - 2.3;
+    the largest rate that learns 1e-2 for pre, 1e-3 for post."""
+    tuning = {(PRE, "1x", 1e-4): 2.6, (PRE, "1x", 1e-3): 2.3, (PRE, "1x", 1e-2): 2.5}
+    tuning |= {(POST, "1x", 1e-4): 2.7, (POST, "1x", 1e-3): 2.4, (POST, "1x", 1e-2): None}
+    matrix_dir = write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: 0.2), tuning=tuning)
+    summary = write_summary(matrix_dir).markdown
+    section = summary.split("## Learning-rate curves")[1]
+    pre = (2.6 + 2.3 + 2.5) / 3 - 2.3
+    post = (2.7 + 2.4 + 3.4) / 3 - 2.4
+    assert f"| lm | 1x | {PRE} | 2.3000 | 0.001 | {pre:.4f} | – | 0.01 |" in section
+    assert f"| lm | 1x | {POST} | 2.4000 | 0.001 | {post:.4f} | +0.1000 | 0.001 |" in section
+    assert "](plots/lr_lm.png)" in section
+    assert (matrix_dir / "plots" / "lr_lm.png").read_bytes()[:4] == b"\x89PNG"
