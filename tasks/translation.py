@@ -136,6 +136,7 @@ class ParallelDataModule(TranslationDataModule):
             max_len=self.cfg.max_len,
             seed=self.data_seed,
             held_out=self.cfg.eval_split,
+            max_depth=self.cfg.max_depth,
         )
 
     def _dataset(self, split: str) -> TensorDataset:

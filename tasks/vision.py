@@ -51,9 +51,16 @@ class ShapesDataModule(TaskDataModule):
         # (generate_state(3)'s first two are generate_state(2)'s: a fixed seed draws what it drew before)
         train_seed, val_seed, tuning_seed = np.random.SeedSequence(self.data_seed).generate_state(3)
         held_out_seed = val_seed if self.cfg.eval_split == "validation" else tuning_seed
-        train = generate_shapes(n_images=self.cfg.n_train, image_size=self.cfg.image_size, seed=int(train_seed))
-        self.val_data = generate_shapes(
-            n_images=self.cfg.n_val, image_size=self.cfg.image_size, seed=int(held_out_seed)
+        cfg = self.cfg
+        train, self.val_data = (
+            generate_shapes(
+                n_images=n,
+                seed=int(seed),
+                image_size=cfg.image_size,
+                max_shapes=cfg.max_shapes,
+                pixel_noise_std=cfg.pixel_noise,
+            )
+            for n, seed in ((cfg.n_train, train_seed), (cfg.n_val, held_out_seed))
         )
         pixels = torch.from_numpy(train.images).float().div_(255)
         mean, std = pixels.mean(dim=(0, 1, 2))[:, None, None], pixels.std(dim=(0, 1, 2))[:, None, None]

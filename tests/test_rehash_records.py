@@ -1,6 +1,6 @@
-"""The one-off rewrite of committed records' config hashes (``benchmarks/book/rehash_records.py``): a record
-holding the hash the earlier code gave its config gets the whole-config hash, byte for byte otherwise;
-a rerun changes nothing; a hash that is neither stops it before anything is written."""
+"""The rewrite of committed records' config hashes (``benchmarks/book/rehash_records.py``): a record
+holding a hash an earlier code gave its config gets the whole-config hash, byte for byte otherwise;
+a rerun changes nothing; a hash that is none of them stops it before anything is written."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from blockbench.config import build_run_config, load_yaml, to_yaml
 SCRIPT = REPO / "benchmarks" / "book" / "rehash_records.py"
 #: hashes the earlier code gave configs/base.yaml with each task (computed by that code, not by the script)
 EARLIER = {"lm": "ac16a4138e919f5c", "translation": "4d486b8379e148cb", "vit": "9582b417e8e925dd"}
+#: the hashes before the generated tasks' harder settings (computed by that code: the whole config, without them)
+BEFORE_HARDER = {"lm": "99f5ad4aa5f5c6a6", "translation": "dd3ec965f8cc0a93", "vit": "345f9c7fa758b62a"}
 
 
 def script():
@@ -35,6 +37,21 @@ def cell(root, task, recorded):
 def test_the_earlier_hash_is_what_the_script_calls_old(task):
     run = build_run_config(load_yaml(REPO / "configs" / "base.yaml"), {"task": task})
     assert script()["legacy_hash"](run) == EARLIER[task]
+    assert script()["legacy_hash"](run, 1) == BEFORE_HARDER[task]
+
+
+@pytest.mark.parametrize("task", sorted(BEFORE_HARDER))
+def test_records_of_either_generation_get_the_new_hash(tmp_path, task):
+    run, result, before = cell(tmp_path, task, BEFORE_HARDER[task])
+    assert script()["main"]([str(tmp_path)]) == 0
+    assert result.read_text() == before.replace(BEFORE_HARDER[task], run.config_hash())
+    assert (run.config_hash() == BEFORE_HARDER[task]) == (task == "lm")  # lm gained no setting
+
+
+def test_a_harder_setting_away_from_its_default_is_no_earlier_config(tmp_path):
+    """A vit cell drawing 9 shapes was never made by the earlier code: its hash must not map to one."""
+    run = build_run_config(load_yaml(REPO / "configs" / "base.yaml"), {"task": "vit", "task.max_shapes": 9})
+    assert script()["legacy_hash"](run, 1) not in BEFORE_HARDER.values()
 
 
 def test_records_get_the_whole_config_hash_and_nothing_else_changes(tmp_path):

@@ -36,11 +36,8 @@ NEAR_FACTOR = 3.0
 ROOM, NEAR, SATURATED, UNKNOWN, NO_RULE = "room", "near", "saturated", "unknown", "no rule"
 #: the record's name of the LM's entropy floor among a cell's trivial baselines
 FLOOR = "loss_floor"
-#: what makes an embedded task harder, for the message (any task: ``blockbench list task`` lists its settings)
-HARDER = {
-    "lm": "a deeper grammar (task.max_depth: 3) or longer sequences (task.seq_len: 128)",
-    "translation": "none of its settings makes the sentences harder; leave it out of the ladder's task axis",
-}
+#: what the message suggests for a task whose config names no harder settings
+HARDER_ANY = "harder settings of its own (blockbench list task)"
 
 
 def baseline_design(expansion: Expansion) -> str:
@@ -84,7 +81,14 @@ def check_task(cell: Cell, record: CellRecord | None) -> HeadroomTask:
     """One task's check from its headroom cell's ``record`` (None: it has none)."""
     metric = cell.run.task.metrics[0]
     saturation = getattr(cell.run.task, "saturation", None)
-    found = HeadroomTask(task=cell.task, variant=cell.variant, cell=cell.key, status=UNKNOWN, metric=metric.name)
+    found = HeadroomTask(
+        task=cell.task,
+        variant=cell.variant,
+        cell=cell.key,
+        status=UNKNOWN,
+        metric=metric.name,
+        harder=type(cell.run.task).harder,
+    )
     if record is None or record.status != "ok" or metric.name not in record.metrics:
         how = "has no result" if record is None else f"ended {record.status}"
         return found.model_copy(update={"detail": f"{cell.key} {how}: its headroom is unknown"})
@@ -122,7 +126,7 @@ def stop_message(check: list[HeadroomTask], rung: str, path: Path) -> str:
             f"  {task.task}: {task.variant} ({task.cell}) is {task.distance:.3g} from {ceiling} ({task.status}: "
             f"saturated within {task.saturation:g}, the ladder needs more than {task.near:g}). Make {task.task} "
             f"harder for the whole ladder in its task entry of {path.name} (axes: task:), e.g. "
-            f"{HARDER.get(task.task, 'harder settings of its own (blockbench list task)')}; then run again (the "
+            f"{task.harder or HARDER_ANY}; then run again (the "
             "1x rung then trains at those settings instead of copying the book's cells)"
         )
     return "\n".join(lines)

@@ -461,6 +461,7 @@ class HeadroomTask(_Open):
     saturation: float | None = None
     near: float | None = None
     detail: str = ""
+    harder: str = ""  # the task's settings that make it harder (its config's ``harder``), for the message
 
 
 class HeadroomCheck(_Open):

@@ -59,6 +59,10 @@ class TaskConfig(BaseModel, ABC):
     #: ``build`` fills them in (see ``with_data_fields``) and a config must not set them
     data_decided_fields: ClassVar[tuple[str, ...]] = ()
 
+    #: settings that make the task harder without changing what it asks, as a scale ladder's headroom check
+    #: suggests them where the baseline saturates at the top rung ("": none named)
+    harder: ClassVar[str] = ""
+
     #: what a training seed varies besides the data (``seed_varies`` adds what it says of the data)
     seed_also_varies: ClassVar[str] = "the order of the training data, the initialisation and dropout"
 

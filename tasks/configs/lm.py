@@ -53,6 +53,7 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
     )
 
     margin = PERPLEXITY_MARGIN
+    harder = "a deeper grammar (task.max_depth: 3) or longer sequences (task.seq_len: 128)"
     saturation = Saturation(
         distance=0.03,
         of="floor",

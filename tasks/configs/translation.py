@@ -60,19 +60,28 @@ class TranslationTaskConfig(DecodingConfig, EmbeddedTaskConfig):
 
     margin = BLEU_MARGIN
     saturation = BLEU_SATURATION
+    harder = "nested relative clauses (task.max_depth: 2 with task.max_len: 40)"
 
     name: Literal["translation"] = "translation"
     n_train: int = Field(40_000, gt=0, description="training sentence pairs")
     n_val: int = Field(
         512, gt=0, description="validation sentence pairs (greedy-decoded for BLEU); the tuning split has as many"
     )
-    max_len: int = Field(24, ge=MAX_SENTENCE_WORDS + 2, description="padded tokens per sentence, BOS/EOS included")
+    max_len: int = Field(
+        24,
+        ge=MAX_SENTENCE_WORDS + 2,
+        description="padded tokens per sentence, BOS/EOS included (with relative clauses, longer pairs are redrawn)",
+    )
+    max_depth: int = Field(
+        0, ge=0, description="nesting depth of relative clauses (0: none; harder: more, with a larger max_len)"
+    )
     label_smoothing: float = Field(
         0.1, ge=0, lt=1, description="label smoothing of the training loss (not of validation)"
     )
 
     def model_overrides(self) -> dict[str, Any]:
-        return {"family": self.family, "vocab_size": len(translation_vocab()), "max_seq_len": self.max_len}
+        vocab = translation_vocab(relative_clauses=self.max_depth > 0)
+        return {"family": self.family, "vocab_size": len(vocab), "max_seq_len": self.max_len}
 
 
 class TextTranslationTaskConfig(DecodingConfig, RealDataTaskConfig):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.image_sources import ImageSource
-from ..data.shapes import shapes_class_names
+from ..data.shapes import DEFAULT_MAX_SHAPES, DEFAULT_PIXEL_NOISE_STD, MAX_SHAPES
 from ..metrics import Margin, Metric, Saturation
 from .base import EmbeddedTaskConfig, RealDataTaskConfig
 
@@ -42,6 +42,7 @@ class VisionTaskConfig(EmbeddedTaskConfig):
 
     margin = ACCURACY_MARGIN
     saturation = ACCURACY_SATURATION
+    harder = "more shapes and more pixel noise (task.max_shapes: 9, task.pixel_noise: 24)"
 
     name: Literal["vit"] = "vit"
     n_train: int = Field(20_000, gt=0, description="training images")
@@ -49,14 +50,18 @@ class VisionTaskConfig(EmbeddedTaskConfig):
         2_000, gt=0, description="validation images (rendered from another seed); the tuning split has as many"
     )
     image_size: int = Field(32, gt=0, description="side of the rendered images in pixels")
+    max_shapes: int = Field(
+        DEFAULT_MAX_SHAPES,
+        gt=1,
+        le=MAX_SHAPES,
+        description="the most shapes an image shows, and so the number of classes (harder: more)",
+    )
+    pixel_noise: float = Field(
+        DEFAULT_PIXEL_NOISE_STD, ge=0, description="standard deviation of the pixel noise in grey levels (harder: more)"
+    )
 
     def model_overrides(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "image_size": self.image_size,
-            "in_channels": 3,
-            "n_classes": len(shapes_class_names()),
-        }
+        return {"family": self.family, "image_size": self.image_size, "in_channels": 3, "n_classes": self.max_shapes}
 
 
 class AugmentConfig(BaseModel):

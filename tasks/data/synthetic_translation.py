@@ -42,10 +42,27 @@ one. An aligned example (target glossed word by word)::
 Target content words are pseudo-words coined from consonant-vowel syllables by a random
 generator with a fixed seed, so the shared vocabulary (``translation_vocab()``: specials,
 source words, target words) is the same for every corpus seed. Sentences have 5 to 17 words.
+
+Harder: relative clauses (``max_depth`` > 0, none by default). A noun phrase may then carry a
+clause whose subject is its noun, nested up to ``max_depth`` deep. The source keeps the verb
+next to "that"; the target closes the clause with the verb, after its object and everything
+nested in it, and the verb agrees with the head noun's number::
+
+    noun-phrase -> ... noun [that verb noun-phrase]       (source)
+    noun-phrase -> ... [numeral] [ke noun-phrase verb]    (target)
+
+    source:  some dark cats that see a house that likes some dogs help the red houses
+    target:  nai vuriben fase ke na kubuv ke oni fozugen ruret kodunt tai kubuven tome morunt
+    gloss:   a.F.PL cat.PL dark.F.PL that a.F house that a.M.PL dog.PL like.SG see.PL ...
+
+So the verb of an outer clause waits for the whole inner clause: a dependency that grows with the
+depth. Sentences longer than ``max_len`` are drawn again; "that" and "ke" join the vocabulary only
+when clauses are on, so the default vocabulary and corpus are exactly those without the setting.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Iterable
@@ -71,6 +88,7 @@ SOURCE_ADJECTIVES = ("big", "small", "red", "young", "dark")
 SOURCE_VERBS = ("see", "like", "follow", "find", "help")  # bare (plural) forms; the singular adds "s"
 SOURCE_PREPOSITIONS = ("near", "behind", "under")
 SOURCE_NUMERALS = ("two", "three", "four")
+SOURCE_RELATIVE = "that"  # opens a relative clause (only with max_depth > 0)
 
 
 def _source_words() -> list[str]:
@@ -104,6 +122,7 @@ TARGET_ADJECTIVE_ENDINGS = {  # (gender, plural) -> suffix of the adjective stem
 TARGET_NOUN_PLURAL_SUFFIX = "en"
 TARGET_VERB_SINGULAR_SUFFIX = "t"
 TARGET_VERB_PLURAL_SUFFIX = "nt"
+TARGET_RELATIVE = "ke"  # opens a relative clause; two letters, so no coined word (4+ letters) is it
 
 # The coined lexicon depends only on this seed, never on the corpus seed: changing it renames
 # every target word (and so changes the meaning of every trained checkpoint's vocabulary).
@@ -117,6 +136,7 @@ P_NUMERAL = 0.5  # a plural noun phrase has a numeral
 P_DEFINITE = 0.5  # a noun phrase is definite
 ADJECTIVE_COUNT_WEIGHTS = (0.4, 0.4, 0.2)  # a noun phrase has 0, 1 or 2 (distinct) adjectives
 P_PLACE = 0.5  # the sentence ends with a prepositional phrase
+P_RELATIVE = 0.4  # with max_depth > 0: a noun phrase above the deepest level carries a relative clause
 
 MAX_ADJECTIVES = len(ADJECTIVE_COUNT_WEIGHTS) - 1
 # three noun phrases of determiner + numeral + adjectives + noun, a verb and a preposition
@@ -201,12 +221,14 @@ def _target_words(lexicon: TargetLexicon) -> list[str]:
 
 TARGET_LEXICON = _coin_target_lexicon()
 _VOCAB = (*SPECIALS, *_source_words(), *_target_words(TARGET_LEXICON))
-_WORD_ID = {word: i for i, word in enumerate(_VOCAB)}
+_RELATIVE_WORDS = (SOURCE_RELATIVE, TARGET_RELATIVE)  # appended last, so every other id stays
+_WORD_ID = {word: i for i, word in enumerate((*_VOCAB, *_RELATIVE_WORDS))}
 
 
-def translation_vocab() -> list[str]:
-    """The fixed shared vocabulary (specials, source words, target words); index = token id."""
-    return list(_VOCAB)
+def translation_vocab(relative_clauses: bool = False) -> list[str]:
+    """The fixed shared vocabulary (specials, source words, target words; then the two relative
+    clause markers when ``relative_clauses``); index = token id."""
+    return [*_VOCAB, *_RELATIVE_WORDS] if relative_clauses else list(_VOCAB)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +241,7 @@ class NounPhrase:
     definite: bool = True
     adjectives: tuple[str, ...] = ()  # source lemmas, in source order
     numeral: str | None = None  # source numeral; only in plural noun phrases
+    relative: tuple[str, NounPhrase] | None = None  # (verb lemma, its object): "that <verb> <object>"
 
     def __post_init__(self):
         if self.numeral is not None and not self.plural:
@@ -235,7 +258,11 @@ class NounPhrase:
             words = []
         if self.numeral is not None:
             words.append(self.numeral)
-        return [*words, *self.adjectives, self.noun + "s" if self.plural else self.noun]
+        words = [*words, *self.adjectives, self.noun + "s" if self.plural else self.noun]
+        if self.relative is not None:
+            verb, obj = self.relative
+            words += [SOURCE_RELATIVE, verb if self.plural else verb + "s", *obj.source_words()]
+        return words
 
     def target_words(self) -> list[str]:
         noun = TARGET_LEXICON.nouns[self.noun]
@@ -244,6 +271,10 @@ class NounPhrase:
         words += [TARGET_LEXICON.adjectives[a].form(noun.gender, self.plural) for a in self.adjectives]
         if self.numeral is not None:
             words.append(TARGET_LEXICON.numerals[self.numeral])
+        if self.relative is not None:
+            lemma, obj = self.relative
+            verb = TARGET_LEXICON.verbs[lemma]
+            words += [TARGET_RELATIVE, *obj.target_words(), verb.plural if self.plural else verb.singular]
         return words
 
 
@@ -275,24 +306,30 @@ class Sentence:
         return words
 
 
-def _sample_noun_phrase(rng: random.Random) -> NounPhrase:
+def _sample_noun_phrase(rng: random.Random, depth: int) -> NounPhrase:
+    """A noun phrase that may nest relative clauses ``depth`` deep (0: none, and no draw for them)."""
     plural = rng.random() < P_PLURAL
     n_adjectives = rng.choices(range(len(ADJECTIVE_COUNT_WEIGHTS)), ADJECTIVE_COUNT_WEIGHTS)[0]
-    return NounPhrase(
+    noun_phrase = NounPhrase(
         noun=rng.choice(SOURCE_NOUNS),
         plural=plural,
         definite=rng.random() < P_DEFINITE,
         adjectives=tuple(rng.sample(SOURCE_ADJECTIVES, n_adjectives)),
         numeral=rng.choice(SOURCE_NUMERALS) if plural and rng.random() < P_NUMERAL else None,
     )
+    if depth > 0 and rng.random() < P_RELATIVE:
+        relative = (rng.choice(SOURCE_VERBS), _sample_noun_phrase(rng, depth - 1))
+        noun_phrase = dataclasses.replace(noun_phrase, relative=relative)
+    return noun_phrase
 
 
-def sample_sentence(rng: random.Random) -> Sentence:
-    """One abstract sentence of the corpus grammar (both realisations follow from it)."""
-    subject = _sample_noun_phrase(rng)
+def sample_sentence(rng: random.Random, max_depth: int = 0) -> Sentence:
+    """One abstract sentence of the corpus grammar (both realisations follow from it), its noun
+    phrases nesting relative clauses up to ``max_depth`` deep."""
+    subject = _sample_noun_phrase(rng, max_depth)
     verb = rng.choice(SOURCE_VERBS)
-    obj = _sample_noun_phrase(rng)
-    place = (rng.choice(SOURCE_PREPOSITIONS), _sample_noun_phrase(rng)) if rng.random() < P_PLACE else None
+    obj = _sample_noun_phrase(rng, max_depth)
+    place = (rng.choice(SOURCE_PREPOSITIONS), _sample_noun_phrase(rng, max_depth)) if rng.random() < P_PLACE else None
     return Sentence(subject, verb, obj, place)
 
 
@@ -333,15 +370,16 @@ def _encode(sentences: list[list[str]], width: int, *, with_bos: bool) -> np.nda
     return ids
 
 
-def _sample_split(rng: random.Random, n: int, width: int, excluded_sources: set[str]) -> ParallelSplit:
-    """``n`` sentence pairs whose source sentence is not in ``excluded_sources``."""
+def _sample_split(rng: random.Random, n: int, width: int, excluded_sources: set[str], max_depth: int) -> ParallelSplit:
+    """``n`` sentence pairs whose source sentence is not in ``excluded_sources`` and whose target
+    (the longer side: every noun phrase has its determiner there) fits ``width`` with BOS and EOS."""
     sources, targets = [], []
     while len(sources) < n:
-        sentence = sample_sentence(rng)
-        source = sentence.source_words()
-        if " ".join(source) not in excluded_sources:
+        sentence = sample_sentence(rng, max_depth)
+        source, target = sentence.source_words(), sentence.target_words()
+        if " ".join(source) not in excluded_sources and len(target) + 2 <= width:
             sources.append(source)
-            targets.append(sentence.target_words())
+            targets.append(target)
     return ParallelSplit(
         src=_encode(sources, width, with_bos=False),
         tgt=_encode(targets, width, with_bos=True),
@@ -371,6 +409,7 @@ def source_word_forms() -> dict[str, tuple[str, ...]]:
         forms[lemma + "s"], forms[lemma] = (verb.singular,), (verb.plural,)
     forms.update({lemma: (word,) for lemma, word in TARGET_LEXICON.postpositions.items()})
     forms.update({lemma: (word,) for lemma, word in TARGET_LEXICON.numerals.items()})
+    forms[SOURCE_RELATIVE] = (TARGET_RELATIVE,)
     return forms
 
 
@@ -402,6 +441,7 @@ def generate_parallel_corpus(
     max_len: int = 24,
     seed: int = 0,
     held_out: Literal["validation", "tuning"] = "validation",
+    max_depth: int = 0,
 ) -> ParallelCorpus:
     """Train and held-out sentence pairs from independent random streams of ``seed``; no held-out
     source sentence occurs in train. Both arrays are ``max_len`` columns wide.
@@ -409,15 +449,22 @@ def generate_parallel_corpus(
     The held-out pairs are the ``n_val`` validation pairs, or with ``held_out="tuning"`` as many
     tuning pairs: drawn from a stream of their own, their sources in neither the training nor the
     validation pairs, so tuning never sees what is reported. The training pairs are the same for both.
+    With ``max_depth`` > 0 noun phrases nest relative clauses that deep; a pair too long for
+    ``max_len`` is drawn again (without clauses no pair is: ``max_len`` fits the longest).
     """
     longest = MAX_SENTENCE_WORDS + 2  # the target row with BOS and EOS
     if max_len < longest:
         raise ValueError(f"max_len={max_len} is too short: a sentence pair needs up to {longest} tokens")
     if held_out not in ("validation", "tuning"):
         raise ValueError(f"held_out must be 'validation' or 'tuning', got {held_out!r}")
-    train = _sample_split(random.Random(f"{seed}/train"), n_train, max_len, excluded_sources=set())
-    val = _sample_split(random.Random(f"{seed}/val"), n_val, max_len, excluded_sources=set(train.src_text))
+    if max_depth < 0:
+        raise ValueError(f"max_depth must be at least 0, got {max_depth}")
+
+    def split(stream: str, n: int, excluded: set[str]) -> ParallelSplit:
+        return _sample_split(random.Random(f"{seed}/{stream}"), n, max_len, excluded, max_depth)
+
+    train = split("train", n_train, set())
+    val = split("val", n_val, set(train.src_text))
     if held_out == "tuning":
-        excluded = set(train.src_text) | set(val.src_text)
-        val = _sample_split(random.Random(f"{seed}/tuning"), n_val, max_len, excluded_sources=excluded)
-    return ParallelCorpus(vocab=translation_vocab(), train=train, val=val)
+        val = split("tuning", n_val, set(train.src_text) | set(val.src_text))
+    return ParallelCorpus(vocab=translation_vocab(relative_clauses=max_depth > 0), train=train, val=val)

@@ -157,3 +157,27 @@ def test_every_rung_tunes_alike_and_the_top_rung_centres_on_the_rate_the_rungs_b
     assert (
         json.loads((cells / "norm_placement=pre,rung=4x" / "seed0" / "cell.json").read_text())["axes"]["rung"] == "4x"
     )
+
+
+@pytest.mark.parametrize("name", ["lm", "translation", "vit"])
+def test_each_generated_tasks_harder_settings_exist_and_build(name):
+    """The settings the headroom message suggests are real: every ``task.key: value`` in a task's ``harder``
+    is a field of its config, and all of them together (or each alone, for "or") make a valid run config."""
+    import re
+
+    import yaml
+    from helpers import REPO
+
+    from blockbench.config import build_run_config, load_yaml
+    from blockbench.tasks import TASK_CONFIGS
+
+    cls = TASK_CONFIGS[name]
+    pairs = re.findall(r"task\.(\w+): ([\w.]+)", cls.harder)
+    assert pairs, f"{name} names no harder setting"
+    for key, _ in pairs:
+        assert key in cls.model_fields
+    together = {f"task.{key}": yaml.safe_load(value) for key, value in pairs}
+    alone = [{key: value} for key, value in together.items()]
+    for overrides in [together, *alone] if " or " in cls.harder else [together]:
+        run = build_run_config(load_yaml(REPO / "configs" / "base.yaml"), {"task": name, **overrides})
+        assert all(getattr(run.task, key.removeprefix("task.")) == value for key, value in overrides.items())

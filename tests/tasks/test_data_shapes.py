@@ -1,10 +1,13 @@
 """The rendered-shapes dataset: deterministic, balanced, and its label is what the image shows."""
 
+import hashlib
+
 import numpy as np
+import pytest
 from scipy import ndimage
 
 from blockbench.tasks.baselines import majority_class_accuracy
-from blockbench.tasks.data.shapes import CLASS_NAMES, MIN_COUNT, generate_shapes, shapes_class_names
+from blockbench.tasks.data.shapes import MIN_COUNT, generate_shapes, shapes_class_names
 
 
 def test_same_seed_same_images_other_seed_other_images():
@@ -18,8 +21,41 @@ def test_arrays_and_balance():
     data = generate_shapes(n_images=500, seed=0)
     assert data.images.shape == (500, 32, 32, 3) and data.images.dtype == np.uint8
     assert data.labels.shape == (500,) and data.labels.dtype == np.int64
-    assert data.class_names == shapes_class_names() == list(CLASS_NAMES)
-    assert np.bincount(data.labels, minlength=len(CLASS_NAMES)).tolist() == [100] * len(CLASS_NAMES)
+    assert data.class_names == shapes_class_names() and len(data.class_names) == 5
+    assert np.bincount(data.labels, minlength=5).tolist() == [100] * 5
+
+
+def test_defaults_draw_the_images_they_always_drew():
+    """The harder settings' defaults keep every image of the book's cells: the digest of 300 images
+    drawn before ``max_shapes`` and ``pixel_noise_std`` existed."""
+    data = generate_shapes(n_images=300, seed=11)
+    assert hashlib.sha256(data.images.tobytes() + data.labels.tobytes()).hexdigest()[:16] == "c1929078aa7637db"
+    explicit = generate_shapes(n_images=300, seed=11, max_shapes=5, pixel_noise_std=8.0)
+    assert np.array_equal(explicit.images, data.images)
+
+
+def test_more_shapes_more_classes_and_the_label_is_still_the_count():
+    data = generate_shapes(n_images=900, seed=4, max_shapes=9)
+    assert data.class_names[-1] == "9 shapes" and len(data.class_names) == 9
+    assert np.bincount(data.labels, minlength=9).tolist() == [100] * 9
+    counted = np.array([count_shapes(image) for image in data.images])
+    # nine shapes fill every cell of the layout, so neighbours touch more often than with five
+    assert (counted == data.labels + MIN_COUNT).mean() >= 0.95
+
+
+def test_pixel_noise_is_the_noise_on_the_background():
+    """Away from the shapes the pixels are the background grey plus noise of the requested spread."""
+    for noise in (0.0, 8.0, 30.0):
+        data = generate_shapes(n_images=200, seed=5, max_shapes=2, pixel_noise_std=noise)
+        edge = data.images[:, 0, :, :].astype(np.float64)  # no shape reaches the top row (centres >= 5 px in)
+        spread = (edge - edge.mean(axis=(1, 2), keepdims=True)).std()
+        assert spread == pytest.approx(noise, abs=0.5 + 0.05 * noise)
+
+
+@pytest.mark.parametrize("max_shapes", [1, 10])
+def test_max_shapes_outside_the_layout_is_refused(max_shapes):
+    with pytest.raises(ValueError, match="max_shapes must be between 2 and 9"):
+        generate_shapes(n_images=10, max_shapes=max_shapes)
 
 
 def count_shapes(image: np.ndarray) -> int:
@@ -57,7 +93,7 @@ def test_vit_baseline_is_the_training_majority_scored_on_validation(monkeypatch)
 
     labels = {6: [3, 3, 3, 0, 1, 2], 5: [0, 0, 0, 3, 1]}  # by n_images: training, validation
 
-    def fake_shapes(*, n_images, image_size, seed):
+    def fake_shapes(*, n_images, image_size, seed, **settings):
         images = np.random.default_rng(seed).integers(0, 256, (n_images, image_size, image_size, 3), dtype=np.uint8)
         return ShapesDataset(images, np.array(labels[n_images], dtype=np.int64), shapes_class_names())
 

@@ -1,3 +1,4 @@
+import hashlib
 import random
 
 import numpy as np
@@ -208,7 +209,9 @@ def test_word_by_word_dictionary_takes_each_words_most_frequent_target_form():
     assert forms["dog"] == ("fozug",) and forms["dogs"] == ("fozugen",)  # number is visible in the source word
     assert forms["sees"] == ("kodut",) and forms["see"] == ("kodunt",)
     assert forms["big"] == ("ravo", "ravi", "rava", "rave") and forms["near"] == ("guku",) and forms["two"] == ("edu",)
-    assert {form for word_forms in forms.values() for form in word_forms} <= set(translation_vocab())
+    assert forms["that"] == ("ke",)
+    every_form = {form for word_forms in forms.values() for form in word_forms}
+    assert every_form <= set(translation_vocab(relative_clauses=True))
     dictionary = word_by_word_dictionary(["ta vurib rava", "ta kubuv rava", "el fozug ravo kodut"])
     assert dictionary["the"] == "ta" and dictionary["big"] == "rava"  # 2 to 1 in these targets
     assert dictionary["a"] == "on"  # no "on" or "na" in the targets: the first form
@@ -253,3 +256,80 @@ def test_word_by_word_baseline_on_generated_data_is_informative(corpus):
         assert len(hypothesis.split()) == len(source.split())
         assert {w for w in hypothesis.split() if w in single} <= set(reference.split())
     assert sum(h == r for h, r in zip(hypotheses, references, strict=True)) == 0  # the verb is never last in SVO order
+
+
+# relative clauses (max_depth > 0) ------------------------------------------------------------
+
+
+def _digest(corpus: ParallelCorpus) -> str:
+    arrays = (corpus.train.src, corpus.train.tgt, corpus.val.src, corpus.val.tgt)
+    return hashlib.sha256(b"".join(a.tobytes() for a in arrays)).hexdigest()[:16]
+
+
+def test_without_clauses_the_corpus_and_vocabulary_are_those_drawn_before_the_setting():
+    """Digests of corpora drawn before relative clauses existed: the book's cells keep their data."""
+    assert _digest(generate_parallel_corpus(n_train=2000, n_val=200, seed=5)) == "77baa02078177779"
+    tuning = generate_parallel_corpus(n_train=2000, n_val=200, seed=5, held_out="tuning", max_depth=0)
+    assert _digest(tuning) == "33c5f82b538a9e30" and len(tuning.vocab) == 111
+    with_clauses = translation_vocab(relative_clauses=True)
+    assert with_clauses[:111] == translation_vocab() and with_clauses[111:] == ["that", "ke"]
+
+
+def test_hand_checked_nested_relative_clause():
+    """The outer clause's verb waits for the whole inner clause and agrees with its own head."""
+    # cats (F, plural) that see a house (F) that likes some dogs (M, plural) help the red houses
+    inner = NounPhrase("house", definite=False, relative=("like", NounPhrase("dog", plural=True, definite=False)))
+    subject = NounPhrase("cat", plural=True, definite=False, adjectives=("dark",), relative=("see", inner))
+    sentence = Sentence(subject, "help", NounPhrase("house", plural=True, adjectives=("red",)))
+    assert " ".join(sentence.source_words()) == (
+        "some dark cats that see a house that likes some dogs help the red houses"
+    )
+    # a.F.PL cat.PL dark.F.PL ke | a.F house ke | a.M.PL dog.PL | like.SG | see.PL | the.F.PL house.PL red.F.PL help.PL
+    assert " ".join(sentence.target_words()) == (
+        "nai vuriben fase ke na kubuv ke oni fozugen ruret kodunt tai kubuven tome morunt"
+    )
+
+
+def _clause_verbs(phrase: NounPhrase) -> list[tuple[NounPhrase, list[str]]]:
+    """Each noun phrase with a clause, with its target words, outermost first."""
+    if phrase.relative is None:
+        return []
+    return [(phrase, phrase.target_words()), *_clause_verbs(phrase.relative[1])]
+
+
+def test_clauses_nest_to_max_depth_and_each_verb_agrees_with_its_head():
+    rng = random.Random(2)
+    deepest = 0
+    for _ in range(2000):
+        sentence = sample_sentence(rng, max_depth=2)
+        for phrase in (sentence.subject, sentence.object):
+            nested = _clause_verbs(phrase)
+            deepest = max(deepest, len(nested))
+            for head, words in nested:
+                verb = TARGET_LEXICON.verbs[head.relative[0]]
+                assert words[-1] == (verb.plural if head.plural else verb.singular)
+                assert words[len(head.target_words()) - len(head.relative[1].target_words()) - 2] == "ke"
+    assert deepest == 2  # the setting reaches its depth, and never beyond
+
+
+def test_pairs_longer_than_max_len_are_drawn_again():
+    corpus = generate_parallel_corpus(n_train=3000, n_val=200, seed=1, max_len=30, max_depth=3)
+    lengths = (corpus.train.tgt != PAD_ID).sum(axis=1)
+    assert lengths.max() <= 30 and (corpus.train.src != PAD_ID).sum(axis=1).max() <= 30
+    assert (lengths > 24).any()  # clauses make sentences longer than any without them
+    assert corpus.vocab[-2:] == ["that", "ke"] and "ke" in " ".join(corpus.train.tgt_text)
+    for row, text in zip(corpus.val.tgt[:50], corpus.val.tgt_text[:50], strict=True):
+        assert corpus.decode(row) == text
+
+
+def test_word_by_word_baseline_translates_the_clause_markers():
+    corpus = generate_parallel_corpus(n_train=500, n_val=100, seed=4, max_len=40, max_depth=2)
+    for hypothesis, source in zip(word_by_word_translations(corpus), corpus.val.src_text, strict=True):
+        assert hypothesis.split().count("ke") == source.split().count("that")
+
+
+def test_translation_config_sizes_the_vocabulary_by_the_setting():
+    from blockbench.tasks.translation import TranslationTaskConfig
+
+    assert TranslationTaskConfig().model_overrides()["vocab_size"] == 111
+    assert TranslationTaskConfig(max_depth=2, max_len=40).model_overrides()["vocab_size"] == 113
