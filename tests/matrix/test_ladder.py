@@ -275,3 +275,30 @@ def test_the_matrix_file_of_the_flagship_ladder_validates_as_a_design_matrix():
     )
     assert matrix.ladder is not None and matrix.ladder.names == ["0.25x", "1x", "4x", "16x"]
     assert matrix.levels == [RUNG_AXIS] and math.isclose(matrix.ladder.top.compute or 0, 16)
+
+
+def test_the_shape_check_spends_the_4x_compute_three_ways_and_its_balanced_cells_are_the_ladders():
+    """configs/matrix/prenorm_vs_postnorm_shape.yaml: at the ladder's 4x compute (layers x steps 4 times
+    configs/base.yaml's), balanced, steps only and depth only; the balanced cells are the ladder's 4x LM
+    cells exactly (the same config hashes, tuning cells too), so they are copied rather than trained."""
+    ladder = expand_matrix(REPO / "configs" / "matrix" / "prenorm_vs_postnorm_ladder.yaml")
+    shape = expand_matrix(REPO / "configs" / "matrix" / "prenorm_vs_postnorm_shape.yaml")
+    at_4x = {
+        cell.run.config_hash()
+        for cell in ladder.cells + ladder.tuning
+        if cell.task == "war_and_peace" and cell.axes[RUNG_AXIS] == "4x"
+    }
+    balanced = {cell.run.config_hash() for cell in shape.cells + shape.tuning if cell.task == "war_and_peace"}
+    assert balanced == at_4x and len(balanced) > 6
+    shapes = {cell.task: cell.run for cell in shape.cells}
+    layers_steps = {task: (run.model.n_layers, run.trainer.max_steps) for task, run in shapes.items()}
+    assert layers_steps == {
+        "war_and_peace": (8, 600),
+        "war_and_peace_steps_only": (4, 1200),
+        "war_and_peace_depth_only": (16, 300),
+    }
+    base = 4 * 300
+    assert all(layers * steps == 4 * base for layers, steps in layers_steps.values())
+    # the warm-up's share and the number of validations are the ladder's at every shape
+    assert {run.optimizer.warmup_steps / run.trainer.max_steps for run in shapes.values()} == {0.1}
+    assert {run.trainer.max_steps // run.trainer.val_every_n_steps for run in shapes.values()} == {3}
