@@ -53,7 +53,10 @@ class LMTaskConfig(LogitLensConfig, EmbeddedTaskConfig):
     )
 
     margin = PERPLEXITY_MARGIN
-    harder = "a deeper grammar (task.max_depth: 3) or longer sequences (task.seq_len: 128)"
+    harder = (
+        "a deeper grammar (task.max_depth: 4), or real text, which never saturates (an lm_text entry read "
+        "byte by byte, as in configs/matrix/prenorm_vs_postnorm_ladder.yaml)"
+    )
     saturation = Saturation(
         distance=0.03,
         of="floor",

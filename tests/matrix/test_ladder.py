@@ -114,7 +114,7 @@ def test_the_flagship_ladder_trains_its_harder_tasks_at_every_rung():
     """configs/matrix/prenorm_vs_postnorm_ladder.yaml declares harder tasks than the book's (the book's are
     saturated at its top rung): every rung trains them, the 1x rung too, so no cell of it is a committed
     book cell (none is copied). The 1x rung is configs/base.yaml's size; the others grow depth x2 and steps
-    x2 a rung, the generated data and the warm-up with the steps (real text is fixed: its epochs grow)."""
+    x2 a rung, the generated data and the warm-up with the steps (the LM's text is read byte by byte)."""
     expansion = expand_matrix(REPO / "configs" / "matrix" / "prenorm_vs_postnorm_ladder.yaml")
     committed = {load_record(path).config_hash for path in (REPO / "results").rglob("result.json")}
     assert not {cell.run.config_hash() for cell in expansion.cells + expansion.tuning} & committed
@@ -122,6 +122,7 @@ def test_the_flagship_ladder_trains_its_harder_tasks_at_every_rung():
     lm, translation, vit = runs["war_and_peace", "1x"], runs["translation_clauses", "1x"], runs["vit_9_shapes", "1x"]
     assert (lm.model.n_layers, lm.trainer.max_steps, lm.optimizer.warmup_steps) == (4, 300, 30)
     assert lm.task.name == "lm_text" and str(lm.task.data.files["train"]).endswith("english_text/war_and_peace.txt.gz")
+    assert lm.task.tokenizer.encoding == "bytes"
     assert (translation.task.max_depth, translation.task.max_len, translation.task.n_train) == (2, 40, 40_000)
     assert (vit.task.max_shapes, vit.task.pixel_noise, vit.task.n_train) == (9, 24, 20_000)
     assert expansion.computes == {"0.25x": 0.25, "1x": 1.0, "4x": 4.0, "16x": 16.0}

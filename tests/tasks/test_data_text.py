@@ -99,6 +99,41 @@ def test_compaction_round_trips_text_never_seen_in_training():
     assert tokenizer.vocab_size < 300  # bytes, end-of-text, padding and the training words
 
 
+def test_byte_encoding_is_the_utf8_bytes_and_round_trips_any_text():
+    """``encoding: bytes``: a token per UTF-8 byte (hand-checked ids), end-of-text 256, 257 ids before
+    padding, and every token one byte for bits per byte; compaction keeps all 256 bytes."""
+    encoding = load_encoding("bytes")
+    assert encoding.encode_ordinary("Né!") == [78, 0xC3, 0xA9, 33]
+    assert encoding.encode_single_token(b"a") == 97 and encoding.encode_single_token("<|endoftext|>") == 256
+    with pytest.raises(KeyError):
+        encoding.encode_single_token(b"ab")
+    tokenizer = Tokenizer("bytes")
+    assert (tokenizer.vocab_size, tokenizer.pad_id, tokenizer.eot_id) == (258, 257, 256)
+    for text in ["the cat", "Zwölf Boxkämpfer jagen Viktor 🤖", "日本語\n\ttabs  "]:
+        ids = tokenizer.encode(text)
+        assert len(ids) == len(text.encode("utf-8")) and tokenizer.decode([*ids, tokenizer.pad_id]) == text
+    np.testing.assert_array_equal(tokenizer.bytes_per_token(), [1] * 256 + [0, 0])
+    compact = Tokenizer.for_training_tokens("bytes", True, [tokenizer.encode("the cat")])
+    assert compact.vocab_size == 258 and compact.decode(compact.encode("日本語")) == "日本語"
+
+
+def test_byte_level_shakespeare_counts_every_byte_and_scores_a_byte_per_token():
+    """The same text at byte level: as many training tokens as bytes (up to the held-out shares), and the
+    unigram baseline's bits per byte are its loss in bits, since every token is one byte."""
+    task = TextLMTaskConfig(
+        data={"files": {"train": str(SHAKESPEARE)}, "val_split": None}, tokenizer={"encoding": "bytes"}, seq_len=64
+    )
+    datamodule = TextLMDataModule(task.model_copy(update={"max_val_tokens": 6400}), batch_size=4)
+    datamodule.setup()
+    n_bytes = len(SHAKESPEARE.read_bytes()) + 1  # and end-of-text
+    validation = int(n_bytes * 0.9)
+    assert len(datamodule.train_tokens) == validation - round(validation * 0.05)
+    assert datamodule.tokenizer.vocab_size == 258
+    baselines = datamodule.baselines()
+    assert baselines["bits_per_byte"] == pytest.approx(baselines["loss"] / np.log(2), rel=1e-6)
+    assert 4 < baselines["bits_per_byte"] < 5  # a unigram model of English characters: about 4.5 bits
+
+
 def test_lm_fits_and_reports_bits_per_byte(tmp_path):
     import lightning as L
 
