@@ -23,25 +23,11 @@ from blockbench.report.summary import write_report
 from blockbench.store.layout import write_json
 from blockbench.store.record import CellRecord, read_load
 from blockbench.tasks.lm import AgreementDataModule
+from blockbench.walltime import CELL_PARTS as MEASURED_PARTS
 from blockbench.walltime import FORKED_NOTE
 
-#: every part of a cell's breakdown, which add up to its total
-CELL_PARTS = (
-    "startup",
-    "setup",
-    "build",
-    "data",
-    "fit_setup",
-    "flop_count",
-    "data_wait",
-    "first_step",
-    "train_steps",
-    "loop",
-    "validation",
-    "checkpoints",
-    "teardown",
-    "other",
-)
+#: every part of a cell's breakdown, which add up to its total: the process start, the measured parts, the rest
+CELL_PARTS = ("startup", *MEASURED_PARTS, "other")
 #: every part of a matrix run's breakdown
 MATRIX_PARTS = ("startup", "planning", "tensorboard_views", "peak_probe", "cell_server", "cells", "report", "other")
 SLEEP_S = 0.3

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from helpers import TINY_LM
+from helpers import TINY_LM, write_ok_record
 
 from blockbench.config import ConfigError, build_run_config
 from blockbench.matrix.devices import DevicePool, auto_jobs, devices_per_cell, visible_devices
@@ -72,8 +72,6 @@ def test_a_matrix_of_multi_gpu_cells_hands_each_running_cell_its_own_devices(tmp
     from helpers import write_matrix
 
     import blockbench.matrix.run as run_module
-    from blockbench.provenance import code_fingerprint
-    from blockbench.store.record import CellRecord, write_record
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5,7")
@@ -95,17 +93,7 @@ def test_a_matrix_of_multi_gpu_cells_hands_each_running_cell_its_own_devices(tmp
         time.sleep(0.2)
         with lock:
             running.remove(devices)
-        record = CellRecord(
-            status="ok",
-            task=cell.task,
-            seed=cell.seed,
-            config_hash=cell.run.config_hash(),
-            code_fingerprint=code_fingerprint(),
-            primary_metric="perplexity",
-            metrics={m.name: 1.0 for m in cell.run.task.metrics},
-        )
-        write_record(cell.directory(matrix_dir) / "result.json", record)
-        return record
+        return write_ok_record(cell, matrix_dir)
 
     monkeypatch.setattr("blockbench.matrix.rounds.run_cell", fake_run_cell)
     assert run_module.run_matrix(path, tmp_path / "results") == 0

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from helpers import TINY_LM, write_matrix
+from helpers import TINY_LM, write_matrix, write_ok_record
 
 from blockbench.cli import main
 from blockbench.config import build_run_config
@@ -28,7 +28,6 @@ from blockbench.matrix.devices import (
 from blockbench.matrix.estimate.timing import CellTiming
 from blockbench.matrix.expand import load_matrix
 from blockbench.matrix.memory import MIB, cell_peaks, estimated_peak_bytes
-from blockbench.provenance import code_fingerprint
 from blockbench.store.record import CellRecord, write_record
 
 GIB = 2**30
@@ -143,17 +142,7 @@ def test_a_matrix_on_one_gpu_runs_cells_side_by_side_with_the_cores_split(tmp_pa
         time.sleep(0.2)
         with lock:
             running.remove(cell.key)
-        record = CellRecord(
-            status="ok",
-            task=cell.task,
-            seed=cell.seed,
-            config_hash=cell.run.config_hash(),
-            code_fingerprint=code_fingerprint(),
-            primary_metric="perplexity",
-            metrics={m.name: 1.0 for m in cell.run.task.metrics},
-        )
-        write_record(cell.directory(matrix_dir) / "result.json", record)
-        return record
+        return write_ok_record(cell, matrix_dir)
 
     monkeypatch.setattr("blockbench.matrix.rounds.run_cell", fake_run_cell)
     runner = run_module.MatrixRunner(path, tmp_path / "results", run_module.RunOptions(), run_module.Reporting.none())
