@@ -6,6 +6,7 @@ the top rung may tune a grid centred on the rate the rungs below point to."""
 
 from __future__ import annotations
 
+import gzip
 import math
 import re
 from pathlib import Path
@@ -303,3 +304,22 @@ def test_the_shape_check_spends_the_4x_compute_three_ways_and_its_balanced_cells
     # the warm-up's share and the number of validations are the ladder's at every shape
     assert {run.optimizer.warmup_steps / run.trainer.max_steps for run in shapes.values()} == {0.1}
     assert {run.trainer.max_steps // run.trainer.val_every_n_steps for run in shapes.values()} == {3}
+
+
+@pytest.mark.parametrize("matrix", ["prenorm_vs_postnorm_ladder.yaml", "prenorm_vs_postnorm_shape.yaml"])
+def test_the_ladder_s_lm_reads_war_and_peace_less_than_once_in_every_cell(matrix):
+    """The ladder's LM reads real text so that no rung repeats its data: a cell's steps x batch x context
+    bytes stay below the training share of War and Peace (10% held out for validation, 5% of the rest
+    for tuning) at every rung and shape, as the generated tasks' epochs stay fixed; the book's LM context
+    (64) keeps the longest cell at about one pass, where the text task's default context (256) would
+    read it about 3.5 times at the top rung."""
+    expansion = expand_matrix(REPO / "configs" / "matrix" / matrix)
+    lm_cells = [cell for cell in expansion.cells + expansion.tuning if cell.run.task.name == "lm_text"]
+    assert lm_cells
+    text = Path(lm_cells[0].run.task.data.files["train"])
+    training_bytes = len(gzip.decompress(text.read_bytes())) * 0.9 * 0.95
+    for cell in lm_cells:
+        read = cell.run.trainer.max_steps * cell.run.trainer.batch_size * cell.run.task.seq_len
+        assert read < training_bytes, f"{cell.key} reads {read / training_bytes:.1f} passes"
+    longest = max(cell.run.trainer.max_steps for cell in lm_cells)
+    assert longest * 32 * 64 / training_bytes == pytest.approx(0.87, abs=0.03)
