@@ -36,16 +36,20 @@ from benchmarks import ROOT
 MATRICES = ROOT / "configs" / "matrix"
 #: the flagship first, the real-data matrix last; every other design matrix in between, by name
 FIRST, LAST = ["prenorm_vs_postnorm", "norm_placement"], ["null_comparison", "prenorm_vs_postnorm_real_cpu"]
-#: not part of the CPU book: a GPU-sized matrix, the demonstration, and the scale ladder with its shape
-#: check (runs of their own, about a day of cell processes: docs/ladder.md)
-LEFT_OUT = {"prenorm_vs_postnorm_real", "smoke", "prenorm_vs_postnorm_ladder", "prenorm_vs_postnorm_shape"}
+#: not part of the CPU book: a GPU-sized matrix, the demonstration, the flagship ladder's shape check,
+#: and every scale ladder (``*_ladder``: runs of their own, hours to a day of cell processes each,
+#: docs/ladder.md)
+LEFT_OUT = {"prenorm_vs_postnorm_real", "smoke", "prenorm_vs_postnorm_shape"}
+LADDER_SUFFIX = "_ladder"
 #: what a committed results folder leaves out (as .gitignore): event files, checkpoints, logs, locks
 NOT_PUBLISHED = shutil.ignore_patterns("tb", "tb_tune", "checkpoints", "lightning_logs", "train.log", ".lock", "*.ckpt")
 
 
 def book_order() -> list[Path]:
     """The matrix files of the book, in the order they run."""
-    names = sorted(p.stem for p in MATRICES.glob("*.yaml") if p.stem not in LEFT_OUT)
+    names = sorted(
+        p.stem for p in MATRICES.glob("*.yaml") if p.stem not in LEFT_OUT and not p.stem.endswith(LADDER_SUFFIX)
+    )
     middle = [n for n in names if n not in FIRST + LAST]
     return [MATRICES / f"{name}.yaml" for name in [*FIRST, *middle, *LAST] if name in names]
 

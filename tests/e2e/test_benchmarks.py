@@ -653,11 +653,13 @@ def test_jobs_benchmark_compares_one_cell_on_every_core_with_one_cell_per_core(t
 def test_the_book_runs_the_flagship_first_and_leaves_out_the_gpu_matrix_and_the_demonstration():
     """run_book's order: the flagship first (the matrices after it copy its shared cells), every design
     matrix once, the empirical null and the real-data matrix last; not the GPU-sized one, smoke, the
-    scale ladder or its shape check (runs of their own)."""
+    scale ladders or the flagship ladder's shape check (runs of their own)."""
     order = [path.stem for path in benchmark_module("run_book").book_order()]
     design = sorted(p.stem for p in (REPO / "configs" / "matrix").glob("*.yaml"))
     assert order[0] == "prenorm_vs_postnorm" and order[-2:] == ["null_comparison", "prenorm_vs_postnorm_real_cpu"]
-    left_out = {"prenorm_vs_postnorm_real", "smoke", "prenorm_vs_postnorm_ladder", "prenorm_vs_postnorm_shape"}
+    ladders = {name for name in design if name.endswith("_ladder")}
+    assert {"prenorm_vs_postnorm_ladder", "dense_vs_moe_ladder", "sandwich_norm_ladder"} <= ladders
+    left_out = {"prenorm_vs_postnorm_real", "smoke", "prenorm_vs_postnorm_shape", *ladders}
     assert sorted(order) == sorted(set(design) - left_out)
 
 

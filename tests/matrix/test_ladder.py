@@ -323,3 +323,37 @@ def test_the_ladder_s_lm_reads_war_and_peace_less_than_once_in_every_cell(matrix
         assert read < training_bytes, f"{cell.key} reads {read / training_bytes:.1f} passes"
     longest = max(cell.run.trainer.max_steps for cell in lm_cells)
     assert longest * 32 * 64 / training_bytes == pytest.approx(0.87, abs=0.03)
+
+
+#: the further questions' ladders, through the 4x rung on the flagship's tasks, and each one's baseline
+FURTHER_LADDERS = {
+    "dense_vs_moe_ladder": "model.n_experts",
+    "positional_encoding_ladder": "model.pos_encoding",
+    "attention_heads_ladder": "model.n_kv_heads",
+    "sandwich_norm_ladder": "model.norm_placement",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FURTHER_LADDERS))
+def test_the_further_questions_climb_the_flagship_s_first_three_rungs_on_its_tasks(name):
+    """Each further question's ladder trains the flagship ladder's tasks at its 1/4x, 1x and 4x rungs (the
+    same rung settings and scaled keys), so its baseline's cells are the flagship's wherever the baseline's
+    config is the flagship's pre-norm one: copied where both ran into one results folder, the top rung's
+    headroom cell among them. Multi-head attention spells its key/value heads out (n_kv_heads 4, the
+    book's label), which gives its cells configs of their own."""
+    flagship = expand_matrix(REPO / "configs" / "matrix" / "prenorm_vs_postnorm_ladder.yaml")
+    further = expand_matrix(REPO / "configs" / "matrix" / f"{name}.yaml")
+    assert further.matrix.ladder is not None and further.matrix.ladder.names == ["0.25x", "1x", "4x"]
+    assert further.computes == {"0.25x": 0.25, "1x": 1.0, "4x": 4.0}
+    assert further.matrix.tune == flagship.matrix.tune and further.matrix.seeds == flagship.matrix.seeds
+    axis = FURTHER_LADDERS[name]
+    assert set(further.matrix.axes) == {"task", axis}
+    assert further.matrix.axes["task"] == flagship.matrix.axes["task"]
+    flagship_hashes = {cell.run.config_hash(): cell.axes[RUNG_AXIS] for cell in flagship.cells + flagship.tuning}
+    baseline = further.matrix.axes[axis][0]
+    copied = [cell for cell in further.cells + further.tuning if cell.run.config_hash() in flagship_hashes]
+    if name == "attention_heads_ladder":
+        assert not copied
+        return
+    baseline_cells = [cell for cell in further.cells + further.tuning if cell.axes[axis] == baseline]
+    assert copied == baseline_cells and {flagship_hashes[c.run.config_hash()] for c in copied} == {"0.25x", "1x", "4x"}
