@@ -124,7 +124,7 @@ def test_the_flagship_ladder_trains_its_harder_tasks_at_every_rung():
     assert (lm.model.n_layers, lm.trainer.max_steps, lm.optimizer.warmup_steps) == (4, 300, 30)
     assert lm.task.name == "lm_text" and str(lm.task.data.files["train"]).endswith("english_text/war_and_peace.txt.gz")
     assert lm.task.tokenizer.encoding == "bytes"
-    assert (translation.task.max_depth, translation.task.max_len, translation.task.n_train) == (2, 40, 40_000)
+    assert (translation.task.max_depth, translation.task.max_len, translation.task.n_train) == (3, 48, 40_000)
     assert (vit.task.max_shapes, vit.task.pixel_noise, vit.task.n_train) == (9, 24, 20_000)
     assert expansion.computes == {"0.25x": 0.25, "1x": 1.0, "4x": 4.0, "16x": 16.0}
     top = {task: runs[task, "16x"] for task in ("war_and_peace", "translation_clauses", "vit_9_shapes")}
@@ -136,7 +136,7 @@ def test_the_flagship_ladder_trains_its_harder_tasks_at_every_rung():
         400,
     )
     assert (top["translation_clauses"].task.n_train, top["vit_9_shapes"].task.n_train) == (160_000, 80_000)
-    assert top["translation_clauses"].task.max_depth == 2 and top["vit_9_shapes"].task.max_shapes == 9
+    assert top["translation_clauses"].task.max_depth == 3 and top["vit_9_shapes"].task.max_shapes == 9
     model = top["translation_clauses"].resolved_model()
     assert model.encoder_layers == model.decoder_layers == 16
 
