@@ -21,6 +21,7 @@ results on disk: a run after one that stopped checks again from the same cells.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,35 @@ ROOM, NEAR, SATURATED, UNKNOWN, NO_RULE = "room", "near", "saturated", "unknown"
 FLOOR = "loss_floor"
 #: what the message suggests for a task whose config names no harder settings
 HARDER_ANY = "harder settings of its own (blockbench list task)"
+#: a setting a task config's ``harder`` names: ``task.<key>: <value>``
+HINTED_SETTING = re.compile(r"task\.(\w+): ([\w.]+)")
+
+
+def harder_suggestion(task: object) -> str:
+    """What the stop message suggests to make ``task`` (a task config) harder: its config's ``harder``,
+    unless the entry already sets every ``task.key: value`` it names at that value or beyond, where
+    repeating it would send the user round in a circle; then the keys to raise past their values now."""
+    hint = type(task).harder
+    if not hint:
+        return HARDER_ANY
+    named = HINTED_SETTING.findall(hint)
+    if not named or not all(_at_least(getattr(task, key, None), value) for key, value in named):
+        return hint
+    now = ", ".join(f"task.{key}: {_shown(getattr(task, key))}" for key, _ in named)
+    return f"past what the entry already sets ({now}, the task's own suggestion: {hint})"
+
+
+def _shown(value: object) -> str:
+    """A setting as a matrix file writes it: 24, not 24.0."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _at_least(current: object, value: str) -> bool:
+    """Whether a setting now at ``current`` has the hinted ``value`` or goes beyond it (numbers)."""
+    try:
+        return float(current) >= float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(current) == value
 
 
 def baseline_design(expansion: Expansion) -> str:
@@ -87,7 +117,7 @@ def check_task(cell: Cell, record: CellRecord | None) -> HeadroomTask:
         cell=cell.key,
         status=UNKNOWN,
         metric=metric.name,
-        harder=type(cell.run.task).harder,
+        harder=harder_suggestion(cell.run.task),
     )
     if record is None or record.status != "ok" or metric.name not in record.metrics:
         how = "has no result" if record is None else f"ended {record.status}"

@@ -461,7 +461,7 @@ class HeadroomTask(_Open):
     saturation: float | None = None
     near: float | None = None
     detail: str = ""
-    harder: str = ""  # the task's settings that make it harder (its config's ``harder``), for the message
+    harder: str = ""  # what the message suggests to make the task harder (``headroom.harder_suggestion``)
 
 
 class HeadroomCheck(_Open):

@@ -159,20 +159,48 @@ def test_every_rung_tunes_alike_and_the_top_rung_centres_on_the_rate_the_rungs_b
     )
 
 
+@pytest.mark.parametrize(
+    ("overrides", "repeats_the_hint"),
+    [
+        ({"task": "translation"}, True),
+        ({"task": "translation", "task.max_depth": 2, "task.max_len": 40}, False),
+        ({"task": "translation", "task.max_depth": 3, "task.max_len": 48}, False),
+        ({"task": "translation", "task.max_depth": 3, "task.max_len": 32}, True),  # one setting short of it
+        ({"task": "vit", "task.max_shapes": 9}, True),
+        ({"task": "vit", "task.max_shapes": 9, "task.pixel_noise": 24}, False),
+    ],
+)
+def test_the_stop_message_suggests_going_past_harder_settings_the_entry_already_has(overrides, repeats_the_hint):
+    """A task whose entry already sets what its config's ``harder`` names, and is still near its ceiling,
+    is told to go past those values, not to set them again (the ladder's translator at clauses two deep
+    was told "task.max_depth: 2 with task.max_len: 40", its own settings)."""
+    from helpers import REPO
+
+    from blockbench.config import build_run_config, load_yaml
+    from blockbench.matrix.headroom import harder_suggestion
+
+    task = build_run_config(load_yaml(REPO / "configs" / "base.yaml"), overrides).task
+    said = harder_suggestion(task)
+    if repeats_the_hint:
+        assert said == type(task).harder
+    else:
+        settings = ", ".join(f"{key}: {value}" for key, value in overrides.items() if key != "task")
+        assert said.startswith(f"past what the entry already sets ({settings}, ") and type(task).harder in said
+
+
 @pytest.mark.parametrize("name", ["lm", "translation", "vit"])
 def test_each_generated_tasks_harder_settings_exist_and_build(name):
     """The settings the headroom message suggests are real: every ``task.key: value`` in a task's ``harder``
     is a field of its config, and all of them together (or each alone, for "or") make a valid run config."""
-    import re
-
     import yaml
     from helpers import REPO
 
     from blockbench.config import build_run_config, load_yaml
+    from blockbench.matrix.headroom import HINTED_SETTING
     from blockbench.tasks import TASK_CONFIGS
 
     cls = TASK_CONFIGS[name]
-    pairs = re.findall(r"task\.(\w+): ([\w.]+)", cls.harder)
+    pairs = HINTED_SETTING.findall(cls.harder)
     assert pairs, f"{name} names no harder setting"
     for key, _ in pairs:
         assert key in cls.model_fields
