@@ -21,7 +21,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..store.checkpoints import resumable_checkpoint
 from ..store.layout import CELLS_DIR, CHECKPOINT_DIR, cell_results
-from ..store.record import HARDWARE_AXES, Hardware, read_record
+from ..store.record import HARDWARE_AXES, HARDWARE_WAYS_OUT, Hardware, hardware_listing, read_record
 from ..store.reuse import REUSED, ReuseRule, earlier_record
 from .devices import cell_hardware
 from .expand import Cell, Expansion
@@ -41,10 +41,6 @@ ELSEWHERE = "done elsewhere"
 #: a cell that trains only if a later round needs it: a tuning cell of a later rung of successive
 #: halving (if its candidate survives), or a seed beyond ``seeds: min`` (if its question is undecided)
 IF_NEEDED = "if needed"
-
-
-#: cells named per hardware in an :class:`OtherHardware` error
-NAMED_CELLS = 4
 
 
 class OtherHardware(ConfigError):
@@ -236,16 +232,10 @@ def refuse_other_hardware(cells: list[Cell], matrix_dir: Path, *, cuda: bool) ->
     if not found:
         return
     count = sum(len(names) for names, _ in found.values())
-    made = "; ".join(
-        f"{len(names)} on {hardware.describe()} ({', '.join(names[:NAMED_CELLS])}"
-        + (f" and {len(names) - NAMED_CELLS} more)" if len(names) > NAMED_CELLS else ")")
-        for hardware, (names, _) in found.items()
-    )
+    made = hardware_listing({hardware: names for hardware, (names, _) in found.items()})
     runs = ", ".join(sorted({hardware.describe() for _, resolved in found.values() for hardware in resolved}))
     raise OtherHardware(
-        f"{matrix_dir} holds {count} finished cell{'s' if count > 1 else ''} made on other hardware than this run's: "
-        f"{made}; this run's cells resolve {runs}. Training here would overwrite those cells or put seeds of "
-        "two kinds of device or precision side by side. Run into a results folder of its own "
-        "(blockbench --results-dir runs/<name> matrix ...), or make trainer.accelerator or trainer.precision "
-        "an axis of the matrix, so that the cells of each hardware have folders of their own"
+        f"{matrix_dir} holds {count} finished cell{'s' if count > 1 else ''} made on other hardware than this run's "
+        f"({made}), and this run's cells resolve {runs}: training here would overwrite those cells or put seeds "
+        f"of two kinds of device or precision side by side. {HARDWARE_WAYS_OUT}"
     )

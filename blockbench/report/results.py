@@ -31,15 +31,22 @@ from ..overrides import ConfigError
 from ..provenance import code_fingerprint
 from ..store.layout import CELL_FILE, CELLS_DIR, CONFIG_FILE, MATRIX_FILE, RESULT_FILE, TUNE_DIR, cell_files
 from ..store.lineage import NO_LINEAGE, Lineage
-from ..store.record import HARDWARE_AXES, CellLoad, CellRecord, Hardware, load_record, read_load
+from ..store.record import (
+    HARDWARE_AXES,
+    HARDWARE_WAYS_OUT,
+    CellLoad,
+    CellRecord,
+    Hardware,
+    hardware_listing,
+    load_record,
+    read_load,
+)
 
 #: the training budget: when a matrix varies it along with a design axis, each variant is compared with
 #: the baseline variant at the same budget (a verdict per budget; a longer run is no design choice)
 BUDGET_AXIS = "trainer.max_steps"
 #: the split every reported metric must be scored on (``task.eval_split``'s default; tuning cells score "tuning")
 VALIDATION_SPLIT = "validation"
-#: cells named per hardware in a :class:`MixedHardware` error
-NAMED_CELLS = 4
 
 
 class MixedHardware(ConfigError):
@@ -360,16 +367,10 @@ def check_hardware(groups: list[Group]) -> None:
 
 def _mixed_hardware_text(side: str, cells: dict[Hardware, list[str]]) -> str:
     """The error of :func:`check_hardware`: which cells trained on which hardware, and the ways out."""
-    listed = "; ".join(
-        f"{hardware.describe()}: {', '.join(names[:NAMED_CELLS])}"
-        + (f" and {len(names) - NAMED_CELLS} more" if len(names) > NAMED_CELLS else "")
-        for hardware, names in cells.items()
-    )
     return (
-        f"{side}: its cells trained on different hardware ({listed}), so their numbers differ by the device "
-        "or the precision, not only by the design and the seed, and they cannot be compared. Keep runs on "
-        "other hardware in a results folder of their own (blockbench --results-dir), or set trainer.accelerator "
-        "and trainer.precision explicitly in the matrix, and rerun the cells of the other hardware"
+        f"{side}: its cells trained on different hardware ({hardware_listing(cells)}), so their numbers differ "
+        "by the device or the precision, not only by the design and the seed, and they cannot be compared. "
+        f"{HARDWARE_WAYS_OUT}"
     )
 
 

@@ -76,6 +76,31 @@ class Hardware(BaseModel):
         return f"{self.device_kind} at {self.precision}"
 
 
+#: cells named per hardware in a hardware error (the rest are counted)
+NAMED_CELLS = 4
+#: the ways out of a results folder whose cells trained on two kinds of hardware, the same for the run that
+#: refuses to train beside them and the report that refuses to compare them
+HARDWARE_WAYS_OUT = (
+    "Keep each hardware's runs in a results folder of their own (blockbench --results-dir runs/<name> matrix ...), "
+    "or make trainer.accelerator or trainer.precision an axis of the matrix, so that the cells of each hardware "
+    "have folders of their own and are compared on purpose"
+)
+
+
+def hardware_listing(cells: dict[Hardware, list[str]]) -> str:
+    """``cpu at 32-true: 3 cells (lm/pre/seed0, ...); cuda at bf16-mixed: 1 cell (lm/pre/seed3)``: the cells
+    of each hardware, the first :data:`NAMED_CELLS` by name, for the errors that refuse to mix them."""
+
+    def named(names: list[str]) -> str:
+        more = f" and {len(names) - NAMED_CELLS} more" if len(names) > NAMED_CELLS else ""
+        return ", ".join(names[:NAMED_CELLS]) + more
+
+    return "; ".join(
+        f"{hardware.describe()}: {len(names)} cell{'s' if len(names) > 1 else ''} ({named(names)})"
+        for hardware, names in cells.items()
+    )
+
+
 class _Open(BaseModel):
     """A part of a record that may carry keys this version does not name (newer writers, task extras)."""
 

@@ -34,7 +34,7 @@ from blockbench.matrix.schedule import Results
 from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
 from blockbench.store.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
-from blockbench.store.record import CellRecord, read_record
+from blockbench.store.record import HARDWARE_WAYS_OUT, CellRecord, read_record
 from blockbench.store.reuse import ReuseRule
 
 
@@ -314,8 +314,9 @@ def test_a_rerun_and_a_resume_on_the_same_hardware_are_not_refused(tmp_path, mon
         ("resumable", True, 2),
     ]
     monkeypatch.setattr("blockbench.matrix.run.cells_get_cuda", lambda launcher, gpus: not cuda)
-    with pytest.raises(OtherHardware, match=f"1 on {hardware.describe()} \\(lm/default/seed0\\)"):
+    with pytest.raises(OtherHardware, match=f"{hardware.describe()}: 1 cell \\(lm/default/seed0\\)") as refused:
         MatrixRunner(path, tmp_path / "results", RunOptions(dry_run=True), Reporting.none())
+    assert str(refused.value).endswith(HARDWARE_WAYS_OUT)  # the ways out the report's refusal gives too
 
 
 def trained(steps: int) -> CellRecord:
