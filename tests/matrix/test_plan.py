@@ -141,6 +141,21 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     )
 
 
+@pytest.mark.parametrize("load, busy", [(0.4, False), (1.0, False), (2.6, True)])
+def test_a_dry_run_timed_on_a_busy_machine_says_its_estimate_runs_long(tmp_path, capsys, monkeypatch, load, busy):
+    """Timings that share two cores with other processes (load above one core) run long, and so does
+    the estimate made of them: the dry run says so before it times, with the load and the cores."""
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.cell_timer", fake_timer([]))
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.start_server", lambda: None)
+    monkeypatch.setattr("blockbench.matrix.estimate.dry_run.cpu_cores", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (load, 0.0, 0.0))
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
+    assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    said = f"this machine is busy (load {load:.1f} over the last minute on 2 CPUs)"
+    assert (said in out) is busy, out
+
+
 def test_dry_run_of_a_new_matrix_times_a_cell_of_each_variant(tmp_path, capsys):
     """The timing itself, end to end: each variant's cell timed in a process of its own, forked from the
     cell server as a cell is, the estimate a whole cell's; nothing written under the results."""

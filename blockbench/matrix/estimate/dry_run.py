@@ -10,12 +10,13 @@ repeat. Nothing is written under the results (the timings work in a temporary fo
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ...progress import format_duration
-from ..jobs import forks
+from ..jobs import cpu_cores, forks
 from ..launch import start_server
 from ..plan import IF_NEEDED, CellPlan
 from ..say import say
@@ -23,6 +24,19 @@ from ..tuning import TUNE
 from .estimator import TimeEstimator, Timer, key_of
 from .timing import cell_timer, server_seconds
 from .total import describe_total
+
+
+def busy_machine(cores: int) -> str | None:
+    """What to say where other processes already keep this machine's ``cores`` busy before the timings
+    start (the one-minute load average above half of them): a timing shares its cores with them, so it
+    runs long and so does the estimate, maybe several times over. None on a quiet machine."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load <= cores / 2:
+        return None
+    return (
+        f"this machine is busy (load {load:.1f} over the last minute on {cores} CPUs): the timings share "
+        "the cores with other processes, so they and the estimate below run long; time again on a quiet machine"
+    )
 
 
 def time_before_the_cells(
@@ -51,6 +65,9 @@ def time_before_the_cells(
         f"timing a cell of {what} with no earlier results here (a short fit: its "
         f"build, steps, validations, a checkpoint{f'; {jobs} at a time' if jobs > 1 else ''})..."
     )
+    busy = busy_machine(cpu_cores())
+    if busy:
+        say(f"  {busy}")
     start = time.perf_counter()
     if forking:
         start_server()  # the timings fork from it, as the cells will
