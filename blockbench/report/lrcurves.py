@@ -88,10 +88,12 @@ def rate_curves(matrix_dir: Path, settings: MatrixSettings) -> list[RateCurve]:
         rates = by_key.setdefault((cell.task, cell.rung, _design(cell.variant, cell.rung)), {})
         if rate not in rates or (cell.seed or 0) < (rates[rate].seed or 0):
             rates[rate] = cell  # the first tuning seed's
-    baseline = _design(settings.baseline_variant or "", "")
     curves: list[RateCurve] = []
     order = {rung: i for i, rung in enumerate(settings.rungs)}
     for task in dict.fromkeys(key[0] for key in by_key):
+        # the matrix's baseline_variant, else its first variant (matrix order), as the verdicts take it
+        named = settings.baseline_variant
+        baseline = _design(named, "") if named else next(key[2] for key in by_key if key[0] == task)
         for rung in sorted({key[1] for key in by_key if key[0] == task}, key=lambda r: order.get(r, len(order))):
             found = {key[2]: cells for key, cells in by_key.items() if key[:2] == (task, rung)}
             records = [c.record for cells in found.values() for c in cells.values()]
@@ -119,7 +121,8 @@ def rate_section(matrix_dir: Path, curves: list[RateCurve]) -> list[str]:
     lines = [
         "## Learning-rate curves",
         "",
-        "Each variant's validation loss over the rung's shared grid of peak learning rates (its first tuning seed). "
+        "Each variant's loss on the tuning split over the rung's shared grid of peak learning rates (its first "
+        "tuning seed; the tuner itself picks by the task's metric, so the two may prefer different rates). "
         "Sensitivity: the mean over the grid of min(loss, trivial loss) minus the best (a rate that diverged or "
         "failed counts at the trivial loss); penalty: the best minus the baseline's best at the rung; the largest "
         "rate that learns: the largest that finished and beat the trivial baseline. A description, never a verdict.",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from helpers import LADDER_FLOOR, LADDER_RUNGS, write_ladder_results
 
 from blockbench.report.index import write_index
@@ -97,13 +98,16 @@ def test_the_index_shows_each_ladder_s_trend(tmp_path):
     assert "[lad](lad/summary.md)" in section and "| lm | norm_placement=post | **grows** | +0.050 [" in section
 
 
-def test_learning_rate_curves_by_hand(tmp_path):
+@pytest.mark.parametrize("name_baseline", [True, False])
+def test_learning_rate_curves_by_hand(tmp_path, name_baseline):
     """At rung 1x, pre: 2.6, 2.3, 2.5 at 1e-4, 1e-3, 1e-2; post: 2.7, 2.4, diverged. The trivial loss 3.4: pre's
     sensitivity ((2.6 + 2.3 + 2.5) / 3 - 2.3), post's ((2.7 + 2.4 + 3.4) / 3 - 2.4), penalty 2.4 - 2.3;
-    the largest rate that learns 1e-2 for pre, 1e-3 for post."""
+    the largest rate that learns 1e-2 for pre, 1e-3 for post. The penalty is against pre whether the matrix
+    names it its baseline or only lists it first, as the verdicts take it."""
     tuning = {(PRE, "1x", 1e-4): 2.6, (PRE, "1x", 1e-3): 2.3, (PRE, "1x", 1e-2): 2.5}
     tuning |= {(POST, "1x", 1e-4): 2.7, (POST, "1x", 1e-3): 2.4, (POST, "1x", 1e-2): None}
-    matrix_dir = write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: 0.2), tuning=tuning)
+    losses = ladder_losses(lambda x: 0.2)
+    matrix_dir = write_ladder_results(tmp_path / "lad", losses, tuning=tuning, name_baseline=name_baseline)
     summary = write_summary(matrix_dir).markdown
     section = summary.split("## Learning-rate curves")[1]
     pre = (2.6 + 2.3 + 2.5) / 3 - 2.3
