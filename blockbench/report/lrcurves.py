@@ -114,6 +114,16 @@ def _with_penalty(curve: RateCurve, penalty: float) -> RateCurve:
     return replace(curve, penalty=penalty)
 
 
+def rate_panels(curves: list[RateCurve], task: str) -> list[RatePanel]:
+    """``task``'s picture: a panel per rung (ladder order, as ``curves`` come) with that rung's trivial loss
+    and its variants' points."""
+    rungs: dict[str, list[RateCurve]] = {}
+    for curve in curves:
+        if curve.task == task:
+            rungs.setdefault(curve.rung, []).append(curve)
+    return [RatePanel(rung, same[0].trivial, {c.variant: c.points for c in same}) for rung, same in rungs.items()]
+
+
 def rate_section(matrix_dir: Path, curves: list[RateCurve]) -> list[str]:
     """The summary's ``Learning-rate curves``: the table and a picture per task (``plots/lr_<task>.png``)."""
     if not curves:
@@ -141,12 +151,10 @@ def rate_section(matrix_dir: Path, curves: list[RateCurve]) -> list[str]:
     lines.append("")
     for task in dict.fromkeys(c.task for c in curves):
         name = f"lr_{task}.png"
-        panels = [
-            RatePanel(rung, c.trivial, {c.variant: c.points for c in curves if c.task == task and c.rung == rung})
-            for rung in dict.fromkeys(c.rung for c in curves if c.task == task)
-        ]
         draw_rate_curves(
-            matrix_dir / PLOTS_DIR / name, f"{matrix_dir.name}, {task}: loss over the learning rate", panels
+            matrix_dir / PLOTS_DIR / name,
+            f"{matrix_dir.name}, {task}: loss over the learning rate",
+            rate_panels(curves, task),
         )
         lines += [f"![{task}: loss over the learning rate at each rung]({PLOTS_DIR}/{name})", ""]
     return lines

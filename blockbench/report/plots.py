@@ -351,7 +351,7 @@ def draw_rate_curves(path: Path, title: str, panels: Sequence[RatePanel]) -> Non
         ax.axhline(panel.trivial, color="0.6", linestyle="--", linewidth=1)
         ax.set_title(f"rung {panel.rung}", fontsize=FONT["title"])
         ax.set_xlabel("log10 peak learning rate", fontsize=FONT["base"])
-    axes[0].set_ylabel("validation loss (capped at the trivial loss)", fontsize=FONT["base"])
+    axes[0].set_ylabel("tuning-split loss (capped at the trivial loss)", fontsize=FONT["base"])
     figure.legend(
         handles=[Line2D([], [], color=colours[v], marker="o", label=v) for v in variants],
         loc="outside right center",

@@ -10,6 +10,7 @@ import math
 import pytest
 from helpers import LADDER_FLOOR, LADDER_RUNGS, write_ladder_results
 
+from blockbench.report import lrcurves
 from blockbench.report.index import write_index
 from blockbench.report.summary import write_summary
 
@@ -116,3 +117,23 @@ def test_learning_rate_curves_by_hand(tmp_path, name_baseline):
     assert f"| lm | 1x | {POST} | 2.4000 | 0.001 | {post:.4f} | +0.1000 | 0.001 |" in section
     assert "](plots/lr_lm.png)" in section
     assert (matrix_dir / "plots" / "lr_lm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_each_learning_rate_panel_is_capped_at_its_own_trivial_loss(tmp_path, monkeypatch):
+    """Two tasks with different trivial losses (the LM's unigram 3.4, the ViT's worst rung loss 0.08): each
+    task's picture caps its rungs at its own, and a rung's panel holds only its own variants' points."""
+    drawn = {}
+    monkeypatch.setattr(lrcurves, "draw_rate_curves", lambda path, title, panels: drawn.update({path.name: panels}))
+
+    def curve(task: str, rung: str, variant: str, trivial: float) -> lrcurves.RateCurve:
+        points = ((1e-3, trivial / 2), (3e-3, None))
+        return lrcurves.RateCurve(task, rung, variant, points, trivial, True, trivial / 2, 1e-3, 0.1, None, 1e-3)
+
+    curves = [curve("lm", "1x", PRE, 3.4), curve("lm", "1x", POST, 3.4), curve("lm", "4x", PRE, 3.3)]
+    curves += [curve("vit", "1x", PRE, 0.08)]
+    lrcurves.rate_section(tmp_path, curves)
+    assert [(p.rung, p.trivial, list(p.curves)) for p in drawn["lr_lm.png"]] == [
+        ("1x", 3.4, [PRE, POST]),
+        ("4x", 3.3, [PRE]),
+    ]
+    assert [(p.rung, p.trivial) for p in drawn["lr_vit.png"]] == [("1x", 0.08)]
