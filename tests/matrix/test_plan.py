@@ -272,9 +272,9 @@ def test_a_run_on_a_gpu_refuses_a_results_folder_of_cpu_cells_before_any_cell_tr
     write_finished(matrix_dir / "tune" / "cells" / "lm" / "default" / "lr=0.01" / "seed1000", cells[0], CPU_FP32)
     before = {name: (matrix_dir / name).read_bytes() for name in _files(matrix_dir)}
     expected = (
-        f"{matrix_dir} holds 3 finished cells made on other hardware than this run's: 3 on cpu at 32-true "
-        "(lm/default/seed0, lm/default/seed1, tune/lm/default/lr=0.01/seed1000); this run's cells resolve "
-        "cuda at bf16-mixed."
+        f"{matrix_dir} holds 3 finished cells made on other hardware than this run's (cpu at 32-true: 3 cells "
+        "(lm/default/seed0, lm/default/seed1, tune/lm/default/lr=0.01/seed1000)), and this run's cells resolve "
+        "cuda at bf16-mixed: "
     )
     for dry_run in (["--dry-run"], []):
         assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), *dry_run]) == 2
