@@ -192,9 +192,8 @@ def write_ladder_results(
     nothing but the ladder puts them in order; ``tuning``: (design, rung, lr) -> the tuning cell's loss;
     ``name_baseline``: False leaves ``baseline_variant`` out, so the matrix's first variant is the baseline."""
     ladder = {"rungs": [{"name": name, "compute": compute} for name, compute in LADDER_RUNGS.items()]}
-    matrix = {"name": matrix_dir.name, "baseline_variant": baseline, "axes": {"task": ["lm"]}, "ladder": ladder}
-    if not name_baseline:
-        del matrix["baseline_variant"]
+    named = {"baseline_variant": baseline} if name_baseline else {}
+    matrix = {"name": matrix_dir.name, **named, "axes": {"task": ["lm"]}, "ladder": ladder}
     matrix_dir.mkdir(parents=True, exist_ok=True)
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     cells = sorted(losses.items(), key=lambda item: (item[0][0] != baseline, item[0][0], item[0][1]))

@@ -90,10 +90,10 @@ def rate_curves(matrix_dir: Path, settings: MatrixSettings) -> list[RateCurve]:
             rates[rate] = cell  # the first tuning seed's
     curves: list[RateCurve] = []
     order = {rung: i for i, rung in enumerate(settings.rungs)}
+    named = settings.baseline_variant and _design(settings.baseline_variant, "")
     for task in dict.fromkeys(key[0] for key in by_key):
         # the matrix's baseline_variant, else its first variant (matrix order), as the verdicts take it
-        named = settings.baseline_variant
-        baseline = _design(named, "") if named else next(key[2] for key in by_key if key[0] == task)
+        baseline = named or next(key[2] for key in by_key if key[0] == task)
         for rung in sorted({key[1] for key in by_key if key[0] == task}, key=lambda r: order.get(r, len(order))):
             found = {key[2]: cells for key, cells in by_key.items() if key[:2] == (task, rung)}
             records = [c.record for cells in found.values() for c in cells.values()]
