@@ -1,5 +1,7 @@
 """Learning-rate curves of a ladder's tuning cells: at every rung each variant trains the same grid of
-peak learning rates, so its loss against the rate is a curve the variants share the x of. Described,
+peak learning rates, so its loss against the rate is a curve the variants share the x of (a top rung
+with ``ladder.top_grid`` trains each variant's own centred grid, as ``tune.json`` records it, and a
+curve there holds only the rates of its own grid, not the headroom cell's if it lies off it). Described,
 never decided: per task x rung x variant, the best loss and the rate that gives it, the sensitivity
 over the shared grid (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer training
 instabilities": the mean over the grid of min(loss, trivial loss) minus the best, so a rate that
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from ..matrixfile import RUNG_AXIS
 from ..store.layout import PLOTS_DIR
+from ..store.record import read_tuning
 from .plots import RatePanel, draw_rate_curves
 from .results import MatrixSettings, TuningCell, tuning_cells
 
@@ -81,10 +84,13 @@ def rate_curves(matrix_dir: Path, settings: MatrixSettings) -> list[RateCurve]:
     if not settings.rungs:
         return []
     by_key: dict[tuple[str, str, str], dict[float, TuningCell]] = {}
+    tried = _tried_rates(matrix_dir)
     for cell in tuning_cells(matrix_dir):
         rate = cell.values.get(LR)
         if cell.rung is None or not isinstance(rate, (int, float)):
             continue
+        if tried is not None and rate not in tried.get((cell.task, cell.variant), ()):
+            continue  # not a candidate of its variant's grid: the top rung's headroom cell off the centred grid
         rates = by_key.setdefault((cell.task, cell.rung, _design(cell.variant, cell.rung)), {})
         if rate not in rates or (cell.seed or 0) < (rates[rate].seed or 0):
             rates[rate] = cell  # the first tuning seed's
@@ -110,6 +116,19 @@ def rate_curves(matrix_dir: Path, settings: MatrixSettings) -> list[RateCurve]:
     return curves
 
 
+def _tried_rates(matrix_dir: Path) -> dict[tuple[str, str], set[float]] | None:
+    """(task, variant) -> the rates its tuning tried, as ``tune.json`` records them (the grid, the values
+    added past an end, a top rung's centred grid); None before tuning has ended (no ``tune.json``)."""
+    record = read_tuning(matrix_dir)
+    if not record or not record.get("tasks"):
+        return None
+    return {
+        (task, variant): {c["values"].get(LR) for c in tuned["candidates"]}
+        for task, found in record["tasks"].items()
+        for variant, tuned in found["variants"].items()
+    }
+
+
 def _with_penalty(curve: RateCurve, penalty: float) -> RateCurve:
     return replace(curve, penalty=penalty)
 
@@ -132,7 +151,8 @@ def rate_section(matrix_dir: Path, curves: list[RateCurve]) -> list[str]:
         "## Learning-rate curves",
         "",
         "Each variant's loss on the tuning split over the rung's shared grid of peak learning rates (its first "
-        "tuning seed; the tuner itself picks by the task's metric, so the two may prefer different rates). "
+        "tuning seed; the tuner itself picks by the task's metric, so the two may prefer different rates; a top "
+        "rung that tunes a grid centred on the rungs below has each variant's own grid). "
         "Sensitivity: the mean over the grid of min(loss, trivial loss) minus the best (a rate that diverged or "
         "failed counts at the trivial loss); penalty: the best minus the baseline's best at the rung; the largest "
         "rate that learns: the largest that finished and beat the trivial baseline. A description, never a verdict.",

@@ -5,6 +5,7 @@ power law whose truth is known: loss - floor = A·(m·C)^-α for a variant worth
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -117,6 +118,33 @@ def test_learning_rate_curves_by_hand(tmp_path, name_baseline):
     assert f"| lm | 1x | {POST} | 2.4000 | 0.001 | {post:.4f} | +0.1000 | 0.001 |" in section
     assert "](plots/lr_lm.png)" in section
     assert (matrix_dir / "plots" / "lr_lm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_centred_top_rung_curve_reads_only_its_own_grid(tmp_path):
+    """At a centred top rung each variant tunes its own grid (``tune.json``), and the headroom cell (pre at
+    1e-3, trained before any tuning) is a tuning cell on disk too. Where 1e-3 is off pre's centred grid
+    (3e-3, 1e-2, 3e-2) it is no point of pre's curve, though its loss (2.0) is the lowest: the best is 2.2 at
+    3e-3, the sensitivity over the three ((2.2 + 2.3 + 2.5) / 3 - 2.2)."""
+    tuning = {(PRE, "16x", 1e-3): 2.0, (PRE, "16x", 3e-3): 2.2, (PRE, "16x", 1e-2): 2.3, (PRE, "16x", 3e-2): 2.5}
+    tuning |= {(POST, "16x", 1e-4): 2.6, (POST, "16x", 3e-4): 2.4, (POST, "16x", 1e-3): 2.5}
+    matrix_dir = write_ladder_results(tmp_path / "lad", ladder_losses(lambda x: 0.2), tuning=tuning)
+
+    def tuned(rates: list[float], chosen: float) -> dict:
+        candidates = [
+            {"values": {"optimizer.lr": r}, "label": f"lr={r:g}", "score": tuning.get((PRE, "16x", r)), "status": "ok"}
+            for r in rates
+        ]
+        return {"chosen": {"optimizer.lr": chosen}, "chosen_label": f"lr={chosen:g}", "candidates": candidates}
+
+    variants = {f"{PRE},rung=16x": tuned([3e-3, 1e-2, 3e-2], 3e-3), f"{POST},rung=16x": tuned([1e-4, 3e-4, 1e-3], 3e-4)}
+    record = {"keys": ["optimizer.lr"], "grid": {"optimizer.lr": [3e-4, 1e-3, 3e-3]}, "tune_seeds": [1000]}
+    record["tasks"] = {"lm": {"metric": "loss", "higher_is_better": False, "variants": variants}}
+    (matrix_dir / "tune.json").write_text(json.dumps(record))
+    section = write_summary(matrix_dir).markdown.split("## Learning-rate curves")[1]
+    pre = (2.2 + 2.3 + 2.5) / 3 - 2.2
+    assert f"| lm | 16x | {PRE} | 2.2000 | 0.003 | {pre:.4f} | – | 0.03 |" in section
+    assert f"| lm | 16x | {POST} | 2.4000 | 0.0003 |" in section
+    assert "+0.2000" in section
 
 
 def test_each_learning_rate_panel_is_capped_at_its_own_trivial_loss(tmp_path, monkeypatch):
