@@ -64,7 +64,13 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
         results, tuning = [r for g in groups for r in g.results], tuning_records(folder)
         if not any(g.ok or g.diverged for g in groups):
             failed = sum(len(g.failed) for g in groups)
-            reason = f"{failed} cell(s) failed, none finished" if failed else "no cell has finished"
+            reason = (
+                f"{failed} cell(s) failed, none finished"
+                if failed
+                else f"tuning: {len(tuning)} tuning cell(s) finished, no reported cell yet"
+                if tuning
+                else "no cell has finished"
+            )
             index.not_run.append(
                 NotRun(
                     folder.name,

@@ -100,6 +100,15 @@ def test_the_index_shows_each_ladder_s_trend(tmp_path):
     assert "[lad](lad/summary.md)" in section and "| lm | norm_placement=post | **grows** | +0.050 [" in section
 
 
+def test_the_index_says_a_ladder_still_tuning_is_tuning(tmp_path):
+    """A long ladder's records are committed as its run goes: with tuning cells finished and no reported cell
+    yet, the index lists it as not run yet, saying how far its tuning got, not that no cell has finished."""
+    tuning = {(PRE, "1x", 1e-3): 2.3, (POST, "1x", 1e-3): 2.4, (PRE, "4x", 1e-3): 2.1}
+    write_ladder_results(tmp_path / "lad", {}, tuning=tuning)
+    not_run = write_index(tmp_path).split("## Not run yet\n\n")[1]
+    assert "- lad (tuning: 3 tuning cell(s) finished, no reported cell yet): `blockbench matrix " in not_run
+
+
 @pytest.mark.parametrize("name_baseline", [True, False])
 def test_learning_rate_curves_by_hand(tmp_path, name_baseline):
     """At rung 1x, pre: 2.6, 2.3, 2.5 at 1e-4, 1e-3, 1e-2; post: 2.7, 2.4, diverged. The trivial loss 3.4: pre's
