@@ -395,6 +395,7 @@ def test_the_startup_table_gives_each_commands_median_and_range():
     assert rows["blockbench list"] == ["2", "0.450", "0.400", "-", "0.500"]
 
 
+@pytest.mark.slow  # every command in fresh processes (about 25 s); run with -m slow
 def test_the_startup_benchmark_times_every_command_in_fresh_processes():
     process = subprocess.run(
         [sys.executable, "-m", "benchmarks.speed.cli_startup", "--rounds", "1", "--cold-rounds", "0"],

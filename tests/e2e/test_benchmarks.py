@@ -695,6 +695,7 @@ def test_the_book_runs_each_matrix_by_its_path_in_the_checkout_and_logs_its_esti
     assert logged["matrix"] == "smoke" and logged["to_train"] == 3 and logged["returncode"] == 0
 
 
+@pytest.mark.slow  # the smoke matrix trained in a subprocess (about a minute); run with -m slow
 def test_publishing_copies_the_matrices_that_ran_to_their_end_without_what_git_leaves_out(tmp_path, monkeypatch):
     """--publish: a matrix whose last book run ended (exit 0) is copied into the results folder, replacing
     the old one, without event files, logs or locks, and its summary and the index are rebuilt; one whose

@@ -65,7 +65,8 @@ def train(tmp_path: Path, name: str, cfg: dict) -> dict:
     return json.loads((folder / "out" / "result.json").read_text())
 
 
-@pytest.mark.parametrize("task", TASKS)
+# the LM in every run; the translator and the ViT (about a minute each on 2 CPUs) with -m slow
+@pytest.mark.parametrize("task", [t if t == "lm" else pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_ddp_run_of_each_family_equals_one_process_with_the_same_global_batch(tmp_path, task):
     """Two processes with batch 4 each follow the trajectory of one process with batch 8; only
     rank 0 writes; the validation metrics (BLEU too) cover the whole validation set."""
@@ -192,6 +193,7 @@ train(run, Path("out"), tb_dir=Path("tb"), tb_name="run", tb_version="0", extra_
 """
 
 
+@pytest.mark.slow  # two-process training (about 30 s); run with -m slow
 def test_a_loss_diverging_in_one_process_stops_every_process(tmp_path):
     """Without a decision shared by the processes, process 1 leaves the loop while process 0 waits
     for it in the next gradient all-reduce: the run hangs (here: past the timeout) instead of ending."""

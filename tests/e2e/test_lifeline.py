@@ -87,6 +87,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # a matrix run twice in subprocesses (minutes on 2 CPUs); run with -m slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkill_of_the_runner_alone_leaves_no_process_and_the_rerun_equals_an_uninterrupted_run(tmp_path):
     axes = {"model.norm_placement": ["pre", "post"]}

@@ -371,6 +371,7 @@ def test_a_result_of_other_code_is_stale(tmp_path, monkeypatch):
     )  # another config: trained, nothing to say
 
 
+@pytest.mark.slow  # minutes of subprocess training; run with -m slow
 def test_the_matrix_retrains_cells_whose_code_changed_unless_told_to_reuse_them(tmp_path):
     base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 2, "val_every_n_steps": 2}}
     path = write_matrix(tmp_path, {"seed": [0]}, base=base)

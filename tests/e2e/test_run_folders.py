@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers import REPO, TINY_LM, blockbench
 
@@ -30,6 +31,7 @@ def _results(tmp_path: Path) -> dict[Path, dict]:
     return {path.parent: json.loads(path.read_text()) for path in (tmp_path / "runs" / "train").rglob("result.json")}
 
 
+@pytest.mark.slow  # several training processes (about a minute); run with -m slow
 def test_runs_of_other_configs_keep_their_own_folders(tmp_path):
     first = _train(tmp_path)
     assert first.returncode == 0, first.stderr

@@ -121,6 +121,7 @@ def test_the_futility_stop_saves_seeds_where_noise_is_wide_and_keeps_the_power_w
         assert run(noise_like(0.6), with_stop, multiple, 7)[0] >= run(noise_like(0.6), without, multiple, 7)[0] - 0.04
 
 
+@pytest.mark.slow  # the simulation script end to end (about 2 minutes on 2 CPUs); run with -m slow
 def test_the_script_writes_its_report_with_where_and_how_it_ran(tmp_path):
     out = tmp_path / "rates.md"
     done = subprocess.run(
