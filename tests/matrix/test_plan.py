@@ -31,6 +31,7 @@ from blockbench.matrix.finish import Reporting
 from blockbench.matrix.plan import IF_NEEDED, CellPlan, OtherHardware, plan_cells
 from blockbench.matrix.run import MatrixRunner, RunOptions
 from blockbench.matrix.schedule import Results
+from blockbench.models import ModelConfig
 from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
 from blockbench.store.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
@@ -388,14 +389,14 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
     log = post[0].cell.directory(matrix_dir) / TRAIN_LOG
     log.parent.mkdir(parents=True)
     log.write_text("step 1/4 (25%)  loss 3.9  0:12 elapsed, ETA 0:36\n")
-    assert estimator.pace(post[1].cell) == (pytest.approx(2.0, rel=1e-3), "other variants")  # one line: no pace yet
+    assert estimator.pace(post[1].cell) == (pytest.approx(2.0, rel=1e-3), "same shape")  # one line: no pace yet
     log.write_text(log.read_text() + "step 2/4 (50%)  loss 3.1  val/perplexity 40.2  0:22 elapsed, ETA 0:22\n")
     assert estimator.pace(post[1].cell) == (pytest.approx(10.0), "running")  # (22 - 12) s / (2 - 1) steps
     assert estimator.estimate(post[1], guess=False) is None  # the dry run and the runner still time it
     log.write_bytes(log.read_bytes() + b"a warning in Latin-1: \xe9\n")  # not UTF-8: still read, no error
     assert estimator.estimate(post[1]) == (pytest.approx(40.0), "running")
     os.utime(log, (estimator.started - 60, estimator.started - 60))  # another run's log (--jobs 1 writes none)
-    assert estimator.pace(post[1].cell)[1] == "other variants"
+    assert estimator.pace(post[1].cell)[1] == "same shape"
     os.utime(log)
     # left: post's running cell (40 s less the ~0 s it has had) in one slot; pre's second (8 s) and then
     # post's second (40 s) in the other, in the order of the queue: 48 s
@@ -405,11 +406,18 @@ def test_the_runner_eta_of_a_variant_whose_first_cells_are_training_uses_their_p
 
 
 def cell_like(
-    task: str, variant: str, trainer: TrainerConfig, phase: str | None = None, candidate: str = "", seed: int = 0
+    task: str,
+    variant: str,
+    trainer: TrainerConfig,
+    phase: str | None = None,
+    candidate: str = "",
+    seed: int = 0,
+    model: ModelConfig | None = None,
 ) -> SimpleNamespace:
-    """What the estimate reads of a cell."""
-    run = SimpleNamespace(trainer=trainer)
-    return SimpleNamespace(task=task, variant=variant, run=run, phase=phase, candidate=candidate, seed=seed)
+    """What the estimate reads of a cell (its model's sizes, for the pace of the cells of its shape)."""
+    run = SimpleNamespace(trainer=trainer, resolved_model=lambda: model or ModelConfig())
+    key = (task, variant, phase, candidate, seed)
+    return SimpleNamespace(task=task, variant=variant, run=run, phase=phase, candidate=candidate, seed=seed, key=key)
 
 
 #: 10 steps validated at 5 and 10, no loss curve, no checkpoint
@@ -435,7 +443,7 @@ def test_a_variant_none_of_whose_cells_ran_is_timed_in_parts_and_scaled_by_what_
     estimator.add(dot, 30.0, 10)
     estimator.add(dot, 50.0, 10)  # 3 and 5 s a step: median 4
     assert estimator.estimate(plan["dot"]) == (40.0, "measured")
-    assert estimator.estimate(plan["additive"]) == (40.0, "other variants")  # a rough guess, where it cannot be timed
+    assert estimator.estimate(plan["additive"]) == (40.0, "same shape")  # a rough guess, where it cannot be timed
     assert estimator.estimate(plan["additive"], guess=False) is None  # so it is timed
     assert estimator.estimate(plan["vit"]) == (40.0, "other tasks")
 
@@ -455,6 +463,28 @@ def test_a_variant_none_of_whose_cells_ran_is_timed_in_parts_and_scaled_by_what_
     assert estimator.estimate(plan["vit"]) == (30.0, "scaled")
     resumed = CellPlan(4, vit, "resumable", resume_step=5)  # 1 + 2 + 3 + 5 x 0.5 + 1 x 2 = 10.5 s, twice
     assert estimator.estimate(resumed) == (21.0, "scaled")
+
+
+def test_a_variant_none_of_whose_cells_ran_takes_the_pace_of_its_own_rung_not_its_whole_task():
+    """A ladder's runner gave its top rung's first post-norm cells the median pace of every pre- and
+    post-norm cell of the task that had run (mostly the 2- to 8-layer rungs): 15 min a translation cell
+    that took 42, and its ETA jumped by an hour when the first of them finished. A variant with nothing
+    measured, timed or training takes the pace of its task's other variants of the same sizes first."""
+    deep, shallow = ModelConfig(n_layers=16), ModelConfig(n_layers=2)
+    cells = {
+        (placement, rung): cell_like("lm", f"norm_placement={placement},rung={rung}", TEN_STEPS, model=model)
+        for placement in ("pre", "post")
+        for rung, model in (("16x", deep), ("0.25x", shallow))
+    }
+    estimator = TimeEstimator()
+    estimator.add(cells["pre", "16x"], 200.0, 10)  # 20 s a step at 16 layers
+    for placement in ("pre", "post"):
+        for seconds in (10.0, 10.0):  # 1 s a step at 2 layers, four cells
+            estimator.add(cells[placement, "0.25x"], seconds, 10)
+    top = CellPlan(1, cells["post", "16x"], "to run")
+    assert estimator.estimate(top) == (200.0, "same shape")  # not the task's median, 1 s a step
+    other = cell_like("lm", "norm_placement=post,rung=4x", TEN_STEPS, model=ModelConfig(n_layers=8))
+    assert estimator.estimate(CellPlan(2, other, "to run")) == (10.0, "other variants")  # no cell of its sizes
 
 
 def test_the_cells_run_jobs_at_a_time_as_the_queue_hands_them_out_phase_after_phase():

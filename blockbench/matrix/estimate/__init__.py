@@ -15,15 +15,17 @@ Where the time estimate of a cell comes from, best first (:class:`~.estimator.Ti
    ``--time-cells`` (else its ETA starts from the sources below and the cells as they end);
 4. ``running``: the pace that the training cells of a variant print in their train.log since this
    run began (training and validation, not start-up);
-5. ``other variants``: the step time of the other variants of the cell's task, a rough guess;
-6. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
-7. unknown: no estimate (nothing measured here yet, or a cell whose data or model cannot be built).
+5. ``same shape``: the step time of the other variants of the cell's task whose model and batch have
+   its sizes (a ladder's rung: the rungs of one task differ twentyfold in their step times), a guess;
+6. ``other variants``: the step time of the other variants of the cell's task, a rough guess;
+7. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
+8. unknown: no estimate (nothing measured here yet, or a cell whose data or model cannot be built).
 
 On a GPU a small cell's time is mostly its process's start-up and its kernels' launches, alike for the
 variants of one shape, so the timing there is not one process per variant, one after another: a
 variant with nothing measured takes the measured pace of the cells of its task and shape (``same
-shape``, after 1.), else the timing of one cell per task and shape (``task probe``, in place of 3.;
-the timings of the shapes run ``--jobs`` at a time).
+shape``, after 1., not 5.), else the timing of one cell per task and shape (``task probe``, in place
+of 3.; the timings of the shapes run ``--jobs`` at a time).
 
 A matrix run's time is more than its cells': the process's start-up and planning, the cell server's
 imports (and, with ``--time-cells``, the timing) before the first cell, the report after the last

@@ -60,8 +60,8 @@ class TimeEstimator:
     per_task: bool = False
     #: each shape's timing (``per_task``)
     probes: dict[Shape, CellTiming] = field(default_factory=dict)
-    #: the shape of each (task, variant) measured
-    shapes: dict[Key, Shape] = field(default_factory=dict)
+    #: a cell of each (task, variant) measured, whose shape stands for the variant's (:meth:`same_shape`)
+    examples: dict[Key, Cell] = field(default_factory=dict)
     _shapes_of: dict[tuple[str, int], Shape] = field(default_factory=dict, repr=False)
 
     def shape(self, cell: Cell) -> Shape:
@@ -78,8 +78,7 @@ class TimeEstimator:
             return
         key = key_of(cell)
         self.measured.setdefault(key, []).append(seconds / steps)
-        if self.per_task:
-            self.shapes[key] = self.shape(cell)
+        self.examples.setdefault(key, cell)
         timing = self.timings.get(key)
         timed = timing.seconds(cell.run.trainer, from_step) if timing else 0.0
         if timed > 0:
@@ -117,9 +116,13 @@ class TimeEstimator:
         return (pace[0] * steps, pace[1]) if pace else None
 
     def same_shape(self, cell: Cell) -> list[float]:
-        """Seconds per step measured of the cells of other variants of ``cell``'s task and shape."""
+        """Seconds per step measured of the cells of other variants of ``cell``'s task and shape; the
+        shapes are worked out only here, once per variant, since resolving a config takes time."""
+        same_task = [key for key in self.measured if key[0] == cell.task and key in self.examples]
+        if not same_task:
+            return []
         shape = self.shape(cell)
-        return [s for key, values in self.measured.items() if self.shapes.get(key) == shape for s in values]
+        return [s for key in same_task if self.shape(self.examples[key]) == shape for s in self.measured[key]]
 
     def ratio(self, task: str) -> float | None:
         """The median measured-to-timed ratio of this run's cells of ``task``, else of all its cells:
@@ -130,7 +133,9 @@ class TimeEstimator:
 
     def pace(self, cell: Cell) -> tuple[float, str] | None:
         """(seconds per step, source) where the cell's variant was neither measured nor timed (a timing
-        that failed): the pace its training cells print, else other variants', else other tasks'."""
+        that failed): the pace its training cells print, else other variants' of its shape, else other
+        variants' of its task, else other tasks'. A ladder's task spans rungs whose step times differ
+        twentyfold, so its median alone would give a top-rung variant a lower rung's pace."""
         key = key_of(cell)
         running = [
             pace
@@ -139,6 +144,9 @@ class TimeEstimator:
         ]
         if running:  # a variant whose first cells are training: their pace so far
             return statistics.median(running), "running"
+        same_shape = self.same_shape(cell)
+        if same_shape:  # its task's other variants of its sizes (a ladder's rung, not its whole task)
+            return statistics.median(same_shape), "same shape"
         same_task = [s for (task, _), values in self.measured.items() if task == cell.task for s in values]
         if same_task:  # a variant none of whose cells ran yet: its task's pace, a rough guess
             return statistics.median(same_task), "other variants"

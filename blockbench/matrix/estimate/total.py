@@ -98,7 +98,7 @@ def describe_total(plans: list[CellPlan], estimator: TimeEstimator, jobs: int = 
         "measured": "cells that ran here, start-up to exit",
         "scaled": "cells timed here in parts, scaled by the measured-to-timed ratio of the cells that ran",
         "timed": "cells timed here in parts: start-up, build, steps, validations, loss curve, checkpoints",
-        "same shape": "cells of other variants of the same task and shape that ran here (on a GPU)",
+        "same shape": "cells of other variants of the same task and sizes that ran here",
         "task probe": "a cell of another variant of the same task and shape timed here in parts (on a GPU)",
         "running": "the pace that the training cells of variants none of whose cells finished print",
         "other variants": "other variants' step times for variants none of whose cells ran yet",
