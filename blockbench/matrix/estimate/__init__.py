@@ -16,7 +16,7 @@ Where the time estimate of a cell comes from, best first (:class:`~.estimator.Ti
 4. ``running``: the pace that the training cells of a variant print in their train.log since this
    run began (training and validation, not start-up);
 5. ``same shape``: the step time of the other variants of the cell's task whose model and batch have
-   its sizes (a ladder's rung: the rungs of one task differ twentyfold in their step times), a guess;
+   its sizes (a ladder's rung: the rungs of one task differ about fivefold in step time), a guess;
 6. ``other variants``: the step time of the other variants of the cell's task, a rough guess;
 7. ``other tasks``: the step time of the cells of other tasks, a rougher guess still;
 8. unknown: no estimate (nothing measured here yet, or a cell whose data or model cannot be built).

@@ -118,7 +118,7 @@ class TimeEstimator:
     def same_shape(self, cell: Cell) -> list[float]:
         """Seconds per step measured of the cells of other variants of ``cell``'s task and shape; the
         shapes are worked out only here, once per variant, since resolving a config takes time."""
-        same_task = [key for key in self.measured if key[0] == cell.task and key in self.examples]
+        same_task = [key for key in self.measured if key[0] == cell.task]  # each has an example (add)
         if not same_task:
             return []
         shape = self.shape(cell)
@@ -135,7 +135,7 @@ class TimeEstimator:
         """(seconds per step, source) where the cell's variant was neither measured nor timed (a timing
         that failed): the pace its training cells print, else other variants' of its shape, else other
         variants' of its task, else other tasks'. A ladder's task spans rungs whose step times differ
-        twentyfold, so its median alone would give a top-rung variant a lower rung's pace."""
+        about fivefold, so its median alone would give a top-rung variant a lower rung's pace."""
         key = key_of(cell)
         running = [
             pace
