@@ -69,6 +69,8 @@ def test_dry_run_lists_every_status_with_its_estimate_and_writes_nothing(tmp_pat
     monkeypatch.setattr("blockbench.matrix.estimate.dry_run.cell_timer", fake_timer(timed))
     monkeypatch.setattr("blockbench.matrix.estimate.dry_run.start_server", lambda: None)
     monkeypatch.setattr("blockbench.walltime.process_age", lambda: 3.0)  # the CLI's start-up: 3 s
+    # and its planning no time at all, so the figures below hold on a loaded machine too
+    monkeypatch.setattr("blockbench.walltime.WallClock.elapsed", lambda self: 3.0)
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0, 1, 2]})
     _, cells = load_matrix(path)
     matrix_dir = tmp_path / "results" / "m"
