@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .decide import BETTER, BEYOND_MARGIN, EQUIVALENT, WORSE
 from .headroom import NOT_LEARNED_LABEL
-from .results import level_text
+from .results import BookCost, level_text, resumed_note
 from .verdicts import (
     FAMILIES,
     FORMS_TEXT,
@@ -123,7 +123,7 @@ class Index:
     #: matrices with ``verdicts: false`` that have results (a demonstration, the empirical null)
     apart: list[Apart] = field(default_factory=list)
     #: the seconds of every cell process of the book: reported cells and tuning cells (those apart included)
-    book_seconds: tuple[float, float] = (0.0, 0.0)
+    cost: BookCost = field(default_factory=BookCost)
     #: paragraphs under the count of decided verdicts (the baseline swap's, ``fragility``)
     notes: list[str] = field(default_factory=list)
 
@@ -288,7 +288,8 @@ def index_markdown(index: Index) -> str:
         "",
     ]
     comparisons = [c for m in index.matrices for c in m.comparisons]
-    reported, tuning = index.book_seconds
+    reported, tuning = index.cost.reported, index.cost.tuning
+    note = resumed_note(index.cost.resumed)
     if comparisons:
         counts = VerdictCounts.of(distinct_questions(index))
         lines += [
@@ -297,7 +298,7 @@ def index_markdown(index: Index) -> str:
             "several matrices ask of the same cells counts once. All these results took "
             f"**{_hours(reported + tuning)} cell-process hours** (the summed wall time of every cell's process, a "
             f"cell copied into several matrices counted once: {_hours(reported)} h reported cells, "
-            f"{_hours(tuning)} h tuning cells).",
+            f"{_hours(tuning)} h tuning cells{'; ' + note if note else ''}).",
             "",
         ]
         lines += [text for note in index.notes if note for text in (note, "")]

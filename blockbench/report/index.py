@@ -26,13 +26,15 @@ from .fragility import fragile_questions
 from .ladders import ladder_questions, trend_table
 from .results import (
     MatrixSettings,
-    book_seconds,
+    book_cost,
     code_versions,
     first_cell,
     gives_verdicts,
     lineage_lines,
     machines,
     matrix_description,
+    resumed_cells,
+    resumed_note,
     tuning_records,
 )
 from .section import comparisons
@@ -54,7 +56,7 @@ def write_index(results_root: Path, matrices: Path | None = None, *, command: st
     )
     index = Index(command or f"blockbench report --index {results_root}")
     files = _matrix_files(matrices if matrices is not None else _recorded_matrix_folders(folders))
-    index.book_seconds = book_seconds(folders)
+    index.cost = book_cost(folders)
     lineage = Lineage.load(results_root)
     for folder in folders:
         if not gives_verdicts(folder / MATRIX_FILE):
@@ -158,7 +160,9 @@ def _cost(folder: Path, results: list[CellRecord], tuning: list[CellRecord]) -> 
     ran at once or resumed over several runs, then its last run (``matrix_run.json``). None without either."""
     run = read_matrix_run(folder)
     seconds = [r.wall_time_s for r in results + tuning if r.wall_time_s is not None]
-    parts = [f"{format_duration(sum(seconds))} of cell processes ({len(seconds)} cells)"] if seconds else []
+    note = resumed_note(resumed_cells(results + tuning))
+    counted = f"{len(seconds)} cells" + (f"; {note}" if note else "")
+    parts = [f"{format_duration(sum(seconds))} of cell processes ({counted})"] if seconds else []
     if run:
         parts.append(f"last run `{run.command}`, {format_duration(run.wall_time_s)}, {run.cells_trained} cells trained")
     return "; ".join(parts) or None

@@ -468,14 +468,25 @@ def _tuning_costs(matrix_dir: Path, key_of: Callable[[TuningCell], tuple[str, An
     return costs
 
 
-def book_seconds(matrix_dirs: list[Path]) -> tuple[float, float]:
-    """What a results root cost: the seconds of its reported and its tuning cells' processes, each cell
-    counted once. A matrix copies a cell another matrix of the root trained with the same config and
-    code (``plan.trained_elsewhere``) instead of training it again, so a record whose config hash and
-    code fingerprint were counted already is a copy and adds nothing (each matrix's own cost in the
-    index counts its copies: what it would take alone)."""
+@dataclass(frozen=True)
+class BookCost:
+    """What a results root cost: its reported and its tuning cells' process seconds, and how many of
+    those cells resumed after an interruption (their records hold only the process that finished them,
+    so the seconds are a lower bound when there are any)."""
+
+    reported: float = 0.0
+    tuning: float = 0.0
+    resumed: int = 0
+
+
+def book_cost(matrix_dirs: list[Path]) -> BookCost:
+    """What a results root cost (:class:`BookCost`), each cell counted once. A matrix copies a cell another
+    matrix of the root trained with the same config and code (``plan.trained_elsewhere``) instead of
+    training it again, so a record whose config hash and code fingerprint were counted already is a copy
+    and adds nothing (each matrix's own cost in the index counts its copies: what it would take alone)."""
     seen: set[tuple[str | None, str | None]] = set()
     totals = [0.0, 0.0]
+    resumed = 0
     for matrix_dir in matrix_dirs:
         reported = [load_record(path) for path in sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}"))]
         for kind, records in enumerate((reported, tuning_records(matrix_dir))):
@@ -485,7 +496,21 @@ def book_seconds(matrix_dirs: list[Path]) -> tuple[float, float]:
                     continue
                 seen.add(key)
                 totals[kind] += record.wall_time_s or 0.0
-    return totals[0], totals[1]
+                resumed += bool(record.resumed_from_step)
+    return BookCost(totals[0], totals[1], resumed)
+
+
+def resumed_note(resumed: int) -> str:
+    """The caveat a cost in cell-process time carries when ``resumed`` of its cells resumed after an
+    interruption: a record keeps the wall time of the process that finished it, not of those before."""
+    if not resumed:
+        return ""
+    return f"a lower bound: {resumed} cell(s) resumed after an interruption count only their last process"
+
+
+def resumed_cells(records: list[CellRecord]) -> int:
+    """How many of ``records`` resumed from a checkpoint after an interruption."""
+    return sum(bool(r.resumed_from_step) for r in records)
 
 
 def machines(records: list[CellRecord]) -> list[str]:

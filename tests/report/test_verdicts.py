@@ -594,6 +594,16 @@ def test_the_index_counts_the_decided_family_verdicts_and_what_the_book_cost(tmp
     _write_matrix(tmp_path, "other", cells[:2], baseline_variant=PRE)
     index = write_index(tmp_path, tmp_path / "none")
     assert f"{(24 + 6) * 4.0 / 3600:.1f} h reported cells, 2.0 h tuning cells)." in index
+    # a cell resumed after an interruption records only its last process: every cost with it says it is a
+    # lower bound (the book's, the matrix's in the index and in its summary); the copy does not count twice
+    write_json(tune_dir / "result.json", {**record, "resumed_from_step": 200})
+    copy = tmp_path / "other" / "tune" / "cells" / "lm" / POST / "lr=0" / "seed1000" / "result.json"
+    write_json(copy, {**record, "config_hash": "c1", "resumed_from_step": 200})
+    index = write_index(tmp_path, tmp_path / "none")
+    lower = "a lower bound: 1 cell(s) resumed after an interruption count only their last process"
+    assert f"2.0 h tuning cells; {lower})." in index
+    assert f"of cell processes (25 cells; {lower})" in index and f"of cell processes (8 cells; {lower})" in index
+    assert f"cells run side by side take less wall time; {lower})" in write_report(tmp_path / "book")
 
 
 def test_equivalent_in_every_family_is_an_answer_and_undecided_is_not_a_no(tmp_path):
