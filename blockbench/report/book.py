@@ -289,7 +289,6 @@ def index_markdown(index: Index) -> str:
     ]
     comparisons = [c for m in index.matrices for c in m.comparisons]
     reported, tuning = index.cost.reported, index.cost.tuning
-    note = resumed_note(index.cost.resumed)
     if comparisons:
         counts = VerdictCounts.of(distinct_questions(index))
         lines += [
@@ -298,7 +297,7 @@ def index_markdown(index: Index) -> str:
             "several matrices ask of the same cells counts once. All these results took "
             f"**{_hours(reported + tuning)} cell-process hours** (the summed wall time of every cell's process, a "
             f"cell copied into several matrices counted once: {_hours(reported)} h reported cells, "
-            f"{_hours(tuning)} h tuning cells{'; ' + note if note else ''}).",
+            f"{_hours(tuning)} h tuning cells{resumed_note(index.cost.resumed)}).",
             "",
         ]
         lines += [text for note in index.notes if note for text in (note, "")]

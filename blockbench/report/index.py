@@ -161,8 +161,7 @@ def _cost(folder: Path, results: list[CellRecord], tuning: list[CellRecord]) -> 
     run = read_matrix_run(folder)
     seconds = [r.wall_time_s for r in results + tuning if r.wall_time_s is not None]
     note = resumed_note(resumed_cells(results + tuning))
-    counted = f"{len(seconds)} cells" + (f"; {note}" if note else "")
-    parts = [f"{format_duration(sum(seconds))} of cell processes ({counted})"] if seconds else []
+    parts = [f"{format_duration(sum(seconds))} of cell processes ({len(seconds)} cells{note})"] if seconds else []
     if run:
         parts.append(f"last run `{run.command}`, {format_duration(run.wall_time_s)}, {run.cells_trained} cells trained")
     return "; ".join(parts) or None

@@ -486,7 +486,7 @@ def book_cost(matrix_dirs: list[Path]) -> BookCost:
     and adds nothing (each matrix's own cost in the index counts its copies: what it would take alone)."""
     seen: set[tuple[str | None, str | None]] = set()
     totals = [0.0, 0.0]
-    resumed = 0
+    counted: list[CellRecord] = []
     for matrix_dir in matrix_dirs:
         reported = [load_record(path) for path in sorted((matrix_dir / CELLS_DIR).glob(f"*/*/*/{RESULT_FILE}"))]
         for kind, records in enumerate((reported, tuning_records(matrix_dir))):
@@ -496,16 +496,17 @@ def book_cost(matrix_dirs: list[Path]) -> BookCost:
                     continue
                 seen.add(key)
                 totals[kind] += record.wall_time_s or 0.0
-                resumed += bool(record.resumed_from_step)
-    return BookCost(totals[0], totals[1], resumed)
+                counted.append(record)
+    return BookCost(totals[0], totals[1], resumed_cells(counted))
 
 
 def resumed_note(resumed: int) -> str:
-    """The caveat a cost in cell-process time carries when ``resumed`` of its cells resumed after an
-    interruption: a record keeps the wall time of the process that finished it, not of those before."""
+    """The caveat, to append to a cost's brackets, that a cost in cell-process time carries when
+    ``resumed`` of its cells resumed after an interruption: a record keeps the wall time of the process
+    that finished it, not of those before. Empty without such cells."""
     if not resumed:
         return ""
-    return f"a lower bound: {resumed} cell(s) resumed after an interruption count only their last process"
+    return f"; a lower bound: {resumed} cell(s) resumed after an interruption count only their last process"
 
 
 def resumed_cells(records: list[CellRecord]) -> int:

@@ -251,14 +251,11 @@ def _header(matrix_dir: Path, settings: MatrixSettings, groups: list[Group], run
         )
     reported_s, tuning_s = (sum(r.wall_time_s or 0.0 for r in records) for records in (results, tuning))
     n_tuning = len(tuning)
-    note = resumed_note(resumed_cells(results + tuning))
     lines.append(
         f"Cost: {format_duration(reported_s + tuning_s)} of cell processes in all, whenever they trained "
         f"({format_duration(reported_s)} for the {len(results)} reported cells"
         + (f", {format_duration(tuning_s)} for the {n_tuning} tuning cells" if n_tuning else "")
-        + "; cells run side by side take less wall time"
-        + (f"; {note}" if note else "")
-        + ")  "
+        + f"; cells run side by side take less wall time{resumed_note(resumed_cells(results + tuning))})  "
     )
     wrong_split = sum(len(g.wrong_split) for g in groups)
     plan = PlanBook.load(matrix_dir).current
