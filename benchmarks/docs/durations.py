@@ -35,7 +35,7 @@ from pathlib import Path
 from benchmarks import ROOT
 from benchmarks.harness import machine_summary
 from benchmarks.statistics.estimate_accuracy import parse_estimate, run_stamped
-from blockbench.progress import format_duration
+from blockbench.durations import format_duration
 
 #: the command that measures the durations, as ``durations.json`` records it
 COMMAND = "python -m benchmarks.docs.durations"

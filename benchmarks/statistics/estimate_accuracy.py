@@ -31,7 +31,7 @@ from pathlib import Path
 
 from benchmarks import ROOT
 from benchmarks.harness import command_line, print_and_write, report_header
-from blockbench.progress import parse_duration
+from blockbench.durations import parse_duration
 
 #: the dry run's total: ``about 0:02:14 on this machine with --jobs 2 to train 12 cells``
 ESTIMATE = re.compile(r"about (\d+(?::\d\d){1,2}) on this machine(?: with --jobs \d+)? to train")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..progress import format_duration
+from ..durations import format_duration
 from ..store.files import write_matrix_run
 from ..store.record import MatrixRun, RunCell, RunPhase
 from ..walltime import MATRIX_PARTS, WallClock

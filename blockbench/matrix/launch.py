@@ -68,6 +68,20 @@ def start_server() -> None:
     _fork(_started)
 
 
+def run_in_server(target: Callable[..., None], *args: object) -> None:
+    """Call ``target(*args)`` (a module-level function and picklable arguments) in a process forked
+    from the started server, which has the imports of :data:`PRELOAD`, and wait for it: work that
+    needs Lightning without importing it here. Its output goes where this process's does."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = _fork(target, *args)
+    if code != 0:
+        name = f"{target.__module__}.{target.__qualname__}"
+        raise RuntimeError(
+            f"{name} failed in a process forked from the cell server (exit code {code}; its error is above)"
+        )
+
+
 def _enter_cell(environment: dict[str, str], log_file: str | None) -> None:
     """Make this forked process the cell's: its environment, its output, its threads, Ctrl-C."""
     walltime.FORKED = True

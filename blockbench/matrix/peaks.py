@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import TrainerConfig
 from .expand import Cell
+from .launch import run_in_server
 
 
-def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
+def resolve_peaks(cells: list[Cell], slot_threads: int | None, *, in_server: bool = False) -> None:
     """Read, or measure once, the peak FLOP/s that MFU divides by for every compute dtype and thread
     count these cells train with on this machine's CPU, before the first of them starts: each cell
     then reads the same cached figure (:func:`blockbench.cell.perf.peak_flops`), and no probe runs while
@@ -18,14 +20,26 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None) -> None:
     Left to the cells themselves (the first probes, any others wait for it and read it): cells with
     ``trainer.peak_tflops``, GPU cells (a probe here would keep a CUDA context, and GPU memory, in
     this process for the whole matrix) and multi-process cells (Lightning sets their threads).
+
+    ``in_server``: read or measure it in a process forked from the started cell server
+    (:mod:`blockbench.matrix.launch`), which has imported Lightning already, so that the runner itself
+    never imports Lightning (seconds of its start-up, for a module the probe needs only for its types).
     """
+    trainers = [cell.run.trainer for cell in cells]
+    if in_server:
+        run_in_server(_resolve, trainers, slot_threads)
+    else:
+        _resolve(trainers, slot_threads)
+
+
+def _resolve(trainers: list[TrainerConfig], slot_threads: int | None) -> None:
+    """:func:`resolve_peaks` for the cells' Trainer settings, in this process."""
     import torch
 
     from ..cell.perf import compute_dtype, peak_flops
 
     settings: dict[tuple[Any, int], str] = {}
-    for cell in cells:
-        trainer = cell.run.trainer
+    for trainer in trainers:
         accelerator = (
             trainer.accelerator if trainer.accelerator != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
         )

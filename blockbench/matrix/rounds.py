@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..progress import format_duration
+from ..durations import format_duration
 from ..provenance import code_fingerprint
 from ..store.files import record_untrained
 from ..store.layout import TRAIN_LOG, TUNE_FILE

@@ -177,11 +177,12 @@ class MatrixRunner:
         progress = MatrixProgress(plans, self.estimator, self.jobs)  # those that train, and later rungs expected
         slots = job_slots(self.jobs) if options.launcher == "local" else []
         if slots:
-            with self.clock.part("peak_probe"):  # before any cell starts: one MFU denominator
-                resolve_peaks([plan.cell for plan in plans if plan.trains], slots[0].threads)
-            if any(plan.trains and forks(plan.cell.run) for plan in plans):
+            served = any(plan.trains and forks(plan.cell.run) for plan in plans)
+            if served:
                 with self.clock.part("cell_server"):  # its imports, once, before the first cell forks from it
                     start_server()
+            with self.clock.part("peak_probe"):  # before any cell starts: one MFU denominator
+                resolve_peaks([plan.cell for plan in plans if plan.trains], slots[0].threads, in_server=served)
             if options.time_cells:
                 with self.clock.part("planning"):  # the variants with nothing measured, timed for the ETA
                     for problem in self.estimator.time(plans, cell_timer(self.jobs)):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ..progress import format_duration
+from ..durations import format_duration
 from ..store.files import write_index as write_index_file
 from ..store.layout import CELLS_DIR, MATRIX_FILE, SUMMARY_MD
 from ..store.lineage import Lineage

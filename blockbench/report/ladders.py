@@ -24,8 +24,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..durations import format_duration
 from ..matrixfile import RUNG_AXIS
-from ..progress import format_duration
 from ..store.layout import PLOTS_DIR
 from ..store.record import CellRecord
 from .analysis import TaskAnalysis

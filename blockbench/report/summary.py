@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..durations import format_duration
 from ..prereg import PlanBook
-from ..progress import format_duration
 from ..store.files import remove_files
 from ..store.files import write_summary as write_summary_files
 from ..store.layout import MATRIX_FILE, PLOTS_DIR

@@ -17,8 +17,8 @@ from helpers import TINY_LM, ok_result, scalars, write_matrix
 
 from blockbench.cell.train import train
 from blockbench.config import build_run_config
+from blockbench.durations import format_duration
 from blockbench.matrix_command import run_matrix
-from blockbench.progress import format_duration
 from blockbench.report.summary import write_report
 from blockbench.store.layout import write_json
 from blockbench.store.record import CellRecord, read_load

@@ -75,7 +75,7 @@ def test_a_matrix_of_multi_gpu_cells_hands_each_running_cell_its_own_devices(tmp
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5,7")
-    monkeypatch.setattr(run_module, "resolve_peaks", lambda cells, threads: None)  # no GPU to probe here
+    monkeypatch.setattr(run_module, "resolve_peaks", lambda cells, threads, **_: None)  # no GPU to probe here
     base = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "accelerator": "gpu", "devices": 2, "strategy": "ddp"}}
     path = write_matrix(tmp_path, {"seed": [0, 1, 2, 3, 4, 5]}, base=base)
     lock = threading.Lock()

@@ -125,7 +125,7 @@ def test_a_matrix_on_one_gpu_runs_cells_side_by_side_with_the_cores_split(tmp_pa
     import blockbench.matrix.run as run_module
 
     fake_gpus(monkeypatch, count=1, free_gib=80, cores=8)
-    monkeypatch.setattr(run_module, "resolve_peaks", lambda cells, threads: None)
+    monkeypatch.setattr(run_module, "resolve_peaks", lambda cells, threads, **_: None)
     monkeypatch.setattr(run_module, "start_server", lambda: None)
     path = write_matrix(tmp_path, {"seed": list(range(8))})
     lock = threading.Lock()

@@ -59,7 +59,7 @@ def stand_in_cells(monkeypatch, loss_of) -> list[str]:
         return result
 
     monkeypatch.setattr("blockbench.matrix.rounds.run_cell", run_cell)
-    monkeypatch.setattr("blockbench.matrix.run.resolve_peaks", lambda *args: None)
+    monkeypatch.setattr("blockbench.matrix.run.resolve_peaks", lambda *args, **_: None)
     monkeypatch.setattr("blockbench.matrix.run.start_server", lambda: None)
     return trained
 

@@ -97,6 +97,36 @@ def test_forked_cell_computes_what_a_fresh_interpreter_computes(tmp_path):
     assert [h["metrics"] for h in forked["history"]] == [h["metrics"] for h in fresh["history"]]
 
 
+def _where_it_ran(path: str) -> None:
+    """In the server's child: its process id and whether Lightning was there without importing it."""
+    Path(path).write_text(json.dumps({"pid": os.getpid(), "lightning": "lightning" in sys.modules}))
+
+
+def _fails() -> None:
+    raise ValueError("no peak here")
+
+
+def test_run_in_server_calls_in_a_forked_child_and_raises_when_it_fails(tmp_path):
+    """What the runner hands to the server (the peak FLOP/s probe) runs in a child that has Lightning
+    imported, not in the runner; a failure there stops the runner with the child's error above."""
+    out = tmp_path / "where.json"
+    launch.run_in_server(_where_it_ran, str(out))
+    where = json.loads(out.read_text())
+    assert where["pid"] != os.getpid() and where["lightning"] is True
+    with pytest.raises(RuntimeError, match=r"_fails failed in a process forked from the cell server \(exit code 1"):
+        launch.run_in_server(_fails)
+
+
+def test_the_runner_and_the_report_import_no_lightning():
+    """The runner leaves Lightning (and torchmetrics, which it imports) to the cell server: a fresh
+    interpreter importing the runner's and the report's modules has neither."""
+    modules = ["blockbench.cli", "blockbench.matrix_command", "blockbench.matrix.run", "blockbench.report.summary"]
+    code = f"import sys; import {', '.join(modules)}; print(sorted({{'lightning', 'torchmetrics'}} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_only_single_process_cells_fork():
     assert forks(build_run_config(TINY_LM))
     ddp = {**TINY_LM, "trainer": {**TINY_LM["trainer"], "accelerator": "cpu", "devices": 2, "strategy": "ddp"}}

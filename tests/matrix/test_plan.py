@@ -16,6 +16,7 @@ from helpers import CPU_FP32, GPU_BF16, TINY_LM, write_matrix
 
 from blockbench.cli import main
 from blockbench.config import TrainerConfig
+from blockbench.durations import format_duration
 from blockbench.matrix.devices import cell_hardware, cells_get_cuda
 from blockbench.matrix.estimate.estimator import TimeEstimator
 from blockbench.matrix.estimate.timing import (
@@ -32,7 +33,6 @@ from blockbench.matrix.plan import IF_NEEDED, CellPlan, OtherHardware, plan_cell
 from blockbench.matrix.run import MatrixRunner, RunOptions
 from blockbench.matrix.schedule import Results
 from blockbench.models import ModelConfig
-from blockbench.progress import format_duration
 from blockbench.provenance import code_fingerprint
 from blockbench.store.layout import CHECKPOINT_DIR, RESULT_FILE, write_json
 from blockbench.store.record import HARDWARE_WAYS_OUT, CellRecord, read_record

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from helpers import TINY_LM, blockbench
 
-from blockbench.progress import PLAIN_LINE, format_duration, pace_of_lines, parse_duration
+from blockbench.durations import PLAIN_LINE, format_duration, pace_of_lines, parse_duration
 
 #: six steps, validated at 3 and 6: more steps than one epoch of the tiny LM's data would matter for
 #: Lightning's own bar (it counts the epoch's batches), not for this one

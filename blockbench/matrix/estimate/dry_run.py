@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...progress import format_duration
+from ...durations import format_duration
 from ..jobs import cpu_cores, forks
 from ..launch import start_server
 from ..plan import IF_NEEDED, CellPlan

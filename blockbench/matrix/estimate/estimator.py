@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import RunConfig
-from ...progress import pace_of_lines
+from ...durations import pace_of_lines
 from ...store.layout import TRAIN_LOG
 from ...store.reuse import earlier_record
 from ..expand import Cell

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ...progress import format_duration
+from ...durations import format_duration
 from ...store.record import CellRecord
 from ..plan import AFTER_TUNING, ELSEWHERE, IF_NEEDED, NO_CHOICE, RESUMABLE, CellPlan
 from ..tuning import TUNE
