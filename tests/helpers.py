@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, TENSORS, EventAccumulator
@@ -133,6 +134,19 @@ def blockbench(
     return subprocess.run(
         [sys.executable, "-m", "blockbench", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+def blockbench_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """``blockbench *args`` in this test's process (:func:`blockbench.cli.main`), its output read
+    from ``capsys``, returned as :func:`blockbench` returns a subprocess's. For tests of what a run does
+    rather than how a fresh interpreter starts one: it reuses this process's imports and its cell
+    server (each subprocess run imports torch and starts a server of its own, seconds of CPU each).
+    The cells' own output (the forked processes') is not captured."""
+    from blockbench.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["blockbench", *args], code, out, err)
 
 
 def tensorboard_events(run_dir: Path) -> EventAccumulator:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import yaml
-from helpers import blockbench, write_matrix
+from helpers import blockbench_here, write_matrix
 
 from blockbench.cli import main
 from blockbench.matrix.expand import expand_matrix
@@ -19,7 +19,7 @@ from blockbench.store.layout import RESULT_FILE
 def test_a_config_another_matrix_trained_is_copied_not_trained_again(tmp_path, capsys):
     results = tmp_path / "results"
     first = write_matrix(tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, name="a")
-    assert blockbench("--results-dir", str(results), "matrix", str(first), cwd=tmp_path).returncode == 0
+    assert blockbench_here(capsys, "--results-dir", str(results), "matrix", str(first)).returncode == 0
     second = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"], "seed": [0]}, name="b")
     assert main(["--results-dir", str(results), "matrix", str(second), "--dry-run"]) == 0
     assert "to train 1 cell, 1 copied from other matrices (same config and code)" in capsys.readouterr().out
@@ -76,7 +76,7 @@ def test_seeds_in_rounds_add_seeds_where_the_verdict_is_undecided_up_to_the_last
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     said = capsys.readouterr().out
     assert "to train 4 cells" in said and "for up to 4 more cells" in said
-    run = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    run = blockbench_here(capsys, "--results-dir", str(results), "matrix", str(path))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "undecided: 4 more seed cell(s) for lm/replica=a, lm/replica=b" in run.stdout
     seeds = sorted(int(p.parent.name[4:]) for p in (results / "m" / "cells").glob(f"lm/*/seed*/{RESULT_FILE}"))

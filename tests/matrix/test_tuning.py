@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import TINY_LM, blockbench, write_matrix
+from helpers import TINY_LM, blockbench_here, write_matrix
 
 from blockbench.cli import main
 from blockbench.config import ConfigError
@@ -299,7 +299,7 @@ def test_a_tuned_matrix_trains_each_variant_at_its_best_value_and_reruns_nothing
         tmp_path, {"model.norm_placement": ["pre"], "seed": [0]}, tune={"optimizer.lr": [1.0e4, 3.0e-3]}
     )
     results = tmp_path / "results"
-    first = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    first = blockbench_here(capsys, "--results-dir", str(results), "matrix", str(path))
     assert first.returncode == 0, first.stderr[-3000:]
     matrix_dir = results / "m"
     tune_dir = matrix_dir / "tune" / "cells" / "lm" / "norm_placement=pre"
