@@ -22,8 +22,9 @@ def resolve_peaks(cells: list[Cell], slot_threads: int | None, *, in_server: boo
     this process for the whole matrix) and multi-process cells (Lightning sets their threads).
 
     ``in_server``: read or measure it in a process forked from the started cell server
-    (:mod:`blockbench.matrix.launch`), which has imported Lightning already, so that the runner itself
-    never imports Lightning (seconds of its start-up, for a module the probe needs only for its types).
+    (:mod:`blockbench.matrix.launch`), which has imported Lightning already: the probe's module
+    (:mod:`blockbench.cell.perf`) imports Lightning, which would cost the runner itself seconds of
+    start-up.
     """
     trainers = [cell.run.trainer for cell in cells]
     if in_server:
