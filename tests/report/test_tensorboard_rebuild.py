@@ -249,7 +249,7 @@ def split_parts(one: str, other: str) -> bool:
     """Whether two log folders are one task's, one or both of them a part of its split folder
     (``tb/lm`` and ``tb/lm_1of2``, ``tb/lm_1of3`` and ``tb/lm_2of2``)."""
     whole = [re.sub(r"_\d+of\d+$", "", folder) for folder in (one, other)]
-    return whole[0] == whole[1] and one != other and (whole[0] != one or whole[1] != other)
+    return whole[0] == whole[1] and one != other
 
 
 def test_the_committed_books_runs_are_named_as_its_live_runs_were() -> None:
