@@ -129,9 +129,12 @@ def job_slots(jobs: int) -> list[Slot]:
 
 def cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> dict[str, Any]:
     """The cell's ``cell.json``: what the report groups it by (task, variant, seed), its axes and the
-    matrix file; in a matrix with ``tune:`` also its phase and tuned values; and the hash of the
-    analysis plan in force as the cell starts (``plan.json``'s current, see ``blockbench.prereg``)."""
+    matrix file; in a matrix with ``tune:`` also its phase and tuned values; the hash of the
+    analysis plan in force as the cell starts (``plan.json``'s current, see ``blockbench.prereg``);
+    and its TensorBoard run, which the rebuild (``blockbench report --tensorboard``) names it by: the
+    runner names runs from every cell the matrix file may train, which the records alone do not show."""
     tuning = {"phase": cell.phase, "tuned": cell.tuned} if cell.phase else {}
+    tb_run = {"tb_run": {"logdir": cell.tb_run.logdir, "name": cell.tb_run.name}} if cell.tb_run else {}
     plan = PlanBook.load(matrix_dir).current
     return {
         "index": cell.index,
@@ -143,6 +146,7 @@ def cell_file(cell: Cell, matrix_dir: Path, matrix_file: Path) -> dict[str, Any]
         **tuning,
         "matrix_file": {"path": str(matrix_file), "sha256": hashlib.sha256(matrix_file.read_bytes()).hexdigest()},
         **({"plan": plan} if plan else {}),
+        **tb_run,
     }
 
 

@@ -29,7 +29,8 @@ reads back, the path of a cell's folder, and the atomic writes that every writer
                                       of a cell; its TensorBoard run:
                                       tb_tune/<task>/<short variant>/<candidate>/seed<k>)
         cells/<task>/<variant>/seed<k>/   cell_directory
-            cell.json                 CELL_FILE: the cell's task, variant, seed, axes and matrix file
+            cell.json                 CELL_FILE: the cell's task, variant, seed, axes, matrix file and
+                                      TensorBoard run
             config.yaml               CONFIG_FILE: the fully resolved run config
             result.json               RESULT_FILE: the result record (blockbench.store.record.CellRecord)
             load.json                 LOAD_FILE: how busy other processes kept the machine while the cell ran,

@@ -64,9 +64,16 @@ from .views import matrix_views, session_end, session_start, view_summaries
 REBUILT_MARK = "blockbench-rebuilt"
 
 
+class RunFile(BaseModel):
+    """A cell's TensorBoard run as its ``cell.json`` records it: the log folder and the run's name in it."""
+
+    logdir: str
+    name: str
+
+
 class CellFile(BaseModel):
     """A cell's ``cell.json`` (written by ``blockbench.matrix.jobs.write_cell_file``): what names its
-    run and its HParams row."""
+    run and its HParams row, and the run its live writer used (absent from older cell.json files)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -78,6 +85,7 @@ class CellFile(BaseModel):
     axes: dict[str, Any] = Field(default_factory=dict)
     phase: str | None = None  # tune or report, in a matrix with tune:
     tuned: dict[str, Any] = Field(default_factory=dict)
+    tb_run: RunFile | None = None
 
 
 @dataclass(frozen=True)
@@ -218,12 +226,24 @@ def matrix_cells(matrix_dir: Path) -> tuple[list[RecordedCell], list[RecordedCel
 
 
 def run_names(reported: list[RecordedCell], tuning: list[RecordedCell]) -> list[tuple[RecordedCell, TensorBoardRun]]:
-    """Each cell with its run, reported cells first, as the runner places and names them
-    (``blockbench.store.layout.tensorboard_runs``): ``tb/<task>`` + ``<short variant>/seed<k>``, a tuning
-    cell's ``tb_tune/<task>`` + ``<short variant>/<candidate>/seed<k>`` (its variant's folder name
-    where no reported cell of the variant has a record)."""
+    """Each cell with its run, reported cells first: the run its cell.json records, where the live
+    writer put it. A cell.json of an older version records none; such a cell's run is named as the
+    runner names runs (``blockbench.store.tbruns.tensorboard_runs``), from the cells with a record:
+    ``tb/<task>`` + ``<short variant>/seed<k>``, a tuning cell's ``tb_tune/<task>`` +
+    ``<short variant>/<candidate>/seed<k>`` (its variant's folder name where no reported cell of the
+    variant has a record). The runner splits a task's log folder by every cell the matrix file may
+    train, so while seed rounds are open the names from records alone may put a run in another part
+    of the split folder (``tb/lm_1of2`` for ``tb/lm``); the recorded run never does."""
+    cells = [*reported, *tuning]
     reported_runs, tuning_runs = tensorboard_runs(reported, tuning)
-    return list(zip([*reported, *tuning], [*reported_runs, *tuning_runs], strict=True))
+    named = [*reported_runs, *tuning_runs]
+    runs = [
+        TensorBoardRun(cell.cell.tb_run.logdir, cell.cell.tb_run.name) if cell.cell.tb_run else run
+        for cell, run in zip(cells, named, strict=True)
+    ]
+    if len({run.path for run in runs}) < len(runs):
+        runs = named  # a book of cells from both versions whose names clash: name them all alike
+    return list(zip(cells, runs, strict=True))
 
 
 def read_cells(files: Iterable[Path]) -> tuple[list[RecordedCell], int]:

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, hparams_session, tensorboard_events
+import yaml
+from helpers import REPO, hparams_session, tensorboard_events, write_matrix
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.plugins.hparams import api_pb2, metadata
 from torch.utils.tensorboard import SummaryWriter
 
 from blockbench import cli
 from blockbench.config import ConfigError
+from blockbench.matrix.expand import expand_matrix
+from blockbench.matrix.jobs import write_cell_file
 from blockbench.store.layout import CELL_FILE, RESULT_FILE, cell_directory, write_json
 from blockbench.store.record import CellRecord, load_record, write_record
 from blockbench.store.tbruns import earlier_run_path
@@ -245,6 +248,24 @@ def test_tuning_cells_get_their_runs_in_a_log_folder_of_their_own(tmp_path: Path
     assert session.group_name == "pre/lr=0.003/seed1000"
 
 
+def test_a_run_is_rebuilt_where_its_live_writer_put_it_while_seed_rounds_are_open(tmp_path: Path) -> None:
+    """The runner splits a task's log folder by every cell the matrix file may train: 2 variants x 24
+    seeds are 48 runs, more than one folder holds, so each variant gets a part (``tb/lm_1of2``,
+    ``tb/lm_2of2``). With only the first round's 3 seeds a side finished, the records alone would fit
+    in one folder (``tb/lm``); the rebuild puts each run where the cell's cell.json says it was written."""
+    path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
+    matrix = yaml.safe_load(path.read_text()) | {"seeds": {"min": 3, "max": 24, "step": 3}}
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    matrix_dir = tmp_path / "results" / "m"
+    first_round = [cell for cell in expand_matrix(path).cells if cell.seed % 1000 < 3]
+    for cell in first_round:
+        write_cell_file(cell, matrix_dir, path)
+        write_record(cell.directory(matrix_dir) / RESULT_FILE, CellRecord.model_validate({**RECORD, "seed": cell.seed}))
+    assert len(first_round) == 6 and {cell.tb.logdir for cell in first_round} == {"tb/lm_1of2", "tb/lm_2of2"}
+    done = rebuild_matrix(matrix_dir)
+    assert sorted(done.written) == sorted(cell.tb.path for cell in first_round)
+
+
 def split_parts(one: str, other: str) -> bool:
     """Whether two log folders are one task's, one or both of them a part of its split folder
     (``tb/lm`` and ``tb/lm_1of2``, ``tb/lm_1of3`` and ``tb/lm_2of2``)."""
@@ -256,16 +277,17 @@ def test_the_committed_books_runs_are_named_as_its_live_runs_were() -> None:
     """Each committed record's provenance holds the command that trained it, with the run its live
     writer used (``--tb-name``, ``--tb-version``) and the HParams row (``--hparams``): the rebuild
     names every cell's run and row the same (tuning cells included), in the log folder each run has
-    moved to since (a folder per task; tuning runs from ``tb/tune/<task>`` to ``tb_tune/<task>``). A
-    task with more runs than one folder holds is split into parts (``tb/<task>_1of2``): the runner
-    splits by every cell its matrix file may train (every seed of ``seeds:``), the rebuild by the cells
-    with a record, so while seed rounds are open a run may sit in another part of its task's folder
-    (the rebuild leaves a live run where it is). A tuning run whose variant has no reported record
-    yet is named by the variant's folder name (``run_names``), the rest of its name the same. A cell
-    copied from another matrix
-    that trained the same config (``blockbench.matrix.plan.copy_cell``: attention_score's dot-product
-    cells are the flagship's pre-norm ones) was trained under that matrix's names, which its command
-    keeps (``--out``); the rebuild names it by this matrix's, and its source is in the book."""
+    moved to since (a folder per task; tuning runs from ``tb/tune/<task>`` to ``tb_tune/<task>``). The
+    committed cell.json files record no run (their version did not), so the rebuild names them from the
+    cells with a record. A task with more runs than one folder holds is split into parts
+    (``tb/<task>_1of2``): the runner splits by every cell its matrix file may train (every seed of
+    ``seeds:``), the rebuild by the cells with a record, so while seed rounds are open a run may sit in
+    another part of its task's folder (the rebuild leaves a live run where it is). A tuning run whose
+    variant has no reported record yet is named by the variant's folder name (``run_names``), the rest
+    of its name the same. A cell copied from another matrix that trained the same config
+    (``blockbench.matrix.plan.copy_cell``: attention_score's dot-product cells are the flagship's
+    pre-norm ones) was trained under that matrix's names, which its command keeps (``--out``); the
+    rebuild names it by this matrix's, and its source is in the book."""
     checked = copied = 0
     for matrix_dir in sorted(path.parent for path in (REPO / "results").glob("*/cells")):
         reported, tuning, _ = matrix_cells(matrix_dir)
