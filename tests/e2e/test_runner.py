@@ -89,12 +89,29 @@ def test_unknown_matrix_key_is_reported(tmp_path):
     assert "axis: unknown key" in str(info.value) and "axes: Field required" in str(info.value)
 
 
+#: a ``sitecustomize`` that records, as each interpreter exits, how it was started and whether it
+#: imported Lightning (forked cells leave by ``os._exit`` and record nothing)
+MODULES_AT_EXIT = """import atexit, json, os, sys
+def _record():
+    with open(os.environ["MODULES_AT_EXIT"], "a") as file:
+        file.write(json.dumps([sys.argv[0], "lightning" in sys.modules]) + "\\n")
+atexit.register(_record)
+"""
+
+
 def test_tiny_matrix_end_to_end(tmp_path):
     path = write_matrix(tmp_path, {"model.norm_placement": ["pre", "post"]})
     results = tmp_path / "results"
-    process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(MODULES_AT_EXIT)
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    env = os.environ | {"PYTHONPATH": pythonpath, "MODULES_AT_EXIT": str(tmp_path / "modules.jsonl")}
+    process = blockbench("--results-dir", str(results), "matrix", str(path), cwd=tmp_path, env=env)
     assert process.returncode == 0, process.stderr[-3000:]
     matrix_dir = results / "m"
+    # the runner itself never imported Lightning: its cell server did, and probed the peak there
+    exits = [json.loads(line) for line in (tmp_path / "modules.jsonl").read_text().splitlines()]
+    assert [imported for argv0, imported in exits if argv0.endswith("__main__.py")] == [False], exits
 
     # one TensorBoard run per cell, named from the config, with the curves a user looks at (tags name the task)
     peaks = []
