@@ -199,15 +199,18 @@ def write_ladder_results(
     tuning: dict[tuple[str, str, float], float | None] | None = None,
     *,
     name_baseline: bool = True,
+    seeds: dict[str, int] | None = None,
 ) -> Path:
     """A ladder matrix's results folder as the report reads it: its matrix.yaml (rungs of
     :data:`LADDER_RUNGS`, computes declared) and, per (design, rung), an lm cell per seed (0, 1, ...) at
     the given losses (None: diverged), written in text order of the rungs (``16x`` before ``1x``), so that
     nothing but the ladder puts them in order; ``tuning``: (design, rung, lr) -> the tuning cell's loss;
-    ``name_baseline``: False leaves ``baseline_variant`` out, so the matrix's first variant is the baseline."""
+    ``name_baseline``: False leaves ``baseline_variant`` out, so the matrix's first variant is the baseline;
+    ``seeds``: the matrix's ``seeds:`` plan (seeds in rounds), none by default."""
     ladder = {"rungs": [{"name": name, "compute": compute} for name, compute in LADDER_RUNGS.items()]}
     named = {"baseline_variant": baseline} if name_baseline else {}
-    matrix = {"name": matrix_dir.name, **named, "axes": {"task": ["lm"]}, "ladder": ladder}
+    planned = {"seeds": seeds} if seeds else {}
+    matrix = {"name": matrix_dir.name, **named, "axes": {"task": ["lm"]}, **planned, "ladder": ladder}
     matrix_dir.mkdir(parents=True, exist_ok=True)
     (matrix_dir / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     cells = sorted(losses.items(), key=lambda item: (item[0][0] != baseline, item[0][0], item[0][1]))

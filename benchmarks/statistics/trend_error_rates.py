@@ -30,7 +30,11 @@ script checks those claims at the noise of the book's runs and shows what the ru
    false grows, shrinks or reverses, and of the slope test's rejection; (b) β = ± δ: the rate of holds;
    (c) power: every word's rate at β = 0, δ, 2δ and 4δ (the variant's advantage growing), on 3 and 9
    pairs; (d) uneven rungs and heavy tails under the null; (e) bimodal nulls, seeds failing with chance
-   0.1 and 0.2, on 3 and 9 pairs. Every rate has its Monte-Carlo standard error √(p(1 - p)/reps).
+   0.1 and 0.2, on 3 and 9 pairs; (f) seeds in rounds (:func:`in_rounds`), the plans of looks at 3 and 6
+   pairs (the flagship ladder's) and at 3, 6 and 9 (the book's): every rung's per-rung question decided
+   look by look, a rung undecided at a look given the next look's pairs, and the trend decided once on
+   the pairs each rung ended with, at α and at the plan's per-look α/K. Every rate has its Monte-Carlo
+   standard error √(p(1 - p)/reps).
 
 The markdown names the command, the date, the code's commit, the packages and the CPU
 (``benchmarks.harness.report_header``).
@@ -42,7 +46,7 @@ import argparse
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +56,10 @@ from scipy import stats as scipy_stats
 
 from benchmarks import ROOT
 from benchmarks.harness import command_line, machine_facts, print_and_write, report_header
+from benchmarks.statistics.error_rates.simulate import sequential
 from blockbench.prereg import ALPHA
+from blockbench.report.decide import Looks, futile, paired_moments, prob_improvement, rank_verdicts, t_tests, t_verdicts
+from blockbench.report.ranks import any_failed, signed_rank_tests
 from blockbench.report.slope import Design
 from blockbench.report.trend import (
     DELTA,
@@ -91,6 +98,13 @@ EFFECT_SDS = 3.0
 #: ladders per scenario decided again through trend.trend from typed records
 CROSS_CHECK = 30
 MISTAKES = (GROWS, SHRINKS, REVERSES)
+#: section (f)'s seed plans, the pairs at each look: the flagship ladder's and the book's
+ROUND_PLANS = ((3, 6), (3, 6, 9))
+#: section (f)'s per-rung margin on the loss, nats: the LM's 1% of perplexity, standing in for every
+#: task's headline margin (what matters here is that some rungs stop at the first look and some go on)
+RUNG_MARGIN = 0.01
+#: section (f)'s ladders per scenario, as a share of the other sections' (its rungs run the per-rung rule too)
+ROUND_SHARE = 5
 
 
 # the book's noise ---------------------------------------------------------------------------------
@@ -307,6 +321,92 @@ def scenarios(noise: ThetaNoise) -> list[Scenario]:
     return rows
 
 
+# seeds in rounds -----------------------------------------------------------------------------------
+
+
+def rung_rule(noise: ThetaNoise, looks: Looks):
+    """The per-rung rule on each rung's losses (``a`` the variant's, ``b`` the baseline's ln(loss - floor),
+    rows of seed pairs), as ``decide.decide`` applies it at the plan's per-look α: paired t and TOST of
+    the losses at :data:`RUNG_MARGIN` with the typical seed's agreement and the futility stop, or the
+    exact signed-rank test where a seed of either side failed (at the trivial loss, as :func:`draw` puts
+    it). Returns (verdicts, stops) as ``error_rates.simulate.sequential`` takes them."""
+    alpha = looks.per_look_alpha
+
+    def rule(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, b = noise.floor + np.exp(log_a), noise.floor + np.exp(log_b)
+        moments = paired_moments(a, b)
+        tests = t_tests(moments, RUNG_MARGIN, alpha)
+        prob = prob_improvement(a, b, False)
+        verdicts = t_verdicts(moments, tests, RUNG_MARGIN, alpha, False, prob)[0]
+        stop = futile(moments, verdicts, a.shape[-1], looks, RUNG_MARGIN)
+        ranked = rank_verdicts(signed_rank_tests(a - b), alpha, False)
+        failed = any_failed(log_a == noise.log_trivial, log_b == noise.log_trivial)
+        return np.where(failed, ranked, verdicts), np.where(failed, False, stop)
+
+    return rule
+
+
+@dataclass(frozen=True)
+class RoundsOutcome:
+    """Section (f), one scenario and plan: the share of each word with the trend decided at the full α
+    (as the report decides it) and at the plan's per-look α, and the mean seed pairs per rung."""
+
+    noise: ThetaNoise
+    scenario: Scenario
+    sizes: tuple[int, ...]
+    reps: int
+    rates: dict[float, dict[str, float]]
+    mean_pairs: float
+
+    def rate(self, alpha: float, *names: str) -> float:
+        return sum(self.rates[alpha].get(name, 0.0) for name in names)
+
+
+def in_rounds(
+    noise: ThetaNoise, scenario: Scenario, sizes: tuple[int, ...], reps: int, rng: np.random.Generator
+) -> RoundsOutcome:
+    """Ladders whose seed pairs come in rounds as the runner adds them: every rung's per-rung question is
+    decided look by look (:func:`rung_rule`), a rung undecided at a look gets the next look's pairs, and
+    the trend is decided once, on the pairs each rung ended with, at α and at α/K (K looks)."""
+    looks = Looks(sizes)
+    top = sizes[-1]
+    baseline, variant, failed = draw(noise, replace(scenario, pairs=top), reps, rng)
+    used = np.empty((reps, len(SCALES)), dtype=int)
+    for k in range(len(SCALES)):
+        part = slice(k * top, (k + 1) * top)
+        used[:, k] = sequential(variant[:, part], baseline[:, part], looks, rung_rule(noise, looks))[1]
+    alphas = (ALPHA, looks.per_look_alpha)
+    decided = {alpha: np.empty(reps, dtype=object) for alpha in alphas}
+    for pattern in np.unique(used, axis=0):
+        rows = (used == pattern).all(axis=1)
+        columns = np.concatenate([k * top + np.arange(n) for k, n in enumerate(pattern)])
+        sizes_here = tuple(int(n) for n in pattern)
+        x, ln_x = (tuple((math.log(s) if log else math.log2(s)) for s in SCALES) for log in (False, True))
+        theta = (variant - baseline)[rows][:, columns]
+        rank_based = failed[rows][:, columns].any(axis=-1)
+        for alpha in alphas:
+            found = analyse_rows(Design(x, sizes_here), theta, rank_based, DELTA, alpha).words
+            scaling, _ = scaling_gate(Design(ln_x, sizes_here), baseline[rows][:, columns], rank_based, alpha)
+            decided[alpha][rows] = np.where(scaling, found, NOT_SCALING)
+    rates = {}
+    for alpha, words_found in decided.items():
+        names, counts = np.unique(words_found.astype(str), return_counts=True)
+        rates[alpha] = {str(name): count / reps for name, count in zip(names, counts, strict=True)}
+    return RoundsOutcome(noise, scenario, sizes, reps, rates, float(used.mean()))
+
+
+def round_scenarios(noise: ThetaNoise) -> list[Scenario]:
+    """Section (f)'s truths: nulls with θ at 0, at 1 SD (rungs split between stopping and going on) and
+    at 3 SD (most rungs decided at the first look), a null whose seeds fail at 0.1, and β = δ."""
+    return [
+        Scenario("(f) null, θ 0", 0.0),
+        Scenario(f"(f) null, θ {noise.sd:+.2g} (1 SD)", 0.0, noise.sd),
+        Scenario(f"(f) null, θ {EFFECT_SDS * noise.sd:+.2g} (3 SD)", 0.0, EFFECT_SDS * noise.sd),
+        Scenario("(f) null, seeds fail at 0.1", 0.0, EFFECT_SDS * noise.sd, fail_rate=0.1),
+        Scenario("(f) β = +δ", DELTA, EFFECT_SDS * noise.sd),
+    ]
+
+
 # the report ---------------------------------------------------------------------------------------
 
 
@@ -314,8 +414,11 @@ def _rate(value: float, reps: int) -> str:
     return f"{value:.4f} ± {math.sqrt(max(value * (1 - value), 1e-12) / reps):.4f}"
 
 
-def report(noises: list[ThetaNoise], outcomes: list[Outcome], seed: int, command: str) -> str:
-    """The markdown: the header, the noise measured, one table of every scenario's rates."""
+def report(
+    noises: list[ThetaNoise], outcomes: list[Outcome], rounds: list[RoundsOutcome], seed: int, command: str
+) -> str:
+    """The markdown: the header, the noise measured, one table of every scenario's rates, and the table of
+    seeds in rounds (section (f))."""
     machine = machine_facts(packages=f"numpy {np.__version__}, scipy {scipy.__version__}")
     lines = [
         *report_header("The trend rule's error rates, by simulation at the book's seed noise", command, machine),
@@ -364,8 +467,48 @@ def report(noises: list[ThetaNoise], outcomes: list[Outcome], seed: int, command
         f"{worst.scenario.name}); largest rate of holds at |β| = δ: {_rate(flat.rate(HOLDS), flat.reps)} "
         f"({flat.noise.task}, {flat.scenario.name}).",
         "",
+        *rounds_table(rounds),
     ]
     return "\n".join(lines)
+
+
+def rounds_table(rounds: list[RoundsOutcome]) -> list[str]:
+    """Section (f)'s table: each null's false-trend rate and β = δ's rate of holds, with the trend decided at
+    α and at the plan's α/K, and the pairs a rung ended with on average."""
+    if not rounds:
+        return []
+    lines = [
+        "## Seeds in rounds",
+        "",
+        "Each rung's per-rung question decided look by look at the plan's α/K (on the loss, margin "
+        f"{RUNG_MARGIN:g} nats; the exact signed-rank test where a seed failed), the rungs still undecided given "
+        "the next look's pairs, the trend decided once on the pairs each rung ended with. Under the nulls, "
+        "grows, shrinks or reverses is a false trend; at β = δ, holds is false. The report decides the trend at "
+        "the plan's α/K.",
+        "",
+        "| task | scenario | looks (pairs) | reps | mean pairs per rung | false trend at α | false trend at α/K "
+        "| holds at α | holds at α/K |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for o in rounds:
+        full, split = ALPHA, Looks(o.sizes).per_look_alpha
+        lines.append(
+            f"| {o.noise.task} | {o.scenario.name} | {', '.join(map(str, o.sizes))} | {o.reps:,} | {o.mean_pairs:.2f} "
+            f"| {_rate(o.rate(full, *MISTAKES), o.reps)} | {_rate(o.rate(split, *MISTAKES), o.reps)} "
+            f"| {_rate(o.rate(full, HOLDS), o.reps)} | {_rate(o.rate(split, HOLDS), o.reps)} |"
+        )
+    nulls = [o for o in rounds if o.scenario.slope == 0]
+    worst_full = max(nulls, key=lambda o: o.rate(ALPHA, *MISTAKES))
+    worst_split = max(nulls, key=lambda o: o.rate(Looks(o.sizes).per_look_alpha, *MISTAKES))
+    lines += [
+        "",
+        f"Largest false-trend rate in rounds at α: {_rate(worst_full.rate(ALPHA, *MISTAKES), worst_full.reps)} "
+        f"({worst_full.noise.task}, {worst_full.scenario.name}, looks {worst_full.sizes}); at α/K: "
+        f"{_rate(worst_split.rate(Looks(worst_split.sizes).per_look_alpha, *MISTAKES), worst_split.reps)} "
+        f"({worst_split.noise.task}, {worst_split.scenario.name}, looks {worst_split.sizes}).",
+        "",
+    ]
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,12 +527,16 @@ def main(argv: list[str] | None = None) -> None:
     reps, rank_reps = (2_000, 400) if args.quick else (args.reps, args.rank_reps)
     rng = np.random.default_rng(args.seed)
     noises = [measure(args.results, task) for task in TASKS]
-    outcomes = []
+    outcomes, rounds = [], []
     for noise in noises:
         print(f"{noise.task}: SD of θ {noise.sd:.4g} (robust, {noise.pairs} pairs of variants)", flush=True)
         for scenario in scenarios(noise):
             outcomes.append(simulate(noise, scenario, rank_reps if scenario.fail_rate else reps, rng))
-    print_and_write(report(noises, outcomes, args.seed, command_line(__spec__.name, argv)), args.out)
+        for scenario in round_scenarios(noise):
+            for sizes in ROUND_PLANS:
+                n = (rank_reps if scenario.fail_rate else reps) // ROUND_SHARE
+                rounds.append(in_rounds(noise, scenario, sizes, n, rng))
+    print_and_write(report(noises, outcomes, rounds, args.seed, command_line(__spec__.name, argv)), args.out)
 
 
 if __name__ == "__main__":

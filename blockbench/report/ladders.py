@@ -101,7 +101,10 @@ def _rung(name: str, compute: float, variant: Group, baseline: Group, analysis: 
 
 
 def ladder_questions(analysis: TaskAnalysis) -> list[LadderQuestion]:
-    """Every design of the task against the baseline up the matrix's ladder (none without one)."""
+    """Every design of the task against the baseline up the matrix's ladder (none without one), its trend
+    decided at the plan's per-look α (α/K where seeds come in rounds): rungs that stop at an early look
+    beside rungs that go on make a slope test at the full α reject a true slope of 0 too often
+    (``benchmarks/statistics/trend_error_rates.py``, section (f))."""
     rungs = analysis.settings.rungs
     if not rungs or RUNG_AXIS not in analysis.level_axes:
         return []
@@ -132,7 +135,7 @@ def ladder_questions(analysis: TaskAnalysis) -> list[LadderQuestion]:
                 ladder = Ladder(
                     tuple(_rung(r, c, g, b, analysis) for r, c, (g, b) in zip(rungs, computes, pairs, strict=True))  # type: ignore[arg-type]
                 )
-                verdict = trend(ladder)
+                verdict = trend(ladder, alpha=analysis.looks.per_look_alpha)  # the plan's α/K, as every question
             except ValueError as exc:
                 missing = str(exc)
         found.append(LadderQuestion(analysis.task, design, analysis.baseline_label, verdict, missing, rung_verdicts))
@@ -177,7 +180,7 @@ def trend_table(questions: list[LadderQuestion]) -> list[str]:
     if not questions:
         return []
     rungs = [name for name, _ in questions[0].rung_verdicts]
-    level = next((f"{1 - q.verdict.level:.0%}" for q in questions if q.verdict), "95%")
+    level = next((f"{100 * (1 - q.verdict.level):.3g}%" for q in questions if q.verdict), "95%")
     header = [
         "task",
         "variant",
@@ -203,7 +206,9 @@ def trend_section(questions: list[LadderQuestion], baseline: str, picture: str |
         "reducible loss (loss minus the task's floor) per seed pair, regressed on log2 of the compute. **holds**: "
         "the effect, as a compute multiplier, is the same at every rung within the margin; **grows** / "
         "**shrinks**: its magnitude changes with compute; **reverses**: its sign changes; **undecided**: the data "
-        "cannot tell. A baseline whose reducible loss does not fall up the ladder gets no trend (ladder not "
+        "cannot tell. Each is decided at the error rate each look of the matrix's seed plan spends (α/K over K "
+        "looks, as every question; the intervals are at that level). A baseline whose reducible loss does not "
+        "fall up the ladder gets no trend (ladder not "
         "scaling). The baseline exponent is α in loss − floor ∝ compute^−α; the compute multiplier how many "
         "times a rung's compute the baseline needs to reach the variant's loss there (read off the baseline's "
         "line within the ladder only; it decides nothing). The rule: docs/decisions/trend-rule.md.",

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
 import yaml
 from helpers import blockbench_here, write_matrix
 
 from blockbench.cli import main
 from blockbench.matrix.expand import expand_matrix
-from blockbench.matrixfile import REPLICA_SEED_STRIDE, MatrixConfig
+from blockbench.matrixfile import REPLICA_SEED_STRIDE, MatrixConfig, SeedPlan
+from blockbench.report.ranks import signed_rank_tests
 from blockbench.store.layout import RESULT_FILE
 
 
@@ -83,3 +86,22 @@ def test_seeds_in_rounds_add_seeds_where_the_verdict_is_undecided_up_to_the_last
     assert seeds == sorted([0, 1, 2, 3] + [REPLICA_SEED_STRIDE + k for k in range(4)])
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     assert "nothing to train: 8 reused" in capsys.readouterr().out
+
+
+def test_a_seed_plan_knows_the_smallest_p_its_last_look_s_signed_rank_test_can_give():
+    """2/2^max, checked against the exact test itself on pairs that all lean one way (its most extreme case)."""
+    for n in range(2, 10):
+        exact = signed_rank_tests(np.arange(1.0, n + 1)[None]).p_value[0]
+        assert SeedPlan(min=2, max=n, step=1).smallest_rank_p == pytest.approx(exact), n
+
+
+def test_the_dry_run_says_where_a_failed_seed_s_question_can_never_be_decided(tmp_path, capsys):
+    """Up to 6 seeds in two looks spend α 0.025 each, which a signed-rank test on 6 pairs cannot reach
+    (p ≥ 0.031): the dry run says so before anything trains. Up to 9 in three looks can (p ≥ 0.0039)."""
+    for most, said in ((6, True), (9, False)):
+        path = write_matrix(tmp_path / str(most), {"model.norm_placement": ["pre", "post"]})
+        matrix = yaml.safe_load(path.read_text()) | {"seeds": {"min": 3, "max": most, "step": 3}}
+        path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+        assert main(["--results-dir", str(tmp_path / "results"), "matrix", str(path), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert ("on 6 pairs cannot reach α 0.025 per look (its smallest p-value is 0.0312)" in out) == said, out

@@ -83,6 +83,21 @@ def test_a_growing_gap_grows_with_its_slope_per_doubling(tmp_path):
         assert word.strip("*") in line
 
 
+def test_with_seeds_in_rounds_the_trend_spends_each_look_s_share_of_alpha(tmp_path):
+    """θ = 0.1 + 0.01·x on 3 pairs: the slope's 95% interval excludes 0 (grows at α 0.05), its 97.5% one
+    does not. With seeds in rounds of 3 up to 6, two looks, the trend is decided at α/2 as every question
+    of the plan is: rungs that stop at the first look and rungs that go on make the last look's slope
+    test reject a true slope of 0 more often than α (``benchmarks/statistics/trend_error_rates.py``,
+    section (f)), so it is undecided here."""
+    losses = ladder_losses(lambda x: 0.1 + 0.01 * x)
+    fixed = _trend_row(write_summary(write_ladder_results(tmp_path / "fixed", losses)).markdown)
+    rounds = write_ladder_results(tmp_path / "rounds", losses, seeds={"min": 3, "max": 6, "step": 3})
+    in_rounds = _trend_row(write_summary(rounds).markdown)
+    assert fixed[2] == "**grows**" and in_rounds[2] == "**undecided**"
+    low, high = (float(v) for v in in_rounds[3].split("[")[1].rstrip("]").split(","))
+    assert low < 0 < high  # the interval shown is the level's: 97.5%
+
+
 def test_a_baseline_that_stops_improving_gets_no_trend_word(tmp_path):
     losses = ladder_losses(lambda x: 0.2)
     for rung in LADDER_RUNGS:  # every rung at the 1x rung's losses
