@@ -58,7 +58,16 @@ from benchmarks import ROOT
 from benchmarks.harness import command_line, machine_facts, print_and_write, report_header
 from benchmarks.statistics.error_rates.simulate import sequential
 from blockbench.prereg import ALPHA
-from blockbench.report.decide import Looks, futile, paired_moments, prob_improvement, rank_verdicts, t_tests, t_verdicts
+from blockbench.report.decide import (
+    Looks,
+    futile,
+    paired_moments,
+    prob_improvement,
+    rank_futile,
+    rank_verdicts,
+    t_tests,
+    t_verdicts,
+)
 from blockbench.report.ranks import any_failed, signed_rank_tests
 from blockbench.report.slope import Design
 from blockbench.report.trend import (
@@ -329,7 +338,8 @@ def rung_rule(noise: ThetaNoise, looks: Looks):
     rows of seed pairs), as ``decide.decide`` applies it at the plan's per-look α: paired t and TOST of
     the losses at :data:`RUNG_MARGIN` with the typical seed's agreement and the futility stop, or the
     exact signed-rank test where a seed of either side failed (at the trivial loss, as :func:`draw` puts
-    it). Returns (verdicts, stops) as ``error_rates.simulate.sequential`` takes them."""
+    it), which stops where no planned look can decide it (``decide.rank_futile``). Returns (verdicts,
+    stops) as ``error_rates.simulate.sequential`` takes them."""
     alpha = looks.per_look_alpha
 
     def rule(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +351,8 @@ def rung_rule(noise: ThetaNoise, looks: Looks):
         stop = futile(moments, verdicts, a.shape[-1], looks, RUNG_MARGIN)
         ranked = rank_verdicts(signed_rank_tests(a - b), alpha, False)
         failed = any_failed(log_a == noise.log_trivial, log_b == noise.log_trivial)
-        return np.where(failed, ranked, verdicts), np.where(failed, False, stop)
+        ranked_stop = (ranked == UNDECIDED) & rank_futile(looks, a.shape[-1], paired=True)
+        return np.where(failed, ranked, verdicts), np.where(failed, ranked_stop, stop)
 
     return rule
 
@@ -486,8 +497,8 @@ def rounds_table(rounds: list[RoundsOutcome]) -> list[str]:
         "grows, shrinks or reverses is a false trend; at β = δ, holds is false. The report decides the trend at "
         "the plan's α/K.",
         "",
-        "| task | scenario | looks (pairs) | reps | mean pairs per rung | false trend at α | false trend at α/K "
-        "| holds at α | holds at α/K |",
+        "| task | scenario | looks (pairs) | reps | mean pairs per rung | grows, shrinks or reverses at α "
+        "| grows, shrinks or reverses at α/K | holds at α | holds at α/K |",
         "|---|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     for o in rounds:

@@ -58,7 +58,9 @@ equivalence) were the current estimate the truth (the current trend), is below
 verdict, only removes later chances to give one, so the error rates above hold as they are (a
 *non-binding* futility rule); what it costs is some power, and what it saves is the seeds of
 questions whose noise is many margins wide (``benchmarks/statistics/verdict_error_rates.py`` measures both).
-A rank-based question has no such projection and keeps its planned looks.
+A rank-based question has no such projection; it stops only where no data could decide it at the last
+planned look (:func:`rank_futile`: a signed-rank test on 6 pairs gives p ≥ 0.031, more than the 0.025
+each of two looks spends), so its verdict stays undecided whether or not more seeds are added.
 
 **Failed runs**: when any seed of either side did not learn or diverged (counted at the trivial
 baseline), a t test's normal model is wrong: a side that mixes them is bimodal, and a side whose
@@ -108,7 +110,7 @@ from scipy import stats as scipy_stats
 from ..prereg import ALPHA as ALPHA  # the rule's constants, fixed with the analysis plan
 from ..prereg import FUTILITY as FUTILITY
 from ..prereg import RULE_VERSION as RULE_VERSION
-from .ranks import RankTests, rank_sum_tests, signed_rank_tests
+from .ranks import RankTests, rank_sum_tests, signed_rank_tests, smallest_p_value
 from .stats import NO_SPREAD, bootstrap_interval
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
@@ -360,6 +362,17 @@ def futile(moments: Moments, verdicts: np.ndarray, n: int, looks: Looks, margin:
     return (np.asarray(verdicts) == UNDECIDED) & moments.spread & (power < looks.futility)
 
 
+def rank_futile(looks: Looks, n: int, paired: bool) -> bool:
+    """Whether a rank-based question at ``n`` seeds (pairs, or the smaller side's) stops for futility: a
+    later look is planned, yet at the last one the exact test's smallest p-value
+    (:func:`ranks.smallest_p_value` on the last look's seeds) is not below α_k, so no seeds to come can
+    decide it. Exact, whatever the data: its conditional power is 0. Off where ``looks.futility`` is 0."""
+    if looks.futility <= 0 or looks.is_last(n):
+        return False
+    last = looks.sizes[-1]
+    return smallest_p_value(last, None if paired else last) >= looks.per_look_alpha
+
+
 def rank_verdicts(tests: RankTests, alpha: float, higher_is_better: bool) -> np.ndarray:
     """Better/worse where the rank test rejects at ``alpha``, else undecided (never equivalent)."""
     return np.where(tests.p_value < alpha, _direction(tests.sign, higher_is_better), UNDECIDED)
@@ -422,6 +435,8 @@ class Decision:
     final: bool
     conditional_power: float | None = None
     futile: bool = False
+    #: why a futile question stopped, as the summary says it (empty unless ``futile``)
+    futility_note: str = ""
     typical_disagrees: bool = False
 
     @property
@@ -464,9 +479,9 @@ class Decision:
         elif self.test == NO_TEST:
             notes.append("no test: one seed, or no spread")
         if self.futile:
+            projected = self.test in (PAIRED_T, WELCH_T)  # a t test's futility is a projection; a rank test's is exact
             notes.append(
-                f"stopped for futility: conditional power {self.conditional_power:.0%} (today's difference and "
-                "spread taken as the truth)"
+                self.futility_note + (" (today's difference and spread taken as the truth)" if projected else "")
             )
         elif not self.final:
             notes.append("more seeds to come")
@@ -542,14 +557,20 @@ def decide(
             None,
         )
         excludes_zero = p_value < alpha
-    power, stop = None, False  # a rank-based question keeps its planned looks
-    if not rank_based:
+        stop = verdict == UNDECIDED and rank_futile(looks, look, paired)
+        power = 0.0 if stop else None
+        last = looks.sizes[-1]
+        on = f"{last} pairs" if paired else f"{last} against {last} seeds"
+        note = f"stopped for futility: the {test} test on {on} cannot reach α {alpha:.3g}" if stop else ""
+    else:
         verdicts, rejects = t_verdicts(moments, tests, margin, alpha, higher_is_better, np.array([prob_better]))
         verdict, excludes_zero = str(verdicts[0]), bool(rejects[0])
         disagrees = excludes_zero and verdict == UNDECIDED
         stop = bool(futile(moments, verdicts, look, looks, margin)[0])
+        power = None
         if verdict == UNDECIDED and has_interval and not looks.is_last(look) and look >= 2:
             power = float(conditional_power(moments, look, looks.sizes[-1], margin, alpha)[0])
+        note = f"stopped for futility: conditional power {power:.0%}" if stop else ""
         test = (PAIRED_T if paired else WELCH_T) if has_interval else NO_TEST
         p_value, p_equivalence = _optional(tests.p_value[0]), _optional(tests.p_equivalence[0])
         equivalence_interval = (
@@ -572,5 +593,6 @@ def decide(
         final=verdict != UNDECIDED or looks.is_last(look) or stop,
         conditional_power=power,
         futile=stop,
+        futility_note=note,
         typical_disagrees=disagrees,
     )

@@ -278,8 +278,7 @@ class Comparison:
             else:
                 more = ""
                 if self.decision.futile:
-                    power = self.decision.conditional_power
-                    more = f"; stopped for futility: conditional power {power:.0%}"
+                    more = f"; {self.decision.futility_note}"
                 elif self.verdict == UNDECIDED and not self.decision.final:
                     more = "; more seeds may decide it"
                 if self.decision.typical_disagrees:

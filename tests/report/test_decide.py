@@ -35,7 +35,7 @@ from blockbench.report.decide import (
     t_verdicts,
     typical_agrees,
 )
-from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests
+from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests, smallest_p_value
 
 FIXED3 = Looks.fixed(3)
 PLAN = Looks.plan(3, 9, 3)
@@ -288,6 +288,30 @@ def test_rank_based_decisions_use_exact_tests_and_are_never_equivalent():
     assert unpaired.test == RANK_SUM and unpaired.n == (9, 9)
     assert unpaired.p_value == pytest.approx(reference.pvalue)
     assert unpaired.verdict == UNDECIDED  # two low seeds on each side: the ranks barely lean
+
+
+def test_a_rank_based_question_stops_where_no_planned_look_can_decide_it():
+    """Up to 6 seed pairs in two looks spend α 0.025 each; the exact signed-rank test on 6 pairs gives p ≥
+    2/64 = 0.031, so whatever the next 3 pairs hold, the question stays undecided: it stops at 3 pairs,
+    for futility, with a conditional power of 0. Up to 9 pairs in three looks can decide it (p ≥ 0.0039),
+    so the same 3 pairs wait for more; so does a plan with the futility stop off."""
+    post, pre = [0.5, 0.4, 0.6], [60.0, 62.0, 64.0]
+    up_to_six = decide(
+        seeds(post), seeds(pre), margin=1.0, higher_is_better=True, looks=Looks.plan(3, 6, 3), rank_based=True
+    )
+    assert up_to_six.verdict == UNDECIDED and up_to_six.final and up_to_six.futile
+    assert up_to_six.conditional_power == 0.0
+    assert "stopped for futility: the Wilcoxon signed-rank test on 6 pairs cannot reach α 0.025" in up_to_six.describe()
+    up_to_nine = decide(seeds(post), seeds(pre), margin=1.0, higher_is_better=True, looks=PLAN, rank_based=True)
+    assert not up_to_nine.final and not up_to_nine.futile
+    never = Looks.plan(3, 6, 3, futility=0.0)
+    kept = decide(seeds(post), seeds(pre), margin=1.0, higher_is_better=True, looks=never, rank_based=True)
+    assert not kept.final
+    # the bound is the exact tests' own: 6 pairs all one way, and 3 against 3 seeds apart
+    assert smallest_p_value(6) == pytest.approx(scipy_stats.wilcoxon(np.arange(1.0, 7), method="exact").pvalue)
+    assert smallest_p_value(3, 3) == pytest.approx(
+        scipy_stats.mannwhitneyu([1, 2, 3], [4, 5, 6], method="exact").pvalue
+    )
 
 
 def test_a_rank_decided_question_follows_the_metric_s_direction():

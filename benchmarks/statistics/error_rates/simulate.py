@@ -25,6 +25,7 @@ from blockbench.report.decide import (
     futile,
     paired_moments,
     prob_improvement,
+    rank_futile,
     rank_verdicts,
     t_tests,
     t_verdicts,
@@ -55,13 +56,13 @@ def t_rule(noise: Noise, looks: Looks, paired: bool = True, typical: bool = True
 
 
 def rank_rule(noise: Noise, looks: Looks, paired: bool = True) -> Rule:
-    """decide's rank_based rule: exact signed-rank on pairs, exact Mann-Whitney U on disjoint seeds
-    (no futility stop)."""
+    """decide's rank_based rule: exact signed-rank on pairs, exact Mann-Whitney U on disjoint seeds,
+    stopping where no planned look can decide (``decide.rank_futile``; never in the book's plans)."""
 
     def rule(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         tests = signed_rank_tests(a - b) if paired else rank_sum_tests(a, b)
         verdicts = rank_verdicts(tests, looks.per_look_alpha, noise.family.higher_is_better)
-        return verdicts, np.zeros(len(verdicts), dtype=bool)
+        return verdicts, (verdicts == UNDECIDED) & rank_futile(looks, a.shape[-1], paired)
 
     return rule
 
