@@ -360,7 +360,7 @@ def rung_rule(noise: ThetaNoise, looks: Looks):
 @dataclass(frozen=True)
 class RoundsOutcome:
     """Section (f), one scenario and plan: the share of each word with the trend decided at the full α
-    (as the report decides it) and at the plan's per-look α, and the mean seed pairs per rung."""
+    and at the plan's per-look α (as the report decides it), and the mean seed pairs per rung."""
 
     noise: ThetaNoise
     scenario: Scenario
@@ -388,11 +388,11 @@ def in_rounds(
         used[:, k] = sequential(variant[:, part], baseline[:, part], looks, rung_rule(noise, looks))[1]
     alphas = (ALPHA, looks.per_look_alpha)
     decided = {alpha: np.empty(reps, dtype=object) for alpha in alphas}
-    for pattern in np.unique(used, axis=0):
+    x, ln_x = (tuple((math.log(s) if log else math.log2(s)) for s in SCALES) for log in (False, True))
+    for pattern in np.unique(used, axis=0):  # one design per pattern of pairs the rungs ended with
         rows = (used == pattern).all(axis=1)
         columns = np.concatenate([k * top + np.arange(n) for k, n in enumerate(pattern)])
         sizes_here = tuple(int(n) for n in pattern)
-        x, ln_x = (tuple((math.log(s) if log else math.log2(s)) for s in SCALES) for log in (False, True))
         theta = (variant - baseline)[rows][:, columns]
         rank_based = failed[rows][:, columns].any(axis=-1)
         for alpha in alphas:
