@@ -206,9 +206,9 @@ def trend_section(questions: list[LadderQuestion], baseline: str, picture: str |
         "reducible loss (loss minus the task's floor) per seed pair, regressed on log2 of the compute. **holds**: "
         "the effect, as a compute multiplier, is the same at every rung within the margin; **grows** / "
         "**shrinks**: its magnitude changes with compute; **reverses**: its sign changes; **undecided**: the data "
-        "cannot tell. Each is decided at the error rate each look of the matrix's seed plan spends (α/K over K "
-        "looks, as every question; the intervals are at that level). A baseline whose reducible loss does not "
-        "fall up the ladder gets no trend (ladder not "
+        "cannot tell. Each is decided at the error rate that each look of the matrix's seed plan spends (5% split "
+        "equally over the looks, as for every question; the intervals are at that level). A baseline whose "
+        "reducible loss does not fall up the ladder gets no trend (ladder not "
         "scaling). The baseline exponent is α in loss − floor ∝ compute^−α; the compute multiplier how many "
         "times a rung's compute the baseline needs to reach the variant's loss there (read off the baseline's "
         "line within the ladder only; it decides nothing). The rule: docs/decisions/trend-rule.md.",
