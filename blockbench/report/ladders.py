@@ -211,9 +211,16 @@ def trend_section(questions: list[LadderQuestion], baseline: str, picture: str |
         "reducible loss does not fall up the ladder gets no trend (ladder not "
         "scaling). The baseline exponent is α in loss − floor ∝ compute^−α; the compute multiplier how many "
         "times a rung's compute the baseline needs to reach the variant's loss there (read off the baseline's "
-        "line within the ladder only; it decides nothing). The rule: docs/decisions/trend-rule.md.",
+        "line within the ladder only; it decides nothing). Under the table, why each word is what it is. The rule: "
+        "docs/decisions/trend-rule.md.",
         "",
         *trend_table(questions),
+        *[
+            f"- {q.task}, {q.variant}: {trend_word(q.verdict)}: {q.verdict.reason}"
+            for q in questions
+            if q.verdict is not None
+        ],
+        "",
     ]
     return [*lines, *([picture, ""] if picture else [])]
 

@@ -57,7 +57,7 @@ from scipy import stats as scipy_stats
 
 from ..prereg import ALPHA
 from .decide import Moments, TTests, t_tests
-from .ranks import signed_rank_tests
+from .ranks import signed_rank_tests, smallest_p_value
 from .slope import (
     PER_RUNG,
     POOLED,
@@ -445,11 +445,25 @@ def _reason(verdict: TrendVerdict, rejects: bool) -> str:
         level = f"{1 - 2 * verdict.level:.0%}"
         return f"the slope's {level} interval [{low:+.3g}, {high:+.3g}] lies within ±{verdict.margin:g}{also}"
     test = "rank trend test" if verdict.rank_based else "slope test"
+    if verdict.rank_based:
+        ranked, limit = "a seed failed, so rank tests decide and never show holds: ", ""
+        most = max(rung.pairs for rung in verdict.rungs)
+        if smallest_p_value(most) >= verdict.level:  # no rung's direction can be shown, so no word but undecided
+            limit = (
+                f"; no rung can be decided: a signed-rank test on {most} pairs gives p ≥ {smallest_p_value(most):.2g}, "
+                f"not below α {verdict.level:.3g}"
+            )
+    else:
+        ranked, limit = "", ""
     if not rejects:
-        return f"the {test} does not reject 0 and the slope is not shown within ±{verdict.margin:g}; {ends}"
+        flat = "" if verdict.rank_based else f" and the slope is not shown within ±{verdict.margin:g}"
+        return f"{ranked}the {test} does not reject 0{flat}; {ends}{limit}"
     if verdict.word == UNDECIDED:
-        return f"the {test} rejects 0, but the end rungs do not tell whether the effect's magnitude grows: {ends}"
-    return f"the {test} rejects 0 (p {verdict.p_value:.3g}); {ends}"
+        return (
+            f"{ranked}the {test} rejects 0, but the end rungs do not tell whether the effect's magnitude grows: "
+            f"{ends}{limit}"
+        )
+    return f"{ranked}the {test} rejects 0 (p {verdict.p_value:.3g}); {ends}"
 
 
 def _side(sign: int) -> str:

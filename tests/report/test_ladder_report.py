@@ -98,6 +98,22 @@ def test_with_seeds_in_rounds_the_trend_spends_each_look_s_share_of_alpha(tmp_pa
     assert low < 0 < high  # the interval shown is the level's: 97.5%
 
 
+def test_the_summary_says_why_a_trend_is_undecided(tmp_path):
+    """A growing gap, but one post-norm seed at 0.25x diverged: rank tests decide the ladder, and no rung can
+    be decided by a signed-rank test on 3 pairs (p ≥ 0.25), so the trend is undecided. The summary says so
+    under the trend table, where a reader looks for why; a ladder decided by the slope test says its test."""
+    losses = ladder_losses(lambda x: 0.1 + 0.05 * x)
+    losses[POST, "0.25x"][1] = None
+    summary = write_summary(write_ladder_results(tmp_path / "failed", losses)).markdown
+    assert _trend_row(summary)[2] == "**undecided** (rank test)"
+    why = next(line for line in summary.splitlines() if line.startswith("- lm, norm_placement=post: "))
+    assert "a seed failed, so rank tests decide and never show holds" in why
+    assert "no rung can be decided: a signed-rank test on 3 pairs gives p ≥ 0.25, not below α 0.05" in why
+    grows = write_summary(write_ladder_results(tmp_path / "grows", ladder_losses(lambda x: 0.1 + 0.05 * x)))
+    why = next(line for line in grows.markdown.splitlines() if line.startswith("- lm, norm_placement=post: "))
+    assert why.startswith("- lm, norm_placement=post: **grows**: the slope test rejects 0 (p ")
+
+
 def test_a_baseline_that_stops_improving_gets_no_trend_word(tmp_path):
     losses = ladder_losses(lambda x: 0.2)
     for rung in LADDER_RUNGS:  # every rung at the 1x rung's losses
