@@ -65,14 +65,6 @@ class SeedPlan(BaseModel):
         """The seed counts at which the verdicts are looked at: min, min + step, ..., max."""
         return (*range(self.min, self.max, self.step), self.max)
 
-    @property
-    def smallest_rank_p(self) -> float:
-        """The smallest two-sided p-value the exact signed-rank test can give at the last look, on ``max``
-        seed pairs: 2/2^max, its one most extreme arrangement of signs, doubled (ties only raise it). A
-        question where a seed failed is decided by that test, so where this is not below each look's
-        error rate, no look can decide such a question (``blockbench.report.decide``, "Failed runs")."""
-        return min(1.0, 2.0 / 2**self.max)
-
 
 #: keys a rung cannot set, and why
 NOT_PER_RUNG = {

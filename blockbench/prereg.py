@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ RULE_VERSION = "2026-11-28"
 ALPHA = 0.05
 #: stop adding seeds to an undecided question whose conditional power (``blockbench.report.decide``) is below this
 FUTILITY = 0.05
+
+
+def smallest_rank_p(n_a: int, n_b: int | None = None) -> float:
+    """The smallest two-sided p-value the exact signed-rank test can give on ``n_a`` seed pairs (``n_b``
+    None), or the exact Mann-Whitney U test on ``n_a`` against ``n_b`` seeds: the null's one most extreme
+    arrangement, doubled (2/2^n, 2/C(n_a + n_b, n_a)); ties only raise it. Where it is not below a look's
+    α, no data can decide a rank-based question at that look. Here, on the ground floor, because the
+    runner's dry run warns of such a seed plan and the report stops such questions."""
+    arrangements = 2**n_a if n_b is None else math.comb(n_a + n_b, n_a)
+    return min(1.0, 2.0 / arrangements)
 
 
 class TaskPlan(BaseModel):

@@ -56,19 +56,10 @@ from scipy import stats as scipy_stats
 
 from benchmarks import ROOT
 from benchmarks.harness import command_line, machine_facts, print_and_write, report_header
-from benchmarks.statistics.error_rates.simulate import sequential
+from benchmarks.statistics.error_rates.noise import Family, Noise
+from benchmarks.statistics.error_rates.simulate import sequential, switching_rule
 from blockbench.prereg import ALPHA
-from blockbench.report.decide import (
-    Looks,
-    futile,
-    paired_moments,
-    prob_improvement,
-    rank_futile,
-    rank_verdicts,
-    t_tests,
-    t_verdicts,
-)
-from blockbench.report.ranks import any_failed, signed_rank_tests
+from blockbench.report.decide import Looks
 from blockbench.report.slope import Design
 from blockbench.report.trend import (
     DELTA,
@@ -334,27 +325,23 @@ def scenarios(noise: ThetaNoise) -> list[Scenario]:
 
 
 def rung_rule(noise: ThetaNoise, looks: Looks):
-    """The per-rung rule on each rung's losses (``a`` the variant's, ``b`` the baseline's ln(loss - floor),
-    rows of seed pairs), as ``decide.decide`` applies it at the plan's per-look α: paired t and TOST of
-    the losses at :data:`RUNG_MARGIN` with the typical seed's agreement and the futility stop, or the
-    exact signed-rank test where a seed of either side failed (at the trivial loss, as :func:`draw` puts
-    it), which stops where no planned look can decide it (``decide.rank_futile``). Returns (verdicts,
-    stops) as ``error_rates.simulate.sequential`` takes them."""
-    alpha = looks.per_look_alpha
-
-    def rule(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a, b = noise.floor + np.exp(log_a), noise.floor + np.exp(log_b)
-        moments = paired_moments(a, b)
-        tests = t_tests(moments, RUNG_MARGIN, alpha)
-        prob = prob_improvement(a, b, False)
-        verdicts = t_verdicts(moments, tests, RUNG_MARGIN, alpha, False, prob)[0]
-        stop = futile(moments, verdicts, a.shape[-1], looks, RUNG_MARGIN)
-        ranked = rank_verdicts(signed_rank_tests(a - b), alpha, False)
-        failed = any_failed(log_a == noise.log_trivial, log_b == noise.log_trivial)
-        ranked_stop = (ranked == UNDECIDED) & rank_futile(looks, a.shape[-1], paired=True)
-        return np.where(failed, ranked, verdicts), np.where(failed, ranked_stop, stop)
-
-    return rule
+    """The per-rung rule on each rung's ln(loss - floor) of seed pairs (variant, baseline), as the
+    analysis decides a question (``error_rates.simulate.switching_rule``: paired t and TOST of the losses
+    at :data:`RUNG_MARGIN` with its futility stop, or the exact signed-rank test where a seed of either
+    side failed, at the trivial loss as :func:`draw` puts it). Returns (verdicts, stops) as
+    ``error_rates.simulate.sequential`` takes them."""
+    trivial = noise.floor + math.exp(noise.log_trivial)
+    on_loss = Noise(
+        Family(noise.task, noise.task, "loss", False, RUNG_MARGIN),
+        noise.sd,
+        noise.sd_plain,
+        noise.pairs,
+        noise.floor + math.exp(noise.log_reducible),
+        trivial,
+        RUNG_MARGIN,
+    )
+    rule = switching_rule(on_loss, looks, failed=lambda values: np.isclose(values, trivial, rtol=1e-12, atol=0.0))
+    return lambda log_a, log_b: rule(noise.floor + np.exp(log_a), noise.floor + np.exp(log_b))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..lifeline import FolderHeld, holder
-from ..prereg import ALPHA, PlanBook
+from ..prereg import ALPHA, PlanBook, smallest_rank_p
 from ..provenance import code_fingerprint
 from ..store.files import write_matrix_copy
 from ..store.lineage import Lineage
@@ -123,11 +123,12 @@ class MatrixRunner:
                 f"(looks at {list(matrix.seeds.sizes)})"
             )
             per_look = ALPHA / len(matrix.seeds.sizes)  # decide.Looks.per_look_alpha, which this layer cannot import
-            if matrix.seeds.smallest_rank_p >= per_look:
+            smallest = smallest_rank_p(matrix.seeds.max)
+            if smallest >= per_look:
                 notes.append(
                     f"a question where a seed does not learn or diverges is decided by the signed-rank test on "
                     f"seed pairs, which on {matrix.seeds.max} pairs cannot reach α {per_look:.3g} per look (its "
-                    f"smallest p-value is {matrix.seeds.smallest_rank_p:.3g}): such a question stays undecided; "
+                    f"smallest p-value is {smallest:.3g}): such a question stays undecided; "
                     "seeds: {min: 3, max: 9, step: 3} can decide it"
                 )
         return notes + [

@@ -110,7 +110,8 @@ from scipy import stats as scipy_stats
 from ..prereg import ALPHA as ALPHA  # the rule's constants, fixed with the analysis plan
 from ..prereg import FUTILITY as FUTILITY
 from ..prereg import RULE_VERSION as RULE_VERSION
-from .ranks import RankTests, rank_sum_tests, signed_rank_tests, smallest_p_value
+from ..prereg import smallest_rank_p
+from .ranks import RankTests, rank_sum_tests, signed_rank_tests
 from .stats import NO_SPREAD, bootstrap_interval
 
 BETTER, WORSE, EQUIVALENT, UNDECIDED = "better", "worse", "equivalent", "undecided"
@@ -365,12 +366,12 @@ def futile(moments: Moments, verdicts: np.ndarray, n: int, looks: Looks, margin:
 def rank_futile(looks: Looks, n: int, paired: bool) -> bool:
     """Whether a rank-based question at ``n`` seeds (pairs, or the smaller side's) stops for futility: a
     later look is planned, yet at the last one the exact test's smallest p-value
-    (:func:`ranks.smallest_p_value` on the last look's seeds) is not below α_k, so no seeds to come can
+    (``prereg.smallest_rank_p`` on the last look's seeds) is not below α_k, so no seeds to come can
     decide it. Exact, whatever the data: its conditional power is 0. Off where ``looks.futility`` is 0."""
     if looks.futility <= 0 or looks.is_last(n):
         return False
     last = looks.sizes[-1]
-    return smallest_p_value(last, None if paired else last) >= looks.per_look_alpha
+    return smallest_rank_p(last, None if paired else last) >= looks.per_look_alpha
 
 
 def rank_verdicts(tests: RankTests, alpha: float, higher_is_better: bool) -> np.ndarray:

@@ -110,15 +110,6 @@ def rank_sum_tests(a: np.ndarray, b: np.ndarray) -> RankTests:
     return RankTests(np.asarray(p_value).reshape(shape), np.sign(offset).reshape(shape).astype(float))
 
 
-def smallest_p_value(n_a: int, n_b: int | None = None) -> float:
-    """The smallest two-sided p-value the exact signed-rank test can give on ``n_a`` seed pairs (``n_b``
-    None), or the exact Mann-Whitney U test on ``n_a`` against ``n_b`` seeds: the null's one most extreme
-    arrangement, doubled (2/2^n, 2/C(n_a + n_b, n_a)); ties only raise it. Where it is not below a look's
-    α, no data can decide a rank-based question at that look."""
-    arrangements = 2**n_a if n_b is None else math.comb(n_a + n_b, n_a)
-    return min(1.0, 2.0 / arrangements)
-
-
 def any_failed(*sides: np.ndarray) -> np.ndarray:
     """Whether any seed of the sides (rows of per-seed flags: the seed diverged or did not learn) failed,
     so that the question is decided by a rank test (``rank_based``): a side that mixes failed and

@@ -55,9 +55,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats as scipy_stats
 
-from ..prereg import ALPHA
+from ..prereg import ALPHA, smallest_rank_p
 from .decide import Moments, TTests, t_tests
-from .ranks import signed_rank_tests, smallest_p_value
+from .ranks import signed_rank_tests
 from .slope import (
     PER_RUNG,
     POOLED,
@@ -448,9 +448,10 @@ def _reason(verdict: TrendVerdict, rejects: bool) -> str:
     if verdict.rank_based:
         ranked, limit = "a seed failed, so rank tests decide and never show holds: ", ""
         most = max(rung.pairs for rung in verdict.rungs)
-        if smallest_p_value(most) >= verdict.level:  # no rung's direction can be shown, so no word but undecided
+        smallest = smallest_rank_p(most)
+        if smallest >= verdict.level:  # no rung's direction can be shown, so no word but undecided
             limit = (
-                f"; no rung can be decided: a signed-rank test on {most} pairs gives p ≥ {smallest_p_value(most):.2g}, "
+                f"; no rung can be decided: a signed-rank test on {most} pairs gives p ≥ {smallest:.2g}, "
                 f"not below α {verdict.level:.3g}"
             )
     else:

@@ -7,15 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import pytest
 import yaml
 from helpers import blockbench_here, write_matrix
 
 from blockbench.cli import main
 from blockbench.matrix.expand import expand_matrix
-from blockbench.matrixfile import REPLICA_SEED_STRIDE, MatrixConfig, SeedPlan
-from blockbench.report.ranks import signed_rank_tests
+from blockbench.matrixfile import REPLICA_SEED_STRIDE, MatrixConfig
 from blockbench.store.layout import RESULT_FILE
 
 
@@ -86,13 +83,6 @@ def test_seeds_in_rounds_add_seeds_where_the_verdict_is_undecided_up_to_the_last
     assert seeds == sorted([0, 1, 2, 3] + [REPLICA_SEED_STRIDE + k for k in range(4)])
     assert main(["--results-dir", str(results), "matrix", str(path), "--dry-run"]) == 0
     assert "nothing to train: 8 reused" in capsys.readouterr().out
-
-
-def test_a_seed_plan_knows_the_smallest_p_its_last_look_s_signed_rank_test_can_give():
-    """2/2^max, checked against the exact test itself on pairs that all lean one way (its most extreme case)."""
-    for n in range(2, 10):
-        exact = signed_rank_tests(np.arange(1.0, n + 1)[None]).p_value[0]
-        assert SeedPlan(min=2, max=n, step=1).smallest_rank_p == pytest.approx(exact), n
 
 
 def test_the_dry_run_says_where_a_failed_seed_s_question_can_never_be_decided(tmp_path, capsys):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from blockbench.prereg import smallest_rank_p
 from blockbench.report.decide import (
     BETTER,
     BOOTSTRAP_RESAMPLES,
@@ -35,7 +36,7 @@ from blockbench.report.decide import (
     t_verdicts,
     typical_agrees,
 )
-from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests, smallest_p_value
+from blockbench.report.ranks import any_failed, rank_sum_tests, signed_rank_tests
 
 FIXED3 = Looks.fixed(3)
 PLAN = Looks.plan(3, 9, 3)
@@ -307,11 +308,11 @@ def test_a_rank_based_question_stops_where_no_planned_look_can_decide_it():
     never = Looks.plan(3, 6, 3, futility=0.0)
     kept = decide(seeds(post), seeds(pre), margin=1.0, higher_is_better=True, looks=never, rank_based=True)
     assert not kept.final
-    # the bound is the exact tests' own: 6 pairs all one way, and 3 against 3 seeds apart
-    assert smallest_p_value(6) == pytest.approx(scipy_stats.wilcoxon(np.arange(1.0, 7), method="exact").pvalue)
-    assert smallest_p_value(3, 3) == pytest.approx(
-        scipy_stats.mannwhitneyu([1, 2, 3], [4, 5, 6], method="exact").pvalue
-    )
+    # the bound is the exact tests' own: n pairs all one way (ours and scipy's), and 3 against 3 seeds apart
+    for n in range(2, 10):
+        assert smallest_rank_p(n) == pytest.approx(signed_rank_tests(np.arange(1.0, n + 1)[None]).p_value[0]), n
+    assert smallest_rank_p(6) == pytest.approx(scipy_stats.wilcoxon(np.arange(1.0, 7), method="exact").pvalue)
+    assert smallest_rank_p(3, 3) == pytest.approx(scipy_stats.mannwhitneyu([1, 2, 3], [4, 5, 6], method="exact").pvalue)
 
 
 def test_a_rank_decided_question_follows_the_metric_s_direction():
