@@ -135,7 +135,8 @@ def ladder_questions(analysis: TaskAnalysis) -> list[LadderQuestion]:
                 ladder = Ladder(
                     tuple(_rung(r, c, g, b, analysis) for r, c, (g, b) in zip(rungs, computes, pairs, strict=True))  # type: ignore[arg-type]
                 )
-                verdict = trend(ladder, alpha=analysis.looks.per_look_alpha)  # the plan's α/K, as every question
+                looks = analysis.looks  # the plan's α/K, as every question; its last look for the reason
+                verdict = trend(ladder, alpha=looks.per_look_alpha, planned_pairs=looks.sizes[-1])
             except ValueError as exc:
                 missing = str(exc)
         found.append(LadderQuestion(analysis.task, design, analysis.baseline_label, verdict, missing, rung_verdicts))

@@ -344,11 +344,15 @@ def baseline_exponent(ladder: Ladder, alpha: float = ALPHA) -> tuple[Exponent, S
     return Exponent(-slope, (-high, -low), scales), fit, log_compute
 
 
-def trend(ladder: Ladder, margin: float = DELTA, alpha: float = ALPHA) -> TrendVerdict:
+def trend(
+    ladder: Ladder, margin: float = DELTA, alpha: float = ALPHA, planned_pairs: int | None = None
+) -> TrendVerdict:
     """The trend verdict of one question's ladder under the rule of this module (see its docstring):
     θ per seed pair (seeds paired by number; a seed without its partner counts in the baseline's
     exponent only), the slope on log2 compute, the words, the baseline's exponent and gate, and the
-    compute multiplier at each rung."""
+    compute multiplier at each rung. ``planned_pairs`` (the seed plan's last look) only changes the
+    reason: where no rung can be decided on the pairs present, it says whether the plan's last look
+    could, so a reader knows whether more seeds would help."""
     if not margin > 0:
         raise ValueError(f"trend: margin={margin} must be positive (the smallest slope per doubling that matters)")
     exponent, baseline_fit, log_compute = baseline_exponent(ladder, alpha)
@@ -399,7 +403,7 @@ def trend(ladder: Ladder, margin: float = DELTA, alpha: float = ALPHA) -> TrendV
         rungs=rungs,
         reason="",
     )
-    return replace(verdict, reason=_reason(verdict, bool(rows.rejects[0])))
+    return replace(verdict, reason=_reason(verdict, bool(rows.rejects[0]), planned_pairs))
 
 
 def _rank_p(design: Design, thetas: list[list[float]]) -> float:
@@ -423,7 +427,7 @@ def _rung_thetas(
     return tuple(rows)
 
 
-def _reason(verdict: TrendVerdict, rejects: bool) -> str:
+def _reason(verdict: TrendVerdict, rejects: bool, planned_pairs: int | None = None) -> str:
     """Why the word is what it is, in a sentence."""
     bottom, top = verdict.rungs[0], verdict.rungs[-1]
     ends = (
@@ -454,6 +458,10 @@ def _reason(verdict: TrendVerdict, rejects: bool) -> str:
                 f"; no rung can be decided: a signed-rank test on {most} pairs gives p ≥ {smallest:.2g}, "
                 f"not below α {verdict.level:.3g}"
             )
+            if planned_pairs is not None and planned_pairs > most:
+                last = smallest_rank_p(planned_pairs)
+                more = "more seeds cannot change that" if last >= verdict.level else "more seeds could"
+                limit += f"; on the {planned_pairs} pairs of the plan's last look p ≥ {last:.2g}: {more}"
     else:
         ranked, limit = "", ""
     if not rejects:

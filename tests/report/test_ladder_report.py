@@ -109,6 +109,12 @@ def test_the_summary_says_why_a_trend_is_undecided(tmp_path):
     why = next(line for line in summary.splitlines() if line.startswith("- lm, norm_placement=post: "))
     assert "a seed failed, so rank tests decide and never show holds" in why
     assert "no rung can be decided: a signed-rank test on 3 pairs gives p ≥ 0.25, not below α 0.05" in why
+    assert "plan's last look" not in why  # a fixed plan of 3 seeds has no later look
+    for most, then in ((6, "p ≥ 0.031: more seeds cannot change that"), (9, "p ≥ 0.0039: more seeds could")):
+        plan = {"min": 3, "max": most, "step": 3}
+        rounds = write_summary(write_ladder_results(tmp_path / f"rounds{most}", losses, seeds=plan)).markdown
+        why = next(line for line in rounds.splitlines() if line.startswith("- lm, norm_placement=post: "))
+        assert f"on the {most} pairs of the plan's last look {then}" in why
     grows = write_summary(write_ladder_results(tmp_path / "grows", ladder_losses(lambda x: 0.1 + 0.05 * x)))
     why = next(line for line in grows.markdown.splitlines() if line.startswith("- lm, norm_placement=post: "))
     assert why.startswith("- lm, norm_placement=post: **grows**: the slope test rejects 0 (p ")
