@@ -205,11 +205,12 @@ def _side(a: TaskAnalysis, group: Group | None, look: frozenset) -> Side:
     """``group``'s side of a verdict: its seeds in the look that decided it (all its seeds in the
     statistics where there is no decision), those diverged and those that did not learn, and the median
     step time of each of its finished seeds (all of them: a property of the design, not of the look), with
-    the load each was timed under."""
+    the load and the machine each was timed under."""
     if group is None:
         return Side(0, 0)
     step_times = tuple(group.speed_values("step_time_ms"))
     loads = tuple(group.speed_loads("step_time_ms"))
+    machines = tuple(group.speed_machines("step_time_ms"))
     group = restrict(group, look) if look else group
     return Side(
         len(group.ok) + len(group.diverged),
@@ -217,6 +218,7 @@ def _side(a: TaskAnalysis, group: Group | None, look: frozenset) -> Side:
         step_times,
         len(group.did_not_learn(a.headline)),
         loads,
+        machines,
     )
 
 

@@ -172,6 +172,12 @@ class Group:
             if r.speed_figures()[figure] is not None
         ]
 
+    def speed_machines(self, figure: str) -> list[str | None]:
+        """The machine each seed of :meth:`speed_values` was timed on (its record's ``machine``: the CPU or
+        GPU, its vector extensions, the torch and lightning versions; None: not recorded), in the same
+        order, so that a comparison of two sides' speed can tell whether they ran on the same one."""
+        return [r.machine for r in self.ok if r.speed_figures()[figure] is not None]
+
     def speed_median(self, figure: str) -> float | None:
         """The median of :meth:`speed_values`: cells copied from a matrix that ran beside other work can be
         timed at twice their step time on a shared machine, and a few of them would move a mean."""

@@ -92,7 +92,8 @@ LEGEND = (
     "without a record of how busy other processes kept the machine as they ran; *timed under different load: "
     f"not a finding* where other processes took more than {LOAD_DIFFERENCE:.0%} of the machine's cores more on "
     "one side's seeds than on the other's, the median seed of each: enough to move a step time as much as a "
-    "design does), and in a matrix with `tune:` the values the two "
+    "design does; *timed on different machines: not a finding* where the seeds ran on more than one machine, "
+    "each machine's seeds counted per side), and in a matrix with `tune:` the values the two "
     "sides' seeds trained at (variant vs baseline; *lowest* or *highest tried* where a value is an end of its grid, "
     "so the side's best may lie beyond it). Whether a verdict transfers across the families uses the same four "
     "words: *equivalent in all 3* is an answer, *undecided* is not a no."
@@ -133,6 +134,8 @@ class Side:
     did_not_learn: int = 0  # finished seeds no better than the trivial baseline
     #: the load each of ``step_times_ms`` was timed under, in order (None: not recorded)
     loads: tuple[CellLoad | None, ...] = ()
+    #: the machine each of ``step_times_ms`` was timed on, in order (None: not recorded)
+    machines: tuple[str | None, ...] = ()
 
     @property
     def timed_loads(self) -> list[CellLoad] | None:
@@ -230,8 +233,9 @@ class Comparison:
         1), ``step time ×1.02 over 1 vs 1 finished seeds`` (no interval), or ``step time n/a``: a property
         of the design, so over every finished seed that recorded one, not only the decision's look. Then
         what the two sides' load says of it (:func:`load_mark`): ``, load not recorded``, or ``, timed
-        under different load (other processes: 0.9 vs 0.1 of 2 cores): not a finding``, which also
-        drops ``a tie``: a ratio timed so says nothing of the designs either way."""
+        under different load (other processes: 0.9 vs 0.1 of 2 cores): not a finding``, or first of all
+        ``, timed on different machines (...): not a finding`` (:func:`machine_mark`); either drops
+        ``a tie``: a ratio timed so says nothing of the designs either way."""
         ratio = self.step_time_ratio
         if ratio is None:
             return "step time n/a"
@@ -239,8 +243,8 @@ class Comparison:
         text = f"step time ×{ratio.value:.2f}"
         if ratio.interval is not None:
             text += f" [{ratio.interval[0]:.2f}, {ratio.interval[1]:.2f}]"
-        mark = load_mark(self.variant_side, self.baseline_side)
-        if mark.startswith(DIFFERENT_LOAD):
+        mark = machine_mark(self.variant_side, self.baseline_side) or load_mark(self.variant_side, self.baseline_side)
+        if mark.startswith((DIFFERENT_MACHINES, DIFFERENT_LOAD)):
             return f"{text}{over}, {mark}"
         return f"{text}{over}" + (", a tie" if ratio.tie else "") + (f", {mark}" if mark else "")
 
@@ -311,9 +315,26 @@ class Comparison:
         return f"**{self.verdict}**" + (f" ({self.form})" if self.form else "")
 
 
-#: how :func:`load_mark` begins where the two sides were timed under different load
+#: how :func:`load_mark` begins where the two sides were timed under different load, or on different machines
 DIFFERENT_LOAD = "timed under different load"
+DIFFERENT_MACHINES = "timed on different machines"
 LOAD_NOT_RECORDED = "load not recorded"
+
+
+def machine_mark(variant: Side, baseline: Side) -> str:
+    """``timed on different machines (AMD EPYC: 0 vs 3; Intel(R) Xeon(R) Processor: 3 vs 0): not a finding``
+    where the two sides' timed seeds ran on more than one machine (a CPU model, its vector extensions or the
+    torch version can move a step time by more than a design does; a matrix resumed on another machine
+    mixes them), with each machine's seeds per side (variant first); empty where every seed whose machine
+    is recorded ran on one. A machine is named by its CPU or GPU, in full where two differ only in the rest."""
+    sides = [[m for m in side.machines if m] for side in (variant, baseline)]
+    machines = sorted({m for side in sides for m in side})
+    if len(machines) < 2:
+        return ""
+    short = {m: m.split(",")[0] for m in machines}
+    names = short if len(set(short.values())) == len(machines) else {m: m for m in machines}
+    counts = "; ".join(f"{names[m]}: {sides[0].count(m)} vs {sides[1].count(m)}" for m in machines)
+    return f"{DIFFERENT_MACHINES} ({counts}): not a finding"
 
 
 def load_mark(variant: Side, baseline: Side) -> str:

@@ -1,7 +1,8 @@
-"""A step-time ratio says what load its two sides were timed under (``verdicts.load_mark``): a summary
-line marks a ratio whose sides ran under different load (the runner's ``load.json`` per cell) as no
-finding, says plainly where a side's load was not recorded, and adds nothing where the load was alike.
-No training: every cell is a result.json and load.json written below."""
+"""A step-time ratio says what load and which machines its two sides were timed under
+(``verdicts.load_mark``, ``verdicts.machine_mark``): a summary line marks a ratio whose sides ran under
+different load (the runner's ``load.json`` per cell) or on different machines (a matrix resumed on
+another one) as no finding, says plainly where a side's load was not recorded, and adds nothing where
+both were alike. No training: every cell is a result.json and load.json written below."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from helpers import ok_result
 
 from blockbench.report.stats import ratio_of_medians
 from blockbench.report.summary import write_report
-from blockbench.report.verdicts import LOAD_DIFFERENCE, Side, load_mark
+from blockbench.report.verdicts import LOAD_DIFFERENCE, Side, load_mark, machine_mark
 from blockbench.store.layout import write_json
 from blockbench.store.record import CellLoad, read_load, write_load
 
@@ -19,6 +20,8 @@ PRE, POST = "norm_placement=pre", "norm_placement=post"
 #: the step times of the user's case: post-norm cells timed while other work loaded the machine
 STEP_MS = {PRE: [100.0, 101.0, 99.0], POST: [660.0, 700.0, 640.0]}
 PERPLEXITY = {PRE: [10.0, 10.1, 10.2], POST: [10.05, 10.15, 10.25]}
+AMD = "AMD EPYC, 2 logical CPUs (AVX2); torch 2.14.1+cu130, lightning 2.6.6"
+INTEL = "Intel(R) Xeon(R) Processor, 2 logical CPUs (AVX512); torch 2.14.1+cu130, lightning 2.6.6"
 
 
 def _load(other_cores: float, cores: int = 2, wall_s: float = 100.0, cell_cores: float = 1.0) -> CellLoad:
@@ -27,9 +30,10 @@ def _load(other_cores: float, cores: int = 2, wall_s: float = 100.0, cell_cores:
     return CellLoad(wall_s=wall_s, cores=cores, machine_cpu_s=cell + other_cores * wall_s, cell_cpu_s=cell)
 
 
-def _matrix(root, loads: dict[str, list[CellLoad | None]]):
-    """A matrix of one LM task, pre (the baseline) and post over seeds 0-2, each cell with its step time
-    and, where ``loads`` gives one, a load.json."""
+def _matrix(root, loads: dict[str, list[CellLoad | None]], machines: dict[str, list[str]] | None = None):
+    """A matrix of one LM task, pre (the baseline) and post over seeds 0-2, each cell with its step time,
+    the machine ``machines`` gives (every cell on :data:`AMD` without it) and, where ``loads`` gives one,
+    a load.json."""
     matrix_dir = root / "m"
     index = 0
     for variant in (PRE, POST):
@@ -40,7 +44,8 @@ def _matrix(root, loads: dict[str, list[CellLoad | None]]):
             (cell_dir / "config.yaml").write_text(yaml.safe_dump({"model": {"family": "decoder_lm"}}))
             step = STEP_MS[variant][seed]
             metrics = {"perplexity": PERPLEXITY[variant][seed], "loss": 2.0}
-            timing = {"performance": {"step_time_ms": {"median": step, "mean": step}}}
+            machine = machines[variant][seed] if machines else AMD
+            timing = {"performance": {"step_time_ms": {"median": step, "mean": step}}, "machine": machine}
             write_json(cell_dir / "result.json", ok_result("lm", seed, metrics, {"perplexity": 30.0}, **timing))
             if loads[variant][seed] is not None:
                 write_load(cell_dir, loads[variant][seed])
@@ -86,6 +91,34 @@ def test_a_side_with_a_cell_without_a_load_record_says_so(tmp_path):
     loads = {PRE: [_load(0.1)] * 3, POST: [_load(0.1), None, _load(0.1)]}
     line = _lm_line(_matrix(tmp_path, loads))
     assert line.endswith(f"; {_ratio_text()}, load not recorded")
+
+
+def test_a_ratio_timed_on_different_machines_is_marked_as_no_finding(tmp_path):
+    """The post cells were trained after the run resumed on another machine, under the same light load: a
+    CPU model moves a step time by more than a design does, so the ×6.60 is not a finding, and the line
+    counts each machine's seeds per side. One machine on both sides leaves the ratio as it is."""
+    loads = {PRE: [_load(0.1)] * 3, POST: [_load(0.1)] * 3}
+    line = _lm_line(_matrix(tmp_path / "two", loads, {PRE: [AMD] * 3, POST: [INTEL] * 3}))
+    assert line.endswith(
+        f"; {_ratio_text()}, timed on different machines (AMD EPYC: 0 vs 3; Intel(R) Xeon(R) Processor: 3 vs 0)"
+        ": not a finding"
+    )
+    line = _lm_line(_matrix(tmp_path / "one", loads, {PRE: [INTEL] * 3, POST: [INTEL] * 3}))
+    assert line.endswith(f"; {_ratio_text()}")
+
+
+def test_the_machine_mark_names_machines_in_full_only_where_their_cpus_agree():
+    """Two sides on one CPU model that torch ran with other vector extensions are two machines too, named
+    in full since their CPU names agree; seeds without a recorded machine are not counted."""
+    avx512 = AMD.replace("AVX2", "AVX512")
+
+    def side(*machines: str | None) -> Side:
+        return Side(len(machines), 0, (100.0,) * len(machines), machines=machines)
+
+    assert machine_mark(side(AMD, AMD), side(AMD, None)) == ""
+    assert machine_mark(side(AMD, avx512), side(AMD, AMD)) == (
+        f"timed on different machines ({AMD}: 1 vs 2; {avx512}: 1 vs 0): not a finding"
+    )
 
 
 def test_the_mark_compares_the_median_share_of_the_machine_against_the_threshold():
