@@ -326,7 +326,7 @@ def machine_mark(variant: Side, baseline: Side) -> str:
     where the two sides' timed seeds ran on more than one machine (a CPU model, its vector extensions or the
     torch version can move a step time by more than a design does; a matrix resumed on another machine
     mixes them), with each machine's seeds per side (variant first); empty where every seed whose machine
-    is recorded ran on one. A machine is named by its CPU or GPU, in full where two differ only in the rest."""
+    is recorded ran on one. A machine is named by its CPU model, in full (GPUs, versions) where two share one."""
     sides = [[m for m in side.machines if m] for side in (variant, baseline)]
     machines = sorted({m for side in sides for m in side})
     if len(machines) < 2:
