@@ -158,25 +158,25 @@ class Group:
     def diverged_seeds(self) -> list[Any]:
         return [seed_key(r, i) for i, r in enumerate(self.results) if r.status == "diverged"]
 
+    def _timed(self, figure: str) -> list[CellRecord]:
+        """The finished seeds that recorded a speed figure, in order: the seeds of :meth:`speed_values`,
+        :meth:`speed_loads` and :meth:`speed_machines`, so that the three stay aligned."""
+        return [r for r in self.ok if r.speed_figures()[figure] is not None]
+
     def speed_values(self, figure: str) -> list[float]:
         """A speed figure (see :data:`SPEED_FIGURES`) of every finished seed that recorded it."""
-        values = (r.speed_figures()[figure] for r in self.ok)
-        return [v for v in values if v is not None]
+        return [r.speed_figures()[figure] for r in self._timed(figure)]  # type: ignore[misc]
 
     def speed_loads(self, figure: str) -> list[CellLoad | None]:
         """The load each seed of :meth:`speed_values` was timed under, in the same order (None: not
         recorded), so that a comparison of two sides' speed can tell whether they ran under the same."""
-        return [
-            self.loads.get(r.seed) if r.seed is not None else None
-            for r in self.ok
-            if r.speed_figures()[figure] is not None
-        ]
+        return [self.loads.get(r.seed) if r.seed is not None else None for r in self._timed(figure)]
 
     def speed_machines(self, figure: str) -> list[str | None]:
-        """The machine each seed of :meth:`speed_values` was timed on (its record's ``machine``: the CPU or
-        GPU, its vector extensions, the torch and lightning versions; None: not recorded), in the same
-        order, so that a comparison of two sides' speed can tell whether they ran on the same one."""
-        return [r.machine for r in self.ok if r.speed_figures()[figure] is not None]
+        """The machine each seed of :meth:`speed_values` was timed on (its record's ``machine``: the CPU and
+        any GPU, the CPU's vector extensions, the torch and lightning versions; None: not recorded), in the
+        same order, so that a comparison of two sides' speed can tell whether they ran on the same one."""
+        return [r.machine for r in self._timed(figure)]
 
     def speed_median(self, figure: str) -> float | None:
         """The median of :meth:`speed_values`: cells copied from a matrix that ran beside other work can be
